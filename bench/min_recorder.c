@@ -1,0 +1,361 @@
+/*
+ * Minimal hand-written OMPT recorder: the reference that ompt-py's recording
+ * cost is compared with.
+ *
+ * Registers the same callbacks as ompt-py and, in each, writes one 40-byte
+ * record {rdtsc, id1, id2, codeptr-or-arg, event, thread} into a per-thread
+ * buffer that is allocated and pre-faulted (MAP_POPULATE) at thread_begin and
+ * large enough for the whole run (no wrap-around; records past the end are
+ * counted as dropped).  The buffer is reached through an initial-exec TLS
+ * pointer.  Ids stored into ompt_data_t come from a per-thread counter.
+ *
+ * Environment: MINREC_RECORDS = buffer capacity in records per thread
+ * (default 16M, i.e. 640 MiB per thread).
+ * At finalize it prints to stderr:
+ *   minrec events=N written=W dropped=D threads=T registered=R
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
+
+#include "bench_ompt.h"
+
+#define DEFAULT_RECORDS (16UL << 20)
+#define MAX_THREADS 1024
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define INLINE static inline __attribute__((always_inline))
+
+typedef struct record {
+  uint64_t tsc;
+  uint64_t id1;
+  uint64_t id2;
+  uint64_t arg; /* codeptr_ra or a callback argument */
+  uint32_t event; /* callback | endpoint-or-status << 8 | kind << 16 */
+  uint32_t thread;
+} record_t;
+_Static_assert(sizeof(record_t) == 40, "record must be 40 bytes");
+
+typedef struct __attribute__((aligned(64))) thread_state {
+  record_t *buf;
+  uint64_t cap;
+  uint64_t written; /* owner thread writes, finalize reads (relaxed) */
+  uint64_t dropped;
+  uint64_t next_id;
+  uint32_t tid;
+} thread_state_t;
+
+static thread_state_t states[MAX_THREADS];
+static uint32_t n_threads;
+static uint64_t capacity = DEFAULT_RECORDS;
+static int registered;
+
+static __thread thread_state_t *tls_state
+    __attribute__((tls_model("initial-exec")));
+
+static __attribute__((noinline)) thread_state_t *attach_thread(void) {
+  uint32_t tid = __atomic_fetch_add(&n_threads, 1, __ATOMIC_RELAXED);
+  if (tid >= MAX_THREADS) {
+    fprintf(stderr, "minrec: more than %d threads\n", MAX_THREADS);
+    abort();
+  }
+  thread_state_t *s = &states[tid];
+  s->tid = tid;
+  s->cap = capacity;
+  void *p = mmap(NULL, capacity * sizeof(record_t), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED) {
+    perror("minrec: mmap");
+    s->cap = 0; /* every record of this thread is dropped */
+    p = NULL;
+  }
+  s->buf = p;
+  tls_state = s;
+  return s;
+}
+
+INLINE uint64_t timestamp(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  return __rdtsc();
+#else
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+#endif
+}
+
+INLINE thread_state_t *state(void) {
+  thread_state_t *s = tls_state;
+  return LIKELY(s != NULL) ? s : attach_thread();
+}
+
+INLINE uint64_t new_id(thread_state_t *s) {
+  return ((uint64_t)(s->tid + 1) << 40) | ++s->next_id;
+}
+
+INLINE uint64_t dv(const bo_data_t *d) { return d ? d->value : 0; }
+
+INLINE uint32_t ev(int callback, int sub, int kind) {
+  return (uint32_t)callback | ((uint32_t)sub & 0xffu) << 8 |
+         ((uint32_t)kind & 0xffffu) << 16;
+}
+
+INLINE void put(thread_state_t *s, uint32_t event, uint64_t id1, uint64_t id2,
+                uint64_t arg) {
+  uint64_t i = s->written;
+  if (LIKELY(i < s->cap)) {
+    record_t *r = &s->buf[i];
+    r->tsc = timestamp();
+    r->id1 = id1;
+    r->id2 = id2;
+    r->arg = arg;
+    r->event = event;
+    r->thread = s->tid;
+    __atomic_store_n(&s->written, i + 1, __ATOMIC_RELAXED);
+  } else {
+    __atomic_store_n(&s->dropped, s->dropped + 1, __ATOMIC_RELAXED);
+  }
+}
+
+INLINE void emit(uint32_t event, uint64_t id1, uint64_t id2, uint64_t arg) {
+  put(state(), event, id1, id2, arg);
+}
+
+#define PTR(p) ((uint64_t)(uintptr_t)(p))
+
+/* ---- callbacks ---------------------------------------------------------- */
+
+static void on_thread_begin(int thread_type, bo_data_t *thread_data) {
+  thread_state_t *s = state();
+  thread_data->value = new_id(s);
+  put(s, ev(BO_CB_THREAD_BEGIN, 0, thread_type), thread_data->value, 0, 0);
+}
+
+static void on_thread_end(bo_data_t *thread_data) {
+  emit(ev(BO_CB_THREAD_END, 0, 0), dv(thread_data), 0, 0);
+}
+
+static void on_parallel_begin(bo_data_t *encountering_task_data,
+                              const bo_frame_t *encountering_task_frame,
+                              bo_data_t *parallel_data,
+                              unsigned int requested_parallelism, int flags,
+                              const void *codeptr_ra) {
+  (void)encountering_task_frame;
+  (void)requested_parallelism;
+  thread_state_t *s = state();
+  parallel_data->value = new_id(s);
+  put(s, ev(BO_CB_PARALLEL_BEGIN, 0, flags), parallel_data->value,
+      dv(encountering_task_data), PTR(codeptr_ra));
+}
+
+static void on_parallel_end(bo_data_t *parallel_data,
+                            bo_data_t *encountering_task_data, int flags,
+                            const void *codeptr_ra) {
+  emit(ev(BO_CB_PARALLEL_END, 0, flags), dv(parallel_data),
+       dv(encountering_task_data), PTR(codeptr_ra));
+}
+
+static void on_task_create(bo_data_t *encountering_task_data,
+                           const bo_frame_t *encountering_task_frame,
+                           bo_data_t *new_task_data, int flags,
+                           int has_dependences, const void *codeptr_ra) {
+  (void)encountering_task_frame;
+  thread_state_t *s = state();
+  new_task_data->value = new_id(s);
+  put(s, ev(BO_CB_TASK_CREATE, has_dependences, flags), new_task_data->value,
+      dv(encountering_task_data), PTR(codeptr_ra));
+}
+
+static void on_task_schedule(bo_data_t *prior_task_data, int prior_task_status,
+                             bo_data_t *next_task_data) {
+  emit(ev(BO_CB_TASK_SCHEDULE, prior_task_status, 0), dv(prior_task_data),
+       dv(next_task_data), 0);
+}
+
+static void on_implicit_task(int endpoint, bo_data_t *parallel_data,
+                             bo_data_t *task_data,
+                             unsigned int actual_parallelism,
+                             unsigned int index, int flags) {
+  thread_state_t *s = state();
+  if (endpoint == BO_SCOPE_BEGIN)
+    task_data->value = new_id(s);
+  put(s, ev(BO_CB_IMPLICIT_TASK, endpoint, flags), dv(task_data),
+      dv(parallel_data), (uint64_t)actual_parallelism << 32 | index);
+}
+
+static void on_work(int work_type, int endpoint, bo_data_t *parallel_data,
+                    bo_data_t *task_data, uint64_t count,
+                    const void *codeptr_ra) {
+  (void)count;
+  emit(ev(BO_CB_WORK, endpoint, work_type), dv(parallel_data), dv(task_data),
+       PTR(codeptr_ra));
+}
+
+static void on_dispatch(bo_data_t *parallel_data, bo_data_t *task_data,
+                        int kind, bo_data_t instance) {
+  emit(ev(BO_CB_DISPATCH, 0, kind), dv(parallel_data), dv(task_data),
+       instance.value);
+}
+
+INLINE void sync_like(int callback, int kind, int endpoint,
+                      bo_data_t *parallel_data, bo_data_t *task_data,
+                      const void *codeptr_ra) {
+  emit(ev(callback, endpoint, kind), dv(parallel_data), dv(task_data),
+       PTR(codeptr_ra));
+}
+
+static void on_sync_region(int kind, int endpoint, bo_data_t *parallel_data,
+                           bo_data_t *task_data, const void *codeptr_ra) {
+  sync_like(BO_CB_SYNC_REGION, kind, endpoint, parallel_data, task_data,
+            codeptr_ra);
+}
+
+static void on_sync_region_wait(int kind, int endpoint,
+                                bo_data_t *parallel_data, bo_data_t *task_data,
+                                const void *codeptr_ra) {
+  sync_like(BO_CB_SYNC_REGION_WAIT, kind, endpoint, parallel_data, task_data,
+            codeptr_ra);
+}
+
+static void on_reduction(int kind, int endpoint, bo_data_t *parallel_data,
+                         bo_data_t *task_data, const void *codeptr_ra) {
+  sync_like(BO_CB_REDUCTION, kind, endpoint, parallel_data, task_data,
+            codeptr_ra);
+}
+
+static void on_mutex_acquire(int kind, unsigned int hint, unsigned int impl,
+                             bo_wait_id_t wait_id, const void *codeptr_ra) {
+  emit(ev(BO_CB_MUTEX_ACQUIRE, 0, kind), wait_id,
+       (uint64_t)hint << 32 | impl, PTR(codeptr_ra));
+}
+
+static void on_lock_init(int kind, unsigned int hint, unsigned int impl,
+                         bo_wait_id_t wait_id, const void *codeptr_ra) {
+  emit(ev(BO_CB_LOCK_INIT, 0, kind), wait_id, (uint64_t)hint << 32 | impl,
+       PTR(codeptr_ra));
+}
+
+static void on_mutex_acquired(int kind, bo_wait_id_t wait_id,
+                              const void *codeptr_ra) {
+  emit(ev(BO_CB_MUTEX_ACQUIRED, 0, kind), wait_id, 0, PTR(codeptr_ra));
+}
+
+static void on_mutex_released(int kind, bo_wait_id_t wait_id,
+                              const void *codeptr_ra) {
+  emit(ev(BO_CB_MUTEX_RELEASED, 0, kind), wait_id, 0, PTR(codeptr_ra));
+}
+
+static void on_lock_destroy(int kind, bo_wait_id_t wait_id,
+                            const void *codeptr_ra) {
+  emit(ev(BO_CB_LOCK_DESTROY, 0, kind), wait_id, 0, PTR(codeptr_ra));
+}
+
+static void on_nest_lock(int endpoint, bo_wait_id_t wait_id,
+                         const void *codeptr_ra) {
+  emit(ev(BO_CB_NEST_LOCK, endpoint, 0), wait_id, 0, PTR(codeptr_ra));
+}
+
+static void on_masked(int endpoint, bo_data_t *parallel_data,
+                      bo_data_t *task_data, const void *codeptr_ra) {
+  emit(ev(BO_CB_MASKED, endpoint, 0), dv(parallel_data), dv(task_data),
+       PTR(codeptr_ra));
+}
+
+static void on_flush(bo_data_t *thread_data, const void *codeptr_ra) {
+  emit(ev(BO_CB_FLUSH, 0, 0), dv(thread_data), 0, PTR(codeptr_ra));
+}
+
+static void on_cancel(bo_data_t *task_data, int flags,
+                      const void *codeptr_ra) {
+  emit(ev(BO_CB_CANCEL, 0, flags), dv(task_data), 0, PTR(codeptr_ra));
+}
+
+/* ---- tool life cycle ---------------------------------------------------- */
+
+#define CB(f) ((bo_callback_t)(f))
+
+static int minrec_initialize(bo_function_lookup_t lookup,
+                             int initial_device_num, bo_data_t *tool_data) {
+  (void)initial_device_num;
+  (void)tool_data;
+  const char *env = getenv("MINREC_RECORDS");
+  if (env != NULL && *env != '\0') {
+    char *end = NULL;
+    unsigned long long v = strtoull(env, &end, 10);
+    if (end != NULL && *end == '\0' && v > 0)
+      capacity = v;
+  }
+
+  bo_set_callback_t set_callback =
+      (bo_set_callback_t)lookup("ompt_set_callback");
+  if (set_callback == NULL)
+    return 0;
+
+  static const struct {
+    int event;
+    bo_callback_t fn;
+  } table[] = {
+      {BO_CB_THREAD_BEGIN, CB(on_thread_begin)},
+      {BO_CB_THREAD_END, CB(on_thread_end)},
+      {BO_CB_PARALLEL_BEGIN, CB(on_parallel_begin)},
+      {BO_CB_PARALLEL_END, CB(on_parallel_end)},
+      {BO_CB_IMPLICIT_TASK, CB(on_implicit_task)},
+      {BO_CB_TASK_CREATE, CB(on_task_create)},
+      {BO_CB_TASK_SCHEDULE, CB(on_task_schedule)},
+      {BO_CB_WORK, CB(on_work)},
+      {BO_CB_DISPATCH, CB(on_dispatch)},
+      {BO_CB_SYNC_REGION, CB(on_sync_region)},
+      {BO_CB_SYNC_REGION_WAIT, CB(on_sync_region_wait)},
+      {BO_CB_MUTEX_ACQUIRE, CB(on_mutex_acquire)},
+      {BO_CB_MUTEX_ACQUIRED, CB(on_mutex_acquired)},
+      {BO_CB_MUTEX_RELEASED, CB(on_mutex_released)},
+      {BO_CB_MASKED, CB(on_masked)},
+      {BO_CB_NEST_LOCK, CB(on_nest_lock)},
+      {BO_CB_LOCK_INIT, CB(on_lock_init)},
+      {BO_CB_LOCK_DESTROY, CB(on_lock_destroy)},
+      {BO_CB_FLUSH, CB(on_flush)},
+      {BO_CB_CANCEL, CB(on_cancel)},
+      {BO_CB_REDUCTION, CB(on_reduction)},
+  };
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    int r = set_callback(table[i].event, table[i].fn);
+    if (r != BO_SET_ERROR && r != BO_SET_NEVER)
+      registered++;
+  }
+  return 1;
+}
+
+static void minrec_finalize(bo_data_t *tool_data) {
+  (void)tool_data;
+  uint32_t n = __atomic_load_n(&n_threads, __ATOMIC_RELAXED);
+  if (n > MAX_THREADS)
+    n = MAX_THREADS;
+  unsigned long long written = 0, dropped = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    written += __atomic_load_n(&states[i].written, __ATOMIC_RELAXED);
+    dropped += __atomic_load_n(&states[i].dropped, __ATOMIC_RELAXED);
+  }
+  fprintf(stderr,
+          "minrec events=%llu written=%llu dropped=%llu threads=%u "
+          "registered=%d\n",
+          written + dropped, written, dropped, n, registered);
+}
+
+BO_EXPORT bo_start_tool_result_t *ompt_start_tool(unsigned int omp_version,
+                                                  const char *runtime_version);
+
+bo_start_tool_result_t *ompt_start_tool(unsigned int omp_version,
+                                        const char *runtime_version) {
+  static bo_start_tool_result_t result = {minrec_initialize, minrec_finalize,
+                                          {0}};
+  (void)omp_version;
+  (void)runtime_version;
+  return &result;
+}

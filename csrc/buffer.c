@@ -1,0 +1,447 @@
+/*
+ * Per-thread record buffers and the drainer.
+ *
+ * Each OS thread owns a chunk it fills (omptpy_slot/omptpy_commit in the
+ * internal header: no lock, no allocation, no system call).  A full chunk is
+ * pushed onto the thread's `full` ring and the next one popped from its
+ * `free` ring; both rings are single-producer single-consumer, so the hot
+ * path only pays for one release store per record and a few relaxed loads
+ * per 1024 records.  The drainer (one pthread of the tool, or a caller of
+ * omptpy_flush) is the single consumer: under drain_lock it moves full chunks
+ * to the sink, hands them back, and gives busy threads more pre-faulted
+ * chunks up to the configured bound.  When a thread has no free chunk the
+ * overflow policy applies: drop (count), grow (allocate) or block (wait).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "omptpy_internal.h"
+
+_Thread_local omptpy_thread *omptpy_tls_thread __attribute__((tls_model("initial-exec")));
+
+#define INITIAL_CHUNKS 4u
+#define GROW_FACTOR 64u /* the grow policy may own this many times the bound */
+
+typedef struct retired_stats {
+  uint32_t index;
+  int type;
+  pid_t tid;
+  uint64_t written, dropped;
+} retired_stats;
+
+static struct {
+  omptpy_overflow overflow;
+  unsigned drain_ms;
+  uint32_t max_chunks; /* per-thread bound under drop and block */
+  uint32_t ring_cap;
+  _Atomic(omptpy_thread *) all; /* registry: push-only list */
+  _Atomic uint32_t next_index;
+  pthread_mutex_t lock; /* registry claims and the chunk pool */
+  omptpy_chunk *pool;
+  uint32_t pool_n;
+  pthread_mutex_t drain_lock; /* held by the single consumer */
+  retired_stats *retired;      /* counters of threads that ended, under drain_lock */
+  size_t nretired, capretired;
+  pthread_t drainer;
+  _Atomic int drainer_run;
+  bool drainer_started;
+  bool ready;
+} B = {.lock = PTHREAD_MUTEX_INITIALIZER, .drain_lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* ---- rings --------------------------------------------------------------- */
+
+static bool ring_push(omptpy_ring *r, omptpy_chunk *c) {
+  uint32_t h = atomic_load_explicit(&r->head, memory_order_relaxed);
+  uint32_t tl = atomic_load_explicit(&r->tail, memory_order_acquire);
+  if (h - tl > r->mask) return false;
+  r->slots[h & r->mask] = c;
+  atomic_store_explicit(&r->head, h + 1, memory_order_release);
+  return true;
+}
+
+static omptpy_chunk *ring_pop(omptpy_ring *r) {
+  uint32_t tl = atomic_load_explicit(&r->tail, memory_order_relaxed);
+  uint32_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+  if (tl == h) return NULL;
+  omptpy_chunk *c = r->slots[tl & r->mask];
+  atomic_store_explicit(&r->tail, tl + 1, memory_order_release);
+  return c;
+}
+
+static uint32_t ring_count(omptpy_ring *r) {
+  return atomic_load_explicit(&r->head, memory_order_acquire) -
+         atomic_load_explicit(&r->tail, memory_order_acquire);
+}
+
+static void ring_reset(omptpy_ring *r) {
+  atomic_store_explicit(&r->head, 0, memory_order_relaxed);
+  atomic_store_explicit(&r->tail, 0, memory_order_relaxed);
+}
+
+/* ---- chunks --------------------------------------------------------------- */
+
+/* A pre-faulted chunk from the pool or the allocator; caller holds B.lock. */
+static omptpy_chunk *chunk_get_locked(void) {
+  omptpy_chunk *c = B.pool;
+  if (c) {
+    B.pool = c->pool_next;
+    B.pool_n--;
+  } else {
+    if (posix_memalign((void **)&c, OMPTPY_CACHELINE, sizeof *c) != 0) return NULL;
+    memset(c, 0, sizeof *c); /* touch every page now, not on the hot path */
+  }
+  atomic_store_explicit(&c->n, 0, memory_order_relaxed);
+  c->taken = 0;
+  c->pool_next = NULL;
+  return c;
+}
+
+static void chunk_put_locked(omptpy_chunk *c) {
+  if (B.pool_n >= 2 * B.max_chunks) {
+    free(c);
+    return;
+  }
+  c->pool_next = B.pool;
+  B.pool = c;
+  B.pool_n++;
+}
+
+/* ---- threads -------------------------------------------------------------- */
+
+static omptpy_thread *thread_new(void) {
+  omptpy_thread *t;
+  if (posix_memalign((void **)&t, OMPTPY_CACHELINE, sizeof *t) != 0) return NULL;
+  memset(t, 0, sizeof *t);
+  t->full.mask = t->free.mask = B.ring_cap - 1;
+  t->full.slots = calloc(B.ring_cap, sizeof(omptpy_chunk *));
+  t->free.slots = calloc(B.ring_cap, sizeof(omptpy_chunk *));
+  if (!t->full.slots || !t->free.slots) {
+    free(t->full.slots);
+    free(t->free.slots);
+    free(t);
+    return NULL;
+  }
+  return t;
+}
+
+/* Called once per OS thread (thread_begin, or the first event of a thread the
+ * runtime did not announce).  Not on the steady-state path. */
+omptpy_thread *omptpy_thread_attach(int type, int runtime) {
+  if (!B.ready) return NULL;
+  pthread_mutex_lock(&B.lock);
+  omptpy_thread *t = NULL;
+  for (omptpy_thread *p = atomic_load(&B.all); p; p = p->all_next)
+    if (atomic_load(&p->state) == OMPTPY_THREAD_FREE) {
+      t = p;
+      break;
+    }
+  bool fresh = t == NULL;
+  if (fresh && !(t = thread_new())) {
+    pthread_mutex_unlock(&B.lock);
+    return NULL;
+  }
+  uint32_t want = INITIAL_CHUNKS < B.max_chunks ? INITIAL_CHUNKS : B.max_chunks;
+  ring_reset(&t->full);
+  ring_reset(&t->free);
+  t->nchunks = 0;
+  omptpy_chunk *first = NULL;
+  for (uint32_t i = 0; i < want; i++) {
+    omptpy_chunk *c = chunk_get_locked();
+    if (!c) break;
+    t->nchunks++;
+    if (!first) first = c;
+    else ring_push(&t->free, c);
+  }
+  t->cur = first;
+  t->pos = first ? 0 : OMPTPY_CHUNK_RECORDS;
+  t->index = atomic_fetch_add(&B.next_index, 1);
+  t->next_id = 0;
+  atomic_store(&t->dropped, 0);
+  atomic_store(&t->cur_pub, first);
+  t->drained = 0;
+  t->type = type;
+  t->runtime = runtime;
+  t->tid = (pid_t)syscall(SYS_gettid);
+  t->begin_ticks = omptpy_now();
+  atomic_store_explicit(&t->state, OMPTPY_THREAD_LIVE, memory_order_release);
+  if (fresh) {
+    t->all_next = atomic_load(&B.all);
+    atomic_store_explicit(&B.all, t, memory_order_release);
+  }
+  pthread_mutex_unlock(&B.lock);
+  omptpy_tls_thread = t;
+  return t;
+}
+
+void omptpy_thread_detach(omptpy_thread *t) {
+  omptpy_tls_thread = NULL;
+  atomic_store_explicit(&t->state, OMPTPY_THREAD_ENDED, memory_order_release);
+}
+
+omptpy_record *omptpy_slot_slow(omptpy_thread *t) {
+  if (t->cur) {
+    ring_push(&t->full, t->cur); /* cannot fail: the ring holds every chunk the thread owns */
+    t->cur = NULL;
+    atomic_store_explicit(&t->cur_pub, NULL, memory_order_release);
+  }
+  omptpy_chunk *c = ring_pop(&t->free);
+  if (!c && B.overflow == OMPTPY_OVERFLOW_GROW && t->nchunks + 1 < B.ring_cap) {
+    pthread_mutex_lock(&B.lock);
+    c = chunk_get_locked();
+    pthread_mutex_unlock(&B.lock);
+    if (c) atomic_fetch_add_explicit(&t->nchunks, 1, memory_order_relaxed);
+  }
+  while (!c && B.overflow == OMPTPY_OVERFLOW_BLOCK &&
+         atomic_load_explicit(&B.drainer_run, memory_order_acquire)) {
+    sched_yield();
+    c = ring_pop(&t->free);
+  }
+  if (!c) {
+    t->pos = OMPTPY_CHUNK_RECORDS;
+    atomic_store_explicit(&t->dropped, atomic_load_explicit(&t->dropped, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    return NULL;
+  }
+  atomic_store_explicit(&c->n, 0, memory_order_relaxed);
+  t->cur = c;
+  t->pos = 0;
+  atomic_store_explicit(&t->cur_pub, c, memory_order_release);
+  return &c->recs[0];
+}
+
+/* ---- draining (under drain_lock) -------------------------------------------- */
+
+static void take_records(omptpy_thread *t, omptpy_chunk *c) {
+  uint32_t n = atomic_load_explicit(&c->n, memory_order_acquire);
+  if (n > c->taken) {
+    omptpy_sink_write(&c->recs[c->taken], n - c->taken);
+    t->drained += n - c->taken;
+    c->taken = n;
+  }
+}
+
+static void recycle(omptpy_thread *t, omptpy_chunk *c) {
+  c->taken = 0;
+  atomic_store_explicit(&c->n, 0, memory_order_relaxed);
+  if (t->nchunks > B.max_chunks || !ring_push(&t->free, c)) {
+    pthread_mutex_lock(&B.lock);
+    chunk_put_locked(c);
+    pthread_mutex_unlock(&B.lock);
+    atomic_fetch_sub_explicit(&t->nchunks, 1, memory_order_relaxed);
+  }
+}
+
+/* Moves t's full chunks (and, if partial, the one being filled) to the sink.
+ * Returns the number of full chunks seen. */
+static uint32_t drain_thread(omptpy_thread *t, bool partial) {
+  uint32_t nfull = 0;
+  omptpy_chunk *c;
+  while ((c = ring_pop(&t->full))) {
+    take_records(t, c);
+    recycle(t, c);
+    nfull++;
+  }
+  if (partial && (c = atomic_load_explicit(&t->cur_pub, memory_order_acquire))) take_records(t, c);
+  return nfull;
+}
+
+/* Busy threads get more chunks: doubling while fewer than half are free. */
+static void top_up(omptpy_thread *t) {
+  uint32_t owned = t->nchunks;
+  if (owned >= B.max_chunks || ring_count(&t->free) * 2 >= owned) return;
+  uint32_t add = owned < B.max_chunks - owned ? owned : B.max_chunks - owned;
+  for (uint32_t i = 0; i < add; i++) {
+    pthread_mutex_lock(&B.lock);
+    omptpy_chunk *c = chunk_get_locked();
+    pthread_mutex_unlock(&B.lock);
+    if (!c) return;
+    if (!ring_push(&t->free, c)) {
+      pthread_mutex_lock(&B.lock);
+      chunk_put_locked(c);
+      pthread_mutex_unlock(&B.lock);
+      return;
+    }
+    atomic_fetch_add_explicit(&t->nchunks, 1, memory_order_relaxed);
+  }
+}
+
+static void remember_retired(omptpy_thread *t) {
+  if (B.nretired == B.capretired) {
+    size_t cap = B.capretired ? 2 * B.capretired : 64;
+    retired_stats *p = realloc(B.retired, cap * sizeof *p);
+    if (!p) return;
+    B.retired = p;
+    B.capretired = cap;
+  }
+  B.retired[B.nretired++] = (retired_stats){t->index, t->type, t->tid, t->drained,
+                                            atomic_load(&t->dropped)};
+}
+
+/* An ended thread: drain it whole, give its chunks to the pool, free the slot. */
+static void retire(omptpy_thread *t) {
+  drain_thread(t, true);
+  remember_retired(t);
+  pthread_mutex_lock(&B.lock);
+  omptpy_chunk *c;
+  while ((c = ring_pop(&t->free))) chunk_put_locked(c);
+  if ((c = atomic_load(&t->cur_pub))) chunk_put_locked(c);
+  atomic_store(&t->cur_pub, NULL);
+  t->cur = NULL;
+  t->nchunks = 0;
+  atomic_store_explicit(&t->state, OMPTPY_THREAD_FREE, memory_order_release);
+  pthread_mutex_unlock(&B.lock);
+}
+
+static uint32_t drain_all(bool partial) {
+  uint32_t nfull = 0;
+  for (omptpy_thread *t = atomic_load_explicit(&B.all, memory_order_acquire); t; t = t->all_next) {
+    int s = atomic_load_explicit(&t->state, memory_order_acquire);
+    if (s == OMPTPY_THREAD_LIVE) {
+      nfull += drain_thread(t, partial);
+      top_up(t);
+    } else if (s == OMPTPY_THREAD_ENDED) {
+      retire(t);
+    }
+  }
+  return nfull;
+}
+
+void omptpy_flush(void) {
+  if (!B.ready) return;
+  pthread_mutex_lock(&B.drain_lock);
+  drain_all(true);
+  pthread_mutex_unlock(&B.drain_lock);
+}
+
+static void *drainer_main(void *arg) {
+  (void)arg;
+  unsigned sleep_ms = 1;
+  uint64_t last_stats = omptpy_monotonic_ns();
+  while (atomic_load_explicit(&B.drainer_run, memory_order_acquire)) {
+    pthread_mutex_lock(&B.drain_lock);
+    uint32_t nfull = drain_all(false);
+    pthread_mutex_unlock(&B.drain_lock);
+    /* Poll fast while chunks arrive, back off to drain_ms when idle. */
+    sleep_ms = nfull ? 1 : (sleep_ms * 2 > B.drain_ms ? B.drain_ms : sleep_ms * 2);
+    if (nfull && omptpy_sink_is_file() && omptpy_monotonic_ns() - last_stats > 200000000u) {
+      /* Counters on disk as the run goes, for processes that end without finalize. */
+      omptpy_str s = {0};
+      if (omptpy_stats_json(&s, false) == 0) omptpy_sink_json(OMPTPY_BLOCK_STATS, s.p, s.len);
+      omptpy_str_free(&s);
+      last_stats = omptpy_monotonic_ns();
+    }
+    struct timespec ts = {0, (long)sleep_ms * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+int omptpy_drainer_start(void) {
+  if (!B.ready) return -EINVAL;
+  pthread_mutex_lock(&B.lock);
+  int rc = 0;
+  if (!B.drainer_started) {
+    atomic_store(&B.drainer_run, 1);
+    /* The drainer must not receive the application's signals. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = -pthread_create(&B.drainer, NULL, drainer_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0) B.drainer_started = true;
+    else atomic_store(&B.drainer_run, 0);
+  }
+  pthread_mutex_unlock(&B.lock);
+  return rc;
+}
+
+void omptpy_drainer_stop(void) {
+  pthread_mutex_lock(&B.lock);
+  bool join = B.drainer_started;
+  B.drainer_started = false;
+  atomic_store(&B.drainer_run, 0);
+  pthread_mutex_unlock(&B.lock);
+  if (join) pthread_join(B.drainer, NULL);
+}
+
+void omptpy_visit_threads(omptpy_thread_visit fn, void *ctx) {
+  if (!B.ready) return;
+  pthread_mutex_lock(&B.drain_lock);
+  for (size_t i = 0; i < B.nretired; i++) {
+    retired_stats *r = &B.retired[i];
+    fn(ctx, r->index, r->type, r->tid, r->written, r->dropped, false);
+  }
+  for (omptpy_thread *t = atomic_load(&B.all); t; t = t->all_next) {
+    int s = atomic_load(&t->state);
+    if (s == OMPTPY_THREAD_LIVE || s == OMPTPY_THREAD_ENDED)
+      fn(ctx, t->index, t->type, t->tid, t->drained, atomic_load(&t->dropped),
+         s == OMPTPY_THREAD_LIVE);
+  }
+  pthread_mutex_unlock(&B.drain_lock);
+}
+
+int omptpy_buffers_init(const omptpy_config *cfg) {
+  B.overflow = cfg->overflow;
+  B.drain_ms = cfg->drain_ms;
+  B.max_chunks = (uint32_t)(cfg->buffer_bytes / sizeof(omptpy_chunk));
+  if (B.max_chunks < 2) B.max_chunks = 2;
+  uint32_t need = (cfg->overflow == OMPTPY_OVERFLOW_GROW ? GROW_FACTOR : 1) * B.max_chunks + 1;
+  B.ring_cap = 1;
+  while (B.ring_cap < need) B.ring_cap <<= 1;
+  B.ready = true;
+  return 0;
+}
+
+/* fork: the child keeps only the forking thread, with empty buffers. */
+void omptpy_buffers_atfork_prepare(void) {
+  pthread_mutex_lock(&B.drain_lock);
+  pthread_mutex_lock(&B.lock);
+}
+
+void omptpy_buffers_atfork_parent(void) {
+  pthread_mutex_unlock(&B.lock);
+  pthread_mutex_unlock(&B.drain_lock);
+}
+
+void omptpy_buffers_after_fork_child(void) {
+  pthread_mutex_init(&B.lock, NULL);
+  pthread_mutex_init(&B.drain_lock, NULL);
+  B.drainer_started = false;
+  atomic_store(&B.drainer_run, 0);
+  B.nretired = 0;
+  omptpy_thread *self = omptpy_tls_thread;
+  for (omptpy_thread *t = atomic_load(&B.all); t; t = t->all_next) {
+    if (atomic_load(&t->state) == OMPTPY_THREAD_FREE) continue;
+    omptpy_chunk *c;
+    while ((c = ring_pop(&t->full))) {
+      c->taken = 0;
+      atomic_store(&c->n, 0);
+      if (t == self) ring_push(&t->free, c);
+      else chunk_put_locked(c);
+    }
+    if (t == self) {
+      if (t->cur) {
+        atomic_store(&t->cur->n, 0);
+        t->cur->taken = 0;
+        t->pos = 0;
+      }
+      t->drained = 0;
+      atomic_store(&t->dropped, 0);
+      t->tid = (pid_t)syscall(SYS_gettid);
+      continue;
+    }
+    while ((c = ring_pop(&t->free))) chunk_put_locked(c);
+    if ((c = atomic_load(&t->cur_pub))) chunk_put_locked(c);
+    atomic_store(&t->cur_pub, NULL);
+    t->cur = NULL;
+    t->nchunks = 0;
+    atomic_store(&t->state, OMPTPY_THREAD_FREE);
+  }
+}

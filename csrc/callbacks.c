@@ -1,0 +1,246 @@
+/*
+ * One handler per OMPT event: each writes one record into the calling
+ * thread's buffer.  Nothing here locks, allocates (beyond a thread's first
+ * event) or calls into Python.  Ids are assigned into the runtime's
+ * ompt_data_t the first time the tool sees an object.
+ */
+#define _GNU_SOURCE
+#include <stddef.h>
+
+#include "omptpy_internal.h"
+
+static inline uint64_t id_of(omptpy_thread *t, ompt_data_t *d) {
+  if (!d) return 0;
+  if (OMPTPY_UNLIKELY(d->value == 0)) d->value = omptpy_new_id(t);
+  return d->value;
+}
+
+static inline uint64_t addr(const void *p) { return (uint64_t)(uintptr_t)p; }
+
+/* Writes every field of the record: chunks are reused, nothing stale may remain. */
+static inline void emit(omptpy_thread *t, int event, int endpoint, int kind, uint64_t codeptr,
+                        uint64_t parallel_id, uint64_t task_id, uint64_t u64a, uint64_t u64b,
+                        uint32_t u32a, uint32_t u32b) {
+  omptpy_record *r = omptpy_slot(t);
+  if (OMPTPY_UNLIKELY(!r)) return;
+  r->time = omptpy_now();
+  r->codeptr = codeptr;
+  r->parallel_id = parallel_id;
+  r->task_id = task_id;
+  r->u64a = u64a;
+  r->u64b = u64b;
+  r->thread = t->index;
+  r->event = (uint16_t)event;
+  r->endpoint = (uint8_t)endpoint;
+  r->kind = (uint8_t)kind;
+  r->u32a = u32a;
+  r->u32b = u32b;
+  omptpy_commit(t);
+}
+
+#define GUARD()                          \
+  if (!omptpy_recording()) return;       \
+  omptpy_thread *t = omptpy_self();      \
+  if (OMPTPY_UNLIKELY(!t)) return
+
+static void on_thread_begin(ompt_thread_t type, ompt_data_t *thread_data) {
+  omptpy_thread *t = omptpy_thread_attach(type, 0);
+  if (!t) return;
+  thread_data->ptr = t;
+  if (omptpy_recording())
+    emit(t, ompt_callback_thread_begin, ompt_scope_begin, type, 0, 0, 0, (uint64_t)t->tid, 0, 0,
+         0);
+}
+
+static void on_thread_end(ompt_data_t *thread_data) {
+  omptpy_thread *t = omptpy_tls_thread;
+  (void)thread_data;
+  if (!t) return;
+  if (omptpy_recording())
+    emit(t, ompt_callback_thread_end, ompt_scope_end, t->type, 0, 0, 0, (uint64_t)t->tid, 0, 0, 0);
+  omptpy_thread_detach(t);
+}
+
+static void on_parallel_begin(ompt_data_t *encountering_task, const ompt_frame_t *frame,
+                              ompt_data_t *parallel_data, unsigned int requested, int flags,
+                              const void *codeptr) {
+  (void)frame;
+  GUARD();
+  emit(t, ompt_callback_parallel_begin, ompt_scope_begin, 0, addr(codeptr), id_of(t, parallel_data),
+       id_of(t, encountering_task), 0, 0, requested, (uint32_t)flags);
+}
+
+static void on_parallel_end(ompt_data_t *parallel_data, ompt_data_t *encountering_task, int flags,
+                            const void *codeptr) {
+  GUARD();
+  emit(t, ompt_callback_parallel_end, ompt_scope_end, 0, addr(codeptr), id_of(t, parallel_data),
+       id_of(t, encountering_task), 0, 0, 0, (uint32_t)flags);
+}
+
+static void on_implicit_task(ompt_scope_endpoint_t endpoint, ompt_data_t *parallel_data,
+                             ompt_data_t *task_data, unsigned int actual, unsigned int index,
+                             int flags) {
+  GUARD();
+  emit(t, ompt_callback_implicit_task, endpoint, 0, 0, id_of(t, parallel_data), id_of(t, task_data),
+       index, 0, actual, (uint32_t)flags);
+}
+
+static void on_task_create(ompt_data_t *encountering_task, const ompt_frame_t *frame,
+                           ompt_data_t *new_task, int flags, int has_dependences,
+                           const void *codeptr) {
+  (void)frame;
+  GUARD();
+  emit(t, ompt_callback_task_create, 0, 0, addr(codeptr), 0, id_of(t, new_task),
+       id_of(t, encountering_task), 0, (uint32_t)has_dependences, (uint32_t)flags);
+}
+
+static void on_task_schedule(ompt_data_t *prior, ompt_task_status_t status, ompt_data_t *next) {
+  GUARD();
+  emit(t, ompt_callback_task_schedule, 0, status, 0, 0, id_of(t, prior), id_of(t, next), 0, 0, 0);
+}
+
+static void on_work(ompt_work_t type, ompt_scope_endpoint_t endpoint, ompt_data_t *parallel_data,
+                    ompt_data_t *task_data, uint64_t count, const void *codeptr) {
+  GUARD();
+  emit(t, ompt_callback_work, endpoint, type, addr(codeptr), id_of(t, parallel_data),
+       id_of(t, task_data), count, 0, 0, 0);
+}
+
+static void on_dispatch(ompt_data_t *parallel_data, ompt_data_t *task_data, ompt_dispatch_t kind,
+                        ompt_data_t instance) {
+  GUARD();
+  uint64_t a = instance.value, b = 0;
+  if (kind >= ompt_dispatch_ws_loop_chunk && instance.ptr) {
+    const ompt_dispatch_chunk_t *chunk = instance.ptr;
+    a = chunk->start;
+    b = chunk->iterations;
+  }
+  emit(t, ompt_callback_dispatch, 0, kind, 0, id_of(t, parallel_data), id_of(t, task_data), a, b,
+       0, 0);
+}
+
+#define SYNC_HANDLER(name, event)                                                              \
+  static void name(ompt_sync_region_t kind, ompt_scope_endpoint_t endpoint,                    \
+                   ompt_data_t *parallel_data, ompt_data_t *task_data, const void *codeptr) {  \
+    GUARD();                                                                                   \
+    emit(t, event, endpoint, kind, addr(codeptr), id_of(t, parallel_data), id_of(t, task_data), \
+         0, 0, 0, 0);                                                                          \
+  }
+SYNC_HANDLER(on_sync_region, ompt_callback_sync_region)
+SYNC_HANDLER(on_sync_region_wait, ompt_callback_sync_region_wait)
+SYNC_HANDLER(on_reduction, ompt_callback_reduction)
+
+#define ACQUIRE_HANDLER(name, event)                                                     \
+  static void name(ompt_mutex_t kind, unsigned int hint, unsigned int impl,              \
+                   ompt_wait_id_t wait_id, const void *codeptr) {                        \
+    GUARD();                                                                             \
+    emit(t, event, 0, kind, addr(codeptr), 0, 0, wait_id, 0, hint, impl);                \
+  }
+ACQUIRE_HANDLER(on_mutex_acquire, ompt_callback_mutex_acquire)
+ACQUIRE_HANDLER(on_lock_init, ompt_callback_lock_init)
+
+#define MUTEX_HANDLER(name, event)                                                         \
+  static void name(ompt_mutex_t kind, ompt_wait_id_t wait_id, const void *codeptr) {       \
+    GUARD();                                                                               \
+    emit(t, event, 0, kind, addr(codeptr), 0, 0, wait_id, 0, 0, 0);                        \
+  }
+MUTEX_HANDLER(on_mutex_acquired, ompt_callback_mutex_acquired)
+MUTEX_HANDLER(on_mutex_released, ompt_callback_mutex_released)
+MUTEX_HANDLER(on_lock_destroy, ompt_callback_lock_destroy)
+
+static void on_nest_lock(ompt_scope_endpoint_t endpoint, ompt_wait_id_t wait_id,
+                         const void *codeptr) {
+  GUARD();
+  emit(t, ompt_callback_nest_lock, endpoint, 0, addr(codeptr), 0, 0, wait_id, 0, 0, 0);
+}
+
+static void on_masked(ompt_scope_endpoint_t endpoint, ompt_data_t *parallel_data,
+                      ompt_data_t *task_data, const void *codeptr) {
+  GUARD();
+  emit(t, ompt_callback_masked, endpoint, 0, addr(codeptr), id_of(t, parallel_data),
+       id_of(t, task_data), 0, 0, 0, 0);
+}
+
+static void on_flush(ompt_data_t *thread_data, const void *codeptr) {
+  (void)thread_data;
+  GUARD();
+  emit(t, ompt_callback_flush, 0, 0, addr(codeptr), 0, 0, 0, 0, 0, 0);
+}
+
+static void on_cancel(ompt_data_t *task_data, int flags, const void *codeptr) {
+  GUARD();
+  emit(t, ompt_callback_cancel, 0, 0, addr(codeptr), 0, id_of(t, task_data), 0, 0, 0,
+       (uint32_t)flags);
+}
+
+static void on_task_dependence(ompt_data_t *src, ompt_data_t *sink) {
+  GUARD();
+  emit(t, ompt_callback_task_dependence, 0, 0, 0, 0, id_of(t, src), id_of(t, sink), 0, 0, 0);
+}
+
+static void on_error(ompt_severity_t severity, const char *message, size_t length,
+                     const void *codeptr) {
+  (void)message;
+  GUARD();
+  emit(t, ompt_callback_error, 0, severity, addr(codeptr), 0, 0, length, 0, 0, 0);
+}
+
+/* omp_control_tool: 1 start, 2 pause, 3 flush, 4 end (OpenMP 5.2, 3.14). */
+static int on_control_tool(uint64_t command, uint64_t modifier, void *arg, const void *codeptr) {
+  (void)arg;
+  omptpy_thread *t = omptpy_self();
+  if (t && omptpy_recording())
+    emit(t, ompt_callback_control_tool, 0, 0, addr(codeptr), 0, 0, command, modifier, 0, 0);
+  switch (command) {
+    case 1: atomic_store(&omptpy_g.recording, 1); return 0;
+    case 2:
+    case 4: atomic_store(&omptpy_g.recording, 0); return 0;
+    case 3: omptpy_flush(); return 0;
+    default: return 1; /* omp_control_tool_ignored */
+  }
+}
+
+static const struct {
+  int event;
+  const char *name;
+  ompt_callback_t fn;
+} TABLE[] = {
+#define E(ev, fn) {ompt_callback_##ev, #ev, (ompt_callback_t)(fn)}
+    E(thread_begin, on_thread_begin),
+    E(thread_end, on_thread_end),
+    E(parallel_begin, on_parallel_begin),
+    E(parallel_end, on_parallel_end),
+    E(task_create, on_task_create),
+    E(task_schedule, on_task_schedule),
+    E(implicit_task, on_implicit_task),
+    E(control_tool, on_control_tool),
+    E(sync_region_wait, on_sync_region_wait),
+    E(mutex_released, on_mutex_released),
+    E(task_dependence, on_task_dependence),
+    E(work, on_work),
+    E(masked, on_masked),
+    E(sync_region, on_sync_region),
+    E(lock_init, on_lock_init),
+    E(lock_destroy, on_lock_destroy),
+    E(mutex_acquire, on_mutex_acquire),
+    E(mutex_acquired, on_mutex_acquired),
+    E(nest_lock, on_nest_lock),
+    E(flush, on_flush),
+    E(cancel, on_cancel),
+    E(reduction, on_reduction),
+    E(dispatch, on_dispatch),
+    E(error, on_error),
+#undef E
+};
+
+const char *omptpy_event_name(int event) {
+  for (size_t i = 0; i < sizeof TABLE / sizeof *TABLE; i++)
+    if (TABLE[i].event == event) return TABLE[i].name;
+  return NULL;
+}
+
+void omptpy_register_callbacks(omptpy_runtime *rt, ompt_function_lookup_t lookup) {
+  (void)lookup;
+  for (size_t i = 0; i < sizeof TABLE / sizeof *TABLE; i++)
+    rt->levels[TABLE[i].event] = rt->set_callback(TABLE[i].event, TABLE[i].fn);
+}

@@ -1,0 +1,106 @@
+/* The tool's environment variables, parsed once when the runtime starts the tool. */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "omptpy_internal.h"
+
+#define DEFAULT_BUFFER_BYTES ((size_t)8 << 20)
+#define MIN_BUFFER_BYTES ((size_t)2 * sizeof(omptpy_chunk))
+
+static int bad(omptpy_config *cfg, const char *name, const char *value, const char *allowed) {
+  snprintf(cfg->error, sizeof cfg->error, "%s='%.200s' is not valid; use %s", name, value, allowed);
+  return -EINVAL;
+}
+
+/* on/off style switches: returns 1, 0, or -1 when unrecognised. */
+static int parse_switch(const char *v) {
+  static const char *on[] = {"1", "on", "true", "yes"};
+  static const char *off[] = {"0", "off", "false", "no"};
+  for (size_t i = 0; i < sizeof on / sizeof *on; i++) {
+    if (strcasecmp(v, on[i]) == 0) return 1;
+    if (strcasecmp(v, off[i]) == 0) return 0;
+  }
+  return -1;
+}
+
+/* "8M", "512k", "1G", "65536": bytes, binary suffixes. */
+static int parse_size(const char *v, size_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (errno || end == v || v[0] == '-') return -1;
+  unsigned shift = 0;
+  switch (toupper((unsigned char)*end)) {
+    case 'K': shift = 10; end++; break;
+    case 'M': shift = 20; end++; break;
+    case 'G': shift = 30; end++; break;
+    default: break;
+  }
+  if (toupper((unsigned char)*end) == 'I') end++;
+  if (toupper((unsigned char)*end) == 'B') end++;
+  if (*end != '\0' || n > (1ULL << 40) >> shift) return -1;
+  *out = (size_t)(n << shift);
+  return 0;
+}
+
+int omptpy_config_read(omptpy_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->enabled = true;
+  cfg->record = -1;
+  cfg->buffer_bytes = DEFAULT_BUFFER_BYTES;
+  cfg->overflow = OMPTPY_OVERFLOW_DROP;
+  cfg->clock = -1;
+  cfg->drain_ms = 10;
+
+  const char *v;
+  if ((v = getenv("OMPTPY_TOOL")) && *v) {
+    int s = parse_switch(v);
+    if (s < 0) return bad(cfg, "OMPTPY_TOOL", v, "on or off");
+    cfg->enabled = s;
+  }
+  if ((v = getenv("OMPTPY_RECORD")) && *v) {
+    int s = parse_switch(v);
+    if (s < 0) return bad(cfg, "OMPTPY_RECORD", v, "on or off");
+    cfg->record = s;
+  }
+  if ((v = getenv("OMPTPY_BUFFER_SIZE")) && *v) {
+    if (parse_size(v, &cfg->buffer_bytes) != 0)
+      return bad(cfg, "OMPTPY_BUFFER_SIZE", v, "a size in bytes such as 8M, 512K or 1G");
+    if (cfg->buffer_bytes < MIN_BUFFER_BYTES) {
+      snprintf(cfg->error, sizeof cfg->error,
+               "OMPTPY_BUFFER_SIZE='%.200s' is too small; use at least %zuK (two chunks)", v,
+               MIN_BUFFER_BYTES >> 10);
+      return -EINVAL;
+    }
+  }
+  if ((v = getenv("OMPTPY_OVERFLOW")) && *v) {
+    if (strcmp(v, "drop") == 0) cfg->overflow = OMPTPY_OVERFLOW_DROP;
+    else if (strcmp(v, "grow") == 0) cfg->overflow = OMPTPY_OVERFLOW_GROW;
+    else if (strcmp(v, "block") == 0) cfg->overflow = OMPTPY_OVERFLOW_BLOCK;
+    else return bad(cfg, "OMPTPY_OVERFLOW", v, "one of drop, grow, block");
+  }
+  if ((v = getenv("OMPTPY_CLOCK")) && *v) {
+    if (strcmp(v, "auto") == 0) cfg->clock = -1;
+    else if (strcmp(v, "tsc") == 0) cfg->clock = OMPTPY_CLOCK_TSC;
+    else if (strcmp(v, "monotonic") == 0) cfg->clock = OMPTPY_CLOCK_MONOTONIC;
+    else return bad(cfg, "OMPTPY_CLOCK", v, "one of auto, tsc, monotonic");
+  }
+  if ((v = getenv("OMPTPY_DRAIN_MS")) && *v) {
+    char *end;
+    long ms = strtol(v, &end, 10);
+    if (*end || ms < 1 || ms > 1000)
+      return bad(cfg, "OMPTPY_DRAIN_MS", v, "a whole number of milliseconds from 1 to 1000");
+    cfg->drain_ms = (unsigned)ms;
+  }
+  if ((v = getenv("OMPTPY_OUTPUT")) && *v) {
+    if (strlen(v) >= sizeof cfg->output - 64)
+      return bad(cfg, "OMPTPY_OUTPUT", v, "a shorter directory path");
+    strcpy(cfg->output, v);
+  }
+  return 0;
+}

@@ -1,0 +1,184 @@
+/*
+ * JSON descriptions of the process (meta) and of the counters (stats), the
+ * one source for both the file sink and the Python module.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "omptpy_internal.h"
+
+void omptpy_str_free(omptpy_str *s) {
+  free(s->p);
+  memset(s, 0, sizeof *s);
+}
+
+static int reserve(omptpy_str *s, size_t more) {
+  if (s->len + more + 1 <= s->cap) return 0;
+  size_t cap = s->cap ? s->cap : 1024;
+  while (cap < s->len + more + 1) cap *= 2;
+  char *p = realloc(s->p, cap);
+  if (!p) return -ENOMEM;
+  s->p = p;
+  s->cap = cap;
+  return 0;
+}
+
+static int put(omptpy_str *s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n < 0 || reserve(s, (size_t)n) != 0) return -ENOMEM;
+  va_start(ap, fmt);
+  vsnprintf(s->p + s->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  s->len += (size_t)n;
+  return 0;
+}
+
+/* A JSON string literal; bytes that are not printable ASCII are escaped. */
+static int put_string(omptpy_str *s, const char *v, size_t n) {
+  if (reserve(s, 6 * n + 2) != 0) return -ENOMEM;
+  s->p[s->len++] = '"';
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)v[i];
+    if (c == '"' || c == '\\') {
+      s->p[s->len++] = '\\';
+      s->p[s->len++] = (char)c;
+    } else if (c < 0x20 || c >= 0x7f) {
+      s->len += (size_t)sprintf(s->p + s->len, "\\u%04x", c);
+    } else {
+      s->p[s->len++] = (char)c;
+    }
+  }
+  s->p[s->len++] = '"';
+  s->p[s->len] = '\0';
+  return 0;
+}
+
+static int put_cmdline(omptpy_str *s) {
+  char buf[65536];
+  ssize_t n = 0;
+  int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    n = read(fd, buf, sizeof buf);
+    close(fd);
+  }
+  int rc = put(s, "[");
+  for (ssize_t i = 0, first = 1; rc == 0 && i < n; first = 0) {
+    size_t len = strnlen(buf + i, (size_t)(n - i));
+    if (!first) rc = put(s, ",");
+    if (rc == 0) rc = put_string(s, buf + i, len);
+    i += (ssize_t)len + 1;
+  }
+  return rc ? rc : put(s, "]");
+}
+
+static const char *level_name(int level) {
+  static const char *names[] = {"error", "never", "impossible", "sometimes", "sometimes_paired",
+                                "always"};
+  return level >= 0 && level <= 5 ? names[level] : "unknown";
+}
+
+static const char *overflow_name(omptpy_overflow o) {
+  return o == OMPTPY_OVERFLOW_GROW ? "grow" : o == OMPTPY_OVERFLOW_BLOCK ? "block" : "drop";
+}
+
+static uint64_t realtime_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int omptpy_meta_json(omptpy_str *s) {
+  const omptpy_tool *g = &omptpy_g;
+  char exe[4096] = "";
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  exe[n > 0 ? n : 0] = '\0';
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  int rc = put(s, "{\"format\":1,\"record_version\":%d,\"record_size\":%zu,\"chunk_records\":%u,",
+               OMPTPY_RECORD_VERSION, sizeof(omptpy_record), OMPTPY_CHUNK_RECORDS);
+  rc = rc ? rc : put(s, "\"pid\":%d,\"ppid\":%d,\"hostname\":", (int)getpid(), (int)getppid());
+  rc = rc ? rc : put_string(s, host, strlen(host));
+  rc = rc ? rc : put(s, ",\"exe\":");
+  rc = rc ? rc : put_string(s, exe, strlen(exe));
+  rc = rc ? rc : put(s, ",\"argv\":");
+  rc = rc ? rc : put_cmdline(s);
+  rc = rc ? rc : put(s, ",\"clock\":\"%s\",\"tick_ns_estimate\":%.9f,"
+                     "\"start_anchor\":{\"ticks\":%llu,\"mono_ns\":%llu},\"start_realtime_ns\":%llu,",
+                     omptpy_clock_name(), g->tick_ns_estimate,
+                     (unsigned long long)g->start_anchor.ticks,
+                     (unsigned long long)g->start_anchor.mono_ns,
+                     (unsigned long long)g->start_realtime_ns);
+  rc = rc ? rc : put(s, "\"config\":{\"enabled\":%s,\"buffer_bytes\":%zu,\"overflow\":\"%s\","
+                     "\"drain_ms\":%u,\"sink\":\"%s\",\"output\":",
+                     g->cfg.enabled ? "true" : "false", g->cfg.buffer_bytes,
+                     overflow_name(g->cfg.overflow), g->cfg.drain_ms,
+                     g->cfg.output[0] ? "file" : "memory");
+  rc = rc ? rc : put_string(s, g->cfg.output, strlen(g->cfg.output));
+  rc = rc ? rc : put(s, ",\"error\":");
+  rc = rc ? rc : put_string(s, g->cfg.error, strlen(g->cfg.error));
+  rc = rc ? rc : put(s, "},\"start_tool_calls\":%d,\"declined\":%d,\"runtimes\":[",
+                     g->start_tool_calls, g->declined);
+  int nrt = atomic_load(&g->nruntimes);
+  if (nrt > OMPTPY_MAX_RUNTIMES) nrt = OMPTPY_MAX_RUNTIMES;
+  for (int i = 0; rc == 0 && i < nrt; i++) {
+    const omptpy_runtime *rt = &g->runtimes[i];
+    rc = put(s, "%s{\"omp_version\":%u,\"version\":", i ? "," : "", rt->omp_version);
+    rc = rc ? rc : put_string(s, rt->version, strlen(rt->version));
+    rc = rc ? rc : put(s, ",\"path\":");
+    rc = rc ? rc : put_string(s, rt->path, strlen(rt->path));
+    rc = rc ? rc : put(s, ",\"initialized\":%s,\"finalized\":%s,\"callbacks\":{",
+                       rt->initialized ? "true" : "false", rt->finalized ? "true" : "false");
+    for (int ev = 0, first = 1; rc == 0 && ev < OMPTPY_MAX_EVENTS; ev++) {
+      if (rt->levels[ev] < 0 || !omptpy_event_name(ev)) continue;
+      rc = put(s, "%s\"%s\":\"%s\"", first ? "" : ",", omptpy_event_name(ev),
+               level_name(rt->levels[ev]));
+      first = 0;
+    }
+    rc = rc ? rc : put(s, "}}");
+  }
+  rc = rc ? rc : put(s, "]}");
+  if (rc) omptpy_str_free(s);
+  return rc;
+}
+
+typedef struct visit_ctx {
+  omptpy_str *s;
+  int rc;
+  bool first;
+} visit_ctx;
+
+static void visit(void *p, uint32_t index, int type, pid_t tid, uint64_t written, uint64_t dropped,
+                  bool live) {
+  visit_ctx *v = p;
+  if (v->rc) return;
+  v->rc = put(v->s,
+              "%s{\"thread\":%u,\"type\":%d,\"tid\":%d,\"written\":%llu,\"dropped\":%llu,"
+              "\"live\":%s}",
+              v->first ? "" : ",", index, type, (int)tid, (unsigned long long)written,
+              (unsigned long long)dropped, live ? "true" : "false");
+  v->first = false;
+}
+
+int omptpy_stats_json(omptpy_str *s, bool final) {
+  omptpy_anchor a = omptpy_clock_anchor();
+  int rc = put(s, "{\"final\":%s,\"recording\":%s,\"anchor\":{\"ticks\":%llu,\"mono_ns\":%llu},"
+               "\"realtime_ns\":%llu,\"sink_lost\":%llu,\"threads\":[",
+               final ? "true" : "false", omptpy_recording() ? "true" : "false",
+               (unsigned long long)a.ticks, (unsigned long long)a.mono_ns,
+               (unsigned long long)realtime_ns(), (unsigned long long)omptpy_sink_lost());
+  visit_ctx v = {s, rc, true};
+  if (rc == 0) omptpy_visit_threads(visit, &v);
+  rc = v.rc ? v.rc : put(s, "]}");
+  if (rc) omptpy_str_free(s);
+  return rc;
+}

@@ -1,0 +1,163 @@
+/*
+ * ompt_py._core: the CPython binding of libomptpy.so.  It only moves bytes
+ * and JSON; names, dtypes and errors for users are made in Python.
+ * Records cross as one buffer per take(), without a copy: numpy wraps the
+ * tool's mapping, which is unmapped when the last view of it goes away.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdlib.h>
+
+#include "omptpy.h"
+#include "omptpy_api.h"
+
+typedef struct {
+  PyObject_HEAD
+  void *base;
+  size_t nrecs;
+  size_t mapped;
+} RecordsObject;
+
+static int records_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+  RecordsObject *r = (RecordsObject *)self;
+  static char empty[1];
+  void *p = r->base ? r->base : empty;
+  return PyBuffer_FillInfo(view, self, p, (Py_ssize_t)(r->nrecs * sizeof(omptpy_record)), 0,
+                           flags);
+}
+
+static void records_dealloc(PyObject *self) {
+  RecordsObject *r = (RecordsObject *)self;
+  if (r->base) omptpy_release(r->base, r->mapped);
+  Py_TYPE(self)->tp_free(self);
+}
+
+static Py_ssize_t records_len(PyObject *self) { return (Py_ssize_t)((RecordsObject *)self)->nrecs; }
+
+static PyBufferProcs records_as_buffer = {records_getbuffer, NULL};
+static PySequenceMethods records_as_sequence = {.sq_length = records_len};
+
+static PyTypeObject RecordsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ompt_py._core.Records",
+    .tp_basicsize = sizeof(RecordsObject),
+    .tp_dealloc = records_dealloc,
+    .tp_as_buffer = &records_as_buffer,
+    .tp_as_sequence = &records_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Records taken from the tool's memory sink (a writable buffer of 64-byte records).",
+};
+
+static PyObject *json_result(char *s) {
+  if (!s) return PyErr_NoMemory();
+  PyObject *o = PyUnicode_FromString(s);
+  free(s);
+  return o;
+}
+
+static PyObject *py_init(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  if (omptpy_init() != 0) return PyUnicode_FromString(omptpy_config_error());
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_set_recording(PyObject *m, PyObject *arg) {
+  (void)m;
+  int on = PyObject_IsTrue(arg);
+  if (on < 0) return NULL;
+  omptpy_set_recording(on);
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_is_recording(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  return PyBool_FromLong(omptpy_is_recording());
+}
+
+static PyObject *py_flush(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  Py_BEGIN_ALLOW_THREADS omptpy_flush_all();
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+static PyObject *py_take(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  RecordsObject *r = PyObject_New(RecordsObject, &RecordsType);
+  if (!r) return NULL;
+  r->base = omptpy_take(&r->nrecs, &r->mapped);
+  return (PyObject *)r;
+}
+
+static PyObject *py_meta(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  return json_result(omptpy_meta());
+}
+
+static PyObject *py_stats(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  char *s;
+  Py_BEGIN_ALLOW_THREADS s = omptpy_stats();
+  Py_END_ALLOW_THREADS return json_result(s);
+}
+
+static PyObject *py_ticks(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  return PyLong_FromUnsignedLongLong(omptpy_ticks());
+}
+
+static PyObject *py_tool_path(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  const char *p = omptpy_tool_path();
+  if (!p) {
+    PyErr_SetString(PyExc_RuntimeError, "cannot find the path of libomptpy.so (dladdr failed)");
+    return NULL;
+  }
+  return PyUnicode_DecodeFSDefault(p);
+}
+
+static PyObject *py_record_layout(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+#define F(name) #name, (Py_ssize_t)offsetof(omptpy_record, name), \
+                (Py_ssize_t)sizeof(((omptpy_record *)0)->name)
+  return Py_BuildValue(
+      "{s:i,s:n,s:[(snn),(snn),(snn),(snn),(snn),(snn),(snn),(snn),(snn),(snn),(snn),(snn)]}",
+      "version", OMPTPY_RECORD_VERSION, "size", (Py_ssize_t)sizeof(omptpy_record), "fields",
+      F(time), F(codeptr), F(parallel_id), F(task_id), F(u64a), F(u64b), F(thread), F(event),
+      F(endpoint), F(kind), F(u32a), F(u32b));
+#undef F
+}
+
+static PyMethodDef methods[] = {
+    {"init", py_init, METH_NOARGS,
+     "Read the configuration; returns None, or the error message when it is invalid."},
+    {"set_recording", py_set_recording, METH_O, "Start (True) or pause (False) recording."},
+    {"is_recording", py_is_recording, METH_NOARGS, "Whether events are being recorded."},
+    {"flush", py_flush, METH_NOARGS, "Move every buffered record into the sink."},
+    {"take", py_take, METH_NOARGS, "Take the records gathered in the memory sink so far."},
+    {"meta", py_meta, METH_NOARGS, "The process and runtime description, as JSON."},
+    {"stats", py_stats, METH_NOARGS, "Per-thread written/dropped counters and a clock anchor, as JSON."},
+    {"ticks", py_ticks, METH_NOARGS, "The tool's clock, in raw ticks."},
+    {"tool_path", py_tool_path, METH_NOARGS, "Absolute path of libomptpy.so."},
+    {"record_layout", py_record_layout, METH_NOARGS, "Version, size and field offsets of a record."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_core",
+    .m_doc = "Binding of the ompt-py C tool (libomptpy.so).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__core(void) {
+  if (PyType_Ready(&RecordsType) < 0) return NULL;
+  PyObject *m = PyModule_Create(&moduledef);
+  if (!m) return NULL;
+  Py_INCREF(&RecordsType);
+  if (PyModule_AddObject(m, "Records", (PyObject *)&RecordsType) < 0) {
+    Py_DECREF(&RecordsType);
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

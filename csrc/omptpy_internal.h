@@ -1,0 +1,239 @@
+/*
+ * Internal header shared by every C file of the tool (not installed).
+ *
+ * Layers: clock.c (time stamps), buffer.c (per-thread chunk buffers and
+ * the drainer), sink.c (where drained records go: memory or a file),
+ * meta.c (JSON descriptions of the process and the counters), config.c
+ * (environment variables), tool.c (ompt_start_tool, initialize, finalize,
+ * registration, the public omptpy_* API), callbacks.c (one handler per OMPT
+ * event).  Internal functions return 0 or a negative errno-style code; only
+ * the Python module raises.
+ */
+#ifndef OMPTPY_INTERNAL_H
+#define OMPTPY_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "omptpy.h"
+#include "omptpy_ompt.h"
+
+#define OMPTPY_API __attribute__((visibility("default")))
+#define OMPTPY_LIKELY(x) __builtin_expect(!!(x), 1)
+#define OMPTPY_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define OMPTPY_CACHELINE 64
+
+/* ---- configuration (config.c) ------------------------------------------ */
+
+typedef enum omptpy_overflow {
+  OMPTPY_OVERFLOW_DROP = 0, /* count the record as dropped and go on */
+  OMPTPY_OVERFLOW_GROW = 1, /* allocate more chunks (allocation off the steady state) */
+  OMPTPY_OVERFLOW_BLOCK = 2 /* wait for the drainer to hand a chunk back */
+} omptpy_overflow;
+
+typedef enum omptpy_clock_kind { OMPTPY_CLOCK_TSC = 0, OMPTPY_CLOCK_MONOTONIC = 1 } omptpy_clock_kind;
+
+typedef struct omptpy_config {
+  bool enabled;           /* OMPTPY_TOOL */
+  int record;             /* OMPTPY_RECORD: 1 on, 0 off, -1 unset (sink decides) */
+  size_t buffer_bytes;    /* OMPTPY_BUFFER_SIZE: per-thread bound */
+  omptpy_overflow overflow;
+  int clock;              /* OMPTPY_CLOCK: -1 auto, else omptpy_clock_kind */
+  unsigned drain_ms;      /* OMPTPY_DRAIN_MS: longest sleep of the drainer */
+  char output[4096];      /* OMPTPY_OUTPUT: directory of the file sink, "" for memory */
+  char error[512];        /* why the configuration was refused, "" if valid */
+} omptpy_config;
+
+int omptpy_config_read(omptpy_config *cfg);
+
+/* ---- clock (clock.c) ---------------------------------------------------- */
+
+typedef struct omptpy_anchor {
+  uint64_t ticks;
+  uint64_t mono_ns;
+} omptpy_anchor;
+
+extern omptpy_clock_kind omptpy_clock_kind_used;
+uint64_t omptpy_monotonic_ns(void);
+void omptpy_clock_init(int requested);
+omptpy_anchor omptpy_clock_anchor(void);
+const char *omptpy_clock_name(void);
+
+static inline uint64_t omptpy_now(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (OMPTPY_LIKELY(omptpy_clock_kind_used == OMPTPY_CLOCK_TSC)) {
+    uint32_t lo, hi;
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    return ((uint64_t)hi << 32) | lo;
+  }
+#endif
+  return omptpy_monotonic_ns();
+}
+
+/* ---- buffers (buffer.c) ------------------------------------------------- */
+
+#define OMPTPY_CHUNK_RECORDS 1024u /* 64 KiB of records per chunk */
+
+typedef struct omptpy_chunk {
+  _Atomic uint32_t n; /* records written; the writer stores it with release */
+  uint32_t taken;     /* records already drained (drainer only) */
+  struct omptpy_chunk *pool_next;
+  char pad_[OMPTPY_CACHELINE - 16];
+  omptpy_record recs[OMPTPY_CHUNK_RECORDS];
+} omptpy_chunk;
+
+/* Single-producer single-consumer ring of chunk pointers. */
+typedef struct omptpy_ring {
+  _Alignas(OMPTPY_CACHELINE) _Atomic uint32_t head; /* producer */
+  _Alignas(OMPTPY_CACHELINE) _Atomic uint32_t tail; /* consumer */
+  uint32_t mask;
+  omptpy_chunk **slots;
+} omptpy_ring;
+
+enum { OMPTPY_THREAD_FREE = 0, OMPTPY_THREAD_LIVE = 1, OMPTPY_THREAD_ENDED = 2 };
+
+typedef struct omptpy_thread {
+  /* Written by the owning thread on the hot path. */
+  _Alignas(OMPTPY_CACHELINE) omptpy_chunk *cur; /* chunk being filled, NULL if none */
+  uint32_t pos;                                 /* == cur->n */
+  uint32_t index;                               /* the tool's thread index */
+  uint64_t next_id;                             /* per-thread id counter */
+  _Atomic uint64_t handed;                      /* records in chunks handed over */
+  _Atomic uint64_t dropped;                     /* records lost to overflow */
+  _Atomic(omptpy_chunk *) cur_pub;              /* cur, for the drainer's partial reads */
+  omptpy_ring full;                             /* writer -> drainer */
+  omptpy_ring free;                             /* drainer -> writer */
+  /* Drainer side. */
+  _Alignas(OMPTPY_CACHELINE) _Atomic int state;
+  _Atomic uint32_t nchunks; /* chunks this thread owns */
+  uint64_t drained; /* records moved to the sink */
+  int type;         /* ompt_thread_t */
+  int runtime;      /* runtime instance that began the thread */
+  pid_t tid;
+  uint64_t begin_ticks;
+  struct omptpy_thread *all_next; /* registry, push-only */
+} omptpy_thread;
+
+extern _Thread_local omptpy_thread *omptpy_tls_thread
+    __attribute__((tls_model("initial-exec")));
+
+int omptpy_buffers_init(const omptpy_config *cfg);
+omptpy_thread *omptpy_thread_attach(int type, int runtime);
+void omptpy_thread_detach(omptpy_thread *t);
+omptpy_record *omptpy_slot_slow(omptpy_thread *t);
+int omptpy_drainer_start(void);
+void omptpy_drainer_stop(void);
+/* Drains every thread, partial chunks included, into the sink. */
+void omptpy_flush(void);
+void omptpy_buffers_after_fork_child(void);
+void omptpy_buffers_atfork_prepare(void);
+void omptpy_buffers_atfork_parent(void);
+/* Calls fn for each thread whose counters are of interest, under the drain lock. */
+typedef void (*omptpy_thread_visit)(void *ctx, uint32_t index, int type, pid_t tid,
+                                    uint64_t written, uint64_t dropped, bool live);
+void omptpy_visit_threads(omptpy_thread_visit fn, void *ctx);
+
+static inline omptpy_thread *omptpy_self(void) {
+  omptpy_thread *t = omptpy_tls_thread;
+  if (OMPTPY_UNLIKELY(t == NULL)) t = omptpy_thread_attach(ompt_thread_unknown, 0);
+  return t;
+}
+
+/* A slot for one record, or NULL when it has to be dropped. */
+static inline omptpy_record *omptpy_slot(omptpy_thread *t) {
+  if (OMPTPY_LIKELY(t->pos < OMPTPY_CHUNK_RECORDS)) return &t->cur->recs[t->pos];
+  return omptpy_slot_slow(t);
+}
+
+static inline void omptpy_commit(omptpy_thread *t) {
+  t->pos++;
+  atomic_store_explicit(&t->cur->n, t->pos, memory_order_release);
+}
+
+/* Ids unique in the process: the thread index above a per-thread counter. */
+static inline uint64_t omptpy_new_id(omptpy_thread *t) {
+  return ((uint64_t)(t->index + 1) << 40) | ++t->next_id;
+}
+
+/* ---- sink (sink.c) ------------------------------------------------------ */
+
+int omptpy_sink_open(const omptpy_config *cfg);
+/* Appends n records (one thread's, in order). Called under the drain lock. */
+void omptpy_sink_write(const omptpy_record *recs, size_t n);
+/* A JSON document written to the file sink (meta or stats block). */
+void omptpy_sink_json(int block_type, const char *json, size_t len);
+bool omptpy_sink_is_file(void);
+/* Records that reached the sink but could not be stored (memory or disk full). */
+uint64_t omptpy_sink_lost(void);
+void omptpy_sink_after_fork_child(void);
+/* Memory sink: hands the records gathered so far to the caller. */
+typedef struct omptpy_block {
+  void *base;
+  size_t bytes;  /* mapped */
+  size_t nrecs;  /* used */
+} omptpy_block;
+omptpy_block omptpy_sink_take(void);
+void omptpy_block_free(omptpy_block b);
+
+enum { OMPTPY_BLOCK_META = 1, OMPTPY_BLOCK_RECORDS = 2, OMPTPY_BLOCK_STATS = 3 };
+#define OMPTPY_FILE_MAGIC 0x5450504fu /* "OPPT" */
+
+/* ---- tool state (tool.c) ------------------------------------------------ */
+
+#define OMPTPY_MAX_EVENTS 64
+#define OMPTPY_MAX_RUNTIMES 8
+
+typedef struct omptpy_runtime {
+  ompt_start_tool_result_t result;
+  unsigned int omp_version;
+  char version[256];
+  char path[1024];
+  int initialized;
+  int finalized;
+  ompt_set_callback_t set_callback;
+  ompt_get_thread_data_t get_thread_data;
+  ompt_get_unique_id_t get_unique_id;
+  ompt_finalize_tool_t finalize_tool;
+  ompt_get_num_procs_t get_num_procs;
+  int levels[OMPTPY_MAX_EVENTS]; /* ompt_set_result_t per callback, -1 not asked */
+} omptpy_runtime;
+
+typedef struct omptpy_tool {
+  omptpy_config cfg;
+  _Atomic int recording;
+  _Atomic int nruntimes;
+  omptpy_runtime runtimes[OMPTPY_MAX_RUNTIMES];
+  omptpy_anchor start_anchor;
+  double tick_ns_estimate;
+  uint64_t start_realtime_ns;
+  int start_tool_calls;
+  int declined; /* 1 switched off, 2 invalid configuration, 3 too many runtimes */
+} omptpy_tool;
+
+extern omptpy_tool omptpy_g;
+
+static inline bool omptpy_recording(void) {
+  return atomic_load_explicit(&omptpy_g.recording, memory_order_relaxed) != 0;
+}
+
+/* ---- callbacks (callbacks.c) -------------------------------------------- */
+
+void omptpy_register_callbacks(omptpy_runtime *rt, ompt_function_lookup_t lookup);
+const char *omptpy_event_name(int event);
+
+/* ---- metadata (meta.c) --------------------------------------------------- */
+
+typedef struct omptpy_str {
+  char *p;
+  size_t len, cap;
+} omptpy_str;
+void omptpy_str_free(omptpy_str *s);
+/* Both return 0, or -ENOMEM with s emptied. */
+int omptpy_meta_json(omptpy_str *s);
+int omptpy_stats_json(omptpy_str *s, bool final);
+
+#endif /* OMPTPY_INTERNAL_H */

@@ -1,0 +1,161 @@
+/*
+ * Where drained records go.  Memory sink (the default, for ompt_py in the
+ * same process): one growing anonymous mapping that the Python module takes
+ * whole, without a copy.  File sink (OMPTPY_OUTPUT=dir, for `ompt-py run` and
+ * any process without Python): an append-only file of blocks per process,
+ * dir/ompt-<pid>-<n>.omptraw, opened at the first block so that processes
+ * which never run OpenMP leave no file.  Each block is a 16-byte header
+ * {magic, type, length} and its payload: META (JSON, first), RECORDS (raw
+ * omptpy_record array of one thread, in order) and STATS (JSON counters).
+ * All functions are called under the drain lock or before threads exist.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "omptpy_internal.h"
+
+#define RESERVE_BYTES ((size_t)64 << 20)
+
+typedef struct block_header {
+  uint32_t magic;
+  uint32_t type;
+  uint64_t length;
+} block_header;
+
+static struct {
+  bool file;
+  char dir[4096];
+  int fd;             /* -1 until the first block */
+  bool failed;        /* a write failed: the rest is counted as lost */
+  uint64_t lost;      /* records that could not be written */
+  omptpy_block mem;   /* memory sink */
+  pthread_mutex_t mem_lock;
+} S = {.fd = -1, .mem_lock = PTHREAD_MUTEX_INITIALIZER};
+
+bool omptpy_sink_is_file(void) { return S.file; }
+
+uint64_t omptpy_sink_lost(void) { return S.lost; }
+
+int omptpy_sink_open(const omptpy_config *cfg) {
+  S.file = cfg->output[0] != '\0';
+  if (S.file) strcpy(S.dir, cfg->output);
+  return 0;
+}
+
+static int write_all(int fd, struct iovec *iov, int n) {
+  while (n > 0) {
+    ssize_t w = writev(fd, iov, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -errno;
+    }
+    while (n > 0 && (size_t)w >= iov->iov_len) {
+      w -= (ssize_t)iov->iov_len;
+      iov++;
+      n--;
+    }
+    if (n > 0) {
+      iov->iov_base = (char *)iov->iov_base + w;
+      iov->iov_len -= (size_t)w;
+    }
+  }
+  return 0;
+}
+
+static int write_block(uint32_t type, const void *data, size_t len) {
+  block_header h = {OMPTPY_FILE_MAGIC, type, len};
+  struct iovec iov[2] = {{&h, sizeof h}, {(void *)data, len}};
+  return write_all(S.fd, iov, 2);
+}
+
+/* Opens this process's file and writes its META block. */
+static bool file_ready(void) {
+  if (S.fd >= 0) return true;
+  if (S.failed) return false;
+  char path[4200];
+  for (int n = 0; n < 1000 && S.fd < 0; n++) {
+    snprintf(path, sizeof path, "%s/ompt-%d-%d.omptraw", S.dir, (int)getpid(), n);
+    S.fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+    if (S.fd < 0 && errno != EEXIST) break;
+  }
+  if (S.fd < 0) {
+    fprintf(stderr, "ompt-py: cannot create a trace file in %s: %s; records are counted as lost\n",
+            S.dir, strerror(errno));
+    S.failed = true;
+    return false;
+  }
+  omptpy_str meta = {0};
+  int rc = omptpy_meta_json(&meta);
+  if (rc == 0) rc = write_block(OMPTPY_BLOCK_META, meta.p, meta.len);
+  omptpy_str_free(&meta);
+  if (rc != 0) S.failed = true;
+  return rc == 0;
+}
+
+static void mem_append(const omptpy_record *recs, size_t n) {
+  size_t need = (S.mem.nrecs + n) * sizeof *recs;
+  pthread_mutex_lock(&S.mem_lock);
+  if (need > S.mem.bytes) {
+    size_t cap = S.mem.bytes ? S.mem.bytes : RESERVE_BYTES;
+    while (cap < need) cap *= 2;
+    void *p = S.mem.base ? mremap(S.mem.base, S.mem.bytes, cap, MREMAP_MAYMOVE)
+                         : mmap(NULL, cap, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      S.lost += n;
+      pthread_mutex_unlock(&S.mem_lock);
+      return;
+    }
+    madvise(p, cap, MADV_HUGEPAGE); /* fewer page faults while the trace grows */
+    S.mem.base = p;
+    S.mem.bytes = cap;
+  }
+  memcpy((omptpy_record *)S.mem.base + S.mem.nrecs, recs, n * sizeof *recs);
+  S.mem.nrecs += n;
+  pthread_mutex_unlock(&S.mem_lock);
+}
+
+void omptpy_sink_write(const omptpy_record *recs, size_t n) {
+  if (!S.file) {
+    mem_append(recs, n);
+    return;
+  }
+  if (!file_ready() || write_block(OMPTPY_BLOCK_RECORDS, recs, n * sizeof *recs) != 0) {
+    if (!S.failed) fprintf(stderr, "ompt-py: writing the trace failed: %s\n", strerror(errno));
+    S.failed = true;
+    S.lost += n;
+  }
+}
+
+void omptpy_sink_json(int block_type, const char *json, size_t len) {
+  if (!S.file || !file_ready()) return;
+  if (write_block((uint32_t)block_type, json, len) != 0) S.failed = true;
+}
+
+omptpy_block omptpy_sink_take(void) {
+  pthread_mutex_lock(&S.mem_lock);
+  omptpy_block b = S.mem;
+  memset(&S.mem, 0, sizeof S.mem);
+  pthread_mutex_unlock(&S.mem_lock);
+  return b;
+}
+
+void omptpy_block_free(omptpy_block b) {
+  if (b.base) munmap(b.base, b.bytes);
+}
+
+void omptpy_sink_after_fork_child(void) {
+  pthread_mutex_init(&S.mem_lock, NULL);
+  if (S.fd >= 0) close(S.fd); /* the parent's file stays the parent's */
+  S.fd = -1;
+  S.failed = false;
+  S.lost = 0;
+  omptpy_block_free(S.mem);
+  memset(&S.mem, 0, sizeof S.mem);
+}

@@ -1,0 +1,194 @@
+/*
+ * The OMPT tool: ompt_start_tool, initialize, finalize, and the public
+ * omptpy_* API used by the Python module.
+ *
+ * Shutdown order is not ours to choose (see ../shared/FACTS.md): finalize
+ * may come after Python is gone, after this library's destructor, or never
+ * (_exit).  Every path only flushes what is buffered, and flushing twice is
+ * harmless; nothing is freed that a late callback could still touch.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "omptpy_api.h"
+#include "omptpy_internal.h"
+
+omptpy_tool omptpy_g;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int init_rc;
+
+static void atfork_prepare(void) { omptpy_buffers_atfork_prepare(); }
+static void atfork_parent(void) { omptpy_buffers_atfork_parent(); }
+
+static void atfork_child(void) {
+  omptpy_buffers_after_fork_child();
+  omptpy_sink_after_fork_child();
+  int live = 0;
+  for (int i = 0; i < atomic_load(&omptpy_g.nruntimes) && i < OMPTPY_MAX_RUNTIMES; i++)
+    live |= omptpy_g.runtimes[i].initialized && !omptpy_g.runtimes[i].finalized;
+  if (live) omptpy_drainer_start();
+}
+
+/* A coarse tick length, for traces cut short before a second anchor was written. */
+static double estimate_tick_ns(omptpy_anchor a) {
+  if (omptpy_clock_kind_used != OMPTPY_CLOCK_TSC) return 1.0;
+  omptpy_anchor b;
+  do b = omptpy_clock_anchor();
+  while (b.mono_ns - a.mono_ns < 200000);
+  return (double)(b.mono_ns - a.mono_ns) / (double)(b.ticks - a.ticks);
+}
+
+static void global_init(void) {
+  omptpy_tool *g = &omptpy_g;
+  init_rc = omptpy_config_read(&g->cfg);
+  omptpy_clock_init(g->cfg.clock);
+  g->start_anchor = omptpy_clock_anchor();
+  g->tick_ns_estimate = estimate_tick_ns(g->start_anchor);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  g->start_realtime_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+  for (int i = 0; i < OMPTPY_MAX_RUNTIMES; i++)
+    for (int ev = 0; ev < OMPTPY_MAX_EVENTS; ev++) g->runtimes[i].levels[ev] = -1;
+  if (init_rc != 0) return;
+  omptpy_sink_open(&g->cfg);
+  omptpy_buffers_init(&g->cfg);
+  /* Recording starts at once for a file sink; in memory, when Python asks. */
+  atomic_store(&g->recording, g->cfg.record >= 0 ? g->cfg.record : omptpy_sink_is_file());
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+static ompt_interface_fn_t lookup_fn(ompt_function_lookup_t lookup, const char *name) {
+  return lookup(name);
+}
+
+static int on_initialize(ompt_function_lookup_t lookup, int initial_device_num,
+                         ompt_data_t *tool_data) {
+  (void)initial_device_num;
+  omptpy_runtime *rt = tool_data->ptr;
+  rt->set_callback = (ompt_set_callback_t)lookup_fn(lookup, "ompt_set_callback");
+  rt->get_thread_data = (ompt_get_thread_data_t)lookup_fn(lookup, "ompt_get_thread_data");
+  rt->get_unique_id = (ompt_get_unique_id_t)lookup_fn(lookup, "ompt_get_unique_id");
+  rt->finalize_tool = (ompt_finalize_tool_t)lookup_fn(lookup, "ompt_finalize_tool");
+  rt->get_num_procs = (ompt_get_num_procs_t)lookup_fn(lookup, "ompt_get_num_procs");
+  if (!rt->set_callback) return 0;
+  Dl_info info;
+  if (dladdr((void *)rt->set_callback, &info) && info.dli_fname)
+    snprintf(rt->path, sizeof rt->path, "%s", info.dli_fname);
+  omptpy_register_callbacks(rt, lookup);
+  rt->initialized = 1;
+  omptpy_drainer_start();
+  return 1;
+}
+
+static void write_stats(bool final) {
+  if (!omptpy_sink_is_file()) return;
+  omptpy_str s = {0};
+  if (omptpy_stats_json(&s, final) == 0) omptpy_sink_json(OMPTPY_BLOCK_STATS, s.p, s.len);
+  omptpy_str_free(&s);
+}
+
+static void on_finalize(ompt_data_t *tool_data) {
+  omptpy_runtime *rt = tool_data->ptr;
+  rt->finalized = 1;
+  omptpy_drainer_stop();
+  omptpy_flush();
+  write_stats(true);
+}
+
+/* Runs before finalize when the tool was preloaded or dlopened after the
+ * runtime; records written later are flushed by finalize. */
+__attribute__((destructor)) static void at_unload(void) {
+  if (init_rc != 0 || atomic_load(&omptpy_g.nruntimes) == 0) return;
+  omptpy_drainer_stop();
+  omptpy_flush();
+  write_stats(false);
+}
+
+OMPTPY_API ompt_start_tool_result_t *ompt_start_tool(unsigned int omp_version,
+                                                    const char *runtime_version) {
+  pthread_once(&init_once, global_init);
+  omptpy_tool *g = &omptpy_g;
+  g->start_tool_calls++;
+  if (init_rc != 0) {
+    fprintf(stderr, "ompt-py: %s; the tool is off for this process.\n", g->cfg.error);
+    g->declined = 2;
+    return NULL;
+  }
+  if (!g->cfg.enabled) {
+    g->declined = 1;
+    return NULL;
+  }
+  int i = atomic_fetch_add(&g->nruntimes, 1);
+  if (i >= OMPTPY_MAX_RUNTIMES) {
+    atomic_store(&g->nruntimes, OMPTPY_MAX_RUNTIMES);
+    g->declined = 3;
+    return NULL;
+  }
+  omptpy_runtime *rt = &g->runtimes[i];
+  rt->omp_version = omp_version;
+  snprintf(rt->version, sizeof rt->version, "%s", runtime_version ? runtime_version : "");
+  rt->result.initialize = on_initialize;
+  rt->result.finalize = on_finalize;
+  rt->result.tool_data.ptr = rt;
+  return &rt->result;
+}
+
+/* ---- public API (omptpy_api.h) ------------------------------------------- */
+
+OMPTPY_API int omptpy_init(void) {
+  pthread_once(&init_once, global_init);
+  return init_rc;
+}
+
+OMPTPY_API const char *omptpy_config_error(void) { return omptpy_g.cfg.error; }
+
+OMPTPY_API void omptpy_set_recording(int on) {
+  pthread_once(&init_once, global_init);
+  if (init_rc == 0) atomic_store(&omptpy_g.recording, on != 0);
+}
+
+OMPTPY_API int omptpy_is_recording(void) { return omptpy_recording(); }
+
+OMPTPY_API void omptpy_flush_all(void) {
+  if (init_rc == 0) omptpy_flush();
+}
+
+OMPTPY_API void *omptpy_take(size_t *nrecs, size_t *mapped) {
+  omptpy_block b = omptpy_sink_take();
+  *nrecs = b.nrecs;
+  *mapped = b.bytes;
+  return b.base;
+}
+
+OMPTPY_API void omptpy_release(void *base, size_t mapped) {
+  omptpy_block_free((omptpy_block){base, mapped, 0});
+}
+
+/* JSON documents; the caller frees them with free(). */
+OMPTPY_API char *omptpy_meta(void) {
+  omptpy_str s = {0};
+  return omptpy_meta_json(&s) == 0 ? s.p : NULL;
+}
+
+OMPTPY_API char *omptpy_stats(void) {
+  omptpy_str s = {0};
+  return omptpy_stats_json(&s, false) == 0 ? s.p : NULL;
+}
+
+OMPTPY_API uint64_t omptpy_ticks(void) { return omptpy_now(); }
+
+static const char tool_anchor_ = 0;
+
+OMPTPY_API const char *omptpy_tool_path(void) {
+  static char path[4096];
+  Dl_info info;
+  if (!dladdr(&tool_anchor_, &info) || !info.dli_fname) return NULL;
+  snprintf(path, sizeof path, "%s", info.dli_fname);
+  return path;
+}

@@ -1,0 +1,243 @@
+"""The record layout and the names of OMPT's enumerations.
+
+The numpy dtype is built from the offsets the C extension reports, and the
+module refuses to load when they differ from what this file expects: a
+record layout change must bump OMPTPY_RECORD_VERSION in csrc/omptpy.h.
+Names are applied here, never in C.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+RECORD_VERSION = 1
+RECORD_SIZE = 64
+
+# (field, numpy type) in the order of struct omptpy_record.
+RAW_FIELDS: list[tuple[str, str]] = [
+    ("time", "<u8"),
+    ("codeptr", "<u8"),
+    ("parallel_id", "<u8"),
+    ("task_id", "<u8"),
+    ("u64a", "<u8"),
+    ("u64b", "<u8"),
+    ("thread", "<u4"),
+    ("event", "<u2"),
+    ("endpoint", "u1"),
+    ("kind", "u1"),
+    ("u32a", "<u4"),
+    ("u32b", "<u4"),
+]
+
+
+def _dtype(time_name: str, time_type: str) -> np.dtype:
+    names, formats, offsets = [], [], []
+    offset = 0
+    for name, fmt in RAW_FIELDS:
+        names.append(time_name if name == "time" else name)
+        formats.append(time_type if name == "time" else fmt)
+        offsets.append(offset)
+        offset += np.dtype(fmt).itemsize
+    return np.dtype(
+        {"names": names, "formats": formats, "offsets": offsets, "itemsize": RECORD_SIZE}
+    )
+
+
+#: Records as the tool writes them: `time` in raw clock ticks.
+RAW_DTYPE = _dtype("time", "<u8")
+#: `Trace.events`: the same bytes, time converted to nanoseconds from the trace start.
+EVENT_DTYPE = _dtype("time_ns", "<i8")
+
+
+def check_layout(layout: dict) -> None:
+    """Raise ImportError when the compiled record layout differs from RAW_DTYPE."""
+    expected = [
+        (name, RAW_DTYPE.fields[name][1], RAW_DTYPE[name].itemsize) for name, _ in RAW_FIELDS
+    ]
+    actual = [tuple(f) for f in layout["fields"]]
+    if (
+        layout["version"] != RECORD_VERSION
+        or layout["size"] != RECORD_SIZE
+        or actual != expected
+    ):
+        raise ImportError(
+            "ompt_py._core was built for another record layout "
+            f"(version {layout['version']}, size {layout['size']}, fields {actual}); "
+            f"this ompt_py expects version {RECORD_VERSION}. Reinstall the package "
+            "(pip install --force-reinstall ompt-py) so both parts come from one build."
+        )
+
+
+#: OMPT callback numbers (ompt_callbacks_t) -> event names without `ompt_callback_`.
+EVENTS: dict[int, str] = {
+    1: "thread_begin",
+    2: "thread_end",
+    3: "parallel_begin",
+    4: "parallel_end",
+    5: "task_create",
+    6: "task_schedule",
+    7: "implicit_task",
+    8: "target",
+    9: "target_data_op",
+    10: "target_submit",
+    11: "control_tool",
+    12: "device_initialize",
+    13: "device_finalize",
+    14: "device_load",
+    15: "device_unload",
+    16: "sync_region_wait",
+    17: "mutex_released",
+    18: "dependences",
+    19: "task_dependence",
+    20: "work",
+    21: "masked",
+    22: "target_map",
+    23: "sync_region",
+    24: "lock_init",
+    25: "lock_destroy",
+    26: "mutex_acquire",
+    27: "mutex_acquired",
+    28: "nest_lock",
+    29: "flush",
+    30: "cancel",
+    31: "reduction",
+    32: "dispatch",
+    33: "target_emi",
+    34: "target_data_op_emi",
+    35: "target_submit_emi",
+    36: "target_map_emi",
+    37: "error",
+}
+EVENT_CODES: dict[str, int] = {name: code for code, name in EVENTS.items()}
+
+ENDPOINTS: dict[int, str] = {1: "begin", 2: "end", 3: "beginend"}
+
+THREAD_TYPES = {1: "initial", 2: "worker", 3: "other", 4: "unknown"}
+SYNC_KINDS = {
+    1: "barrier",
+    2: "barrier_implicit",
+    3: "barrier_explicit",
+    4: "barrier_implementation",
+    5: "taskwait",
+    6: "taskgroup",
+    7: "reduction",
+    8: "barrier_implicit_workshare",
+    9: "barrier_implicit_parallel",
+    10: "barrier_teams",
+}
+WORK_TYPES = {
+    1: "loop",
+    2: "sections",
+    3: "single_executor",
+    4: "single_other",
+    5: "workshare",
+    6: "distribute",
+    7: "taskloop",
+    8: "scope",
+    10: "loop_static",
+    11: "loop_dynamic",
+    12: "loop_guided",
+    13: "loop_other",
+}
+MUTEX_KINDS = {
+    1: "lock",
+    2: "test_lock",
+    3: "nest_lock",
+    4: "test_nest_lock",
+    5: "critical",
+    6: "atomic",
+    7: "ordered",
+}
+TASK_STATUS = {
+    1: "complete",
+    2: "yield",
+    3: "cancel",
+    4: "detach",
+    5: "early_fulfill",
+    6: "late_fulfill",
+    7: "switch",
+    8: "taskwait_complete",
+}
+DISPATCH_KINDS = {
+    1: "iteration",
+    2: "section",
+    3: "ws_loop_chunk",
+    4: "taskloop_chunk",
+    5: "distribute_chunk",
+}
+SEVERITIES = {1: "warning", 2: "fatal"}
+
+#: Which enumeration names the `kind` byte of each event.
+KIND_NAMES: dict[str, dict[int, str]] = {
+    "thread_begin": THREAD_TYPES,
+    "thread_end": THREAD_TYPES,
+    "task_schedule": TASK_STATUS,
+    "work": WORK_TYPES,
+    "dispatch": DISPATCH_KINDS,
+    "sync_region": SYNC_KINDS,
+    "sync_region_wait": SYNC_KINDS,
+    "reduction": SYNC_KINDS,
+    "mutex_acquire": MUTEX_KINDS,
+    "mutex_acquired": MUTEX_KINDS,
+    "mutex_released": MUTEX_KINDS,
+    "lock_init": MUTEX_KINDS,
+    "lock_destroy": MUTEX_KINDS,
+    "error": SEVERITIES,
+}
+
+PARALLEL_FLAGS = {
+    0x1: "invoker_program",
+    0x2: "invoker_runtime",
+    0x40000000: "league",
+    0x80000000: "team",
+}
+TASK_FLAGS = {
+    0x1: "initial",
+    0x2: "implicit",
+    0x4: "explicit",
+    0x8: "target",
+    0x10: "taskwait",
+    0x08000000: "undeferred",
+    0x10000000: "untied",
+    0x20000000: "final",
+    0x40000000: "mergeable",
+    0x80000000: "merged",
+}
+
+#: Named argument columns of Trace.to_pandas(): column -> (raw field, events using it).
+ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "team_size": ("u32a", ("parallel_begin", "implicit_task")),
+    "thread_num": ("u64a", ("implicit_task",)),
+    "flags": ("u32b", ("parallel_begin", "parallel_end", "implicit_task", "task_create", "cancel")),
+    "has_dependences": ("u32a", ("task_create",)),
+    "other_task_id": ("u64a", ("task_create", "task_schedule", "task_dependence")),
+    "count": ("u64a", ("work",)),
+    "instance": ("u64a", ("dispatch",)),
+    "chunk_iterations": ("u64b", ("dispatch",)),
+    "wait_id": (
+        "u64a",
+        (
+            "mutex_acquire",
+            "mutex_acquired",
+            "mutex_released",
+            "lock_init",
+            "lock_destroy",
+            "nest_lock",
+        ),
+    ),
+    "hint": ("u32a", ("mutex_acquire", "lock_init")),
+    "impl": ("u32b", ("mutex_acquire", "lock_init")),
+    "os_tid": ("u64a", ("thread_begin", "thread_end")),
+    "command": ("u64a", ("control_tool",)),
+    "modifier": ("u64b", ("control_tool",)),
+    "message_length": ("u64a", ("error",)),
+}
+
+
+def flag_names(value: int, table: dict[int, str]) -> str:
+    """'invoker_runtime|team' for a flags word; unknown bits as hex."""
+    names = [name for bit, name in table.items() if value & bit]
+    rest = value & ~sum(table)
+    if rest:
+        names.append(hex(rest))
+    return "|".join(names)

@@ -1,0 +1,410 @@
+"""The Trace: events of one or more processes, as numpy, pandas and Parquet.
+
+A Trace is either recorded in this process (``ompt_py.trace()``: start/stop,
+or a ``with`` block) or loaded (``ompt_py.load``) from a Parquet file that
+``Trace.save`` or ``ompt-py run`` wrote, or from the raw files of a process
+run with OMPTPY_OUTPUT.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import _attach, _core, rawfile
+from ._records import (
+    ARGUMENT_COLUMNS,
+    ENDPOINTS,
+    EVENT_CODES,
+    EVENT_DTYPE,
+    EVENTS,
+    KIND_NAMES,
+    RAW_DTYPE,
+    RAW_FIELDS,
+    THREAD_TYPES,
+)
+from .errors import OmptPyError, TraceFileError
+
+FORMAT = 1
+PARQUET_KEY = b"ompt_py"
+_ID_COLUMNS = ("parallel_id", "task_id", "codeptr")
+
+
+def _to_ns(ticks: np.ndarray, first: dict, last: dict | None, tick_ns_estimate: float):
+    """CLOCK_MONOTONIC nanoseconds for raw ticks: one line through two anchors."""
+    if last is not None and last["ticks"] - first["ticks"] > 1_000_000:
+        scale = (last["mono_ns"] - first["mono_ns"]) / (last["ticks"] - first["ticks"])
+    else:
+        scale = tick_ns_estimate
+    delta = ticks.astype(np.int64) - np.int64(first["ticks"])
+    return first["mono_ns"] + np.rint(delta * scale).astype(np.int64)
+
+
+def _thread_rows(stats: dict, before: dict[int, tuple[int, int]] | None = None) -> list[dict]:
+    rows = []
+    for th in stats["threads"]:
+        w0, d0 = (before or {}).get(th["thread"], (0, 0))
+        written, dropped = th["written"] - w0, th["dropped"] - d0
+        if before is not None and th["thread"] in before and not (written or dropped):
+            continue
+        rows.append(
+            {
+                "thread": th["thread"],
+                "type": THREAD_TYPES.get(th["type"], str(th["type"])),
+                "tid": th["tid"],
+                "written": written,
+                "dropped": dropped,
+            }
+        )
+    return sorted(rows, key=lambda r: r["thread"])
+
+
+def _process_entry(meta: dict, last_stats: dict | None, threads: list[dict], **extra) -> dict:
+    keep = ("pid", "ppid", "hostname", "exe", "argv", "clock", "config", "runtimes")
+    entry = {k: meta[k] for k in keep}
+    entry["tool"] = {
+        "start_tool_calls": meta["start_tool_calls"],
+        "declined": meta["declined"],
+        "record_version": meta["record_version"],
+    }
+    entry["start_realtime_ns"] = meta["start_realtime_ns"]
+    entry["stop_realtime_ns"] = last_stats["realtime_ns"] if last_stats else None
+    entry["threads"] = threads
+    entry["written"] = sum(t["written"] for t in threads)
+    entry["dropped"] = sum(t["dropped"] for t in threads)
+    entry["sink_lost"] = last_stats["sink_lost"] if last_stats else 0
+    entry.update(extra)
+    return entry
+
+
+def _totals(meta: dict) -> dict:
+    procs = meta["processes"]
+    meta["written"] = sum(p["written"] for p in procs)
+    meta["dropped"] = sum(p["dropped"] for p in procs)
+    return meta
+
+
+_active: Trace | None = None
+
+
+class Trace:
+    """OpenMP runtime events, one row per OMPT callback.
+
+    ``events`` is a numpy structured array (fields of ``EVENT_DTYPE``: the C
+    record, with ``time_ns`` in nanoseconds from the trace start), in
+    per-thread order; ``pids`` gives each row's process; ``to_pandas()``
+    names everything; ``meta`` describes the processes, runtimes, callbacks
+    and the exact written/dropped counts per thread.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
+        """A trace to record in this process; ``path``: save there at stop()."""
+        self._path = os.fspath(path) if path is not None else None
+        self._segments: list[np.ndarray] = []
+        self._pid_runs: list[tuple[int, int]] = []  # (pid, rows) in the order of the rows
+        self._events: np.ndarray | None = None
+        self._pids: np.ndarray | None = None
+        self._before: dict[int, tuple[int, int]] = {}
+        self._threads: dict[int, dict] = {}
+        self._origin: int | None = None
+        self._recordable = True
+        self.meta: dict[str, Any] = {"format": FORMAT, "processes": []}
+
+    # ---- recording -------------------------------------------------------
+
+    def start(self) -> Trace:
+        """Start (or resume) recording this process's OpenMP events into this trace.
+
+        Raises AttachError when the runtime cannot be observed (initialised
+        before ``import ompt_py``, GNU libgomp only, tool switched off).
+        """
+        global _active
+        if not self._recordable:
+            raise OmptPyError("a loaded trace cannot record; use ompt_py.trace() for a new one")
+        if _active is self:
+            return self
+        if _active is not None:
+            raise OmptPyError(
+                "another ompt_py trace is recording in this process; stop() it first"
+            )
+        _attach.ensure_attachable()
+        _core.flush()
+        _core.take()  # drop what was recorded outside any trace window
+        stats = json.loads(_core.stats())
+        self._before = {t["thread"]: (t["written"], t["dropped"]) for t in stats["threads"]}
+        if self._origin is None:
+            self._origin = stats["anchor"]["mono_ns"]
+            self._start_realtime = stats["realtime_ns"]
+        _active = self
+        _core.set_recording(True)
+        return self
+
+    def stop(self) -> Trace:
+        """Stop recording; the events so far become available. start() resumes."""
+        global _active
+        if _active is not self:
+            return self
+        _core.set_recording(False)
+        _active = None
+        _core.flush()
+        records = _core.take()
+        stats = json.loads(_core.stats())
+        meta = _attach.meta()
+        raw = np.frombuffer(records, RAW_DTYPE)
+        events = raw.view(EVENT_DTYPE)
+        if len(raw):
+            mono = _to_ns(raw["time"], meta["start_anchor"], stats["anchor"],
+                          meta["tick_ns_estimate"])
+            events["time_ns"] = mono - self._origin
+        self._segments.append(events)
+        self._pid_runs.append((meta["pid"], len(events)))
+        for row in _thread_rows(stats, self._before):
+            prev = self._threads.get(row["thread"])
+            if prev:
+                prev["written"] += row["written"]
+                prev["dropped"] += row["dropped"]
+            else:
+                self._threads[row["thread"]] = row
+        threads = sorted(self._threads.values(), key=lambda r: r["thread"])
+        proc = _process_entry(meta, stats, threads, complete=True, truncated=False,
+                              source="in-process")
+        proc["start_realtime_ns"] = self._start_realtime
+        self.meta = _totals(
+            {"format": FORMAT, "origin_mono_ns": self._origin, "processes": [proc]}
+        )
+        self._events = self._pids = None
+        if self._path:
+            self.save(self._path)
+        return self
+
+    def __enter__(self) -> Trace:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def recording(self) -> bool:
+        return _active is self
+
+    # ---- data ----------------------------------------------------------------
+
+    @property
+    def events(self) -> np.ndarray:
+        """All events (structured array of EVENT_DTYPE), per-thread order, no copy if possible."""
+        if self._events is None:
+            if len(self._segments) == 1:
+                self._events = self._segments[0]
+            else:
+                self._events = (
+                    np.concatenate(self._segments) if self._segments
+                    else np.empty(0, EVENT_DTYPE)
+                )
+                self._segments = [self._events]
+        return self._events
+
+    @property
+    def pids(self) -> np.ndarray:
+        """The process id of each row of ``events``."""
+        if self._pids is None:
+            pids = np.asarray([pid for pid, _ in self._pid_runs], dtype=np.int32)
+            self._pids = np.repeat(pids, [rows for _, rows in self._pid_runs])
+        return self._pids
+
+    @property
+    def written(self) -> int:
+        return self.meta.get("written", 0)
+
+    @property
+    def dropped(self) -> int:
+        return self.meta.get("dropped", 0)
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self._segments)
+
+    def __repr__(self) -> str:
+        procs = self.meta.get("processes", [])
+        state = "recording" if self.recording else f"{len(self)} events"
+        return (
+            f"<ompt_py.Trace {state}, {len(procs)} process(es), "
+            f"written={self.written}, dropped={self.dropped}>"
+        )
+
+    def to_pandas(self) -> pd.DataFrame:
+        """One row per event, in time order, with names for events, endpoints and kinds.
+
+        Columns: time_ns, pid, thread, event, endpoint, parallel_id, task_id,
+        codeptr, kind, then the event arguments (see ARGUMENT_COLUMNS), which
+        are <NA> for events that do not have them.
+        """
+        ev, pids = self.events, self.pids
+        order = np.argsort(ev["time_ns"], kind="stable")
+        ev, pids = ev[order], pids[order]
+        codes = ev["event"].astype(np.int64)
+        cols: dict[str, Any] = {
+            "time_ns": ev["time_ns"],
+            "pid": pids,
+            "thread": ev["thread"],
+            "event": _categorical(codes, EVENTS),
+            "endpoint": _categorical(ev["endpoint"].astype(np.int64), ENDPOINTS),
+        }
+        for name in _ID_COLUMNS:
+            values = ev[name]
+            cols[name] = pd.arrays.IntegerArray(values.copy(), values == 0)
+        cols["kind"] = _kind_names(codes, ev["kind"])
+        for column, (field, users) in ARGUMENT_COLUMNS.items():
+            mask = ~np.isin(codes, [EVENT_CODES[u] for u in users])
+            cols[column] = pd.arrays.IntegerArray(np.ascontiguousarray(ev[field]), mask)
+        return pd.DataFrame(cols, copy=False)
+
+    # ---- files -----------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the trace to a Parquet file (zstd); ``ompt_py.load`` reads it back."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        ev = self.events
+        columns = {"time_ns": ev["time_ns"], "pid": self.pids}
+        for name, _ in RAW_FIELDS[1:]:
+            columns[name] = np.ascontiguousarray(ev[name])
+        table = pa.table(columns)
+        table = table.replace_schema_metadata({PARQUET_KEY: json.dumps(self.meta).encode()})
+        pq.write_table(table, os.fspath(path), compression="zstd")
+
+
+def _categorical(codes: np.ndarray, names: dict[int, str]) -> pd.Categorical:
+    """Categorical from small integer codes; codes without a name become <NA>."""
+    size = max(max(names) + 1, int(codes.max()) + 1 if len(codes) else 0)
+    lookup = np.full(size, -1, dtype=np.int64)
+    present = np.unique(codes)
+    categories = [names[c] for c in present if c in names]
+    for i, name in enumerate(categories):
+        lookup[[c for c, n in names.items() if n == name][0]] = i
+    return pd.Categorical.from_codes(lookup[codes], categories=categories)
+
+
+def _kind_names(codes: np.ndarray, kinds: np.ndarray) -> pd.Categorical:
+    """The `kind` byte named by the enumeration its event uses."""
+    key = codes * 256 + kinds
+    uniq, inverse = np.unique(key, return_inverse=True)
+    labels = []
+    for k in uniq:
+        table = KIND_NAMES.get(EVENTS.get(int(k) // 256, ""))
+        labels.append(table.get(int(k) % 256, str(int(k) % 256)) if table else None)
+    categories = sorted({label for label in labels if label is not None})
+    index = {c: i for i, c in enumerate(categories)}
+    lookup = np.array([index[label] if label is not None else -1 for label in labels], np.int64)
+    return pd.Categorical.from_codes(lookup[inverse.ravel()] if len(uniq) else
+                                     np.empty(0, np.int64), categories=categories)
+
+
+def _loaded(segments: list[np.ndarray], pid_runs: list[tuple[int, int]], meta: dict) -> Trace:
+    t = Trace()
+    t._recordable = False
+    t._segments, t._pid_runs, t.meta = segments, pid_runs, meta
+    return t
+
+
+def _from_raw(paths: list[str], source: str) -> Trace:
+    if not paths:
+        raise TraceFileError(
+            f"{source} holds no trace files (*{rawfile.SUFFIX}): no process in the run "
+            "started an OpenMP runtime with OMPT support (LLVM libomp)."
+        )
+    procs = [rawfile.read(p) for p in paths]
+    origin = min(p.meta["start_anchor"]["mono_ns"] for p in procs)
+    segments, pids, entries = [], [], []
+    for p in procs:
+        last = p.stats[-1] if p.stats else None
+        events = p.records.view(EVENT_DTYPE)
+        if len(events):
+            events = events.copy() if not events.flags.writeable else events
+            mono = _to_ns(p.records["time"], p.meta["start_anchor"],
+                          last["anchor"] if last else None, p.meta["tick_ns_estimate"])
+            events["time_ns"] = mono - origin
+        segments.append(events)
+        pids.append((p.meta["pid"], len(events)))
+        threads = _thread_rows(last) if last else []
+        entries.append(
+            _process_entry(
+                p.meta, last, threads,
+                complete=any(s["final"] for s in p.stats),
+                truncated=p.truncated,
+                source=p.path,
+            )
+        )
+        if not threads:  # killed before any counters were written: count what is there
+            entries[-1]["written"] = len(events)
+    return _loaded(segments, pids,
+                   _totals({"format": FORMAT, "origin_mono_ns": origin, "processes": entries}))
+
+
+def _from_parquet(path: str) -> Trace:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        raise TraceFileError(
+            f"{path} cannot be read as a Parquet trace ({e}); it may be truncated or not a "
+            "trace file"
+        ) from e
+    raw_meta = (table.schema.metadata or {}).get(PARQUET_KEY)
+    if raw_meta is None:
+        raise TraceFileError(f"{path} is a Parquet file but not an ompt-py trace (no metadata)")
+    meta = json.loads(raw_meta)
+    if meta.get("format") != FORMAT:
+        raise TraceFileError(f"{path} has trace format {meta.get('format')}; expected {FORMAT}")
+    missing = [n for n in EVENT_DTYPE.names + ("pid",) if n not in table.column_names]
+    if missing:
+        raise TraceFileError(f"{path} lacks the columns {missing}; it is not an ompt-py trace")
+    events = np.empty(table.num_rows, EVENT_DTYPE)
+    for name in EVENT_DTYPE.names:
+        events[name] = table.column(name).to_numpy()
+    trace = _loaded([events], [], meta)
+    trace._pids = table.column("pid").to_numpy().astype(np.int32)
+    return trace
+
+
+def load(path: str | os.PathLike) -> Trace:
+    """Load a trace: a Parquet file (Trace.save, ompt-py run), a directory of raw
+    per-process files (OMPTPY_OUTPUT), or one raw ``.omptraw`` file."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        return _from_raw(rawfile.list_dir(path), path)
+    if not os.path.exists(path):
+        raise TraceFileError(f"no trace at {path}: the file or directory does not exist")
+    if path.endswith(rawfile.SUFFIX):
+        return _from_raw([path], path)
+    return _from_parquet(path)
+
+
+def trace(path: str | os.PathLike | None = None) -> Trace:
+    """A trace of this process's OpenMP events: ``with ompt_py.trace() as t: ...``
+    or ``t = ompt_py.trace(); t.start(); ...; t.stop()``.  With ``path``, the
+    trace is saved there (Parquet) at each stop() and at interpreter exit."""
+    return Trace(path)
+
+
+def _stop_at_exit() -> None:
+    if _active is not None:
+        _active.stop()
+
+
+def _after_fork_in_child() -> None:
+    # The tool empties its buffers in the child; so does the active trace.
+    if _active is not None:
+        _active._segments, _active._pid_runs = [], []
+        _active._events = _active._pids = None
+        _active._before, _active._threads = {}, {}
+
+
+atexit.register(_stop_at_exit)
+os.register_at_fork(after_in_child=_after_fork_in_child)
