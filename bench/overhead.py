@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -66,6 +67,7 @@ RUN_TIMEOUT_S = 900.0
 TOOL_STARTED = "Tool was started and is using the OMPT interface"
 MINREC_RE = re.compile(r"minrec events=(\d+) written=(\d+) dropped=(\d+)")
 NS = 1e9
+BUSY_WARNING = 0.2  # CPU busy fraction before the start above which a warning is printed
 
 # Targets.
 TASK_RECORD_NS_MAX = 15.0
@@ -274,6 +276,24 @@ def build() -> None:
         step.run()
 
 
+def cpu_busy_fraction(interval: float = 0.5) -> float | None:
+    """Fraction of CPU time used by anything over `interval` seconds (Linux)."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            values = [int(v) for v in f.readline().split()[1:]]
+        idle = sum(values[3:5])  # idle, iowait
+        return sum(values[:8]) - idle, sum(values[:8])
+
+    try:
+        busy0, total0 = sample()
+        time.sleep(interval)
+        busy1, total1 = sample()
+    except (OSError, ValueError):
+        return None
+    return (busy1 - busy0) / (total1 - total0) if total1 > total0 else None
+
+
 def linked_libomp() -> str:
     try:
         proc = subprocess.run(["ldd", str(DRIVER)], capture_output=True, text=True)
@@ -351,7 +371,7 @@ class LoadResult:
 
 
 def load_trace(omptpy: OmptPy, outdir: Path, count_events: bool) -> LoadResult:
-    files = [p for p in outdir.iterdir()] if outdir.is_dir() else []
+    files = list(outdir.iterdir()) if outdir.is_dir() else []
     if not files:
         return LoadResult(error=f"no trace file in {outdir}")
     try:
@@ -775,6 +795,10 @@ def report_workload(bench: Bench, res: WorkloadResult) -> None:
     if events and py_events is not None and py_events != events:
         line += f" (differ by {100.0 * (py_events - events) / events:+.2f}%)"
     print(line)
+    if res.omptpy_written or res.omptpy_dropped:
+        pairs = zip(res.omptpy_written, res.omptpy_dropped)
+        runs = ", ".join(f"{fmt(w, 'd')}/{fmt(d, 'd')}" for w, d in pairs)
+        print(f"   ompt-py written/dropped per (e) run: {runs}")
     if res.minrec_dropped:
         print(
             f"   WARNING: the min recorder dropped {res.minrec_dropped} records "
@@ -945,6 +969,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ompt_py tool: {omptpy.tool_path}{where}")
     else:
         print(f"ompt_py not importable: {omptpy.error}")
+    busy = cpu_busy_fraction()
+    if busy is not None and busy > BUSY_WARNING:
+        print(
+            f"WARNING: the CPUs were {100 * busy:.0f}% busy just before the start: other "
+            "processes are running and the figures will be noisy"
+        )
     sys.stdout.flush()
 
     bench = Bench(args.n, args.reps, omptpy)

@@ -8,9 +8,10 @@
  * path only pays for one release store per record and a few relaxed loads
  * per 1024 records.  The drainer (one pthread of the tool, or a caller of
  * omptpy_flush) is the single consumer: under drain_lock it moves full chunks
- * to the sink, hands them back, and gives busy threads more pre-faulted
- * chunks up to the configured bound.  When a thread has no free chunk the
- * overflow policy applies: drop (count), grow (allocate) or block (wait).
+ * to the sink and hands them back.  A thread's chunks (OMPTPY_BUFFER_SIZE of
+ * them, 8 MiB by default) are mapped and faulted in when the thread begins.
+ * When a thread has no free chunk the overflow policy applies: drop (count),
+ * grow (allocate another) or block (wait for the drainer).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -18,6 +19,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,7 +28,6 @@
 
 _Thread_local omptpy_thread *omptpy_tls_thread __attribute__((tls_model("initial-exec")));
 
-#define INITIAL_CHUNKS 4u
 #define GROW_FACTOR 64u /* the grow policy may own this many times the bound */
 
 typedef struct retired_stats {
@@ -39,15 +40,13 @@ typedef struct retired_stats {
 static struct {
   omptpy_overflow overflow;
   unsigned drain_ms;
-  uint32_t max_chunks; /* per-thread bound under drop and block */
+  uint32_t max_chunks; /* per-thread bound: the arena of every thread */
   uint32_t ring_cap;
   _Atomic(omptpy_thread *) all; /* registry: push-only list */
   _Atomic uint32_t next_index;
-  pthread_mutex_t lock; /* registry claims and the chunk pool */
-  omptpy_chunk *pool;
-  uint32_t pool_n;
+  pthread_mutex_t lock;       /* registry claims, drainer start/stop */
   pthread_mutex_t drain_lock; /* held by the single consumer */
-  retired_stats *retired;      /* counters of threads that ended, under drain_lock */
+  retired_stats *retired;     /* counters of threads that ended, under drain_lock */
   size_t nretired, capretired;
   pthread_t drainer;
   _Atomic int drainer_run;
@@ -75,11 +74,6 @@ static omptpy_chunk *ring_pop(omptpy_ring *r) {
   return c;
 }
 
-static uint32_t ring_count(omptpy_ring *r) {
-  return atomic_load_explicit(&r->head, memory_order_acquire) -
-         atomic_load_explicit(&r->tail, memory_order_acquire);
-}
-
 static void ring_reset(omptpy_ring *r) {
   atomic_store_explicit(&r->head, 0, memory_order_relaxed);
   atomic_store_explicit(&r->tail, 0, memory_order_relaxed);
@@ -87,30 +81,32 @@ static void ring_reset(omptpy_ring *r) {
 
 /* ---- chunks --------------------------------------------------------------- */
 
-/* A pre-faulted chunk from the pool or the allocator; caller holds B.lock. */
-static omptpy_chunk *chunk_get_locked(void) {
-  omptpy_chunk *c = B.pool;
-  if (c) {
-    B.pool = c->pool_next;
-    B.pool_n--;
-  } else {
-    if (posix_memalign((void **)&c, OMPTPY_CACHELINE, sizeof *c) != 0) return NULL;
-    memset(c, 0, sizeof *c); /* touch every page now, not on the hot path */
-  }
-  atomic_store_explicit(&c->n, 0, memory_order_relaxed);
-  c->taken = 0;
-  c->pool_next = NULL;
+/* Each thread slot owns an arena of max_chunks chunks, mapped and faulted in
+ * once when the slot is created and reused by every thread that takes the
+ * slot later.  Only the grow policy allocates chunks outside it. */
+static omptpy_chunk *arena_new(void) {
+  size_t bytes = (size_t)B.max_chunks * sizeof(omptpy_chunk);
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  madvise(p, bytes, MADV_HUGEPAGE);
+  memset(p, 0, bytes); /* fault every page in now, not on the hot path */
+  return p;
+}
+
+static bool in_arena(const omptpy_thread *t, const omptpy_chunk *c) {
+  return c >= t->arena && c < t->arena + B.max_chunks;
+}
+
+static omptpy_chunk *extra_chunk_new(void) {
+  omptpy_chunk *c;
+  if (posix_memalign((void **)&c, OMPTPY_CACHELINE, sizeof *c) != 0) return NULL;
+  memset(c, 0, sizeof *c);
   return c;
 }
 
-static void chunk_put_locked(omptpy_chunk *c) {
-  if (B.pool_n >= 2 * B.max_chunks) {
-    free(c);
-    return;
-  }
-  c->pool_next = B.pool;
-  B.pool = c;
-  B.pool_n++;
+static void chunk_reset(omptpy_chunk *c) {
+  c->taken = 0;
+  atomic_store_explicit(&c->n, 0, memory_order_relaxed);
 }
 
 /* ---- threads -------------------------------------------------------------- */
@@ -122,9 +118,11 @@ static omptpy_thread *thread_new(void) {
   t->full.mask = t->free.mask = B.ring_cap - 1;
   t->full.slots = calloc(B.ring_cap, sizeof(omptpy_chunk *));
   t->free.slots = calloc(B.ring_cap, sizeof(omptpy_chunk *));
-  if (!t->full.slots || !t->free.slots) {
+  t->arena = arena_new();
+  if (!t->full.slots || !t->free.slots || !t->arena) {
     free(t->full.slots);
     free(t->free.slots);
+    if (t->arena) munmap(t->arena, (size_t)B.max_chunks * sizeof(omptpy_chunk));
     free(t);
     return NULL;
   }
@@ -147,24 +145,19 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
     pthread_mutex_unlock(&B.lock);
     return NULL;
   }
-  uint32_t want = INITIAL_CHUNKS < B.max_chunks ? INITIAL_CHUNKS : B.max_chunks;
   ring_reset(&t->full);
   ring_reset(&t->free);
-  t->nchunks = 0;
-  omptpy_chunk *first = NULL;
-  for (uint32_t i = 0; i < want; i++) {
-    omptpy_chunk *c = chunk_get_locked();
-    if (!c) break;
-    t->nchunks++;
-    if (!first) first = c;
-    else ring_push(&t->free, c);
+  for (uint32_t i = 0; i < B.max_chunks; i++) {
+    chunk_reset(&t->arena[i]);
+    if (i) ring_push(&t->free, &t->arena[i]);
   }
-  t->cur = first;
-  t->pos = first ? 0 : OMPTPY_CHUNK_RECORDS;
+  atomic_store(&t->nchunks, B.max_chunks);
+  t->cur = &t->arena[0];
+  t->pos = 0;
   t->index = atomic_fetch_add(&B.next_index, 1);
   t->next_id = 0;
   atomic_store(&t->dropped, 0);
-  atomic_store(&t->cur_pub, first);
+  atomic_store(&t->cur_pub, t->cur);
   t->drained = 0;
   t->type = type;
   t->runtime = runtime;
@@ -192,12 +185,10 @@ omptpy_record *omptpy_slot_slow(omptpy_thread *t) {
     atomic_store_explicit(&t->cur_pub, NULL, memory_order_release);
   }
   omptpy_chunk *c = ring_pop(&t->free);
-  if (!c && B.overflow == OMPTPY_OVERFLOW_GROW && t->nchunks + 1 < B.ring_cap) {
-    pthread_mutex_lock(&B.lock);
-    c = chunk_get_locked();
-    pthread_mutex_unlock(&B.lock);
-    if (c) atomic_fetch_add_explicit(&t->nchunks, 1, memory_order_relaxed);
-  }
+  if (!c && B.overflow == OMPTPY_OVERFLOW_GROW &&
+      atomic_load_explicit(&t->nchunks, memory_order_relaxed) + 1 < B.ring_cap &&
+      (c = extra_chunk_new()))
+    atomic_fetch_add_explicit(&t->nchunks, 1, memory_order_relaxed);
   while (!c && B.overflow == OMPTPY_OVERFLOW_BLOCK &&
          atomic_load_explicit(&B.drainer_run, memory_order_acquire)) {
     sched_yield();
@@ -227,14 +218,14 @@ static void take_records(omptpy_thread *t, omptpy_chunk *c) {
   }
 }
 
+/* A drained chunk goes back to its thread; grown chunks beyond the bound are freed. */
 static void recycle(omptpy_thread *t, omptpy_chunk *c) {
-  c->taken = 0;
-  atomic_store_explicit(&c->n, 0, memory_order_relaxed);
-  if (t->nchunks > B.max_chunks || !ring_push(&t->free, c)) {
-    pthread_mutex_lock(&B.lock);
-    chunk_put_locked(c);
-    pthread_mutex_unlock(&B.lock);
+  chunk_reset(c);
+  if (!in_arena(t, c) && atomic_load(&t->nchunks) > B.max_chunks) {
+    free(c);
     atomic_fetch_sub_explicit(&t->nchunks, 1, memory_order_relaxed);
+  } else {
+    ring_push(&t->free, c);
   }
 }
 
@@ -252,26 +243,6 @@ static uint32_t drain_thread(omptpy_thread *t, bool partial) {
   return nfull;
 }
 
-/* Busy threads get more chunks: doubling while fewer than half are free. */
-static void top_up(omptpy_thread *t) {
-  uint32_t owned = t->nchunks;
-  if (owned >= B.max_chunks || ring_count(&t->free) * 2 >= owned) return;
-  uint32_t add = owned < B.max_chunks - owned ? owned : B.max_chunks - owned;
-  for (uint32_t i = 0; i < add; i++) {
-    pthread_mutex_lock(&B.lock);
-    omptpy_chunk *c = chunk_get_locked();
-    pthread_mutex_unlock(&B.lock);
-    if (!c) return;
-    if (!ring_push(&t->free, c)) {
-      pthread_mutex_lock(&B.lock);
-      chunk_put_locked(c);
-      pthread_mutex_unlock(&B.lock);
-      return;
-    }
-    atomic_fetch_add_explicit(&t->nchunks, 1, memory_order_relaxed);
-  }
-}
-
 static void remember_retired(omptpy_thread *t) {
   if (B.nretired == B.capretired) {
     size_t cap = B.capretired ? 2 * B.capretired : 64;
@@ -284,18 +255,26 @@ static void remember_retired(omptpy_thread *t) {
                                             atomic_load(&t->dropped)};
 }
 
-/* An ended thread: drain it whole, give its chunks to the pool, free the slot. */
+/* Chunks a slot holds outside its arena (grow policy) are freed when it is released. */
+static void release_slot(omptpy_thread *t) {
+  omptpy_chunk *c;
+  while ((c = ring_pop(&t->full)))
+    if (!in_arena(t, c)) free(c);
+  while ((c = ring_pop(&t->free)))
+    if (!in_arena(t, c)) free(c);
+  if ((c = atomic_load(&t->cur_pub)) && !in_arena(t, c)) free(c);
+  atomic_store(&t->cur_pub, NULL);
+  t->cur = NULL;
+  atomic_store(&t->nchunks, 0);
+  atomic_store_explicit(&t->state, OMPTPY_THREAD_FREE, memory_order_release);
+}
+
+/* An ended thread: drain it whole, keep its counters, free the slot for reuse. */
 static void retire(omptpy_thread *t) {
   drain_thread(t, true);
   remember_retired(t);
   pthread_mutex_lock(&B.lock);
-  omptpy_chunk *c;
-  while ((c = ring_pop(&t->free))) chunk_put_locked(c);
-  if ((c = atomic_load(&t->cur_pub))) chunk_put_locked(c);
-  atomic_store(&t->cur_pub, NULL);
-  t->cur = NULL;
-  t->nchunks = 0;
-  atomic_store_explicit(&t->state, OMPTPY_THREAD_FREE, memory_order_release);
+  release_slot(t);
   pthread_mutex_unlock(&B.lock);
 }
 
@@ -305,7 +284,6 @@ static uint32_t drain_all(bool partial) {
     int s = atomic_load_explicit(&t->state, memory_order_acquire);
     if (s == OMPTPY_THREAD_LIVE) {
       nfull += drain_thread(t, partial);
-      top_up(t);
     } else if (s == OMPTPY_THREAD_ENDED) {
       retire(t);
     }
@@ -419,29 +397,21 @@ void omptpy_buffers_after_fork_child(void) {
   omptpy_thread *self = omptpy_tls_thread;
   for (omptpy_thread *t = atomic_load(&B.all); t; t = t->all_next) {
     if (atomic_load(&t->state) == OMPTPY_THREAD_FREE) continue;
-    omptpy_chunk *c;
-    while ((c = ring_pop(&t->full))) {
-      c->taken = 0;
-      atomic_store(&c->n, 0);
-      if (t == self) ring_push(&t->free, c);
-      else chunk_put_locked(c);
-    }
-    if (t == self) {
-      if (t->cur) {
-        atomic_store(&t->cur->n, 0);
-        t->cur->taken = 0;
-        t->pos = 0;
-      }
-      t->drained = 0;
-      atomic_store(&t->dropped, 0);
-      t->tid = (pid_t)syscall(SYS_gettid);
+    if (t != self) {
+      release_slot(t);
       continue;
     }
-    while ((c = ring_pop(&t->free))) chunk_put_locked(c);
-    if ((c = atomic_load(&t->cur_pub))) chunk_put_locked(c);
-    atomic_store(&t->cur_pub, NULL);
-    t->cur = NULL;
-    t->nchunks = 0;
-    atomic_store(&t->state, OMPTPY_THREAD_FREE);
+    omptpy_chunk *c;
+    while ((c = ring_pop(&t->full))) {
+      chunk_reset(c);
+      ring_push(&t->free, c);
+    }
+    if (t->cur) {
+      chunk_reset(t->cur);
+      t->pos = 0;
+    }
+    t->drained = 0;
+    atomic_store(&t->dropped, 0);
+    t->tid = (pid_t)syscall(SYS_gettid);
   }
 }

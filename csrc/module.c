@@ -60,6 +60,13 @@ static PyObject *py_init(PyObject *m, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+static PyObject *py_check_config(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  char error[512];
+  if (omptpy_config_check(error, sizeof error) != 0) return PyUnicode_FromString(error);
+  Py_RETURN_NONE;
+}
+
 static PyObject *py_set_recording(PyObject *m, PyObject *arg) {
   (void)m;
   int on = PyObject_IsTrue(arg);
@@ -129,6 +136,8 @@ static PyObject *py_record_layout(PyObject *m, PyObject *args) {
 static PyMethodDef methods[] = {
     {"init", py_init, METH_NOARGS,
      "Read the configuration; returns None, or the error message when it is invalid."},
+    {"check_config", py_check_config, METH_NOARGS,
+     "Check the OMPTPY_* variables of os.environ now; None, or the error message."},
     {"set_recording", py_set_recording, METH_O, "Start (True) or pause (False) recording."},
     {"is_recording", py_is_recording, METH_NOARGS, "Whether events are being recorded."},
     {"flush", py_flush, METH_NOARGS, "Move every buffered record into the sink."},

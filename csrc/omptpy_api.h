@@ -11,6 +11,8 @@
 /* Reads the configuration once; 0, or -EINVAL with omptpy_config_error() set. */
 int omptpy_init(void);
 const char *omptpy_config_error(void);
+/* Checks the OMPTPY_* variables of the environment as it is now (for launchers). */
+int omptpy_config_check(char *error, size_t size);
 void omptpy_set_recording(int on);
 int omptpy_is_recording(void);
 /* Moves every buffered record, partial chunks included, into the sink. */

@@ -81,8 +81,7 @@ static inline uint64_t omptpy_now(void) {
 typedef struct omptpy_chunk {
   _Atomic uint32_t n; /* records written; the writer stores it with release */
   uint32_t taken;     /* records already drained (drainer only) */
-  struct omptpy_chunk *pool_next;
-  char pad_[OMPTPY_CACHELINE - 16];
+  char pad_[OMPTPY_CACHELINE - 8];
   omptpy_record recs[OMPTPY_CHUNK_RECORDS];
 } omptpy_chunk;
 
@@ -110,6 +109,7 @@ typedef struct omptpy_thread {
   /* Drainer side. */
   _Alignas(OMPTPY_CACHELINE) _Atomic int state;
   _Atomic uint32_t nchunks; /* chunks this thread owns */
+  omptpy_chunk *arena;      /* the slot's pre-faulted chunks, reused across threads */
   uint64_t drained; /* records moved to the sink */
   int type;         /* ompt_thread_t */
   int runtime;      /* runtime instance that began the thread */

@@ -148,6 +148,14 @@ OMPTPY_API int omptpy_init(void) {
 
 OMPTPY_API const char *omptpy_config_error(void) { return omptpy_g.cfg.error; }
 
+/* Validates the environment as it is now, without changing the tool's configuration. */
+OMPTPY_API int omptpy_config_check(char *error, size_t size) {
+  omptpy_config cfg;
+  int rc = omptpy_config_read(&cfg);
+  snprintf(error, size, "%s", cfg.error);
+  return rc;
+}
+
 OMPTPY_API void omptpy_set_recording(int on) {
   pthread_once(&init_once, global_init);
   if (init_rc == 0) atomic_store(&omptpy_g.recording, on != 0);

@@ -1,0 +1,173 @@
+"""Pairing begin/end events into intervals, and the tables the report is made of.
+
+Scoped OMPT events nest per thread.  Pairing keeps that order: within one
+key (process, thread, event, kind ...) an end closes the latest open begin.
+An end with no begin before it (its begin came before the trace window) and
+a begin with no end (its end comes after the window) are kept and counted
+as unmatched, never paired wrongly or dropped silently.
+
+libomp reports a worker's implicit-barrier end and implicit-task end only
+when the worker is released for the next parallel region; those intervals
+are clamped to the end of their parallel region, which is when the worker
+really became idle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+_BASE = ["pid", "thread"]
+
+
+@dataclass
+class Intervals:
+    """Paired intervals of one kind of construct, and what could not be paired."""
+
+    table: pd.DataFrame  # one row per matched begin/end: begin_ns, end_ns, duration_ns, ...
+    unmatched_begins: int
+    unmatched_ends: int
+
+
+def _pair(rows: pd.DataFrame, keys: list[str]) -> Intervals:
+    """Pairs begin/end rows (time-ordered) that nest within each key."""
+    cols = [*keys, "time_ns", "endpoint"]
+    extra = [c for c in rows.columns if c not in cols]
+    rows = rows.reset_index(drop=True)
+    is_begin = (rows["endpoint"] == "begin").to_numpy()
+    delta = pd.Series(np.where(is_begin, 1, -1), index=rows.index)
+    grouped = delta.groupby([rows[k] for k in keys], sort=False, dropna=False)
+    level = grouped.cumsum()
+    floor = level.groupby([rows[k] for k in keys], sort=False, dropna=False).cummin()
+    prev_floor = floor.groupby([rows[k] for k in keys], sort=False, dropna=False).shift(1)
+    orphan_end = (~is_begin) & (level < np.minimum(prev_floor.fillna(0), 0))
+    kept = rows[~orphan_end.to_numpy()].reset_index(drop=True)
+    is_begin = (kept["endpoint"] == "begin").to_numpy()
+    delta = pd.Series(np.where(is_begin, 1, -1), index=kept.index)
+    level = delta.groupby([kept[k] for k in keys], sort=False, dropna=False).cumsum()
+    kept["_level"] = np.where(is_begin, level, level + 1)
+    kept["_begin"] = is_begin
+    kept["_rank"] = kept.groupby([*keys, "_level", "_begin"], sort=False, dropna=False).cumcount()
+    begins = kept[is_begin]
+    ends = kept[~is_begin][[*keys, "_level", "_rank", "time_ns", *extra]]
+    merged = begins.merge(ends, on=[*keys, "_level", "_rank"], how="left",
+                          suffixes=("", "_end"))
+    matched = merged["time_ns_end"].notna()
+    table = merged[matched].rename(columns={"time_ns": "begin_ns", "time_ns_end": "end_ns"})
+    table = table.drop(columns=["_level", "_rank", "_begin", "endpoint"])
+    table["end_ns"] = table["end_ns"].astype(np.int64)
+    table["duration_ns"] = table["end_ns"] - table["begin_ns"]
+    return Intervals(
+        table.reset_index(drop=True),
+        unmatched_begins=int((~matched).sum()),
+        unmatched_ends=int(orphan_end.sum()),
+    )
+
+
+def _scoped(df: pd.DataFrame, event: str, keys: list[str], columns: list[str]) -> Intervals:
+    rows = df.loc[df["event"] == event, ["time_ns", "endpoint", *keys, *columns]]
+    rows = rows[rows["endpoint"].isin(["begin", "end"])]
+    return _pair(rows, keys)
+
+
+def parallel_regions(df: pd.DataFrame) -> Intervals:
+    """parallel_begin/parallel_end pairs, one per region."""
+    rows = df.loc[
+        df["event"].isin(["parallel_begin", "parallel_end"]),
+        ["time_ns", "endpoint", "pid", "parallel_id", "thread", "task_id", "codeptr",
+         "team_size", "flags"],
+    ]
+    out = _pair(rows, ["pid", "parallel_id"])
+    t = out.table.drop(columns=[c for c in out.table.columns
+                                if c.endswith("_end") and c != "end_ns"])
+    out.table = t.rename(columns={"team_size": "requested_team_size"})
+    return out
+
+
+def _clamp_to_region(iv: Intervals, regions: pd.DataFrame, pid_col: str = "pid") -> None:
+    """Ends reported after their parallel region ended are moved to the region's end."""
+    t = iv.table
+    if t.empty or regions.empty or "parallel_id" not in t:
+        return
+    ends = regions.set_index([pid_col, "parallel_id"])["end_ns"]
+    key = pd.MultiIndex.from_frame(t[[pid_col, "parallel_id"]].astype("Int64"))
+    region_end = ends.reindex(key).to_numpy(dtype="float64", na_value=np.nan)
+    late = ~np.isnan(region_end) & (t["end_ns"].to_numpy() > region_end)
+    if late.any():
+        t.loc[late, "end_ns"] = region_end[late].astype(np.int64)
+        t["duration_ns"] = t["end_ns"] - t["begin_ns"]
+
+
+def implicit_tasks(df: pd.DataFrame, regions: pd.DataFrame | None = None) -> Intervals:
+    out = _scoped(df, "implicit_task", ["pid", "task_id"],
+                  ["thread", "parallel_id", "team_size", "thread_num", "flags"])
+    if regions is not None:
+        _clamp_to_region(out, regions)
+    return out
+
+
+def sync_waits(df: pd.DataFrame, regions: pd.DataFrame | None = None) -> Intervals:
+    """Time threads spent waiting in barriers, taskwait and taskgroup (sync_region_wait)."""
+    out = _scoped(df, "sync_region_wait", [*_BASE, "kind"], ["parallel_id"])
+    if regions is not None:
+        _clamp_to_region(out, regions)
+    return out
+
+
+def work(df: pd.DataFrame) -> Intervals:
+    return _scoped(df, "work", [*_BASE, "kind"], ["parallel_id", "codeptr", "count"])
+
+
+def masked(df: pd.DataFrame) -> Intervals:
+    return _scoped(df, "masked", _BASE, ["parallel_id", "codeptr"])
+
+
+def mutex_waits(df: pd.DataFrame) -> pd.DataFrame:
+    """acquire -> acquired per thread and wait id: how long each lock/critical was waited for."""
+    rows = df.loc[df["event"].isin(["mutex_acquire", "mutex_acquired"]),
+                  ["time_ns", "event", "pid", "thread", "kind", "wait_id", "codeptr"]].copy()
+    rows["endpoint"] = np.where(rows["event"] == "mutex_acquire", "begin", "end")
+    return _pair(rows.drop(columns="event"), [*_BASE, "wait_id"]).table
+
+
+def task_executions(df: pd.DataFrame) -> pd.DataFrame:
+    """Intervals in which an explicit task ran on a thread, from task_schedule switches.
+
+    After task_schedule(prior, status, next) the thread runs `next` until its
+    next task_schedule; a task that yields runs in several pieces.
+    """
+    sched = df.loc[df["event"] == "task_schedule",
+                   ["time_ns", "pid", "thread", "task_id", "other_task_id", "kind"]]
+    if sched.empty:
+        return pd.DataFrame(columns=["pid", "thread", "task_id", "begin_ns", "end_ns",
+                                     "duration_ns", "status"])
+    nxt = sched.groupby(_BASE, sort=False).shift(-1)
+    running = pd.DataFrame({
+        "pid": sched["pid"], "thread": sched["thread"],
+        "task_id": sched["other_task_id"], "begin_ns": sched["time_ns"],
+        "end_ns": nxt["time_ns"], "status": nxt["kind"],
+        "_closing": nxt["task_id"],
+    })
+    ok = running["end_ns"].notna() & (running["_closing"] == running["task_id"])
+    explicit = set(df.loc[df["event"] == "task_create", "task_id"].dropna().astype(np.uint64))
+    running = running[ok & running["task_id"].isin(explicit)].drop(columns="_closing")
+    running["end_ns"] = running["end_ns"].astype(np.int64)
+    running["duration_ns"] = running["end_ns"] - running["begin_ns"]
+    return running.reset_index(drop=True)
+
+
+def thread_time(df: pd.DataFrame, implicit: pd.DataFrame, waits: pd.DataFrame,
+                mutex: pd.DataFrame) -> pd.DataFrame:
+    """Per thread: time inside implicit tasks of parallel regions, split into busy and waiting."""
+    in_parallel = implicit[(implicit["flags"].fillna(0).astype(np.int64) & 1) == 0]
+    inside = in_parallel.groupby(_BASE)["duration_ns"].sum()
+    sync = waits.groupby(_BASE)["duration_ns"].sum() if not waits.empty else pd.Series(dtype=float)
+    lock = mutex.groupby(_BASE)["duration_ns"].sum() if not mutex.empty else pd.Series(dtype=float)
+    threads = df.groupby(_BASE).size().rename("events")
+    out = pd.concat([threads, inside.rename("in_regions_ns"), sync.rename("sync_wait_ns"),
+                     lock.rename("mutex_wait_ns")], axis=1).fillna(0)
+    out["waiting_ns"] = out["sync_wait_ns"] + out["mutex_wait_ns"]
+    out["busy_ns"] = (out["in_regions_ns"] - out["waiting_ns"]).clip(lower=0)
+    return out.reset_index()

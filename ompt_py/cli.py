@@ -1,0 +1,160 @@
+"""The `ompt-py` command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+DESCRIPTION = """\
+Trace what the OpenMP runtime does.
+
+  ompt-py run -o trace.parquet -- ./my_openmp_program args
+  ompt-py run -o trace.parquet my_script.py args
+  ompt-py run -o trace.parquet -m my_module args
+  ompt-py report trace.parquet
+
+How the tool attaches: LLVM's OpenMP runtime (libomp) looks for a tool once,
+when it initialises (first OpenMP construct or omp_* call).  `ompt-py run`
+sets OMP_TOOL_LIBRARIES for the command and every process it starts, so
+each process that uses libomp is traced from its start, into a file of its
+own (keyed by pid).  Inside Python, `import ompt_py` must come before
+anything initialises OpenMP; a runtime that started earlier cannot be
+traced in that process.  GNU libgomp (gcc -fopenmp) has no tool interface:
+build with clang -fopenmp, or run the program on libomp.
+"""
+
+RUN_EPILOG = """\
+The target is a Python script (ends in .py), -m MODULE, or a command after
+`--`.  The exit status is the command's.  Environment variables of the tool
+(OMPTPY_BUFFER_SIZE, OMPTPY_OVERFLOW, OMPTPY_CLOCK, OMPTPY_DRAIN_MS) pass
+through; the options below override them.
+"""
+
+
+def _run_command(args: argparse.Namespace) -> list[str]:
+    rest = list(args.target)
+    if args.module:
+        return [sys.executable, "-m", args.module, *rest]
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    if not rest:
+        raise SystemExit("ompt-py run: nothing to run; give a script, -m MODULE, or -- COMMAND")
+    if rest[0].endswith(".py"):
+        if not os.path.isfile(rest[0]):
+            raise SystemExit(f"ompt-py run: no such script: {rest[0]}")
+        return [sys.executable, *rest]
+    if shutil.which(rest[0]) is None:
+        raise SystemExit(f"ompt-py run: command not found: {rest[0]}")
+    return rest
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from . import _core, tool_path
+    from .errors import TraceFileError
+    from .trace import load
+
+    command = _run_command(args)
+    env = dict(os.environ)
+    if args.buffer_size:
+        env["OMPTPY_BUFFER_SIZE"] = args.buffer_size
+    if args.overflow:
+        env["OMPTPY_OVERFLOW"] = args.overflow
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        error = _core.check_config()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    if error:
+        raise SystemExit(f"ompt-py run: {error}")
+    raw_dir = args.keep_raw or tempfile.mkdtemp(prefix="ompt-py-")
+    os.makedirs(raw_dir, exist_ok=True)
+    others = [p for p in env.get("OMP_TOOL_LIBRARIES", "").split(":") if p and p != tool_path()]
+    env["OMP_TOOL_LIBRARIES"] = ":".join([tool_path(), *others])
+    env["OMPTPY_OUTPUT"] = os.path.abspath(raw_dir)
+    env.pop("OMPTPY_TOOL", None)
+    # The terminal's Ctrl-C reaches the command; we wait for it and still save.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        returncode = subprocess.call(command, env=env)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        trace = load(raw_dir)
+    except TraceFileError as e:
+        print(f"ompt-py run: no trace: {e}", file=sys.stderr)
+        return returncode if returncode else 1
+    trace.save(args.output)
+    if not args.keep_raw:
+        shutil.rmtree(raw_dir, ignore_errors=True)
+    if not args.quiet:
+        procs = trace.meta["processes"]
+        print(
+            f"ompt-py: {len(trace):,} events from {len(procs)} process(es) "
+            f"(written {trace.written:,}, dropped {trace.dropped:,}) -> {args.output}\n"
+            f"         see: ompt-py report {args.output}",
+            file=sys.stderr,
+        )
+        if trace.dropped:
+            print("ompt-py: records were dropped (buffers full): raise --buffer-size or use "
+                  "--overflow grow", file=sys.stderr)
+    return returncode
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import render
+    from .trace import load
+
+    print(render(load(args.trace), top=args.top), end="")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ompt-py", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = sub.add_parser(
+        "run", help="run a program, script or module with the tool attached",
+        description="Run a command with the ompt-py tool attached to its OpenMP runtime.\n\n"
+        + DESCRIPTION.split("\n\n", 1)[1],
+        epilog=RUN_EPILOG, formatter_class=argparse.RawTextHelpFormatter,
+    )
+    run.add_argument("-o", "--output", default="ompt-trace.parquet",
+                     help="trace file to write (Parquet; default: %(default)s)")
+    run.add_argument("-m", dest="module", metavar="MODULE", help="run a Python module")
+    run.add_argument("--buffer-size", metavar="SIZE",
+                     help="per-thread buffer bound, e.g. 8M (default), 64M")
+    run.add_argument("--overflow", choices=["drop", "grow", "block"],
+                     help="when a thread's buffer is full: drop and count (default), grow, "
+                          "or block until drained")
+    run.add_argument("--keep-raw", metavar="DIR",
+                     help="write the per-process raw files into DIR and keep them")
+    run.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+    run.add_argument("target", nargs=argparse.REMAINDER,
+                     help="SCRIPT.py [ARGS], or -- COMMAND [ARGS]")
+    run.set_defaults(func=cmd_run)
+    rep = sub.add_parser("report", help="print a summary of a trace",
+                         description="Print counts and times per construct, per parallel "
+                         "region and per thread, and the written/dropped record counts.")
+    rep.add_argument("trace", help="a trace file (.parquet), raw directory or .omptraw file")
+    rep.add_argument("--top", type=int, default=10, help="rows per table (default: %(default)s)")
+    rep.set_defaults(func=cmd_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .errors import OmptPyError
+
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except OmptPyError as e:
+        print(f"ompt-py {args.command}: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,128 @@
+"""The terminal report of `ompt-py report`: what ran, how long, who waited."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+
+from . import analysis
+from .trace import Trace
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.3f}"
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:,.1f}"
+
+
+def _stats(durations: pd.Series) -> dict:
+    return {
+        "count": len(durations),
+        "total ms": _ms(durations.sum()),
+        "mean us": _us(durations.mean()) if len(durations) else "-",
+        "p50 us": _us(durations.median()) if len(durations) else "-",
+        "max us": _us(durations.max()) if len(durations) else "-",
+    }
+
+
+def _table(rows: list[dict] | pd.DataFrame) -> str:
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return "  (none)\n"
+    text = frame.to_string(index=False)
+    return "".join("  " + line + "\n" for line in text.splitlines())
+
+
+def render(trace: Trace, top: int = 10) -> str:
+    """The whole report as text."""
+    out = io.StringIO()
+    meta = trace.meta
+    df = trace.to_pandas()
+    span = (df["time_ns"].max() - df["time_ns"].min()) if len(df) else 0
+    out.write(f"ompt-py trace: {len(df):,} events over {_ms(span)} ms, "
+              f"{len(meta['processes'])} process(es)\n")
+    for p in meta["processes"]:
+        rt = ", ".join(sorted({r["version"] for r in p["runtimes"]})) or "no runtime attached"
+        state = "complete" if p.get("complete") else "incomplete (no final flush: killed or _exit)"
+        if p.get("truncated"):
+            state += ", file truncated"
+        out.write(f"  pid {p['pid']}: {' '.join(p['argv'])[:100]}\n"
+                  f"    runtime: {rt}; clock {p['clock']}; {state}\n"
+                  f"    records written {p['written']:,}, dropped {p['dropped']:,}"
+                  f"{', lost by the sink ' + format(p['sink_lost'], ',') if p['sink_lost'] else ''}\n")
+    if meta.get("dropped"):
+        out.write(f"  WARNING: {meta['dropped']:,} records were dropped because buffers were full; "
+                  "raise OMPTPY_BUFFER_SIZE or use OMPTPY_OVERFLOW=grow|block\n")
+
+    out.write("\nEvents\n")
+    counts = df["event"].value_counts()
+    out.write(_table([{"event": e, "count": int(c)} for e, c in counts.items() if c]))
+
+    regions = analysis.parallel_regions(df)
+    implicit = analysis.implicit_tasks(df, regions.table)
+    waits = analysis.sync_waits(df, regions.table)
+    work = analysis.work(df)
+    masked = analysis.masked(df)
+    tasks = analysis.task_executions(df)
+    mutex = analysis.mutex_waits(df)
+
+    out.write("\nConstructs (time between begin and end)\n")
+    rows = [{"construct": "parallel region", **_stats(regions.table["duration_ns"])},
+            {"construct": "implicit task", **_stats(implicit.table["duration_ns"])}]
+    for kind, g in work.table.groupby("kind", observed=True):
+        rows.append({"construct": f"work: {kind}", **_stats(g["duration_ns"])})
+    for kind, g in waits.table.groupby("kind", observed=True):
+        rows.append({"construct": f"wait: {kind}", **_stats(g["duration_ns"])})
+    for kind, g in mutex.groupby("kind", observed=True) if not mutex.empty else []:
+        rows.append({"construct": f"wait for {kind}", **_stats(g["duration_ns"])})
+    if not masked.table.empty:
+        rows.append({"construct": "masked", **_stats(masked.table["duration_ns"])})
+    if not tasks.empty:
+        rows.append({"construct": "explicit task (running)", **_stats(tasks["duration_ns"])})
+    out.write(_table(rows))
+
+    unmatched = [(name, iv.unmatched_begins, iv.unmatched_ends)
+                 for name, iv in (("parallel", regions), ("implicit_task", implicit),
+                                  ("work", work), ("sync_region_wait", waits),
+                                  ("masked", masked))
+                 if iv.unmatched_begins or iv.unmatched_ends]
+    if unmatched:
+        out.write("  unmatched (begin or end outside the trace window; libomp reports a "
+                  "worker's last implicit-barrier end at the next region): "
+                  + "; ".join(f"{n}: {b} begins, {e} ends" for n, b, e in unmatched) + "\n")
+
+    out.write(f"\nParallel regions by source location (top {top} by total time)\n")
+    r = regions.table
+    if r.empty:
+        out.write("  (none)\n")
+    else:
+        by_site = r.groupby(["pid", "codeptr"], dropna=False).agg(
+            count=("duration_ns", "size"), total=("duration_ns", "sum"),
+            mean=("duration_ns", "mean"), team=("requested_team_size", "max"),
+        ).sort_values("total", ascending=False).head(top).reset_index()
+        out.write(_table([{
+            "pid": int(x.pid),
+            "codeptr": hex(int(x.codeptr)) if pd.notna(x.codeptr) else "-",
+            "regions": int(x.count), "total ms": _ms(x.total), "mean us": _us(x.mean),
+            "team size": int(x.team) if pd.notna(x.team) else "-",
+        } for x in by_site.itertuples()]))
+
+    out.write("\nThreads (inside parallel regions: busy versus waiting)\n")
+    tt = analysis.thread_time(df, implicit.table, waits.table, mutex)
+    written = {(p["pid"], t["thread"]): t for p in meta["processes"] for t in p["threads"]}
+    rows = []
+    for x in tt.itertuples():
+        th = written.get((x.pid, x.thread), {})
+        inside = x.in_regions_ns
+        rows.append({
+            "pid": int(x.pid), "thread": int(x.thread), "type": th.get("type", "?"),
+            "in regions ms": _ms(inside), "busy ms": _ms(x.busy_ns),
+            "waiting ms": _ms(x.waiting_ns),
+            "waiting %": f"{100 * x.waiting_ns / inside:.1f}" if inside else "-",
+            "written": th.get("written", int(x.events)), "dropped": th.get("dropped", 0),
+        })
+    out.write(_table(rows))
+    return out.getvalue()

@@ -1,0 +1,381 @@
+"""Shared fixtures and helpers of the ompt-py test suite.
+
+Rules the helpers enforce:
+
+* The pytest process never initialises an OpenMP runtime: every traced
+  scenario runs in a fresh subprocess (libomp accepts a tool once per
+  process, when it initialises).  The pytest process may import ompt_py to
+  load files; importing it puts the tool into this process's
+  OMP_TOOL_LIBRARIES, so every subprocess gets an environment cleaned of
+  OMP_* / OMPTPY_* / KMP_* variables (``clean_env``) plus what the test asks.
+* Test programs (tests/programs/*.c) are built once per session with
+  ``clang-19 -O2 -fopenmp``; the extension module for in-process tests
+  (tests/programs/ext/ompt_work_ext.c) with ``clang-19 -fopenmp -shared
+  -fPIC`` (and, for the libgomp test, ``gcc -fopenmp``).
+* libomp reports a worker's implicit-barrier end and implicit-task end only
+  when the worker is released for the next region (or at shutdown).  Helpers
+  here pair ends with begins by task id and per-thread nesting.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+PROGRAMS = TESTS / "programs"
+EXT_SOURCE = PROGRAMS / "ext" / "ompt_work_ext.c"
+CSRC = REPO / "csrc"
+
+CLANG = shutil.which("clang-19")
+GCC = shutil.which("gcc")
+LLVM_LIB = Path("/usr/lib/llvm-19/lib")
+LIBOMP_CANDIDATES = [
+    LLVM_LIB / "libomp.so.5",
+    LLVM_LIB / "libomp.so",
+    Path("/usr/lib/x86_64-linux-gnu/libomp.so.5"),
+]
+LIBOMP = next((p for p in LIBOMP_CANDIDATES if p.exists()), None)
+OMP_TOOLS_H = LLVM_LIB / "clang" / "19" / "include" / "omp-tools.h"
+PYTHON = sys.executable
+
+# OMPT callback numbers (ompt_callbacks_t) and other enum values used by tests.
+EV = {
+    "thread_begin": 1,
+    "thread_end": 2,
+    "parallel_begin": 3,
+    "parallel_end": 4,
+    "task_create": 5,
+    "task_schedule": 6,
+    "implicit_task": 7,
+    "sync_region_wait": 16,
+    "mutex_released": 17,
+    "work": 20,
+    "masked": 21,
+    "sync_region": 23,
+    "lock_init": 24,
+    "lock_destroy": 25,
+    "mutex_acquire": 26,
+    "mutex_acquired": 27,
+    "dispatch": 32,
+}
+BEGIN, END = 1, 2
+TASK_INITIAL, TASK_IMPLICIT, TASK_EXPLICIT = 0x1, 0x2, 0x4
+SYNC_BARRIER_EXPLICIT = 3
+SYNC_BARRIER_IMPLICIT_WORKSHARE = 8
+SYNC_BARRIER_IMPLICIT_PARALLEL = 9
+WORK_SECTIONS, WORK_SINGLE_EXECUTOR, WORK_SINGLE_OTHER = 2, 3, 4
+WORK_LOOP_STATIC, WORK_LOOP_DYNAMIC = 10, 11
+DISPATCH_SECTION, DISPATCH_WS_LOOP_CHUNK = 2, 3
+MUTEX_LOCK, MUTEX_CRITICAL = 1, 5
+TASK_COMPLETE, TASK_SWITCH = 1, 7
+
+# Records of a process whose OpenMP work is n regions of 2 threads (empty
+# bodies), run under OMP_TOOL_LIBRARIES to the end: per region 8 on the
+# encountering thread (parallel_begin/end, implicit_task, sync_region and
+# sync_region_wait begin/end) and 6 on the worker (the same without the
+# parallel events); per process thread_begin/end of the 2 threads and the
+# initial task's implicit_task begin/end.
+PER_REGION = 14
+PER_PROCESS = 6
+
+
+def parallel_records(n: int) -> int:
+    return PER_REGION * n + PER_PROCESS
+
+
+# ---- toolchain -------------------------------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "needs_clang: needs clang-19 and LLVM libomp 19 (skipped otherwise)"
+    )
+    config.addinivalue_line("markers", "needs_gcc: needs gcc with -fopenmp (skipped otherwise)")
+
+
+def _toolchain_missing() -> str | None:
+    if CLANG is None:
+        return "clang-19 is not installed"
+    if LIBOMP is None:
+        return "LLVM libomp (libomp.so.5) is not installed"
+    return None
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("needs_clang") and (why := _toolchain_missing()):
+        pytest.skip(why)
+    if item.get_closest_marker("needs_gcc") and GCC is None:
+        pytest.skip("gcc is not installed")
+
+
+def _run_checked(cmd: list[str], what: str) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"building {what} failed:\n$ {' '.join(cmd)}\n{r.stdout}{r.stderr}")
+
+
+def compile_program(source: Path, out: Path, cc: str | None = None, flags=()) -> Path:
+    """An executable from one C file: ``clang-19 -O2 -fopenmp`` by default."""
+    cmd = [cc or CLANG, "-O2", "-fopenmp", "-Wall", "-Wextra", "-Werror", *flags,
+           str(source), "-o", str(out)]
+    _run_checked(cmd, str(source))
+    return out
+
+
+def build_extension(source: Path, outdir: Path, name: str, cc: str | None = None,
+                    flags=()) -> Path:
+    """A CPython extension module ``name`` from C source, built with ``cc -fopenmp
+    -shared -fPIC`` (clang-19 by default) into outdir; returns the file."""
+    out = outdir / (name + sysconfig.get_config_var("EXT_SUFFIX"))
+    cmd = [
+        cc or CLANG, "-O2", "-fopenmp", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror",
+        "-I", sysconfig.get_paths()["include"], f"-DEXT_NAME={name}", *flags,
+        str(source), "-o", str(out),
+    ]
+    _run_checked(cmd, f"extension {name}")
+    return out
+
+
+class Programs:
+    """Built test programs: ``programs.parallel`` or ``programs["parallel"]`` is a path."""
+
+    def __init__(self, paths: dict[str, Path]) -> None:
+        self._paths = paths
+
+    def __getitem__(self, name: str) -> str:
+        return str(self._paths[name])
+
+    def __getattr__(self, name: str) -> str:
+        try:
+            return str(self._paths[name])
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def dir(self) -> Path:
+        return next(iter(self._paths.values())).parent
+
+
+@pytest.fixture(scope="session")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> Programs:
+    """tests/programs/*.c, built with clang-19 -O2 -fopenmp (skips without clang-19)."""
+    if why := _toolchain_missing():
+        pytest.skip(why)
+    outdir = tmp_path_factory.mktemp("programs")
+    sources = sorted(PROGRAMS.glob("*.c"))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        built = list(pool.map(lambda s: compile_program(s, outdir / s.stem), sources))
+    return Programs({p.name: p for p in built})
+
+
+@pytest.fixture(scope="session")
+def omp_ext(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory holding the extension module ``ompt_work_ext`` (clang-19, LLVM libomp)."""
+    if why := _toolchain_missing():
+        pytest.skip(why)
+    outdir = tmp_path_factory.mktemp("ext")
+    build_extension(EXT_SOURCE, outdir, "ompt_work_ext")
+    return outdir
+
+
+@pytest.fixture(scope="session")
+def gomp_ext(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory holding ``ompt_work_gomp``: the same module built by gcc -fopenmp (libgomp)."""
+    if GCC is None:
+        pytest.skip("gcc is not installed")
+    outdir = tmp_path_factory.mktemp("gomp_ext")
+    path = build_extension(EXT_SOURCE, outdir, "ompt_work_gomp", cc=GCC)
+    ldd = subprocess.run(["ldd", str(path)], capture_output=True, text=True).stdout
+    if "libgomp" not in ldd:
+        pytest.skip(f"gcc -fopenmp did not link libgomp:\n{ldd}")
+    return outdir
+
+
+# ---- subprocesses ----------------------------------------------------------
+
+
+def clean_env(extra: dict[str, str] | None = None, **more: str) -> dict[str, str]:
+    """This process's environment without OpenMP/ompt-py settings, plus ``extra``."""
+    env = {
+        k: v for k, v in os.environ.items()
+        if not k.startswith(("OMP_", "OMPTPY_", "KMP_", "GOMP_"))
+        and k not in ("LD_PRELOAD", "PYTHONPATH")
+    }
+    env.update(extra or {})
+    env.update(more)
+    return env
+
+
+def tool_env(outdir: Path | str, **more: str) -> dict[str, str]:
+    """Environment that attaches the C tool to any libomp program and writes raw files to outdir."""
+    import ompt_py
+
+    return clean_env({"OMP_TOOL_LIBRARIES": ompt_py.tool_path(), "OMPTPY_OUTPUT": str(outdir)},
+                     **more)
+
+
+def run_python(code: str, env: dict[str, str] | None = None, *, path: list | None = None,
+               timeout: float = 120, check: bool = True, cwd=None) -> subprocess.CompletedProcess:
+    """Runs ``code`` (dedented) with the venv's python in a fresh process.
+
+    ``env`` is added to a cleaned environment; ``path`` entries go on PYTHONPATH.
+    With check, a non-zero exit fails the test with the child's output.
+    """
+    full = clean_env(env)
+    if path:
+        full["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
+    r = subprocess.run([PYTHON, "-c", textwrap.dedent(code)], env=full, capture_output=True,
+                       text=True, timeout=timeout, cwd=cwd)
+    if check and r.returncode != 0:
+        pytest.fail(f"python subprocess exited with {r.returncode}\n--- stdout\n{r.stdout}"
+                    f"--- stderr\n{r.stderr}")
+    return r
+
+
+@pytest.fixture
+def run_traced(tmp_path: Path, omp_ext: Path):
+    """run_traced(code, env=None) -> loaded Trace.
+
+    ``code`` runs in a fresh python with ``ompt_work_ext`` importable and
+    ``TRACE_PATH`` defined; it must save its trace there (``t.save(TRACE_PATH)``).
+    """
+    counter = iter(range(1_000_000))
+
+    def run(code: str, env: dict[str, str] | None = None, timeout: float = 120):
+        import ompt_py
+
+        path = tmp_path / f"trace-{next(counter)}.parquet"
+        prologue = f"TRACE_PATH = {str(path)!r}\n"
+        r = run_python(prologue + textwrap.dedent(code), env, path=[omp_ext], timeout=timeout)
+        if not path.exists():
+            pytest.fail(f"the snippet saved no trace at {path}\n{r.stdout}{r.stderr}")
+        return ompt_py.load(path)
+
+    return run
+
+
+def run_with_tool(cmd: list[str], outdir: Path, timeout: float = 60, **env: str):
+    """Runs a command with the C tool attached through OMP_TOOL_LIBRARIES (file sink)."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(cmd, env=tool_env(outdir, **env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# ---- trace analysis ----------------------------------------------------------
+
+
+def counts(ev: np.ndarray) -> Counter:
+    """Counter of (event number, endpoint, kind) over structured events."""
+    keys = zip(ev["event"].tolist(), ev["endpoint"].tolist(), ev["kind"].tolist())
+    return Counter(keys)
+
+
+def select(ev: np.ndarray, event: str, endpoint: int | None = None,
+           kind: int | None = None) -> np.ndarray:
+    m = ev["event"] == EV[event]
+    if endpoint is not None:
+        m &= ev["endpoint"] == endpoint
+    if kind is not None:
+        m &= ev["kind"] == kind
+    return ev[m]
+
+
+def n_of(ev: np.ndarray, event: str, endpoint: int | None = None, kind: int | None = None) -> int:
+    return len(select(ev, event, endpoint, kind))
+
+
+def per_thread(ev: np.ndarray, pids: np.ndarray | None = None):
+    """(pid, thread) -> that thread's events, in the trace's per-thread order."""
+    pids = np.zeros(len(ev), np.int64) if pids is None else pids
+    out = {}
+    for key in sorted(set(zip(pids.tolist(), ev["thread"].tolist()))):
+        out[key] = ev[(pids == key[0]) & (ev["thread"] == key[1])]
+    return out
+
+
+_PAIR = {EV["parallel_begin"]: EV["parallel_end"], EV["thread_begin"]: EV["thread_end"]}
+
+
+def unmatched_scopes(ev: np.ndarray, pids: np.ndarray | None = None) -> list[str]:
+    """Problems with begin/end nesting, per thread (empty when every begin has its end).
+
+    Per thread, scoped events must nest: an end closes the innermost open
+    begin of the same event (parallel_end closes parallel_begin, thread_end
+    thread_begin), kind, and task (parallel id for parallel events).  The ids
+    are compared only where both are non-zero: libomp passes no parallel data
+    at a worker's implicit-task and implicit-barrier end.
+    """
+    problems = []
+    for (pid, thread), rows in per_thread(ev, pids).items():
+        stack = []
+        for r in rows:
+            e, ep = int(r["event"]), int(r["endpoint"])
+            if ep == BEGIN:
+                stack.append(r)
+            elif ep == END:
+                if not stack:
+                    problems.append(f"pid {pid} thread {thread}: end of event {e} with no begin")
+                    continue
+                b = stack.pop()
+                be = int(b["event"])
+                want = _PAIR.get(be, be)
+                same = want == e and b["kind"] == r["kind"]
+                if e == EV["parallel_end"]:
+                    same &= b["parallel_id"] == r["parallel_id"]
+                elif b["task_id"] and r["task_id"]:
+                    same &= b["task_id"] == r["task_id"]
+                if not same:
+                    problems.append(
+                        f"pid {pid} thread {thread}: end (event {e}, kind {r['kind']}, task "
+                        f"{r['task_id']:#x}) closes begin (event {be}, kind {b['kind']}, task "
+                        f"{b['task_id']:#x})")
+        for b in stack:
+            problems.append(f"pid {pid} thread {thread}: begin of event {int(b['event'])} "
+                            f"kind {int(b['kind'])} never ended")
+    return problems
+
+
+def region_events(ev: np.ndarray, parallel_ids) -> np.ndarray:
+    """Events of the given parallel regions, including the ends that carry no
+    parallel id (matched through the task ids of the regions' implicit tasks)."""
+    pids = np.fromiter(parallel_ids, np.uint64)
+    begins = ev[(ev["event"] == EV["implicit_task"]) & (ev["endpoint"] == BEGIN)
+                & np.isin(ev["parallel_id"], pids)]
+    tasks = begins["task_id"]
+    mine = np.isin(ev["parallel_id"], pids) | (
+        (ev["parallel_id"] == 0) & np.isin(ev["task_id"], tasks)
+        & np.isin(ev["event"], [EV["implicit_task"], EV["sync_region"], EV["sync_region_wait"]]))
+    return ev[mine]
+
+
+def regions_by_codeptr(ev: np.ndarray) -> dict[int, list[int]]:
+    """codeptr -> parallel ids of the regions begun there, in order."""
+    out: dict[int, list[int]] = {}
+    for r in select(ev, "parallel_begin"):
+        out.setdefault(int(r["codeptr"]), []).append(int(r["parallel_id"]))
+    return out
+
+
+def summary(ev: np.ndarray) -> str:
+    """Readable event counts, for assertion messages."""
+    import ompt_py._records as rec
+
+    lines = []
+    for (e, ep, k), n in sorted(counts(ev).items()):
+        name = rec.EVENTS.get(e, str(e))
+        kinds = rec.KIND_NAMES.get(name)
+        kname = kinds.get(k, k) if kinds else k
+        lines.append(f"  {name} ep={ep} kind={kname}: {n}")
+    return "\n".join(lines)

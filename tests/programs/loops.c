@@ -1,0 +1,12 @@
+/* loops [N]: one region: static loop of n iterations, then dynamic,1 loop of n iterations (see work.h). */
+#include <stdlib.h>
+
+#include "work.h"
+
+static int arg(int argc, char **argv, int i, int dflt) { return argc > i ? atoi(argv[i]) : dflt; }
+
+int main(int argc, char **argv) {
+  (void)arg;
+  work_loops(arg(argc, argv, 1, 10));
+  return 0;
+}
