@@ -1,7 +1,7 @@
 /*
  * Where drained records go.  Memory sink (the default, for ompt_py in the
- * same process): one growing anonymous mapping that the Python module takes
- * whole, without a copy.  File sink (OMPTPY_OUTPUT=dir, for `ompt-py run` and
+ * same process): one anonymous mapping that the Python module takes whole,
+ * without a copy.  File sink (OMPTPY_OUTPUT=dir, for `ompt-py run` and
  * any process without Python): an append-only file of blocks per process,
  * dir/ompt-<pid>-<n>.omptraw, opened at the first block so that processes
  * which never run OpenMP leave no file.  Each block is a 16-byte header
@@ -20,7 +20,9 @@
 
 #include "omptpy_internal.h"
 
-#define RESERVE_BYTES ((size_t)64 << 20)
+#define RESERVE_BYTES ((size_t)64 << 30)
+#define MIN_RESERVE_BYTES ((size_t)64 << 20)
+#define PREFAULT_AHEAD ((size_t)32 << 20)
 
 typedef struct block_header {
   uint32_t magic;
@@ -35,6 +37,7 @@ static struct {
   bool failed;        /* a write failed: the rest is counted as lost */
   uint64_t lost;      /* records that could not be written */
   omptpy_block mem;   /* memory sink */
+  size_t populated;   /* bytes of mem.base known to be faulted in */
   pthread_mutex_t mem_lock;
 } S = {.fd = -1, .mem_lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -98,26 +101,54 @@ static bool file_ready(void) {
   return rc == 0;
 }
 
-static void mem_append(const omptpy_record *recs, size_t n) {
-  size_t need = (S.mem.nrecs + n) * sizeof *recs;
-  pthread_mutex_lock(&S.mem_lock);
-  if (need > S.mem.bytes) {
-    size_t cap = S.mem.bytes ? S.mem.bytes : RESERVE_BYTES;
-    while (cap < need) cap *= 2;
-    void *p = S.mem.base ? mremap(S.mem.base, S.mem.bytes, cap, MREMAP_MAYMOVE)
-                         : mmap(NULL, cap, PROT_READ | PROT_WRITE,
-                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-      S.lost += n;
-      pthread_mutex_unlock(&S.mem_lock);
-      return;
+/* The memory sink reserves a large range of address space once (nothing is
+ * committed until touched) and keeps PREFAULT_AHEAD bytes past the write
+ * position populated, so the drainer's copies never page-fault.  A range
+ * that fills up is grown with mremap. */
+static void *mem_reserve(size_t *bytes) {
+  for (size_t want = RESERVE_BYTES; want >= MIN_RESERVE_BYTES; want /= 2) {
+    void *p = mmap(NULL, want, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p != MAP_FAILED) {
+      *bytes = want;
+      return p;
     }
-    madvise(p, cap, MADV_HUGEPAGE); /* fewer page faults while the trace grows */
+  }
+  return NULL;
+}
+
+static bool mem_room(size_t need) {
+  if (!S.mem.base) {
+    S.mem.base = mem_reserve(&S.mem.bytes);
+    S.populated = 0;
+    if (!S.mem.base) return false;
+  }
+  if (need > S.mem.bytes) {
+    size_t cap = S.mem.bytes;
+    while (cap < need) cap *= 2;
+    void *p = mremap(S.mem.base, S.mem.bytes, cap, MREMAP_MAYMOVE);
+    if (p == MAP_FAILED) return false;
     S.mem.base = p;
     S.mem.bytes = cap;
   }
-  memcpy((omptpy_record *)S.mem.base + S.mem.nrecs, recs, n * sizeof *recs);
-  S.mem.nrecs += n;
+  if (S.populated < need + PREFAULT_AHEAD / 2 && S.populated < S.mem.bytes) {
+    /* Ahead by as much as is already used (small traces stay small), at most PREFAULT_AHEAD. */
+    size_t len = need < (1u << 20) ? (1u << 20) : need < PREFAULT_AHEAD ? need : PREFAULT_AHEAD;
+    if (S.populated + len > S.mem.bytes) len = S.mem.bytes - S.populated;
+    madvise((char *)S.mem.base + S.populated, len, MADV_POPULATE_WRITE);
+    S.populated += len;
+  }
+  return true;
+}
+
+static void mem_append(const omptpy_record *recs, size_t n) {
+  pthread_mutex_lock(&S.mem_lock);
+  if (!mem_room((S.mem.nrecs + n) * sizeof *recs)) {
+    S.lost += n;
+  } else {
+    memcpy((omptpy_record *)S.mem.base + S.mem.nrecs, recs, n * sizeof *recs);
+    S.mem.nrecs += n;
+  }
   pthread_mutex_unlock(&S.mem_lock);
 }
 

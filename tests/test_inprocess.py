@@ -1,0 +1,515 @@
+"""ompt_py in the traced process: ``with ompt_py.trace()`` around calls into an
+OpenMP extension module built for the test (tests/programs/ext/ompt_work_ext.c).
+
+Each scenario runs in a fresh python (the runtime accepts a tool once per
+process, when it initialises).  libomp reports a worker's implicit-barrier
+and implicit-task end only when the worker joins the next region, so the
+snippets end their window with one empty region (``w.parallel(1)``, the
+"trailer") and the tests count the events of the measured regions only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import numpy as np
+import ompt_py
+import pandas as pd
+import pytest
+from conftest import (
+    BEGIN,
+    DISPATCH_WS_LOOP_CHUNK,
+    END,
+    EV,
+    MUTEX_CRITICAL,
+    MUTEX_LOCK,
+    SYNC_BARRIER_IMPLICIT_PARALLEL,
+    TASK_COMPLETE,
+    TASK_EXPLICIT,
+    TASK_SWITCH,
+    WORK_LOOP_DYNAMIC,
+    WORK_LOOP_STATIC,
+    n_of,
+    per_thread,
+    region_events,
+    run_python,
+    select,
+    summary,
+    unmatched_scopes,
+)
+
+pytestmark = pytest.mark.needs_clang
+
+PROLOGUE = "import ompt_py\nimport ompt_work_ext as w\n"
+
+
+def trace_of(run_traced, body: str, env=None):
+    """Runs ``body`` (python using ``w``) inside one trace window followed by the trailer."""
+    code = PROLOGUE + "with ompt_py.trace() as t:\n"
+    code += "".join(f"    {line}\n" for line in body.strip().splitlines())
+    code += "    w.parallel(1)\nt.save(TRACE_PATH)\n"
+    return run_traced(code, env)
+
+
+def measured(t):
+    """(events of every region but the last, the last region's parallel id)."""
+    ev = t.events
+    begins = select(ev, "parallel_begin")
+    order = np.argsort(begins["time_ns"], kind="stable")
+    ids = begins["parallel_id"][order].tolist()
+    return region_events(ev, ids[:-1]), ids[-1]
+
+
+# ---- counts ----------------------------------------------------------------------
+
+
+def test_parallel_regions(run_traced):
+    n = 6
+    t = trace_of(run_traced, f"w.parallel({n})")
+    ev, _ = measured(t)
+    assert n_of(ev, "parallel_begin") == n
+    assert n_of(ev, "parallel_end") == n
+    assert n_of(ev, "implicit_task", BEGIN) == 2 * n
+    assert n_of(ev, "implicit_task", END) == 2 * n, summary(ev)
+    for what in ("sync_region", "sync_region_wait"):
+        for ep in (BEGIN, END):
+            assert n_of(ev, what, ep, SYNC_BARRIER_IMPLICIT_PARALLEL) == 2 * n, summary(ev)
+    assert len(ev) == 14 * n, summary(ev)
+    assert unmatched_scopes(ev) == []
+    # the whole window: the worker's thread_begin, the measured regions, the
+    # trailer's 8 events on the encountering thread and 3 on the worker
+    # (implicit_task, sync_region, sync_region_wait begin)
+    assert len(t.events) == 14 * n + 1 + 8 + 3, summary(t.events)
+    proc = t.meta["processes"][0]
+    assert proc["written"] == len(t.events) and proc["dropped"] == 0
+    assert proc["complete"] is True
+    assert set(np.unique(t.pids).tolist()) == {proc["pid"]}
+
+
+def test_tasks(run_traced):
+    n = 25
+    t = trace_of(run_traced, f"w.tasks({n})")
+    ev = t.events
+    created = select(ev, "task_create")
+    assert len(created) == n
+    assert set((created["u32b"] & 0xF).tolist()) == {TASK_EXPLICIT}
+    ids = sorted(created["task_id"].tolist())
+    assert sorted(select(ev, "task_schedule", kind=TASK_SWITCH)["u64a"].tolist()) == ids
+    assert sorted(select(ev, "task_schedule", kind=TASK_COMPLETE)["task_id"].tolist()) == ids
+    assert n_of(ev, "task_schedule") == 2 * n
+
+
+def test_loops(run_traced):
+    n = 40
+    t = trace_of(run_traced, f"w.loops({n})")
+    ev, _ = measured(t)
+    for kind in (WORK_LOOP_STATIC, WORK_LOOP_DYNAMIC):
+        assert n_of(ev, "work", BEGIN, kind) == 2
+        assert n_of(ev, "work", END, kind) == 2
+        assert set(select(ev, "work", BEGIN, kind)["u64a"].tolist()) == {n}
+    d = select(ev, "dispatch")
+    assert len(d) == n + 2  # n dynamic,1 chunks, one static chunk per thread
+    assert set(d["kind"].tolist()) == {DISPATCH_WS_LOOP_CHUNK}
+    # dynamic,1: one chunk of one iteration per iteration; static: 2 chunks of n/2
+    ones = d[d["u64b"] == 1]
+    assert sorted(ones["u64a"].tolist()) == list(range(n))
+    assert sorted(d[d["u64b"] != 1]["u64b"].tolist()) == [n // 2, n // 2]
+    assert unmatched_scopes(ev) == []
+
+
+def test_critical_and_lock(run_traced):
+    n = 40
+    t = trace_of(run_traced, f"assert w.critical({n}) == {4 * n}")
+    ev = t.events
+    for what in ("mutex_acquire", "mutex_acquired", "mutex_released"):
+        assert n_of(ev, what, kind=MUTEX_CRITICAL) == 2 * n
+        assert n_of(ev, what, kind=MUTEX_LOCK) == 2 * n
+    assert n_of(ev, "lock_init") == 1 and n_of(ev, "lock_destroy") == 1
+
+
+def test_nested(run_traced):
+    t = trace_of(run_traced, "w.nested()")
+    ev, _ = measured(t)
+    begins = select(ev, "parallel_begin")
+    assert len(begins) == 3
+    it = select(ev, "implicit_task", BEGIN)
+    assert len(it) == 6
+    outer = [p for p in begins["parallel_id"].tolist()
+             if set(begins["task_id"].tolist()) & set(it[it["parallel_id"] == p]["task_id"].tolist())]
+    assert len(outer) == 1
+    outer_tasks = sorted(it[it["parallel_id"] == outer[0]]["task_id"].tolist())
+    inner = begins[begins["parallel_id"] != outer[0]]
+    assert sorted(inner["task_id"].tolist()) == outer_tasks
+
+
+# ---- windows ---------------------------------------------------------------------------
+
+
+def test_start_stop_start_accumulates_windows(run_traced, tmp_path):
+    first = tmp_path / "first.npy"
+    t = run_traced(f"""
+        import numpy as np
+        import ompt_py
+        import ompt_work_ext as w
+        t = ompt_py.trace()
+        assert not t.recording
+        t.start()
+        assert t.recording and ompt_py.status()["recording"]
+        w.parallel(2)
+        t.stop()
+        assert not t.recording and not ompt_py.status()["recording"]
+        np.save({str(first)!r}, t.events)
+        first_written = t.meta["written"]
+        assert first_written == len(t.events)
+        w.parallel(4)            # outside any window: not recorded
+        t.start()
+        w.parallel(3)
+        t.stop()
+        t.save(TRACE_PATH)
+        print(first_written)
+    """)
+    ev = t.events
+    assert n_of(ev, "parallel_begin") == 5
+    assert n_of(ev, "parallel_end") == 5
+    before = np.load(first)
+    assert n_of(before, "parallel_begin") == 2
+    # the first window's events are kept as they were, the second follows
+    assert np.array_equal(ev[: len(before)], before)
+    assert ev["time_ns"][len(before):].min() > before["time_ns"].max()
+    assert t.meta["written"] == len(ev)
+    assert t.meta["dropped"] == 0
+    (proc,) = t.meta["processes"]
+    assert sum(th["written"] for th in proc["threads"]) == len(ev)
+
+
+def test_window_excludes_outside_work(run_traced):
+    t = run_traced(PROLOGUE + """
+w.parallel(3)
+with ompt_py.trace() as t:
+    w.parallel(2)
+w.parallel(5)
+t.save(TRACE_PATH)
+""")
+    assert n_of(t.events, "parallel_begin") == 2
+    assert n_of(t.events, "parallel_end") == 2
+
+
+def test_trace_path_saves_at_stop(run_traced):
+    t = run_traced(PROLOGUE + """
+with ompt_py.trace(TRACE_PATH) as t:
+    w.parallel(4)
+""")
+    assert n_of(t.events, "parallel_begin") == 4
+
+
+def test_second_recording_trace_is_refused(omp_ext):
+    r = run_python(PROLOGUE + """
+a, b = ompt_py.trace(), ompt_py.trace()
+with a:
+    try:
+        b.start()
+    except ompt_py.OmptPyError as e:
+        print("refused:", e)
+    else:
+        print("accepted")
+""", path=[omp_ext])
+    assert r.stdout.startswith("refused:"), r.stdout
+
+
+# ---- pandas and files ----------------------------------------------------------------
+
+COLUMNS = [
+    "time_ns", "pid", "thread", "event", "endpoint", "parallel_id", "task_id", "codeptr", "kind",
+    "team_size", "thread_num", "flags", "has_dependences", "other_task_id", "count", "instance",
+    "chunk_iterations", "wait_id", "hint", "impl", "os_tid", "command", "modifier",
+    "message_length",
+]
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory, omp_ext):
+    """A trace of tasks, loops, critical/lock and regions, recorded in-process and
+    saved; the snippet also checks its own to_pandas against the loaded file's."""
+    path = tmp_path_factory.mktemp("mixed") / "mixed.parquet"
+    r = run_python(PROLOGUE + f"""
+import json, numpy as np, pandas as pd
+with ompt_py.trace() as t:
+    w.tasks(5)
+    w.loops(8)
+    w.critical(3)
+    w.parallel(1)
+t.save({str(path)!r})
+u = ompt_py.load({str(path)!r})
+assert u.events.dtype == t.events.dtype
+assert np.array_equal(u.events, t.events)
+assert np.array_equal(u.pids, t.pids)
+assert json.loads(json.dumps(u.meta)) == json.loads(json.dumps(t.meta))
+pd.testing.assert_frame_equal(u.to_pandas(), t.to_pandas())
+try:
+    u.start()
+except ompt_py.OmptPyError:
+    print("loaded trace refuses to record")
+""", path=[omp_ext])
+    assert "loaded trace refuses to record" in r.stdout
+    return ompt_py.load(path)
+
+
+def test_to_pandas_columns_and_dtypes(mixed):
+    df = mixed.to_pandas()
+    assert list(df.columns) == COLUMNS
+    assert len(df) == len(mixed.events)
+    assert df["time_ns"].dtype == np.int64
+    assert df["time_ns"].is_monotonic_increasing
+    assert df["pid"].dtype.kind == "i"
+    assert df["thread"].dtype.kind in "iu"
+    for c in ("event", "endpoint", "kind"):
+        assert isinstance(df[c].dtype, pd.CategoricalDtype), c
+    for c in COLUMNS[5:8] + COLUMNS[9:]:
+        if c != "kind":
+            assert isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype), c
+            assert df[c].dtype.kind in "iu", c
+
+
+def test_to_pandas_names_and_nulls(mixed):
+    df = mixed.to_pandas()
+    ev = mixed.events
+    names = set(df["event"].astype(str))
+    assert {"parallel_begin", "parallel_end", "implicit_task", "task_create", "task_schedule",
+            "work", "dispatch", "sync_region", "sync_region_wait", "mutex_acquire",
+            "mutex_acquired", "mutex_released", "lock_init", "lock_destroy"} <= names
+    assert set(df["endpoint"].dropna().astype(str)) == {"begin", "end"}
+    # events without endpoint have NaN there
+    assert df.loc[df["event"] == "task_create", "endpoint"].isna().all()
+    assert df.loc[df["event"] == "parallel_begin", "endpoint"].eq("begin").all()
+    kinds = set(df["kind"].dropna().astype(str))
+    assert {"loop_dynamic", "loop_static", "barrier_implicit_parallel", "critical", "lock",
+            "complete", "switch", "ws_loop_chunk", "single_executor"} <= kinds
+    # the named counts agree with the raw records
+    assert (df["event"] == "task_create").sum() == n_of(ev, "task_create") == 5
+    dyn = df[(df["event"] == "work") & (df["kind"] == "loop_dynamic")]
+    assert len(dyn) == n_of(ev, "work", kind=WORK_LOOP_DYNAMIC)
+    # argument columns are set exactly for the events that have them
+    has_team = df["team_size"].notna()
+    assert set(df.loc[has_team, "event"].astype(str)) == {"parallel_begin", "implicit_task"}
+    assert df.loc[df["event"] == "parallel_begin", "team_size"].eq(2).all()
+    assert set(df.loc[df["thread_num"].notna(), "event"].astype(str)) == {"implicit_task"}
+    assert set(df.loc[df["count"].notna(), "event"].astype(str)) == {"work"}
+    assert set(df.loc[df["chunk_iterations"].notna(), "event"].astype(str)) == {"dispatch"}
+    assert set(df.loc[df["wait_id"].notna(), "event"].astype(str)) == {
+        "mutex_acquire", "mutex_acquired", "mutex_released", "lock_init", "lock_destroy"}
+    assert set(df.loc[df["other_task_id"].notna(), "event"].astype(str)) <= {
+        "task_create", "task_schedule"}
+    loops = df[(df["event"] == "work") & (df["endpoint"] == "begin")
+               & df["kind"].isin(["loop_static", "loop_dynamic"])]
+    assert loops["count"].eq(8).all() and len(loops) == 4
+    # ids: 0 in the record is <NA> in the frame
+    assert df["parallel_id"].isna().sum() == int((ev["parallel_id"] == 0).sum())
+    assert df.loc[df["event"] == "task_create", "parallel_id"].isna().all()
+    assert df["pid"].nunique() == 1
+
+
+def test_parquet_round_trip_in_pytest_process(mixed, tmp_path):
+    path = tmp_path / "again.parquet"
+    mixed.save(path)
+    again = ompt_py.load(path)
+    assert np.array_equal(again.events, mixed.events)
+    assert np.array_equal(again.pids, mixed.pids)
+    assert again.meta == mixed.meta
+    pd.testing.assert_frame_equal(again.to_pandas(), mixed.to_pandas())
+
+
+# ---- status and attach errors -------------------------------------------------------------
+
+
+def test_status(omp_ext):
+    r = run_python("""
+import json, os, ompt_py
+out = {"before": ompt_py.status()}
+import ompt_work_ext as w
+out["imported"] = ompt_py.status()
+with ompt_py.trace() as t:
+    out["during"] = ompt_py.status()
+    w.parallel(1)
+out["after"] = ompt_py.status()
+out["tool_path"] = ompt_py.tool_path()
+out["env"] = os.environ.get("OMP_TOOL_LIBRARIES")
+print(json.dumps(out))
+""", path=[omp_ext])
+    s = json.loads(r.stdout)
+    tool = s["tool_path"]
+    assert tool.endswith("libomptpy.so") and tool.startswith("/")
+    assert s["env"].split(":")[0] == tool
+    before, imported, during, after = s["before"], s["imported"], s["during"], s["after"]
+    assert before["attached"] is False and before["recording"] is False
+    assert before["tool_path"] == tool
+    assert before["mapped_runtimes"] == [] and before["runtimes"] == []
+    assert before["config"]["sink"] == "memory"
+    assert [m["family"] for m in imported["mapped_runtimes"]] == ["llvm"]
+    assert imported["attached"] is False  # mapped but not initialised yet
+    assert during["attached"] is True and during["recording"] is True
+    (rt,) = during["runtimes"]
+    assert rt["initialized"] is True
+    assert rt["callbacks"]["parallel_begin"] == "always"
+    assert rt["callbacks"]["dispatch"] == "always"
+    import os
+
+    mapped = {os.path.realpath(m["path"]) for m in during["mapped_runtimes"]}
+    assert os.path.realpath(rt["path"]) in mapped
+    assert after["attached"] is True and after["recording"] is False
+
+
+def _exception_of(snippet: str, omp_ext, env=None) -> tuple[str, str]:
+    r = run_python(snippet + """
+except Exception as e:
+    import sys
+    print(type(e).__module__ + "." + type(e).__name__)
+    print(str(e))
+else:
+    print("no exception")
+""", env, path=[omp_ext])
+    kind, _, msg = r.stdout.partition("\n")
+    return kind, msg
+
+
+def test_attach_error_when_runtime_initialised_before_import(omp_ext):
+    kind, msg = _exception_of("""
+import ompt_work_ext as w
+w.max_threads()             # initialises libomp without a tool
+import ompt_py
+try:
+    with ompt_py.trace():
+        w.parallel(1)""", omp_ext)
+    assert kind == "ompt_py.errors.AttachError", msg
+    assert re.search(r"import(ing)? ompt_py", msg, re.I), msg
+    assert re.search(r"before|first", msg, re.I), msg
+
+
+def test_import_ext_before_ompt_py_is_fine_if_unused(run_traced):
+    t = run_traced("""
+import ompt_work_ext as w   # loaded, not initialised
+import ompt_py
+with ompt_py.trace() as t:
+    w.parallel(3)
+t.save(TRACE_PATH)
+""")
+    assert n_of(t.events, "parallel_begin") == 3
+
+
+def test_attach_error_for_libgomp(gomp_ext):
+    kind, msg = _exception_of("""
+import ompt_py
+import ompt_work_gomp as g
+g.parallel(1)
+try:
+    ompt_py.trace().start()""", gomp_ext)
+    assert kind == "ompt_py.errors.AttachError", msg
+    assert "libgomp" in msg
+
+
+def test_attach_error_when_tool_off(omp_ext):
+    kind, msg = _exception_of("""
+import ompt_py
+import ompt_work_ext as w
+try:
+    with ompt_py.trace():
+        w.parallel(1)""", omp_ext, env={"OMPTPY_TOOL": "off"})
+    assert kind == "ompt_py.errors.AttachError", msg
+    assert "OMPTPY_TOOL" in msg
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "words"),
+    [
+        ("OMPTPY_OVERFLOW", "bogus", ["drop", "grow", "block"]),
+        ("OMPTPY_BUFFER_SIZE", "abc", []),
+        ("OMPTPY_BUFFER_SIZE", "64K", []),
+        ("OMPTPY_CLOCK", "sundial", ["auto", "tsc", "monotonic"]),
+        ("OMPTPY_RECORD", "sometimes", ["on", "off"]),
+    ],
+)
+def test_config_error_at_import(omp_ext, var, value, words):
+    kind, msg = _exception_of("try:\n    import ompt_py", omp_ext, env={var: value})
+    assert kind == "ompt_py.errors.ConfigError", msg
+    assert var in msg and value in msg
+    for word in words:
+        assert word in msg
+
+
+def test_config_error_is_value_error():
+    assert issubclass(ompt_py.ConfigError, ValueError)
+    assert issubclass(ompt_py.AttachError, RuntimeError)
+    assert issubclass(ompt_py.TraceFileError, OSError)
+    for e in (ompt_py.ConfigError, ompt_py.AttachError, ompt_py.TraceFileError):
+        assert issubclass(e, ompt_py.OmptPyError)
+
+
+# ---- fork ----------------------------------------------------------------------------------
+
+
+def test_fork_child_traces_only_its_own_events(run_traced, tmp_path):
+    child_path = tmp_path / "child.parquet"
+    parent = run_traced(PROLOGUE + f"""
+import os
+t = ompt_py.trace()
+t.start()
+w.parallel(2)
+pid = os.fork()
+if pid == 0:
+    w.parallel(3)
+    t.stop()
+    t.save({str(child_path)!r})
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert status == 0, status
+w.parallel(4)
+t.stop()
+t.save(TRACE_PATH)
+print(pid)
+""")
+    child = ompt_py.load(child_path)
+    (cproc,) = child.meta["processes"]
+    (pproc,) = parent.meta["processes"]
+    assert cproc["pid"] != pproc["pid"]
+    assert set(np.unique(child.pids).tolist()) == {cproc["pid"]}
+    assert set(np.unique(parent.pids).tolist()) == {pproc["pid"]}
+    assert n_of(child.events, "parallel_begin") == 3, summary(child.events)
+    assert n_of(child.events, "parallel_end") == 3
+    assert n_of(parent.events, "parallel_begin") == 6, summary(parent.events)
+    assert cproc["written"] == len(child.events)
+    assert pproc["written"] == len(parent.events)
+    assert not set(select(child.events, "parallel_begin")["parallel_id"].tolist()) & set(
+        select(parent.events, "parallel_begin")["parallel_id"].tolist())
+
+
+# ---- overflow in-process ---------------------------------------------------------------------
+
+# w.dispatch(N) then the trailer, in one window: the worker's thread_begin (1),
+# the loop's region whole (14 + 4 work + 8 workshare barrier + N dispatch), the
+# trailer's 8 + 3 events (see test_parallel_regions).
+def window_records(n: int) -> int:
+    return n + 1 + 14 + 12 + 11
+
+
+@pytest.mark.parametrize("policy", ["grow", "drop"])
+def test_overflow_in_process(run_traced, policy):
+    n = 200_000
+    t = trace_of(run_traced, f"w.dispatch({n})", env={
+        "OMPTPY_BUFFER_SIZE": "256K", "OMPTPY_DRAIN_MS": "1000", "OMPTPY_OVERFLOW": policy})
+    (proc,) = t.meta["processes"]
+    assert proc["config"]["overflow"] == policy
+    per = Counter(t.events["thread"].tolist())
+    for th in proc["threads"]:
+        assert th["written"] == per.get(th["thread"], 0), th
+    assert proc["written"] == len(t.events)
+    assert proc["written"] + proc["dropped"] == window_records(n), summary(t.events)
+    if policy == "grow":
+        assert proc["dropped"] == 0
+        assert sorted(select(t.events, "dispatch")["u64a"].tolist()) == list(range(n))
+    else:
+        assert proc["dropped"] > 0
+    for _, rows in per_thread(t.events).items():
+        assert np.all(np.diff(rows["time_ns"]) >= 0)
+    assert n_of(t.events, "parallel_begin") + n_of(t.events, "parallel_end") <= 4
+    assert EV["dispatch"] in set(t.events["event"].tolist())

@@ -1,0 +1,96 @@
+"""Buffer overflow policies: drop, grow, block.
+
+`many N` is one region of 2 threads with a dynamic,1 loop of N iterations.
+Run to the end under the tool it makes exactly E = N + 32 records (N >= 1):
+N dispatch events, plus 20 for the region (parallel_begin/end; per thread
+implicit_task, implicit-barrier sync_region and sync_region_wait begin/end),
+4 for the threads (thread_begin/end), 2 for the initial task's implicit task,
+4 work loop_dynamic begin/end and 8 for the loop's implicit workshare barrier.
+test_event_count_formula checks E without any pressure on the buffers.
+
+With OMPTPY_BUFFER_SIZE=256K a thread owns at most 3 chunks of 1024 records,
+and OMPTPY_DRAIN_MS=1000 lets the drainer sleep long, so a burst of 10^5
+records per thread overflows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import ompt_py
+import pytest
+from conftest import DISPATCH_WS_LOOP_CHUNK, per_thread, run_with_tool, select, summary
+
+pytestmark = pytest.mark.needs_clang
+
+FIXED = 32
+BURST = 200_000
+PRESSURE = {"OMPTPY_BUFFER_SIZE": "256K", "OMPTPY_DRAIN_MS": "1000"}
+
+
+def run_many(programs, tmp_path, n, **env):
+    out = tmp_path / "raw"
+    r = run_with_tool([programs.many, str(n)], out, timeout=120, **env)
+    assert r.returncode == 0, r.stderr
+    t = ompt_py.load(out)
+    (proc,) = t.meta["processes"]
+    return t, proc
+
+
+def check_accounting(t, proc):
+    """Per thread: `written` is exactly the number of that thread's records in the trace."""
+    per = Counter(t.events["thread"].tolist())
+    for th in proc["threads"]:
+        assert th["written"] == per.get(th["thread"], 0), th
+    assert proc["written"] == len(t.events)
+    assert t.meta["written"] == proc["written"] and t.meta["dropped"] == proc["dropped"]
+    # whatever was kept is intact: known events, time order per thread,
+    # each loop iteration at most once
+    assert set(t.events["event"].tolist()) <= set(ompt_py._records.EVENTS)
+    for _, rows in per_thread(t.events).items():
+        assert np.all(np.diff(rows["time_ns"]) >= 0)
+    d = select(t.events, "dispatch")
+    assert set(d["kind"].tolist()) <= {DISPATCH_WS_LOOP_CHUNK}
+    assert len(np.unique(d["u64a"])) == len(d)
+    assert set(d["u64b"].tolist()) <= {1}
+
+
+def test_event_count_formula(programs, tmp_path):
+    n = 1000
+    t, proc = run_many(programs, tmp_path, n)
+    assert proc["dropped"] == 0
+    assert proc["written"] == n + FIXED, summary(t.events)
+    check_accounting(t, proc)
+    assert sorted(select(t.events, "dispatch")["u64a"].tolist()) == list(range(n))
+
+
+def test_drop_counts_every_lost_record(programs, tmp_path):
+    t, proc = run_many(programs, tmp_path, BURST, OMPTPY_OVERFLOW="drop", **PRESSURE)
+    assert proc["config"]["overflow"] == "drop"
+    assert proc["config"]["buffer_bytes"] == 256 << 10
+    assert proc["dropped"] > 0, "the burst was expected to overflow a 256K buffer"
+    total = sum(th["written"] + th["dropped"] for th in proc["threads"])
+    assert total == BURST + FIXED
+    assert proc["written"] + proc["dropped"] == BURST + FIXED
+    check_accounting(t, proc)
+
+
+def test_grow_loses_nothing(programs, tmp_path):
+    t, proc = run_many(programs, tmp_path, BURST, OMPTPY_OVERFLOW="grow", **PRESSURE)
+    assert proc["config"]["overflow"] == "grow"
+    assert proc["dropped"] == 0
+    assert all(th["dropped"] == 0 for th in proc["threads"])
+    assert proc["written"] == BURST + FIXED
+    check_accounting(t, proc)
+    assert sorted(select(t.events, "dispatch")["u64a"].tolist()) == list(range(BURST))
+
+
+def test_block_loses_nothing(programs, tmp_path):
+    t, proc = run_many(programs, tmp_path, BURST, OMPTPY_OVERFLOW="block", **PRESSURE)
+    assert proc["config"]["overflow"] == "block"
+    assert proc["dropped"] == 0
+    assert all(th["dropped"] == 0 for th in proc["threads"])
+    assert proc["written"] == BURST + FIXED
+    check_accounting(t, proc)
+    assert sorted(select(t.events, "dispatch")["u64a"].tolist()) == list(range(BURST))
