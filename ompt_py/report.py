@@ -49,10 +49,10 @@ def render(trace: Trace, top: int = 10) -> str:
         state = "complete" if p.get("complete") else "incomplete (no final flush: killed or _exit)"
         if p.get("truncated"):
             state += ", file truncated"
+        lost = f", lost by the sink {p['sink_lost']:,}" if p["sink_lost"] else ""
         out.write(f"  pid {p['pid']}: {' '.join(p['argv'])[:100]}\n"
                   f"    runtime: {rt}; clock {p['clock']}; {state}\n"
-                  f"    records written {p['written']:,}, dropped {p['dropped']:,}"
-                  f"{', lost by the sink ' + format(p['sink_lost'], ',') if p['sink_lost'] else ''}\n")
+                  f"    records written {p['written']:,}, dropped {p['dropped']:,}{lost}\n")
     if meta.get("dropped"):
         out.write(f"  WARNING: {meta['dropped']:,} records were dropped because buffers were full; "
                   "raise OMPTPY_BUFFER_SIZE or use OMPTPY_OVERFLOW=grow|block\n")

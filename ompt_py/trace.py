@@ -374,7 +374,7 @@ def _from_parquet(path: str) -> Trace:
     meta = json.loads(raw_meta)
     if meta.get("format") != FORMAT:
         raise TraceFileError(f"{path} has trace format {meta.get('format')}; expected {FORMAT}")
-    missing = [n for n in EVENT_DTYPE.names + ("pid",) if n not in table.column_names]
+    missing = [n for n in (*EVENT_DTYPE.names, "pid") if n not in table.column_names]
     if missing:
         raise TraceFileError(f"{path} lacks the columns {missing}; it is not an ompt-py trace")
     events = np.empty(table.num_rows, EVENT_DTYPE)
