@@ -10,16 +10,18 @@
  * omptpy_flush) is the single consumer: under drain_lock it moves full chunks
  * to the sink and hands them back.  A thread's chunks (OMPTPY_BUFFER_SIZE of
  * them, 8 MiB by default) are mapped and faulted in when the thread begins.
- * When a thread has no free chunk the overflow policy applies: drop (count),
- * grow (allocate another) or block (wait for the drainer).
+ * When a thread has no free chunk (the drainer fell behind, e.g. it got no
+ * CPU) the overflow policy applies: flush (the thread moves its own full
+ * chunks to the sink, as Score-P does; the default), drop (count the
+ * record), or grow (allocate another chunk).
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/futex.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +51,8 @@ static struct {
   retired_stats *retired;     /* counters of threads that ended, under drain_lock */
   size_t nretired, capretired;
   pthread_t drainer;
+  _Atomic uint32_t wake;         /* futex word the drainer sleeps on */
+  _Atomic int wake_pending;      /* a writer already woke the drainer */
   _Atomic int drainer_run;
   bool drainer_started;
   bool ready;
@@ -72,6 +76,11 @@ static omptpy_chunk *ring_pop(omptpy_ring *r) {
   omptpy_chunk *c = r->slots[tl & r->mask];
   atomic_store_explicit(&r->tail, tl + 1, memory_order_release);
   return c;
+}
+
+static uint32_t ring_count(omptpy_ring *r) {
+  return atomic_load_explicit(&r->head, memory_order_acquire) -
+         atomic_load_explicit(&r->tail, memory_order_relaxed);
 }
 
 static void ring_reset(omptpy_ring *r) {
@@ -178,22 +187,47 @@ void omptpy_thread_detach(omptpy_thread *t) {
   atomic_store_explicit(&t->state, OMPTPY_THREAD_ENDED, memory_order_release);
 }
 
+/* Wakes the drainer early, once per pass, when a thread runs low on free chunks:
+ * a system call, but only once a buffer is three-quarters full. */
+static void wake_drainer(void) {
+  if (atomic_exchange_explicit(&B.wake_pending, 1, memory_order_acq_rel)) return;
+  atomic_fetch_add_explicit(&B.wake, 1, memory_order_release);
+  syscall(SYS_futex, &B.wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static uint32_t drain_thread(omptpy_thread *t, bool partial);
+
+/* No free chunk: the overflow policy gives one, or NULL to drop the record. */
+static omptpy_chunk *overflow(omptpy_thread *t) {
+  omptpy_chunk *c = NULL;
+  switch (B.overflow) {
+    case OMPTPY_OVERFLOW_FLUSH:
+      /* Become the consumer for a moment; waits at most for one drainer pass. */
+      pthread_mutex_lock(&B.drain_lock);
+      drain_thread(t, false);
+      pthread_mutex_unlock(&B.drain_lock);
+      c = ring_pop(&t->free);
+      break;
+    case OMPTPY_OVERFLOW_GROW:
+      if (atomic_load_explicit(&t->nchunks, memory_order_relaxed) + 1 < B.ring_cap &&
+          (c = extra_chunk_new()))
+        atomic_fetch_add_explicit(&t->nchunks, 1, memory_order_relaxed);
+      break;
+    case OMPTPY_OVERFLOW_DROP:
+      break;
+  }
+  return c;
+}
+
 omptpy_record *omptpy_slot_slow(omptpy_thread *t) {
   if (t->cur) {
     ring_push(&t->full, t->cur); /* cannot fail: the ring holds every chunk the thread owns */
     t->cur = NULL;
     atomic_store_explicit(&t->cur_pub, NULL, memory_order_release);
   }
+  if (ring_count(&t->free) < B.max_chunks / 4) wake_drainer();
   omptpy_chunk *c = ring_pop(&t->free);
-  if (!c && B.overflow == OMPTPY_OVERFLOW_GROW &&
-      atomic_load_explicit(&t->nchunks, memory_order_relaxed) + 1 < B.ring_cap &&
-      (c = extra_chunk_new()))
-    atomic_fetch_add_explicit(&t->nchunks, 1, memory_order_relaxed);
-  while (!c && B.overflow == OMPTPY_OVERFLOW_BLOCK &&
-         atomic_load_explicit(&B.drainer_run, memory_order_acquire)) {
-    sched_yield();
-    c = ring_pop(&t->free);
-  }
+  if (!c) c = overflow(t);
   if (!c) {
     t->pos = OMPTPY_CHUNK_RECORDS;
     atomic_store_explicit(&t->dropped, atomic_load_explicit(&t->dropped, memory_order_relaxed) + 1,
@@ -301,22 +335,25 @@ void omptpy_flush(void) {
 static void *drainer_main(void *arg) {
   (void)arg;
   unsigned sleep_ms = 1;
-  uint64_t last_stats = omptpy_monotonic_ns();
+  uint64_t last_stats = 0;
   while (atomic_load_explicit(&B.drainer_run, memory_order_acquire)) {
+    uint32_t seq = atomic_load_explicit(&B.wake, memory_order_acquire);
+    atomic_store_explicit(&B.wake_pending, 0, memory_order_release);
     pthread_mutex_lock(&B.drain_lock);
     uint32_t nfull = drain_all(false);
     pthread_mutex_unlock(&B.drain_lock);
     /* Poll fast while chunks arrive, back off to drain_ms when idle. */
     sleep_ms = nfull ? 1 : (sleep_ms * 2 > B.drain_ms ? B.drain_ms : sleep_ms * 2);
     if (nfull && omptpy_sink_is_file() && omptpy_monotonic_ns() - last_stats > 200000000u) {
-      /* Counters on disk as the run goes, for processes that end without finalize. */
+      /* Counters and a clock anchor on disk as the run goes, for processes
+       * that end without finalize. */
       omptpy_str s = {0};
       if (omptpy_stats_json(&s, false) == 0) omptpy_sink_json(OMPTPY_BLOCK_STATS, s.p, s.len);
       omptpy_str_free(&s);
       last_stats = omptpy_monotonic_ns();
     }
     struct timespec ts = {0, (long)sleep_ms * 1000000L};
-    nanosleep(&ts, NULL);
+    syscall(SYS_futex, &B.wake, FUTEX_WAIT_PRIVATE, seq, &ts, NULL, 0);
   }
   return NULL;
 }
@@ -346,6 +383,8 @@ void omptpy_drainer_stop(void) {
   B.drainer_started = false;
   atomic_store(&B.drainer_run, 0);
   pthread_mutex_unlock(&B.lock);
+  atomic_fetch_add(&B.wake, 1);
+  syscall(SYS_futex, &B.wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
   if (join) pthread_join(B.drainer, NULL);
 }
 

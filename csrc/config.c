@@ -53,7 +53,7 @@ int omptpy_config_read(omptpy_config *cfg) {
   cfg->enabled = true;
   cfg->record = -1;
   cfg->buffer_bytes = DEFAULT_BUFFER_BYTES;
-  cfg->overflow = OMPTPY_OVERFLOW_DROP;
+  cfg->overflow = OMPTPY_OVERFLOW_FLUSH;
   cfg->clock = -1;
   cfg->drain_ms = 10;
 
@@ -79,10 +79,10 @@ int omptpy_config_read(omptpy_config *cfg) {
     }
   }
   if ((v = getenv("OMPTPY_OVERFLOW")) && *v) {
-    if (strcmp(v, "drop") == 0) cfg->overflow = OMPTPY_OVERFLOW_DROP;
+    if (strcmp(v, "flush") == 0) cfg->overflow = OMPTPY_OVERFLOW_FLUSH;
+    else if (strcmp(v, "drop") == 0) cfg->overflow = OMPTPY_OVERFLOW_DROP;
     else if (strcmp(v, "grow") == 0) cfg->overflow = OMPTPY_OVERFLOW_GROW;
-    else if (strcmp(v, "block") == 0) cfg->overflow = OMPTPY_OVERFLOW_BLOCK;
-    else return bad(cfg, "OMPTPY_OVERFLOW", v, "one of drop, grow, block");
+    else return bad(cfg, "OMPTPY_OVERFLOW", v, "one of flush, drop, grow");
   }
   if ((v = getenv("OMPTPY_CLOCK")) && *v) {
     if (strcmp(v, "auto") == 0) cfg->clock = -1;

@@ -88,7 +88,7 @@ static const char *level_name(int level) {
 }
 
 static const char *overflow_name(omptpy_overflow o) {
-  return o == OMPTPY_OVERFLOW_GROW ? "grow" : o == OMPTPY_OVERFLOW_BLOCK ? "block" : "drop";
+  return o == OMPTPY_OVERFLOW_GROW ? "grow" : o == OMPTPY_OVERFLOW_DROP ? "drop" : "flush";
 }
 
 static uint64_t realtime_ns(void) {

@@ -29,10 +29,11 @@
 
 /* ---- configuration (config.c) ------------------------------------------ */
 
+/* What a thread does when its buffer is full (the drainer fell behind). */
 typedef enum omptpy_overflow {
-  OMPTPY_OVERFLOW_DROP = 0, /* count the record as dropped and go on */
-  OMPTPY_OVERFLOW_GROW = 1, /* allocate more chunks (allocation off the steady state) */
-  OMPTPY_OVERFLOW_BLOCK = 2 /* wait for the drainer to hand a chunk back */
+  OMPTPY_OVERFLOW_FLUSH = 0, /* move its own full chunks to the sink, then go on */
+  OMPTPY_OVERFLOW_DROP = 1,  /* count the record as dropped and go on */
+  OMPTPY_OVERFLOW_GROW = 2   /* allocate more chunks */
 } omptpy_overflow;
 
 typedef enum omptpy_clock_kind { OMPTPY_CLOCK_TSC = 0, OMPTPY_CLOCK_MONOTONIC = 1 } omptpy_clock_kind;

@@ -103,7 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         if trace.dropped:
             print("ompt-py: records were dropped (buffers full): raise --buffer-size or use "
-                  "--overflow grow", file=sys.stderr)
+                  "--overflow flush", file=sys.stderr)
     return returncode
 
 
@@ -131,9 +131,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("-m", dest="module", metavar="MODULE", help="run a Python module")
     run.add_argument("--buffer-size", metavar="SIZE",
                      help="per-thread buffer bound, e.g. 8M (default), 64M")
-    run.add_argument("--overflow", choices=["drop", "grow", "block"],
-                     help="when a thread's buffer is full: drop and count (default), grow, "
-                          "or block until drained")
+    run.add_argument("--overflow", choices=["flush", "drop", "grow"],
+                     help="when a thread's buffer is full: the thread flushes it itself "
+                          "(default), drops and counts records, or grows the buffer")
     run.add_argument("--keep-raw", metavar="DIR",
                      help="write the per-process raw files into DIR and keep them")
     run.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")

@@ -39,48 +39,60 @@ class RawProcess:
 def read(path: str) -> RawProcess:
     """Parse one .omptraw file; TraceFileError when it is not one or is corrupt.
 
-    A file cut short in its last block (the process was killed while the tool
+    Records are read straight into one array (one copy, from the kernel).  A
+    file cut short in its last block (the process was killed while the tool
     wrote) keeps what is complete and is marked ``truncated`` with a warning.
     """
     try:
-        data = np.fromfile(path, dtype=np.uint8)
+        f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below)
     except OSError as e:
         raise TraceFileError(f"cannot read trace file {path}: {e.strerror}") from e
-    buf = memoryview(data)
-    off, meta, stats, pieces, truncated = 0, None, [], [], False
-    while off < len(buf):
-        if len(buf) - off < HEADER.size:
-            truncated = True
-            break
-        magic, kind, length = HEADER.unpack_from(buf, off)
-        if magic != MAGIC:
-            what = "is not an ompt-py trace file" if off == 0 else "is corrupt"
-            raise TraceFileError(f"{path} {what} (bad block header at byte {off})")
-        body = off + HEADER.size
-        if kind not in (BLOCK_META, BLOCK_RECORDS, BLOCK_STATS):
-            raise TraceFileError(f"{path} is corrupt (unknown block type {kind} at byte {off})")
-        if body + length > len(buf):
-            truncated = True
-            if kind == BLOCK_RECORDS:  # keep the complete records of the last block
-                whole = (len(buf) - body) // RECORD_SIZE * RECORD_SIZE
-                pieces.append(data[body : body + whole])
-            break
-        if kind == BLOCK_RECORDS:
-            if length % RECORD_SIZE:
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        records = np.empty(size // RECORD_SIZE, dtype=RAW_DTYPE)
+        out = memoryview(records.view(np.uint8))
+        off = nrec = 0
+        meta, stats, truncated = None, [], False
+        header = bytearray(HEADER.size)
+        while off < size:
+            if f.readinto(header) != HEADER.size:
+                truncated = True
+                break
+            magic, kind, length = HEADER.unpack(header)
+            if magic != MAGIC:
+                what = "is not an ompt-py trace file" if off == 0 else "is corrupt"
+                raise TraceFileError(f"{path} {what} (bad block header at byte {off})")
+            if kind not in (BLOCK_META, BLOCK_RECORDS, BLOCK_STATS):
                 raise TraceFileError(
-                    f"{path} is corrupt (records block of {length} bytes at byte {off})"
+                    f"{path} is corrupt (unknown block type {kind} at byte {off})"
                 )
-            pieces.append(data[body : body + length])
-        else:
-            try:
-                doc = json.loads(bytes(buf[body : body + length]))
-            except ValueError as e:
-                raise TraceFileError(f"{path} is corrupt (bad JSON at byte {body}: {e})") from e
-            if kind == BLOCK_META:
-                meta = doc
-            else:
-                stats.append(doc)
-        off = body + length
+            body = off + HEADER.size
+            whole = body + length <= size
+            if kind == BLOCK_RECORDS:
+                if whole and length % RECORD_SIZE:
+                    raise TraceFileError(
+                        f"{path} is corrupt (records block of {length} bytes at byte {off})"
+                    )
+                # A cut-short last block keeps its complete records.
+                take = length if whole else (size - body) // RECORD_SIZE * RECORD_SIZE
+                start = nrec * RECORD_SIZE
+                got = f.readinto(out[start : start + take])
+                nrec += (got or 0) // RECORD_SIZE
+            elif whole:
+                try:
+                    doc = json.loads(f.read(length))
+                except ValueError as e:
+                    raise TraceFileError(
+                        f"{path} is corrupt (bad JSON at byte {body}: {e})"
+                    ) from e
+                if kind == BLOCK_META:
+                    meta = doc
+                else:
+                    stats.append(doc)
+            if not whole:
+                truncated = True
+                break
+            off = body + length
     if meta is None:
         raise TraceFileError(f"{path} has no META block; it is not a complete ompt-py trace file")
     if meta.get("record_size") != RECORD_SIZE:
@@ -88,14 +100,13 @@ def read(path: str) -> RawProcess:
             f"{path} was written with {meta.get('record_size')}-byte records; this ompt_py "
             f"reads {RECORD_SIZE}-byte records (format {meta.get('record_version')})"
         )
-    raw = np.concatenate(pieces) if pieces else np.empty(0, np.uint8)
     if truncated:
         warnings.warn(
             f"{path} ends in the middle of a block (the process was killed while writing); "
             "the complete part is kept",
             stacklevel=2,
         )
-    return RawProcess(path, meta, raw.view(RAW_DTYPE), stats, truncated)
+    return RawProcess(path, meta, records[:nrec], stats, truncated)
 
 
 def list_dir(directory: str) -> list[str]:

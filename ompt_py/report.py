@@ -55,7 +55,7 @@ def render(trace: Trace, top: int = 10) -> str:
                   f"    records written {p['written']:,}, dropped {p['dropped']:,}{lost}\n")
     if meta.get("dropped"):
         out.write(f"  WARNING: {meta['dropped']:,} records were dropped because buffers were full; "
-                  "raise OMPTPY_BUFFER_SIZE or use OMPTPY_OVERFLOW=grow|block\n")
+                  "raise OMPTPY_BUFFER_SIZE or use OMPTPY_OVERFLOW=flush|grow\n")
 
     out.write("\nEvents\n")
     counts = df["event"].value_counts()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from collections import Counter
 
 import numpy as np
@@ -415,6 +416,9 @@ def test_child_processes_each_get_a_file(programs, tmp_path):
         assert n_of(mine, "parallel_begin") == n
     assert t.meta["written"] == parallel_records(2) + parallel_records(3)
     assert t.meta["dropped"] == 0
+    # one time line for both processes: the second ran after the first
+    first, second = by_argv["2"]["pid"], by_argv["3"]["pid"]
+    assert t.events["time_ns"][t.pids == first].max() < t.events["time_ns"][t.pids == second].min()
 
 
 def test_fork_child_has_only_its_own_records(programs, tmp_path):
@@ -438,9 +442,26 @@ def test_fork_child_has_only_its_own_records(programs, tmp_path):
     assert n_of(parent, "parallel_begin") == 2 * before_after
     assert len(parent) == parallel_records(2 * before_after), summary(parent)
     assert procs[parent_pid]["written"] == len(parent) and procs[parent_pid]["dropped"] == 0
+    # one time line: the parent's first regions, then the child's events, then
+    # (after waitpid) the parent's last regions
+    starts = np.sort(select(parent, "parallel_begin")["time_ns"])
+    assert starts[before_after - 1] < child["time_ns"].min()
+    assert child["time_ns"].max() < starts[before_after]
     # no id of the child's regions is one of the parent's
     assert not set(select(child, "parallel_begin")["parallel_id"].tolist()) & set(
         select(parent, "parallel_begin")["parallel_id"].tolist())
+
+
+def test_fork_child_has_one_entry_per_os_thread(programs, tmp_path):
+    """`thread` is the tool's index of an OS thread, unique for the process: the
+    child's thread list must not name the same OS thread twice."""
+    out = tmp_path / "raw"
+    r = run_with_tool([programs.forker, "1", "1"], out)
+    assert r.returncode == 0, r.stderr
+    t = ompt_py.load(out)
+    for proc in t.meta["processes"]:
+        tids = [th["tid"] for th in proc["threads"]]
+        assert len(tids) == len(set(tids)), (proc["pid"], proc["threads"])
 
 
 # ---- configuration ---------------------------------------------------------------------
@@ -476,7 +497,9 @@ def test_record_off_records_nothing(programs, tmp_path):
 @pytest.mark.parametrize("clock", ["monotonic", "tsc", "auto"])
 def test_clock_choice(programs, tmp_path, clock):
     out = tmp_path / "raw"
+    start = time.monotonic_ns()
     r = run_with_tool([programs.parallel, "3"], out, OMPTPY_CLOCK=clock)
+    stop = time.monotonic_ns()
     assert r.returncode == 0, r.stderr
     t = ompt_py.load(out)
     proc = only_process(t)
@@ -485,8 +508,9 @@ def test_clock_choice(programs, tmp_path, clock):
     assert len(t.events) == parallel_records(3)
     for _, rows in per_thread(t.events).items():
         assert np.all(np.diff(rows["time_ns"]) >= 0)
-    # nanoseconds: the whole run of a tiny program takes well under 10 s
-    assert 0 <= t.events["time_ns"].max() < 10_000_000_000
+    # CLOCK_MONOTONIC nanoseconds: every event lies within the run, as seen from here
+    assert t.meta["origin_mono_ns"] + int(t.events["time_ns"].min()) >= start
+    assert t.meta["origin_mono_ns"] + int(t.events["time_ns"].max()) <= stop
 
 
 @pytest.mark.parametrize(
