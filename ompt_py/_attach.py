@@ -13,6 +13,7 @@ import ctypes
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass
 
 from . import _core
@@ -21,12 +22,30 @@ from .errors import AttachError, ConfigError
 
 check_layout(_core.record_layout())
 
+def _config_message(error: str) -> str:
+    return (
+        f"{error}. Fix or unset the variable, then start the process again (the tool reads "
+        "its configuration once per process)."
+    )
+
+
+# The tool reads OMPTPY_* now; with an invalid value it stays off in this process.
 _config_error = _core.init()
 if _config_error is not None:
-    raise ConfigError(
-        f"ompt_py: {_config_error}. Fix or unset the variable, then start Python again "
-        "(the tool reads its configuration once per process)."
-    )
+    warnings.warn(f"ompt_py is off: {_config_message(_config_error)}", stacklevel=3)
+
+
+def check_config() -> None:
+    """Raise ConfigError when the OMPTPY_* variables read at import were invalid."""
+    if _config_error is not None:
+        raise ConfigError(_config_message(_config_error))
+
+
+def check_environment() -> None:
+    """Raise ConfigError when the OMPTPY_* variables of os.environ, as they are now, are invalid."""
+    error = _core.check_config()
+    if error is not None:
+        raise ConfigError(_config_message(error))
 
 TOOL_PATH: str = _core.tool_path()
 
@@ -102,6 +121,7 @@ def ensure_attachable() -> None:
     Passes when the tool is attached, or when no OpenMP runtime has been loaded
     yet (the tool then attaches when one initialises).
     """
+    check_config()
     m = meta()
     if not m["config"]["enabled"]:
         raise AttachError(
@@ -166,6 +186,7 @@ def status() -> dict:
         ],
         "mapped_runtimes": [{"path": r.path, "family": r.family} for r in mapped_runtimes()],
         "config": m["config"],
+        "config_error": _config_error,
         "clock": m["clock"],
         "pid": m["pid"],
     }

@@ -54,25 +54,17 @@ def _run_command(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from . import _core, tool_path
+    from . import _attach, tool_path
     from .errors import TraceFileError
     from .trace import load
 
     command = _run_command(args)
-    env = dict(os.environ)
     if args.buffer_size:
-        env["OMPTPY_BUFFER_SIZE"] = args.buffer_size
+        os.environ["OMPTPY_BUFFER_SIZE"] = args.buffer_size
     if args.overflow:
-        env["OMPTPY_OVERFLOW"] = args.overflow
-    saved = dict(os.environ)
-    os.environ.update(env)
-    try:
-        error = _core.check_config()
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    if error:
-        raise SystemExit(f"ompt-py run: {error}")
+        os.environ["OMPTPY_OVERFLOW"] = args.overflow
+    _attach.check_environment()
+    env = dict(os.environ)
     raw_dir = args.keep_raw or tempfile.mkdtemp(prefix="ompt-py-")
     os.makedirs(raw_dir, exist_ok=True)
     others = [p for p in env.get("OMP_TOOL_LIBRARIES", "").split(":") if p and p != tool_path()]
@@ -150,9 +142,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import warnings
+
     from .errors import OmptPyError
 
     args = parser().parse_args(argv)
+    # An invalid OMPTPY_* variable is reported once, as an error, by the command.
+    warnings.filterwarnings("ignore", message="ompt_py is off")
     try:
         return args.func(args)
     except OmptPyError as e:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -171,6 +172,12 @@ class Trace:
             else:
                 self._threads[row["thread"]] = row
         threads = sorted(self._threads.values(), key=lambda r: r["thread"])
+        if not any(rt["initialized"] for rt in meta["runtimes"]):
+            warnings.warn(
+                "no OpenMP runtime attached to ompt_py during this trace, so it is empty: "
+                "the code that ran used no OpenMP, or a runtime without OMPT (GNU libgomp)",
+                stacklevel=2,
+            )
         proc = _process_entry(meta, stats, threads, complete=True, truncated=False,
                               source="in-process")
         proc["start_realtime_ns"] = self._start_realtime

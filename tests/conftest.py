@@ -50,6 +50,10 @@ LIBOMP = next((p for p in LIBOMP_CANDIDATES if p.exists()), None)
 OMP_TOOLS_H = LLVM_LIB / "clang" / "19" / "include" / "omp-tools.h"
 PYTHON = sys.executable
 
+# OMPTPY_OVERFLOW values (README, Configuration) and the default.
+OVERFLOW_POLICIES = ("flush", "drop", "grow")
+DEFAULT_OVERFLOW = "flush"
+
 # OMPT callback numbers (ompt_callbacks_t) and other enum values used by tests.
 EV = {
     "thread_begin": 1,

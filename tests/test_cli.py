@@ -1,7 +1,7 @@
 """The command line: ``ompt-py run`` and ``ompt-py report`` (also ``python -m ompt_py``).
 
 Spec: ``ompt-py run [-o OUT.parquet] [--buffer-size SIZE] [--overflow
-drop|grow|block] [--keep-raw DIR] (SCRIPT.py ARGS | -m MODULE ARGS | --
+flush|drop|grow] [--keep-raw DIR] (SCRIPT.py ARGS | -m MODULE ARGS | --
 COMMAND ARGS)`` runs the command with the tool attached (child processes
 included, each keyed by pid), writes OUT (default ompt-trace.parquet) and
 exits with the command's exit code.  ``ompt-py report TRACE`` prints a
@@ -23,9 +23,10 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-import ompt_py
 import pytest
-from conftest import clean_env, n_of, parallel_records, unmatched_scopes
+from conftest import OVERFLOW_POLICIES, clean_env, n_of, parallel_records, unmatched_scopes
+
+import ompt_py
 
 pytestmark = pytest.mark.needs_clang
 
@@ -194,7 +195,7 @@ def test_run_bad_option_values(programs, tmp_path, opt, value):
     no_traceback(r)
     assert value in r.stderr
     if opt == "--overflow":
-        for word in ("drop", "grow", "block"):
+        for word in OVERFLOW_POLICIES:
             assert word in r.stderr
     assert not out.exists()
 
@@ -211,6 +212,25 @@ def test_run_keep_raw(programs, tmp_path):
     assert len(from_raw.events) == len(from_parquet.events) == parallel_records(
         2) + parallel_records(1)
     assert sorted(from_raw.pids.tolist()) == sorted(from_parquet.pids.tolist())
+
+
+def test_trace_inside_run_is_an_attach_error(tmp_path, omp_ext):
+    script = tmp_path / "inner.py"
+    script.write_text(textwrap.dedent("""
+        import ompt_py
+        import ompt_work_ext as w
+        try:
+            with ompt_py.trace():
+                w.parallel(1)
+        except ompt_py.AttachError as e:
+            print("AttachError:", e)
+        w.parallel(2)
+    """))
+    out = tmp_path / "out.parquet"
+    r = ok(cli("run", "-o", out, script, path=[omp_ext]))
+    assert "AttachError:" in r.stdout and "ompt-py run" in r.stdout
+    # the run's own trace has everything
+    assert n_of(ompt_py.load(out).events, "parallel_begin") == 2
 
 
 # ---- report ---------------------------------------------------------------------------------
@@ -244,6 +264,14 @@ def test_report_of_raw_directory(programs, tmp_path):
     ok(cli("run", "-o", tmp_path / "o.parquet", "--keep-raw", raw, "--", programs.parallel, "3"))
     r = ok(cli("report", raw))
     assert re.search(r"parallel", r.stdout, re.I)
+
+
+def test_report_of_incomplete_process(programs, tmp_path):
+    out = tmp_path / "out.parquet"
+    ok(cli("run", "-o", out, "--", programs.many, "200000", "_exit"))
+    assert ompt_py.load(out).meta["processes"][0]["complete"] is False
+    r = ok(cli("report", out))
+    assert re.search(r"incomplete", r.stdout, re.I)
 
 
 @pytest.mark.parametrize("what", ["missing", "garbage"])

@@ -10,11 +10,12 @@ import struct
 import warnings
 
 import numpy as np
-import ompt_py
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import parallel_records, run_with_tool
+
+import ompt_py
 
 pytestmark = pytest.mark.needs_clang
 
@@ -145,7 +146,7 @@ def test_corrupt_raw_file(raw_file, write, damage):
         data = _patched(raw_file, recs[0][0] + 4, struct.pack("<I", 99))
     elif damage == "records_length":
         # a records block whose length is not whole records (and the file cut to match)
-        off, _, length = recs[0]
+        off = recs[0][0]
         data = raw_file[:off] + HEADER.pack(MAGIC, RECORDS, 100) + raw_file[off + 16: off + 116]
     elif damage == "meta_json":
         data = _patched(raw_file, 16, b"{{{{")

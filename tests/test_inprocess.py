@@ -15,7 +15,6 @@ import re
 from collections import Counter
 
 import numpy as np
-import ompt_py
 import pandas as pd
 import pytest
 from conftest import (
@@ -25,6 +24,7 @@ from conftest import (
     EV,
     MUTEX_CRITICAL,
     MUTEX_LOCK,
+    OVERFLOW_POLICIES,
     SYNC_BARRIER_IMPLICIT_PARALLEL,
     TASK_COMPLETE,
     TASK_EXPLICIT,
@@ -39,6 +39,8 @@ from conftest import (
     summary,
     unmatched_scopes,
 )
+
+import ompt_py
 
 pytestmark = pytest.mark.needs_clang
 
@@ -136,11 +138,13 @@ def test_nested(run_traced):
     assert len(begins) == 3
     it = select(ev, "implicit_task", BEGIN)
     assert len(it) == 6
-    outer = [p for p in begins["parallel_id"].tolist()
-             if set(begins["task_id"].tolist()) & set(it[it["parallel_id"] == p]["task_id"].tolist())]
+    # the outer region is encountered by the initial task, the inner ones by
+    # the outer region's implicit tasks
+    outer = begins[~np.isin(begins["task_id"], it["task_id"])]
     assert len(outer) == 1
-    outer_tasks = sorted(it[it["parallel_id"] == outer[0]]["task_id"].tolist())
-    inner = begins[begins["parallel_id"] != outer[0]]
+    outer_id = int(outer["parallel_id"][0])
+    outer_tasks = sorted(it[it["parallel_id"] == outer_id]["task_id"].tolist())
+    inner = begins[begins["parallel_id"] != outer_id]
     assert sorted(inner["task_id"].tolist()) == outer_tasks
 
 
@@ -202,6 +206,59 @@ with ompt_py.trace(TRACE_PATH) as t:
     w.parallel(4)
 """)
     assert n_of(t.events, "parallel_begin") == 4
+
+
+def test_trace_path_saves_at_interpreter_exit(run_traced):
+    # still recording when the interpreter exits: saved by the atexit handler
+    t = run_traced(PROLOGUE + """
+t = ompt_py.trace(TRACE_PATH)
+t.start()
+w.parallel(3)
+""")
+    assert n_of(t.events, "parallel_begin") == 3
+
+
+def test_addresses_and_times(run_traced, tmp_path):
+    info = tmp_path / "info.json"
+    t = run_traced(PROLOGUE + f"""
+import json, time
+before = time.monotonic_ns()
+with ompt_py.trace() as t:
+    w.parallel(2)
+    w.loops(10)
+    w.parallel(1)
+after = time.monotonic_ns()
+ranges = []
+for line in open("/proc/self/maps"):
+    parts = line.split()
+    if len(parts) >= 6 and parts[5] == w.__file__:
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        ranges.append((lo, hi, parts[1]))
+t.save(TRACE_PATH)
+json.dump({{"before": before, "after": after, "ranges": ranges}}, open({str(info)!r}, "w"))
+""")
+    info = json.loads(info.read_text())
+    ev = t.events
+    # codeptr: return addresses in the extension's executable mapping
+    text = [(lo, hi) for lo, hi, perms in info["ranges"] if "x" in perms]
+    assert text
+    with_code = ev[np.isin(ev["event"], [EV["parallel_begin"], EV["parallel_end"], EV["work"]])]
+    assert len(with_code) == 2 * 4 + 8
+    for cp in with_code["codeptr"].tolist():
+        assert any(lo <= cp < hi for lo, hi in text), hex(cp)
+    # time: CLOCK_MONOTONIC nanoseconds, all inside the window seen by Python
+    origin = t.meta["origin_mono_ns"]
+    assert info["before"] <= origin + int(ev["time_ns"].min())
+    assert origin + int(ev["time_ns"].max()) <= info["after"]
+    for _, rows in per_thread(ev).items():
+        assert np.all(np.diff(rows["time_ns"]) >= 0)
+
+
+def test_existing_omp_tool_libraries_is_kept(tmp_path):
+    other = str(tmp_path / "other_tool.so")
+    r = run_python("import os, ompt_py; print(os.environ['OMP_TOOL_LIBRARIES'])",
+                   {"OMP_TOOL_LIBRARIES": other})
+    assert r.stdout.strip() == ompt_py.tool_path() + ":" + other
 
 
 def test_second_recording_trace_is_refused(omp_ext):
@@ -422,7 +479,7 @@ try:
 @pytest.mark.parametrize(
     ("var", "value", "words"),
     [
-        ("OMPTPY_OVERFLOW", "bogus", ["drop", "grow", "block"]),
+        ("OMPTPY_OVERFLOW", "bogus", list(OVERFLOW_POLICIES)),
         ("OMPTPY_BUFFER_SIZE", "abc", []),
         ("OMPTPY_BUFFER_SIZE", "64K", []),
         ("OMPTPY_CLOCK", "sundial", ["auto", "tsc", "monotonic"]),
@@ -492,7 +549,7 @@ def window_records(n: int) -> int:
     return n + 1 + 14 + 12 + 11
 
 
-@pytest.mark.parametrize("policy", ["grow", "drop"])
+@pytest.mark.parametrize("policy", OVERFLOW_POLICIES)
 def test_overflow_in_process(run_traced, policy):
     n = 200_000
     t = trace_of(run_traced, f"w.dispatch({n})", env={
@@ -504,7 +561,7 @@ def test_overflow_in_process(run_traced, policy):
         assert th["written"] == per.get(th["thread"], 0), th
     assert proc["written"] == len(t.events)
     assert proc["written"] + proc["dropped"] == window_records(n), summary(t.events)
-    if policy == "grow":
+    if policy != "drop":
         assert proc["dropped"] == 0
         assert sorted(select(t.events, "dispatch")["u64a"].tolist()) == list(range(n))
     else:

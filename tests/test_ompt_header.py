@@ -51,8 +51,8 @@ def parse_header() -> dict:
         (m.group(0), m.group(1))
         for m in re.finditer(r"typedef[^;{}]*?\(\s*\*\s*(ompt_\w+)\s*\)\s*\([^;]*?\)\s*;", text)
     ]
-    start_tool = re.search(r"\n\s*(ompt_start_tool_result_t\s*\*\s*ompt_start_tool\s*\([^;]*\))\s*;",
-                           text)
+    start_tool = re.search(
+        r"\n\s*(ompt_start_tool_result_t\s*\*\s*ompt_start_tool\s*\([^;]*\))\s*;", text)
     return {
         "enums": enums,
         "records": records,

@@ -1,4 +1,6 @@
-"""Buffer overflow policies: drop, grow, block.
+"""Buffer overflow policies (OMPTPY_OVERFLOW): flush (the default: a thread
+whose buffer is full moves its own full chunks to the sink), drop (count and
+lose the record), grow (allocate more chunks).
 
 `many N` is one region of 2 threads with a dynamic,1 loop of N iterations.
 Run to the end under the tool it makes exactly E = N + 32 records (N >= 1):
@@ -18,9 +20,10 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
-import ompt_py
 import pytest
 from conftest import DISPATCH_WS_LOOP_CHUNK, per_thread, run_with_tool, select, summary
+
+import ompt_py
 
 pytestmark = pytest.mark.needs_clang
 
@@ -86,9 +89,11 @@ def test_grow_loses_nothing(programs, tmp_path):
     assert sorted(select(t.events, "dispatch")["u64a"].tolist()) == list(range(BURST))
 
 
-def test_block_loses_nothing(programs, tmp_path):
-    t, proc = run_many(programs, tmp_path, BURST, OMPTPY_OVERFLOW="block", **PRESSURE)
-    assert proc["config"]["overflow"] == "block"
+@pytest.mark.parametrize("explicit", [True, False], ids=["flush", "default"])
+def test_flush_loses_nothing(programs, tmp_path, explicit):
+    env = {"OMPTPY_OVERFLOW": "flush"} if explicit else {}
+    t, proc = run_many(programs, tmp_path, BURST, **env, **PRESSURE)
+    assert proc["config"]["overflow"] == "flush"
     assert proc["dropped"] == 0
     assert all(th["dropped"] == 0 for th in proc["threads"])
     assert proc["written"] == BURST + FIXED

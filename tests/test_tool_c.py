@@ -15,16 +15,19 @@ import time
 from collections import Counter
 
 import numpy as np
-import ompt_py
 import pytest
 from conftest import (
     BEGIN,
+    CLANG,
+    DEFAULT_OVERFLOW,
     DISPATCH_SECTION,
     DISPATCH_WS_LOOP_CHUNK,
     END,
     EV,
     MUTEX_CRITICAL,
     MUTEX_LOCK,
+    OVERFLOW_POLICIES,
+    PROGRAMS,
     SYNC_BARRIER_EXPLICIT,
     SYNC_BARRIER_IMPLICIT_PARALLEL,
     SYNC_BARRIER_IMPLICIT_WORKSHARE,
@@ -48,6 +51,8 @@ from conftest import (
     tool_env,
     unmatched_scopes,
 )
+
+import ompt_py
 
 pytestmark = pytest.mark.needs_clang
 
@@ -155,7 +160,7 @@ def test_meta_describes_process_and_runtime(traced, programs):
                "sync_region", "dispatch"):
         assert rt["callbacks"][cb] == "always", rt["callbacks"]
     assert proc["config"]["sink"] == "file"
-    assert proc["config"]["overflow"] == "drop"
+    assert proc["config"]["overflow"] == DEFAULT_OVERFLOW
     assert sorted(th["type"] for th in proc["threads"]) == ["initial", "worker"]
     assert sum(th["written"] for th in proc["threads"]) == proc["written"]
     tids = {th["tid"] for th in proc["threads"]}
@@ -516,7 +521,7 @@ def test_clock_choice(programs, tmp_path, clock):
 @pytest.mark.parametrize(
     ("var", "value", "allowed"),
     [
-        ("OMPTPY_OVERFLOW", "bogus", ["drop", "grow", "block"]),
+        ("OMPTPY_OVERFLOW", "bogus", list(OVERFLOW_POLICIES)),
         ("OMPTPY_BUFFER_SIZE", "abc", ["8M"]),
         ("OMPTPY_CLOCK", "sundial", ["auto", "tsc", "monotonic"]),
         ("OMPTPY_TOOL", "maybe", ["on", "off"]),
@@ -565,3 +570,51 @@ def test_output_dir_missing_is_reported(programs, tmp_path):
                        text=True)
     assert r.returncode == 0
     assert "ompt-py" in r.stderr and str(missing) in r.stderr
+
+
+# ---- other tools, abnormal ends ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def other_tool(tmp_path_factory):
+    out = tmp_path_factory.mktemp("other") / "other_tool.so"
+    r = subprocess.run([CLANG, "-O2", "-shared", "-fPIC", "-Wall", "-Werror",
+                        str(PROGRAMS / "ext" / "other_tool.c"), "-o", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@pytest.mark.parametrize("ours", ["on", "off"])
+def test_tool_off_lets_the_next_tool_load(programs, tmp_path, other_tool, ours):
+    out = tmp_path / "raw"
+    out.mkdir()
+    env = tool_env(out, OMPTPY_TOOL=ours)
+    env["OMP_TOOL_LIBRARIES"] += ":" + str(other_tool)
+    r = subprocess.run([programs.parallel, "2"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0
+    if ours == "off":
+        assert "other-tool: initialize" in r.stderr
+        assert os.listdir(out) == []
+    else:  # the first tool that accepts wins
+        assert "other-tool" not in r.stderr
+        assert len(ompt_py.load(out).events) == parallel_records(2)
+
+
+def test_process_ended_by_exit_is_incomplete(programs, tmp_path):
+    n = 200_000
+    out = tmp_path / "raw"
+    r = run_with_tool([programs.many, str(n), "_exit"], out)
+    assert r.returncode == 0, r.stderr
+    assert len(os.listdir(out)) == 1, "the drainer writes full chunks while the program runs"
+    t = ompt_py.load(out)
+    (proc,) = t.meta["processes"]
+    assert proc["complete"] is False
+    assert proc["truncated"] is False
+    # what the drainer wrote is there and intact; what was buffered at _exit is not
+    assert 0 < len(t.events) < n + 32
+    assert proc["written"] <= len(t.events)
+    d = select(t.events, "dispatch")
+    assert len(np.unique(d["u64a"])) == len(d)
+    for _, rows in per_thread(t.events).items():
+        assert np.all(np.diff(rows["time_ns"]) >= 0)
