@@ -44,8 +44,11 @@ static inline void emit(omptpy_thread *t, int event, int endpoint, int kind, uin
   if (OMPTPY_UNLIKELY(!t)) return
 
 static void on_thread_begin(ompt_thread_t type, ompt_data_t *thread_data) {
-  omptpy_thread *t = omptpy_thread_attach(type, 0);
-  if (!t) return;
+  /* A thread the tool already knows (announced again, e.g. by the runtime of a
+   * forked child) keeps its buffer and index. */
+  omptpy_thread *t = omptpy_tls_thread;
+  if (t) t->type = type;
+  else if (!(t = omptpy_thread_attach(type, 0))) return;
   thread_data->ptr = t;
   if (omptpy_recording())
     emit(t, ompt_callback_thread_begin, ompt_scope_begin, type, 0, 0, 0, (uint64_t)t->tid, 0, 0,

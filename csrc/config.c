@@ -74,7 +74,7 @@ int omptpy_config_read(omptpy_config *cfg) {
     if (cfg->buffer_bytes < MIN_BUFFER_BYTES) {
       snprintf(cfg->error, sizeof cfg->error,
                "OMPTPY_BUFFER_SIZE='%.200s' is too small; use at least %zuK (two chunks)", v,
-               MIN_BUFFER_BYTES >> 10);
+               (MIN_BUFFER_BYTES + 1023) >> 10);
       return -EINVAL;
     }
   }

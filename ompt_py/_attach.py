@@ -175,7 +175,7 @@ def status() -> dict:
         "recording": _core.is_recording(),
         "runtimes": [
             {
-                "path": rt["path"],
+                "path": os.path.realpath(rt["path"]) if rt["path"] else "",
                 "version": rt["version"],
                 "omp_version": rt["omp_version"],
                 "initialized": rt["initialized"],

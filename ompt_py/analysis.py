@@ -162,12 +162,17 @@ def thread_time(df: pd.DataFrame, implicit: pd.DataFrame, waits: pd.DataFrame,
                 mutex: pd.DataFrame) -> pd.DataFrame:
     """Per thread: time inside implicit tasks of parallel regions, split into busy and waiting."""
     in_parallel = implicit[(implicit["flags"].fillna(0).astype(np.int64) & 1) == 0]
-    inside = in_parallel.groupby(_BASE)["duration_ns"].sum()
-    sync = waits.groupby(_BASE)["duration_ns"].sum() if not waits.empty else pd.Series(dtype=float)
-    lock = mutex.groupby(_BASE)["duration_ns"].sum() if not mutex.empty else pd.Series(dtype=float)
+
+    def total(table: pd.DataFrame, name: str) -> pd.Series:
+        if table.empty:
+            index = pd.MultiIndex.from_arrays([[], []], names=_BASE)
+            return pd.Series(dtype="float64", index=index, name=name)
+        return table.groupby(_BASE)["duration_ns"].sum().rename(name)
+
     threads = df.groupby(_BASE).size().rename("events")
-    out = pd.concat([threads, inside.rename("in_regions_ns"), sync.rename("sync_wait_ns"),
-                     lock.rename("mutex_wait_ns")], axis=1).fillna(0)
+    out = pd.concat([threads, total(in_parallel, "in_regions_ns"), total(waits, "sync_wait_ns"),
+                     total(mutex, "mutex_wait_ns")], axis=1).fillna(0)
+    out.index.names = _BASE
     out["waiting_ns"] = out["sync_wait_ns"] + out["mutex_wait_ns"]
     out["busy_ns"] = (out["in_regions_ns"] - out["waiting_ns"]).clip(lower=0)
     return out.reset_index()

@@ -59,6 +59,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .trace import load
 
     command = _run_command(args)
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
+        raise SystemExit(f"ompt-py run: cannot write {args.output}: {out_dir} is not a writable "
+                         "directory; create it or choose another -o")
+    if args.keep_raw and os.path.isdir(args.keep_raw) and os.listdir(args.keep_raw):
+        raise SystemExit(f"ompt-py run: --keep-raw {args.keep_raw} is not empty; its files would "
+                         "be merged into this trace; give an empty or new directory")
     if args.buffer_size:
         os.environ["OMPTPY_BUFFER_SIZE"] = args.buffer_size
     if args.overflow:
@@ -77,12 +84,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         returncode = subprocess.call(command, env=env)
     finally:
         signal.signal(signal.SIGINT, previous)
+    if returncode < 0:  # killed by a signal: report it as a shell does
+        returncode = 128 - returncode
     try:
         trace = load(raw_dir)
     except TraceFileError as e:
-        print(f"ompt-py run: no trace: {e}", file=sys.stderr)
-        return returncode if returncode else 1
-    trace.save(args.output)
+        print(f"ompt-py run: no trace written: {e}", file=sys.stderr)
+        if not args.keep_raw:
+            shutil.rmtree(raw_dir, ignore_errors=True)
+        return returncode
+    try:
+        trace.save(args.output)
+    except OSError as e:
+        print(f"ompt-py run: cannot write {args.output} ({e}); the raw trace is kept in "
+              f"{raw_dir} (ompt-py report {raw_dir})", file=sys.stderr)
+        return returncode or 1
     if not args.keep_raw:
         shutil.rmtree(raw_dir, ignore_errors=True)
     if not args.quiet:

@@ -167,10 +167,6 @@ class Programs:
         except KeyError:
             raise AttributeError(name) from None
 
-    @property
-    def dir(self) -> Path:
-        return next(iter(self._paths.values())).parent
-
 
 @pytest.fixture(scope="session")
 def programs(tmp_path_factory: pytest.TempPathFactory) -> Programs:
@@ -362,14 +358,6 @@ def region_events(ev: np.ndarray, parallel_ids) -> np.ndarray:
         (ev["parallel_id"] == 0) & np.isin(ev["task_id"], tasks)
         & np.isin(ev["event"], [EV["implicit_task"], EV["sync_region"], EV["sync_region_wait"]]))
     return ev[mine]
-
-
-def regions_by_codeptr(ev: np.ndarray) -> dict[int, list[int]]:
-    """codeptr -> parallel ids of the regions begun there, in order."""
-    out: dict[int, list[int]] = {}
-    for r in select(ev, "parallel_begin"):
-        out.setdefault(int(r["codeptr"]), []).append(int(r["parallel_id"]))
-    return out
 
 
 def summary(ev: np.ndarray) -> str:

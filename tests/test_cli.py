@@ -159,6 +159,14 @@ def test_run_exit_code_of_command(programs, tmp_path, code):
     assert n_of(ompt_py.load(out).events, "parallel_begin") == 1
 
 
+def test_run_command_killed_by_signal(programs, tmp_path):
+    out = tmp_path / "out.parquet"
+    r = cli("run", "-o", out, "--", "bash", "-c", f"{programs.parallel} 1; kill -TERM $$")
+    # like a shell (128 + signal number), or by the same signal
+    assert r.returncode in (128 + 15, -15), r.returncode
+    assert n_of(ompt_py.load(out).events, "parallel_begin") == 1
+
+
 def test_run_exit_code_of_script(tmp_path, omp_ext):
     script = tmp_path / "fail.py"
     script.write_text("import sys, ompt_work_ext as w\nw.parallel(1)\nsys.exit(5)\n")
@@ -214,6 +222,44 @@ def test_run_keep_raw(programs, tmp_path):
     assert sorted(from_raw.pids.tolist()) == sorted(from_parquet.pids.tolist())
 
 
+def test_run_keep_raw_reused_directory(programs, tmp_path):
+    """A second run into the same --keep-raw directory must not merge the first
+    run's processes into its output (refusing the directory is fine too)."""
+    raw = tmp_path / "raw"
+    ok(cli("run", "-o", tmp_path / "first.parquet", "--keep-raw", raw, "--",
+           programs.parallel, "2"))
+    second = tmp_path / "second.parquet"
+    r = cli("run", "-o", second, "--keep-raw", raw, "--", programs.parallel, "3")
+    no_traceback(r)
+    if r.returncode != 0:  # refused: says why, ran nothing
+        assert str(raw) in r.stderr
+        assert not second.exists()
+        return
+    t = ompt_py.load(second)
+    assert len(t.meta["processes"]) == 1, [p["argv"] for p in t.meta["processes"]]
+    assert n_of(t.events, "parallel_begin") == 3
+
+
+def test_run_output_in_missing_directory(programs, tmp_path):
+    out = tmp_path / "no-such-dir" / "out.parquet"
+    r = cli("run", "-o", out, "--", programs.parallel, "2")
+    no_traceback(r)
+    if not out.exists():
+        assert r.returncode != 0
+        assert str(out) in r.stderr or str(out.parent) in r.stderr
+    else:
+        assert n_of(ompt_py.load(out).events, "parallel_begin") == 2
+
+
+def test_run_command_without_openmp_keeps_exit_status(tmp_path):
+    """README: the exit status is the command's, also when nothing was traced."""
+    out = tmp_path / "out.parquet"
+    r = cli("run", "-o", out, "--", "true")
+    no_traceback(r)
+    assert r.returncode == 0, r.stderr
+    assert "no trace" in r.stderr or "OpenMP" in r.stderr
+
+
 def test_trace_inside_run_is_an_attach_error(tmp_path, omp_ext):
     script = tmp_path / "inner.py"
     script.write_text(textwrap.dedent("""
@@ -252,11 +298,25 @@ def test_report(recorded):
     t = ompt_py.load(recorded)
     assert re.search(r"parallel", text, re.I)
     assert re.search(r"written", text, re.I) and re.search(r"dropped", text, re.I)
-    assert str(t.meta["written"]) in text
+    n = t.meta["written"]
+    assert str(n) in text or f"{n:,}" in text
     assert re.search(r"busy", text, re.I) and re.search(r"wait", text, re.I)
     # constructs of the program appear by name
     assert re.search(r"loop", text, re.I)
     assert re.search(r"thread", text, re.I)
+
+
+def test_report_with_locks(programs, tmp_path):
+    out = tmp_path / "out.parquet"
+    ok(cli("run", "-o", out, "--", programs.critical, "20"))
+    r = ok(cli("report", out))
+    t = ompt_py.load(out)
+    assert re.search(r"critical", r.stdout) and re.search(r"lock", r.stdout)
+    assert re.search(r"busy", r.stdout, re.I) and re.search(r"wait", r.stdout, re.I)
+    # the mutex events are counted: 2 threads x 20 critical + 20 lock acquisitions
+    assert re.search(r"mutex_acquire\s+80\b", r.stdout), r.stdout
+    for th in t.meta["processes"][0]["threads"]:
+        assert f"{th['written']:,}" in r.stdout
 
 
 def test_report_of_raw_directory(programs, tmp_path):
@@ -268,7 +328,7 @@ def test_report_of_raw_directory(programs, tmp_path):
 
 def test_report_of_incomplete_process(programs, tmp_path):
     out = tmp_path / "out.parquet"
-    ok(cli("run", "-o", out, "--", programs.many, "200000", "_exit"))
+    ok(cli("run", "-o", out, "--buffer-size", "256K", "--", programs.many, "200000", "_exit"))
     assert ompt_py.load(out).meta["processes"][0]["complete"] is False
     r = ok(cli("report", out))
     assert re.search(r"incomplete", r.stdout, re.I)

@@ -148,6 +148,33 @@ def test_nested(run_traced):
     assert sorted(inner["task_id"].tolist()) == outer_tasks
 
 
+def test_regions_from_two_python_threads(run_traced):
+    k = 4
+    t = run_traced(PROLOGUE + f"""
+import threading
+with ompt_py.trace() as t:
+    threads = [threading.Thread(target=w.parallel, args=({k},)) for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    w.parallel(1)
+t.save(TRACE_PATH)
+""")
+    ev = t.events
+    assert n_of(ev, "parallel_begin") == 2 * k + 1
+    assert n_of(ev, "parallel_end") == 2 * k + 1
+    (proc,) = t.meta["processes"]
+    types = {th["thread"]: th["type"] for th in proc["threads"]}
+    encountering = Counter(select(ev, "parallel_begin")["thread"].tolist())
+    # each Python thread is an initial thread of its own and begins its k regions
+    by_thread = sorted(n for th, n in encountering.items() if n == k)
+    assert len(by_thread) == 2, encountering
+    assert all(types[th] == "initial" for th in encountering)
+    # (the trailer on the main thread releases only its own team's worker: the
+    # workers of the two threads' last regions report their ends later)
+
+
 # ---- windows ---------------------------------------------------------------------------
 
 
@@ -403,6 +430,7 @@ print(json.dumps(out))
     assert before["tool_path"] == tool
     assert before["mapped_runtimes"] == [] and before["runtimes"] == []
     assert before["config"]["sink"] == "memory"
+    assert before["config_error"] is None
     assert [m["family"] for m in imported["mapped_runtimes"]] == ["llvm"]
     assert imported["attached"] is False  # mapped but not initialised yet
     assert during["attached"] is True and during["recording"] is True
@@ -486,12 +514,36 @@ try:
         ("OMPTPY_RECORD", "sometimes", ["on", "off"]),
     ],
 )
-def test_config_error_at_import(omp_ext, var, value, words):
-    kind, msg = _exception_of("try:\n    import ompt_py", omp_ext, env={var: value})
-    assert kind == "ompt_py.errors.ConfigError", msg
+def test_bad_configuration(omp_ext, var, value, words):
+    """README: a bad value turns the tool off in the process, with a warning at
+    import and ConfigError from trace(); the OpenMP code itself still runs."""
+    r = run_python("""
+import json, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import ompt_py
+import ompt_work_ext as w
+out = {"warnings": [str(x.message) for x in caught],
+       "categories": [x.category.__name__ for x in caught]}
+try:
+    with ompt_py.trace():
+        w.parallel(1)
+except Exception as e:
+    out["error"] = type(e).__module__ + "." + type(e).__name__
+    out["message"] = str(e)
+w.parallel(2)                      # runs, untraced
+out["status_error"] = ompt_py.status()["config_error"]
+print(json.dumps(out))
+""", {var: value}, path=[omp_ext])
+    out = json.loads(r.stdout)
+    assert len(out["warnings"]) == 1, out
+    assert var in out["warnings"][0] and value in out["warnings"][0]
+    assert out.get("error") == "ompt_py.errors.ConfigError", out
+    msg = out["message"]
     assert var in msg and value in msg
     for word in words:
         assert word in msg
+    assert out["status_error"] and var in out["status_error"]
 
 
 def test_config_error_is_value_error():
@@ -536,8 +588,12 @@ print(pid)
     assert n_of(parent.events, "parallel_begin") == 6, summary(parent.events)
     assert cproc["written"] == len(child.events)
     assert pproc["written"] == len(parent.events)
-    assert not set(select(child.events, "parallel_begin")["parallel_id"].tolist()) & set(
-        select(parent.events, "parallel_begin")["parallel_id"].tolist())
+    # Ids are unique within a process (traces key them by pid); the child's
+    # regions pair up among themselves.
+    child_begins = select(child.events, "parallel_begin")["parallel_id"].tolist()
+    assert len(set(child_begins)) == 3
+    child_ends = select(child.events, "parallel_end")["parallel_id"].tolist()
+    assert sorted(child_begins) == sorted(child_ends)
 
 
 # ---- overflow in-process ---------------------------------------------------------------------
