@@ -7,6 +7,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "omptpy.h"
 #include "omptpy_api.h"
@@ -121,6 +122,70 @@ static PyObject *py_tool_path(PyObject *m, PyObject *args) {
   return PyUnicode_DecodeFSDefault(p);
 }
 
+/* columns(records, order, outputs): one pass over the records, in `order` (an
+ * intp array, or None for storage order), writing field i of each record into
+ * outputs[i] = (writable buffer, field offset, field size).  Turning 64-byte
+ * records into columns this way reads each record once instead of once per
+ * column. */
+static PyObject *py_columns(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *records, *order, *outputs;
+  if (!PyArg_ParseTuple(args, "OOO!", &records, &order, &PyList_Type, &outputs)) return NULL;
+  enum { MAX_COLUMNS = 32 };
+  Py_ssize_t ncol = PyList_GET_SIZE(outputs);
+  if (ncol > MAX_COLUMNS) {
+    PyErr_SetString(PyExc_ValueError, "too many columns");
+    return NULL;
+  }
+  Py_buffer src, ord = {0}, dst[MAX_COLUMNS];
+  Py_ssize_t offset[MAX_COLUMNS], size[MAX_COLUMNS], got = 0;
+  PyObject *result = NULL;
+  if (PyObject_GetBuffer(records, &src, PyBUF_SIMPLE) < 0) return NULL;
+  Py_ssize_t nrec = src.len / (Py_ssize_t)sizeof(omptpy_record), n = nrec;
+  if (order != Py_None) {
+    if (PyObject_GetBuffer(order, &ord, PyBUF_SIMPLE) < 0) goto done;
+    n = ord.len / (Py_ssize_t)sizeof(Py_ssize_t);
+  }
+  for (; got < ncol; got++) {
+    PyObject *spec = PyList_GET_ITEM(outputs, got), *buf;
+    if (!PyArg_ParseTuple(spec, "Onn", &buf, &offset[got], &size[got])) goto done;
+    if (PyObject_GetBuffer(buf, &dst[got], PyBUF_WRITABLE) < 0) goto done;
+    if (offset[got] < 0 || offset[got] + size[got] > (Py_ssize_t)sizeof(omptpy_record) ||
+        dst[got].len < n * size[got] || (size[got] != 1 && size[got] != 2 && size[got] != 4 &&
+                                         size[got] != 8)) {
+      PyBuffer_Release(&dst[got]);
+      PyErr_SetString(PyExc_ValueError, "column does not fit the records");
+      goto done;
+    }
+  }
+  const Py_ssize_t *idx = order != Py_None ? ord.buf : NULL;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    Py_ssize_t r = idx ? idx[i] : i;
+    if (r < 0 || r >= nrec) {
+      PyErr_SetString(PyExc_IndexError, "order refers to a record that does not exist");
+      goto done;
+    }
+    const char *rec = (const char *)src.buf + r * (Py_ssize_t)sizeof(omptpy_record);
+    for (Py_ssize_t c = 0; c < ncol; c++) {
+      char *out = (char *)dst[c].buf + i * size[c];
+      const char *in = rec + offset[c];
+      switch (size[c]) {
+        case 8: memcpy(out, in, 8); break;
+        case 4: memcpy(out, in, 4); break;
+        case 2: memcpy(out, in, 2); break;
+        default: *out = *in; break;
+      }
+    }
+  }
+  result = Py_None;
+  Py_INCREF(result);
+done:
+  for (Py_ssize_t c = 0; c < got; c++) PyBuffer_Release(&dst[c]);
+  if (ord.obj) PyBuffer_Release(&ord);
+  PyBuffer_Release(&src);
+  return result;
+}
+
 static PyObject *py_record_layout(PyObject *m, PyObject *args) {
   (void)m, (void)args;
 #define F(name) #name, (Py_ssize_t)offsetof(omptpy_record, name), \
@@ -146,6 +211,8 @@ static PyMethodDef methods[] = {
     {"stats", py_stats, METH_NOARGS, "Per-thread written/dropped counters and a clock anchor, as JSON."},
     {"ticks", py_ticks, METH_NOARGS, "The tool's clock, in raw ticks."},
     {"tool_path", py_tool_path, METH_NOARGS, "Absolute path of libomptpy.so."},
+    {"columns", py_columns, METH_VARARGS,
+     "columns(records, order, [(out, offset, size), ...]): fields of records into columns."},
     {"record_layout", py_record_layout, METH_NOARGS, "Version, size and field offsets of a record."},
     {NULL, NULL, 0, NULL},
 };

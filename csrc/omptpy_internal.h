@@ -23,6 +23,10 @@
 #include "omptpy_ompt.h"
 
 #define OMPTPY_API __attribute__((visibility("default")))
+
+/* Everything declared below is internal to libomptpy.so: hidden visibility
+ * lets the hot path reach globals without a GOT load. */
+#pragma GCC visibility push(hidden)
 #define OMPTPY_LIKELY(x) __builtin_expect(!!(x), 1)
 #define OMPTPY_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define OMPTPY_CACHELINE 64
@@ -236,5 +240,7 @@ void omptpy_str_free(omptpy_str *s);
 /* Both return 0, or -ENOMEM with s emptied. */
 int omptpy_meta_json(omptpy_str *s);
 int omptpy_stats_json(omptpy_str *s, bool final);
+
+#pragma GCC visibility pop
 
 #endif /* OMPTPY_INTERNAL_H */

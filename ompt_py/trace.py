@@ -249,33 +249,40 @@ class Trace:
         codeptr, kind, then the event arguments (see ARGUMENT_COLUMNS), which
         are <NA> for events that do not have them.
         """
-        ev, pids = self.events, self.pids
+        ev, pids = np.ascontiguousarray(self.events), self.pids
         times = ev["time_ns"]
         order = None
         if len(ev) > 1 and not bool(np.all(times[1:] >= times[:-1])):
             order = np.argsort(times, kind="stable")
-
-        def column(values: np.ndarray) -> np.ndarray:
-            # Per-field gathers: a gather of whole structured records is ~30x slower.
-            return values[order] if order is not None else np.ascontiguousarray(values)
-
-        codes = column(ev["event"]).astype(np.intp)
+        # One pass over the records fills every column (numpy would read all
+        # records once per field).
+        field = {name: np.empty(len(ev), EVENT_DTYPE[name]) for name in EVENT_DTYPE.names}
+        _core.columns(ev, order, [(field[n], EVENT_DTYPE.fields[n][1], EVENT_DTYPE[n].itemsize)
+                                  for n in EVENT_DTYPE.names])
+        codes = field["event"]
         cols: dict[str, Any] = {
-            "time_ns": column(times),
-            "pid": column(pids),
-            "thread": column(ev["thread"]),
+            "time_ns": field["time_ns"],
+            "pid": pids[order] if order is not None else pids,
+            "thread": field["thread"],
             "event": _categorical(codes, EVENTS),
-            "endpoint": _categorical(column(ev["endpoint"]).astype(np.intp), ENDPOINTS),
+            "endpoint": _categorical(field["endpoint"], ENDPOINTS),
         }
         for name in _ID_COLUMNS:
-            values = column(ev[name])
-            cols[name] = pd.arrays.IntegerArray(values, values == 0)
-        cols["kind"] = _kind_names(codes, column(ev["kind"]))
-        raw = {field: column(ev[field]) for field in ("u64a", "u64b", "u32a", "u32b")}
-        for name, (field, users) in ARGUMENT_COLUMNS.items():
-            uses = np.zeros(max(EVENTS) + 1, dtype=bool)
+            cols[name] = pd.arrays.IntegerArray(field[name], field[name] == 0)
+        cols["kind"] = _kind_names(codes, field["kind"])
+        present = np.bincount(codes, minlength=max(EVENTS) + 1) > 0
+        absent: dict[np.dtype, pd.arrays.IntegerArray] = {}
+        for name, (source, users) in ARGUMENT_COLUMNS.items():
+            uses = np.zeros(len(present), dtype=bool)
             uses[[EVENT_CODES[u] for u in users]] = True
-            cols[name] = pd.arrays.IntegerArray(raw[field], ~uses[codes])
+            values = field[source]
+            if not (uses & present).any():  # no event of the trace has it: share one all-NA array
+                if values.dtype not in absent:
+                    absent[values.dtype] = pd.arrays.IntegerArray(
+                        np.zeros(len(values), values.dtype), np.ones(len(values), bool))
+                cols[name] = absent[values.dtype]
+            else:
+                cols[name] = pd.arrays.IntegerArray(values, ~uses[codes])
         return pd.DataFrame(cols, copy=False)
 
     # ---- files -----------------------------------------------------------------
@@ -307,7 +314,7 @@ def _categorical(codes: np.ndarray, names: dict[int, str]) -> pd.Categorical:
 
 def _kind_names(codes: np.ndarray, kinds: np.ndarray) -> pd.Categorical:
     """The `kind` byte named by the enumeration its event uses (<NA> where none)."""
-    key = codes * 256 + kinds
+    key = codes.astype(np.int32) * 256 + kinds
     size = (max(EVENTS) + 1) * 256
     present = np.flatnonzero(np.bincount(key, minlength=size))
     labels = {}
