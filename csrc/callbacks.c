@@ -195,9 +195,9 @@ static int on_control_tool(uint64_t command, uint64_t modifier, void *arg, const
   if (t && omptpy_recording())
     emit(t, ompt_callback_control_tool, 0, 0, addr(codeptr), 0, 0, command, modifier, 0, 0);
   switch (command) {
-    case 1: atomic_store(&omptpy_g.recording, 1); return 0;
+    case 1: omptpy_recording_set(1); return 0;
     case 2:
-    case 4: atomic_store(&omptpy_g.recording, 0); return 0;
+    case 4: omptpy_recording_set(0); return 0;
     case 3: omptpy_flush(); return 0;
     default: return 1; /* omp_control_tool_ignored */
   }
@@ -242,8 +242,22 @@ const char *omptpy_event_name(int event) {
   return NULL;
 }
 
-void omptpy_register_callbacks(omptpy_runtime *rt, ompt_function_lookup_t lookup) {
-  (void)lookup;
+void omptpy_register_callbacks(omptpy_runtime *rt) {
   for (size_t i = 0; i < sizeof TABLE / sizeof *TABLE; i++)
     rt->levels[TABLE[i].event] = rt->set_callback(TABLE[i].event, TABLE[i].fn);
+}
+
+/* Pausing unregisters every event but the thread and tool-control ones (the
+ * tool needs those to know its threads and to be resumed), so a paused tool
+ * costs the runtime no callback at all; ompt_set_callback(event, NULL) after
+ * initialisation stops the event on libomp (see ../shared/FACTS.md).  The
+ * recording flag tested in each handler covers runtimes that keep calling. */
+void omptpy_callbacks_enable(omptpy_runtime *rt, bool on) {
+  for (size_t i = 0; i < sizeof TABLE / sizeof *TABLE; i++) {
+    int ev = TABLE[i].event;
+    if (ev == ompt_callback_thread_begin || ev == ompt_callback_thread_end ||
+        ev == ompt_callback_control_tool || rt->levels[ev] == ompt_set_never)
+      continue;
+    rt->set_callback(ev, on ? TABLE[i].fn : NULL);
+  }
 }

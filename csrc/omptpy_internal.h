@@ -200,10 +200,6 @@ typedef struct omptpy_runtime {
   int initialized;
   int finalized;
   ompt_set_callback_t set_callback;
-  ompt_get_thread_data_t get_thread_data;
-  ompt_get_unique_id_t get_unique_id;
-  ompt_finalize_tool_t finalize_tool;
-  ompt_get_num_procs_t get_num_procs;
   int levels[OMPTPY_MAX_EVENTS]; /* ompt_set_result_t per callback, -1 not asked */
 } omptpy_runtime;
 
@@ -227,7 +223,10 @@ static inline bool omptpy_recording(void) {
 
 /* ---- callbacks (callbacks.c) -------------------------------------------- */
 
-void omptpy_register_callbacks(omptpy_runtime *rt, ompt_function_lookup_t lookup);
+void omptpy_register_callbacks(omptpy_runtime *rt);
+void omptpy_callbacks_enable(omptpy_runtime *rt, bool on);
+/* Starts or pauses recording in every attached runtime (tool.c). */
+void omptpy_recording_set(int on);
 const char *omptpy_event_name(int event);
 
 /* ---- metadata (meta.c) --------------------------------------------------- */

@@ -22,11 +22,27 @@ omptpy_tool omptpy_g;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static int init_rc;
+/* Serialises changes of the recording state and of the registered callbacks. */
+static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void omptpy_recording_set(int on) {
+  pthread_mutex_lock(&control_lock);
+  if (omptpy_recording() != (on != 0)) {
+    atomic_store(&omptpy_g.recording, on != 0);
+    int n = atomic_load(&omptpy_g.nruntimes);
+    for (int i = 0; i < n && i < OMPTPY_MAX_RUNTIMES; i++) {
+      omptpy_runtime *rt = &omptpy_g.runtimes[i];
+      if (rt->initialized && !rt->finalized) omptpy_callbacks_enable(rt, on != 0);
+    }
+  }
+  pthread_mutex_unlock(&control_lock);
+}
 
 static void atfork_prepare(void) { omptpy_buffers_atfork_prepare(); }
 static void atfork_parent(void) { omptpy_buffers_atfork_parent(); }
 
 static void atfork_child(void) {
+  pthread_mutex_init(&control_lock, NULL);
   omptpy_buffers_after_fork_child();
   omptpy_sink_after_fork_child();
   int live = 0;
@@ -63,25 +79,20 @@ static void global_init(void) {
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
-static ompt_interface_fn_t lookup_fn(ompt_function_lookup_t lookup, const char *name) {
-  return lookup(name);
-}
-
 static int on_initialize(ompt_function_lookup_t lookup, int initial_device_num,
                          ompt_data_t *tool_data) {
   (void)initial_device_num;
   omptpy_runtime *rt = tool_data->ptr;
-  rt->set_callback = (ompt_set_callback_t)lookup_fn(lookup, "ompt_set_callback");
-  rt->get_thread_data = (ompt_get_thread_data_t)lookup_fn(lookup, "ompt_get_thread_data");
-  rt->get_unique_id = (ompt_get_unique_id_t)lookup_fn(lookup, "ompt_get_unique_id");
-  rt->finalize_tool = (ompt_finalize_tool_t)lookup_fn(lookup, "ompt_finalize_tool");
-  rt->get_num_procs = (ompt_get_num_procs_t)lookup_fn(lookup, "ompt_get_num_procs");
+  rt->set_callback = (ompt_set_callback_t)lookup("ompt_set_callback");
   if (!rt->set_callback) return 0;
   Dl_info info;
   if (dladdr((void *)rt->set_callback, &info) && info.dli_fname)
     snprintf(rt->path, sizeof rt->path, "%s", info.dli_fname);
-  omptpy_register_callbacks(rt, lookup);
+  pthread_mutex_lock(&control_lock);
+  omptpy_register_callbacks(rt);
+  if (!omptpy_recording()) omptpy_callbacks_enable(rt, false);
   rt->initialized = 1;
+  pthread_mutex_unlock(&control_lock);
   omptpy_drainer_start();
   return 1;
 }
@@ -95,7 +106,9 @@ static void write_stats(bool final) {
 
 static void on_finalize(ompt_data_t *tool_data) {
   omptpy_runtime *rt = tool_data->ptr;
+  pthread_mutex_lock(&control_lock);
   rt->finalized = 1;
+  pthread_mutex_unlock(&control_lock);
   omptpy_drainer_stop();
   omptpy_flush();
   write_stats(true);
@@ -158,7 +171,7 @@ OMPTPY_API int omptpy_config_check(char *error, size_t size) {
 
 OMPTPY_API void omptpy_set_recording(int on) {
   pthread_once(&init_once, global_init);
-  if (init_rc == 0) atomic_store(&omptpy_g.recording, on != 0);
+  if (init_rc == 0) omptpy_recording_set(on);
 }
 
 OMPTPY_API int omptpy_is_recording(void) { return omptpy_recording(); }
