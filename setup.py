@@ -67,6 +67,7 @@ setup(
             sources=["csrc/module.c"],
             include_dirs=["csrc"],
             extra_compile_args=CFLAGS,
+            libraries=["m"],
         )
     ],
     cmdclass={"build_ext": BuildToolAndExtension},

@@ -6,8 +6,11 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "omptpy.h"
 #include "omptpy_api.h"
@@ -158,6 +161,14 @@ static PyObject *py_columns(PyObject *m, PyObject *args) {
       goto done;
     }
   }
+  /* Fresh output pages are faulted in by one call per column rather than one
+   * trap per page (much cheaper on virtual machines). */
+  long page = sysconf(_SC_PAGESIZE);
+  for (Py_ssize_t c = 0; c < ncol; c++) {
+    uintptr_t lo = ((uintptr_t)dst[c].buf + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t hi = ((uintptr_t)dst[c].buf + (uintptr_t)(n * size[c])) & ~((uintptr_t)page - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+  }
   const Py_ssize_t *idx = order != Py_None ? ord.buf : NULL;
   for (Py_ssize_t i = 0; i < n; i++) {
     Py_ssize_t r = idx ? idx[i] : i;
@@ -184,6 +195,31 @@ done:
   if (ord.obj) PyBuffer_Release(&ord);
   PyBuffer_Release(&src);
   return result;
+}
+
+/* ticks_to_ns(records, first_ticks, first_ns, ns_per_tick, origin_ns): in
+ * place, each record's time becomes CLOCK_MONOTONIC nanoseconds minus origin
+ * (int64), on the line through the anchor (first_ticks, first_ns). */
+static PyObject *py_ticks_to_ns(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *records;
+  unsigned long long first_ticks;
+  long long first_ns, origin_ns;
+  double scale;
+  if (!PyArg_ParseTuple(args, "OKLdL", &records, &first_ticks, &first_ns, &scale, &origin_ns))
+    return NULL;
+  Py_buffer b;
+  if (PyObject_GetBuffer(records, &b, PyBUF_WRITABLE) < 0) return NULL;
+  omptpy_record *r = b.buf;
+  Py_ssize_t n = b.len / (Py_ssize_t)sizeof *r;
+  int64_t base = first_ns - origin_ns;
+  Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n; i++) {
+    double delta = (double)(int64_t)(r[i].time - first_ticks);
+    int64_t ns = base + (int64_t)llround(delta * scale);
+    memcpy(&r[i].time, &ns, sizeof ns);
+  }
+  Py_END_ALLOW_THREADS PyBuffer_Release(&b);
+  Py_RETURN_NONE;
 }
 
 static PyObject *py_record_layout(PyObject *m, PyObject *args) {
@@ -213,6 +249,8 @@ static PyMethodDef methods[] = {
     {"tool_path", py_tool_path, METH_NOARGS, "Absolute path of libomptpy.so."},
     {"columns", py_columns, METH_VARARGS,
      "columns(records, order, [(out, offset, size), ...]): fields of records into columns."},
+    {"ticks_to_ns", py_ticks_to_ns, METH_VARARGS,
+     "ticks_to_ns(records, first_ticks, first_ns, ns_per_tick, origin_ns): times in place."},
     {"record_layout", py_record_layout, METH_NOARGS, "Version, size and field offsets of a record."},
     {NULL, NULL, 0, NULL},
 };

@@ -9,9 +9,11 @@ run with OMPTPY_OUTPUT.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -36,14 +38,16 @@ PARQUET_KEY = b"ompt_py"
 _ID_COLUMNS = ("parallel_id", "task_id", "codeptr")
 
 
-def _to_ns(ticks: np.ndarray, first: dict, last: dict | None, tick_ns_estimate: float):
-    """CLOCK_MONOTONIC nanoseconds for raw ticks: one line through two anchors."""
+def _convert_times(records: np.ndarray, first: dict, last: dict | None,
+                   tick_ns_estimate: float, origin_ns: int) -> np.ndarray:
+    """Raw records (RAW_DTYPE) -> events (EVENT_DTYPE), in place: ticks become
+    nanoseconds from ``origin_ns`` on one line through the first and last anchors."""
     if last is not None and last["ticks"] - first["ticks"] > 1_000_000:
         scale = (last["mono_ns"] - first["mono_ns"]) / (last["ticks"] - first["ticks"])
     else:
         scale = tick_ns_estimate
-    delta = ticks.astype(np.int64) - np.int64(first["ticks"])
-    return first["mono_ns"] + np.rint(delta * scale).astype(np.int64)
+    _core.ticks_to_ns(records, first["ticks"], first["mono_ns"], scale, origin_ns)
+    return records.view(EVENT_DTYPE)
 
 
 def _thread_rows(stats: dict, before: dict[int, tuple[int, int]] | None = None) -> list[dict]:
@@ -91,6 +95,33 @@ def _totals(meta: dict) -> dict:
 
 
 _active: Trace | None = None
+
+
+try:  # numpy >= 2
+    from numpy._core.multiarray import _set_madvise_hugepage
+except ImportError:  # numpy 1.x
+    try:
+        from numpy.core.multiarray import _set_madvise_hugepage
+    except ImportError:
+        _set_madvise_hugepage = None
+
+
+@contextlib.contextmanager
+def _small_pages() -> Iterator[None]:
+    """Allocate large arrays without numpy's transparent-huge-page advice.
+
+    Where the kernel compacts memory to find huge pages on first touch
+    (defrag=madvise, as on many VMs) that advice made filling fresh columns
+    about three times slower; the columns are written once, in order.
+    """
+    if _set_madvise_hugepage is None:
+        yield
+        return
+    previous = _set_madvise_hugepage(False)
+    try:
+        yield
+    finally:
+        _set_madvise_hugepage(previous)
 
 
 class Trace:
@@ -156,12 +187,8 @@ class Trace:
         records = _core.take()
         stats = json.loads(_core.stats())
         meta = _attach.meta()
-        raw = np.frombuffer(records, RAW_DTYPE)
-        events = raw.view(EVENT_DTYPE)
-        if len(raw):
-            mono = _to_ns(raw["time"], meta["start_anchor"], stats["anchor"],
-                          meta["tick_ns_estimate"])
-            events["time_ns"] = mono - self._origin
+        events = _convert_times(np.frombuffer(records, RAW_DTYPE), meta["start_anchor"],
+                                stats["anchor"], meta["tick_ns_estimate"], self._origin)
         self._segments.append(events)
         self._pid_runs.append((meta["pid"], len(events)))
         for row in _thread_rows(stats, self._before):
@@ -242,6 +269,7 @@ class Trace:
             f"written={self.written}, dropped={self.dropped}>"
         )
 
+    @_small_pages()
     def to_pandas(self) -> pd.DataFrame:
         """One row per event, in time order, with names for events, endpoints and kinds.
 
@@ -314,17 +342,15 @@ def _categorical(codes: np.ndarray, names: dict[int, str]) -> pd.Categorical:
 
 def _kind_names(codes: np.ndarray, kinds: np.ndarray) -> pd.Categorical:
     """The `kind` byte named by the enumeration its event uses (<NA> where none)."""
-    key = codes.astype(np.int32) * 256 + kinds
-    size = (max(EVENTS) + 1) * 256
-    present = np.flatnonzero(np.bincount(key, minlength=size))
+    key = (codes.astype(np.uint16) << 8) | kinds
     labels = {}
-    for k in present:
-        table = KIND_NAMES.get(EVENTS.get(int(k) // 256, ""))
+    for k in np.flatnonzero(np.bincount(key, minlength=1 << 16)).tolist():
+        table = KIND_NAMES.get(EVENTS.get(k >> 8, ""))
         if table:
-            labels[int(k)] = table.get(int(k) % 256, str(int(k) % 256))
+            labels[k] = table.get(k & 0xFF, str(k & 0xFF))
     categories = sorted(set(labels.values()))
     index = {c: i for i, c in enumerate(categories)}
-    lookup = np.full(max(size, len(present) and int(present[-1]) + 1), -1, dtype=np.int16)
+    lookup = np.full(1 << 16, -1, dtype=np.int16)
     for k, label in labels.items():
         lookup[k] = index[label]
     return pd.Categorical.from_codes(lookup[key], categories=categories)
@@ -348,12 +374,9 @@ def _from_raw(paths: list[str], source: str) -> Trace:
     segments, pids, entries = [], [], []
     for p in procs:
         last = p.stats[-1] if p.stats else None
-        events = p.records.view(EVENT_DTYPE)
-        if len(events):
-            events = events.copy() if not events.flags.writeable else events
-            mono = _to_ns(p.records["time"], p.meta["start_anchor"],
-                          last["anchor"] if last else None, p.meta["tick_ns_estimate"])
-            events["time_ns"] = mono - origin
+        events = _convert_times(p.records, p.meta["start_anchor"],
+                                last["anchor"] if last else None, p.meta["tick_ns_estimate"],
+                                origin)
         segments.append(events)
         pids.append((p.meta["pid"], len(events)))
         threads = _thread_rows(last) if last else []
