@@ -278,10 +278,7 @@ class Trace:
         are <NA> for events that do not have them.
         """
         ev, pids = np.ascontiguousarray(self.events), self.pids
-        times = ev["time_ns"]
-        order = None
-        if len(ev) > 1 and not bool(np.all(times[1:] >= times[:-1])):
-            order = np.argsort(times, kind="stable")
+        order = np.argsort(ev["time_ns"], kind="stable")  # fast on the per-thread runs
         # One pass over the records fills every column (numpy would read all
         # records once per field).
         field = {name: np.empty(len(ev), EVENT_DTYPE[name]) for name in EVENT_DTYPE.names}
@@ -290,27 +287,30 @@ class Trace:
         codes = field["event"]
         cols: dict[str, Any] = {
             "time_ns": field["time_ns"],
-            "pid": pids[order] if order is not None else pids,
+            "pid": pids[order] if len(self._pid_runs) != 1 else pids,  # one process: all equal
             "thread": field["thread"],
-            "event": _categorical(codes, EVENTS),
-            "endpoint": _categorical(field["endpoint"], ENDPOINTS),
+            "event": _EVENT_NAMES.categorical(codes),
+            "endpoint": _ENDPOINT_NAMES.categorical(field["endpoint"]),
         }
         for name in _ID_COLUMNS:
             cols[name] = pd.arrays.IntegerArray(field[name], field[name] == 0)
-        cols["kind"] = _kind_names(codes, field["kind"])
+        cols["kind"] = _KIND_NAMES.categorical((codes.astype(np.uint16) << 8) | field["kind"])
         present = np.bincount(codes, minlength=max(EVENTS) + 1) > 0
+        masks: dict[tuple[str, ...], np.ndarray] = {}  # shared by columns with the same events
         absent: dict[np.dtype, pd.arrays.IntegerArray] = {}
         for name, (source, users) in ARGUMENT_COLUMNS.items():
-            uses = np.zeros(len(present), dtype=bool)
-            uses[[EVENT_CODES[u] for u in users]] = True
+            lacks = np.ones(len(present), dtype=bool)  # True: the event lacks the argument
+            lacks[[EVENT_CODES[u] for u in users]] = False
             values = field[source]
-            if not (uses & present).any():  # no event of the trace has it: share one all-NA array
+            if (lacks | ~present).all():  # no event of the trace has it: one all-NA array
                 if values.dtype not in absent:
                     absent[values.dtype] = pd.arrays.IntegerArray(
                         np.zeros(len(values), values.dtype), np.ones(len(values), bool))
                 cols[name] = absent[values.dtype]
             else:
-                cols[name] = pd.arrays.IntegerArray(values, ~uses[codes])
+                if users not in masks:
+                    masks[users] = np.take(lacks, codes)
+                cols[name] = pd.arrays.IntegerArray(values, masks[users])
         return pd.DataFrame(cols, copy=False)
 
     # ---- files -----------------------------------------------------------------
@@ -329,31 +329,34 @@ class Trace:
         pq.write_table(table, os.fspath(path), compression="zstd")
 
 
-def _categorical(codes: np.ndarray, names: dict[int, str]) -> pd.Categorical:
-    """Categorical from small integer codes; codes without a name become <NA>."""
-    size = max(max(names), int(codes.max()) if len(codes) else 0) + 1
-    present = np.flatnonzero(np.bincount(codes, minlength=size))
-    categories = [names[c] for c in present if c in names]
-    lookup = np.full(size, -1, dtype=np.int16)
-    for i, name in enumerate(categories):
-        lookup[[c for c, n in names.items() if n == name]] = i
-    return pd.Categorical.from_codes(lookup[codes], categories=categories)
+class _Names:
+    """Integer codes -> a categorical whose categories are every name the code
+    can have, in every trace: frames of several traces concatenate as categoricals."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.categories = sorted(set(names.values()))
+        index = {name: i for i, name in enumerate(self.categories)}
+        self.lookup = np.full(max(names) + 1, -1, dtype=np.int8)
+        for code, name in names.items():
+            self.lookup[code] = index[name]
+
+    def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        # Codes beyond the table (a newer runtime's enum values) become <NA>.
+        inside = codes < len(self.lookup)
+        mapped = self.lookup[np.where(inside, codes, 0)]
+        if not inside.all():
+            mapped[~inside] = -1
+        return pd.Categorical.from_codes(mapped, categories=self.categories)
 
 
-def _kind_names(codes: np.ndarray, kinds: np.ndarray) -> pd.Categorical:
-    """The `kind` byte named by the enumeration its event uses (<NA> where none)."""
-    key = (codes.astype(np.uint16) << 8) | kinds
-    labels = {}
-    for k in np.flatnonzero(np.bincount(key, minlength=1 << 16)).tolist():
-        table = KIND_NAMES.get(EVENTS.get(k >> 8, ""))
-        if table:
-            labels[k] = table.get(k & 0xFF, str(k & 0xFF))
-    categories = sorted(set(labels.values()))
-    index = {c: i for i, c in enumerate(categories)}
-    lookup = np.full(1 << 16, -1, dtype=np.int16)
-    for k, label in labels.items():
-        lookup[k] = index[label]
-    return pd.Categorical.from_codes(lookup[key], categories=categories)
+_EVENT_NAMES = _Names(EVENTS)
+_ENDPOINT_NAMES = _Names(ENDPOINTS)
+# `kind` is named by the enumeration of its event: keyed by event << 8 | kind.
+_KIND_NAMES = _Names({
+    code << 8 | value: name
+    for code, event in EVENTS.items()
+    for value, name in KIND_NAMES.get(event, {}).items()
+})
 
 
 def _loaded(segments: list[np.ndarray], pid_runs: list[tuple[int, int]], meta: dict) -> Trace:
