@@ -140,8 +140,13 @@ static omptpy_thread *thread_new(void) {
 
 /* Called once per OS thread (thread_begin, or the first event of a thread the
  * runtime did not announce).  Not on the steady-state path. */
+static void retire_ended(void);
+
 omptpy_thread *omptpy_thread_attach(int type, int runtime) {
   if (!B.ready) return NULL;
+  /* Slots of threads that ended are drained and freed first, so a program
+   * that starts threads one after another reuses one buffer. */
+  retire_ended();
   pthread_mutex_lock(&B.lock);
   omptpy_thread *t = NULL;
   for (omptpy_thread *p = atomic_load(&B.all); p; p = p->all_next)
@@ -312,6 +317,13 @@ static void retire(omptpy_thread *t) {
   pthread_mutex_unlock(&B.lock);
 }
 
+static void retire_ended(void) {
+  pthread_mutex_lock(&B.drain_lock);
+  for (omptpy_thread *t = atomic_load_explicit(&B.all, memory_order_acquire); t; t = t->all_next)
+    if (atomic_load_explicit(&t->state, memory_order_acquire) == OMPTPY_THREAD_ENDED) retire(t);
+  pthread_mutex_unlock(&B.drain_lock);
+}
+
 static uint32_t drain_all(bool partial) {
   uint32_t nfull = 0;
   for (omptpy_thread *t = atomic_load_explicit(&B.all, memory_order_acquire); t; t = t->all_next) {
@@ -386,6 +398,12 @@ void omptpy_drainer_stop(void) {
   atomic_fetch_add(&B.wake, 1);
   syscall(SYS_futex, &B.wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
   if (join) pthread_join(B.drainer, NULL);
+}
+
+size_t omptpy_buffer_bytes(void) {
+  size_t slots = 0;
+  for (omptpy_thread *t = atomic_load(&B.all); t; t = t->all_next) slots++;
+  return slots * B.max_chunks * sizeof(omptpy_chunk);
 }
 
 void omptpy_visit_threads(omptpy_thread_visit fn, void *ctx) {

@@ -172,10 +172,11 @@ static void visit(void *p, uint32_t index, int type, pid_t tid, uint64_t written
 int omptpy_stats_json(omptpy_str *s, bool final) {
   omptpy_anchor a = omptpy_clock_anchor();
   int rc = put(s, "{\"final\":%s,\"recording\":%s,\"anchor\":{\"ticks\":%llu,\"mono_ns\":%llu},"
-               "\"realtime_ns\":%llu,\"sink_lost\":%llu,\"threads\":[",
+               "\"realtime_ns\":%llu,\"sink_lost\":%llu,\"buffer_bytes\":%zu,\"threads\":[",
                final ? "true" : "false", omptpy_recording() ? "true" : "false",
                (unsigned long long)a.ticks, (unsigned long long)a.mono_ns,
-               (unsigned long long)realtime_ns(), (unsigned long long)omptpy_sink_lost());
+               (unsigned long long)realtime_ns(), (unsigned long long)omptpy_sink_lost(),
+               omptpy_buffer_bytes());
   visit_ctx v = {s, rc, true};
   if (rc == 0) omptpy_visit_threads(visit, &v);
   rc = v.rc ? v.rc : put(s, "]}");

@@ -141,6 +141,9 @@ void omptpy_buffers_atfork_parent(void);
 typedef void (*omptpy_thread_visit)(void *ctx, uint32_t index, int type, pid_t tid,
                                     uint64_t written, uint64_t dropped, bool live);
 void omptpy_visit_threads(omptpy_thread_visit fn, void *ctx);
+/* Memory mapped for per-thread buffers: one arena per thread slot ever needed
+ * at once (slots are reused by later threads). */
+size_t omptpy_buffer_bytes(void);
 
 static inline omptpy_thread *omptpy_self(void) {
   omptpy_thread *t = omptpy_tls_thread;

@@ -83,6 +83,7 @@ def _process_entry(meta: dict, last_stats: dict | None, threads: list[dict], **e
     entry["written"] = sum(t["written"] for t in threads)
     entry["dropped"] = sum(t["dropped"] for t in threads)
     entry["sink_lost"] = last_stats["sink_lost"] if last_stats else 0
+    entry["buffer_bytes"] = last_stats["buffer_bytes"] if last_stats else None
     entry.update(extra)
     return entry
 

@@ -627,3 +627,21 @@ def test_process_ended_by_exit_is_incomplete(programs, tmp_path):
     assert len(np.unique(d["u64a"])) == len(d)
     for _, rows in per_thread(t.events).items():
         assert np.all(np.diff(rows["time_ns"]) >= 0)
+
+
+def test_threads_that_end_give_their_buffer_to_the_next(programs, tmp_path):
+    """20 root threads started one after another: each is counted on its own,
+    and their buffers are reused rather than one mapped per thread."""
+    out = tmp_path / "raw"
+    r = run_with_tool([programs.roots, "20"], out)
+    assert r.returncode == 0, r.stderr
+    t = ompt_py.load(out)
+    (proc,) = t.meta["processes"]
+    initial = [th for th in proc["threads"] if th["type"] == "initial"]
+    assert len(initial) == 20
+    assert all(th["written"] > 0 and th["dropped"] == 0 for th in initial)
+    assert len({th["thread"] for th in proc["threads"]}) == len(proc["threads"])
+    assert n_of(t.events, "thread_begin") == n_of(t.events, "thread_end") == len(proc["threads"])
+    arena = proc["config"]["buffer_bytes"]
+    # one slot for the root of the moment, one for the runtime's worker
+    assert proc["buffer_bytes"] <= 2 * arena * 1.01, proc["buffer_bytes"] / arena
