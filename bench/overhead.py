@@ -784,7 +784,7 @@ def report_workload(bench: Bench, res: WorkloadResult) -> None:
     desc = (
         "empty parallel regions"
         if res.name == "regions"
-        else "trivial tasks (one creator, both threads execute)"
+        else "trivial tasks (each thread creates half)"
     )
     print(f"\n== {res.name}: {res.n} {desc}, {NUM_THREADS} threads, min of {bench.reps} runs")
     events, py_events = res.events, res.omptpy_events
