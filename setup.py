@@ -1,13 +1,18 @@
 """Builds libomptpy.so (the OMPT tool, plain C, no Python) and the _core
-extension module that binds it.  Only a C compiler and the Python headers
-are needed: the OMPT declarations are the project's own (csrc/omptpy_ompt.h)."""
+extension module that binds it, and bundles an LLVM libomp (runtime/).
+Only a C compiler and the Python headers are needed: the OMPT declarations
+are the project's own (csrc/omptpy_ompt.h)."""
 
 from __future__ import annotations
 
 import os
+import sys
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from runtime.bundle import LICENSE_NAME, SONAME, bundle  # noqa: E402
 
 TOOL_SOURCES = [
     os.path.join("csrc", name)
@@ -18,7 +23,8 @@ TOOL_NAME = "libomptpy.so"
 
 
 class BuildToolAndExtension(build_ext):
-    """Links csrc/ into ompt_py/libomptpy.so, then _core against it ($ORIGIN rpath)."""
+    """Links csrc/ into ompt_py/libomptpy.so, then _core against it ($ORIGIN rpath),
+    and puts the bundled libomp into ompt_py/runtime/."""
 
     def build_extension(self, ext: Extension) -> None:
         outdir = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
@@ -32,32 +38,39 @@ class BuildToolAndExtension(build_ext):
             libraries=["pthread", "dl"],
             extra_postargs=[f"-Wl,-soname,{TOOL_NAME}", "-Wl,-z,defs"],
         )
+        self._bundled = bundle(os.path.join(outdir, "runtime"), self.build_temp) is not None
         ext.library_dirs = [outdir]
         ext.extra_objects = [os.path.join(outdir, TOOL_NAME)]
         ext.extra_link_args = ["-Wl,-rpath,$ORIGIN"]
         super().build_extension(ext)
 
-    def _tool_paths(self) -> tuple[str, str]:
-        """(built, in-place) paths of the tool library, beside the _core extension."""
+    def _extra_files(self) -> list[tuple[str, str]]:
+        """(built, in-place) paths of what is built beside the _core extension."""
         build_py = self.get_finalized_command("build_py")
         inplace_ext, built_ext = self._get_inplace_equivalent(build_py, self.extensions[0])
-        return (
-            os.path.join(os.path.dirname(built_ext), TOOL_NAME),
-            os.path.join(os.path.dirname(inplace_ext), TOOL_NAME),
-        )
+        names = [TOOL_NAME]
+        if getattr(self, "_bundled", False):
+            names += [os.path.join("runtime", SONAME), os.path.join("runtime", LICENSE_NAME)]
+        return [
+            (os.path.join(os.path.dirname(built_ext), n),
+             os.path.join(os.path.dirname(inplace_ext), n))
+            for n in names
+        ]
 
     def copy_extensions_to_source(self) -> None:
         super().copy_extensions_to_source()
-        self.copy_file(*self._tool_paths(), level=self.verbose)
+        for built, inplace in self._extra_files():
+            os.makedirs(os.path.dirname(inplace), exist_ok=True)
+            self.copy_file(built, inplace, level=self.verbose)
 
     def _get_output_mapping(self):
         yield from super()._get_output_mapping()
         if self.inplace:
-            yield self._tool_paths()
+            yield from self._extra_files()
 
     def get_outputs(self) -> list[str]:
         outputs = super().get_outputs()
-        return outputs if self.inplace else [*outputs, self._tool_paths()[0]]
+        return outputs if self.inplace else [*outputs, *(b for b, _ in self._extra_files())]
 
 
 setup(

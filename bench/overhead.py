@@ -267,9 +267,10 @@ def build_steps() -> list[BuildStep]:
     return steps
 
 
-def build() -> None:
+def build(steps: list[BuildStep] | None = None) -> None:
+    """Run the build steps that are out of date (default: this benchmark's)."""
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    for step in build_steps():
+    for step in build_steps() if steps is None else steps:
         if step.up_to_date():
             continue
         log(f"building {step.output.relative_to(BENCH_DIR)}")
@@ -442,19 +443,21 @@ def config_env(
     return env
 
 
-def run_driver(workload: str, n: int, env: dict[str, str]) -> RunResult:
+def run_program(cmd: list[str], env: dict[str, str], what: str) -> subprocess.CompletedProcess[str]:
+    """Run a benchmark program; BenchError (named `what`) on a timeout or a failure."""
     try:
-        proc = subprocess.run(
-            [str(DRIVER), workload, str(n)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-        )
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
-        raise BenchError(f"{workload} {n}: timed out after {exc.timeout:.0f} s") from exc
+        raise BenchError(f"{what}: timed out after {exc.timeout:.0f} s") from exc
+    if proc.returncode != 0:
+        raise BenchError(f"{what}: exit code {proc.returncode}\n{tail(proc.stderr)}")
+    return proc
+
+
+def run_driver(workload: str, n: int, env: dict[str, str]) -> RunResult:
+    proc = run_program([str(DRIVER), workload, str(n)], env, f"{workload} {n}")
     lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
+    if not lines:
         raise BenchError(f"{workload} {n}: exit code {proc.returncode}\n{tail(proc.stderr)}")
     result = RunResult(seconds=float(lines[-1]), stderr=proc.stderr)
     match = MINREC_RE.search(proc.stderr)
@@ -462,6 +465,13 @@ def run_driver(workload: str, n: int, env: dict[str, str]) -> RunResult:
         result.minrec_events = int(match.group(1))
         result.minrec_dropped = int(match.group(3))
     return result
+
+
+def interleaved(configs: list[str], rep: int) -> list[str]:
+    """The order of repetition `rep`: each one starts from a different configuration,
+    so that a drift of the machine's speed is spread over all of them."""
+    shift = rep % len(configs)
+    return configs[shift:] + configs[:shift]
 
 
 @dataclass
@@ -566,9 +576,7 @@ class Bench:
     def measure(self) -> None:
         for rep in range(self.reps):
             for wl in WORKLOADS:
-                configs = self.active_configs()
-                shift = rep % len(configs)
-                order = configs[shift:] + configs[:shift]  # spread drift over configs
+                order = interleaved(self.active_configs(), rep)
                 timings = []
                 for cfg in order:
                     if cfg in self.disabled:

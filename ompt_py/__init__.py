@@ -12,7 +12,9 @@ line of the program): the runtime looks for tools only once, when it starts.
 
 from __future__ import annotations
 
-from ._attach import TOOL_PATH, mapped_runtimes, status
+from . import doctor
+from ._attach import TOOL_PATH, status
+from ._runtime import mapped_runtimes
 from .errors import AttachError, ConfigError, OmptPyError, TraceFileError
 from .trace import Trace, load, trace
 
@@ -25,6 +27,7 @@ __all__ = [
     "Trace",
     "TraceFileError",
     "__version__",
+    "doctor",
     "load",
     "mapped_runtimes",
     "status",

@@ -12,12 +12,11 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import re
 import warnings
-from dataclasses import dataclass
 
-from . import _core
+from . import _core, _runtime
 from ._records import check_layout
+from ._runtime import mapped_runtimes
 from .errors import AttachError, ConfigError
 
 check_layout(_core.record_layout())
@@ -58,40 +57,21 @@ def _put_tool_first() -> None:
 
 _put_tool_first()
 
-# Shared objects that are OpenMP runtimes, by file name.
-_LLVM_RUNTIME = re.compile(r"^lib(omp|iomp5)(-[\w.]+)?\.so(\.\d+)*$")
-_GNU_RUNTIME = re.compile(r"^libgomp(-[0-9a-f]+)?\.so(\.\d+)*$")
-
-
-@dataclass(frozen=True)
-class MappedRuntime:
-    """An OpenMP runtime library mapped into this process."""
-
-    path: str
-    family: str  # "llvm" (libomp/libiomp5, has OMPT) or "gnu" (libgomp, no OMPT)
-
-
-def mapped_runtimes() -> list[MappedRuntime]:
-    """The OpenMP runtimes mapped into this process, from /proc/self/maps."""
-    seen: dict[str, MappedRuntime] = {}
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                parts = line.split(None, 5)
-                if len(parts) < 6:
-                    continue
-                path = parts[5].strip()
-                name = os.path.basename(path)
-                if path in seen:
-                    continue
-                if _LLVM_RUNTIME.match(name):
-                    seen[path] = MappedRuntime(path, "llvm")
-                elif _GNU_RUNTIME.match(name):
-                    seen[path] = MappedRuntime(path, "gnu")
-    except OSError:
-        return []
-    return list(seen.values())
-
+# The runtime fallback (OMPTPY_RUNTIME): LLVM libomp into the global scope
+# before libgomp-linked modules are imported.
+try:
+    FALLBACK = _runtime.apply()
+except ConfigError as e:
+    FALLBACK = _runtime.Fallback("invalid", error=str(e))
+    warnings.warn(f"ompt_py: {e}", stacklevel=3)
+if FALLBACK.early_gnu_modules:
+    warnings.warn(
+        "ompt_py was imported after these modules, which link GNU libgomp; their parallel "
+        "regions run on libgomp and are not traced: "
+        + ", ".join(os.path.basename(m) for m in FALLBACK.early_gnu_modules)
+        + ". Import ompt_py before them (first line of the program).",
+        stacklevel=3,
+    )
 
 def meta() -> dict:
     """The tool's description of this process (runtimes, callbacks, configuration)."""
@@ -122,6 +102,8 @@ def ensure_attachable() -> None:
     yet (the tool then attaches when one initialises).
     """
     check_config()
+    if FALLBACK.policy == "invalid":
+        raise ConfigError(FALLBACK.error)
     m = meta()
     if not m["config"]["enabled"]:
         raise AttachError(
@@ -134,10 +116,12 @@ def ensure_attachable() -> None:
             f"{m['config']['output']!r}); ompt_py.trace() is not available inside it. "
             "Run the program without `ompt-py run` to trace it in-process."
         )
-    if attached_runtimes():
-        return
     runtimes = mapped_runtimes()
     llvm = [r for r in runtimes if r.family == "llvm"]
+    if len(llvm) > 1 and os.environ.get("KMP_DUPLICATE_LIB_OK", "").upper() not in ("TRUE", "1"):
+        raise AttachError(duplicate_runtimes_message(llvm))
+    if attached_runtimes():
+        return
     for r in llvm:
         _probe(r.path)
     if attached_runtimes():
@@ -158,12 +142,26 @@ def ensure_attachable() -> None:
     gnu = [r for r in runtimes if r.family == "gnu"]
     if gnu:
         names = ", ".join(r.path for r in gnu)
+        why = (f"the runtime fallback is off (OMPTPY_RUNTIME={FALLBACK.policy})"
+               if FALLBACK.policy == "off" else
+               f"no LLVM libomp could be loaded ({FALLBACK.error})")
         raise AttachError(
-            f"this process uses GNU libgomp ({names}), which has no OMPT tool interface, so "
-            "its parallel regions cannot be recorded. Build the OpenMP code with clang "
-            "-fopenmp (LLVM libomp), or run it on LLVM libomp by loading libomp first "
-            "(e.g. LD_PRELOAD=libomp.so.5)."
+            f"this process uses GNU libgomp ({names}), which has no OMPT tool interface, and "
+            f"{why}. Unset OMPTPY_RUNTIME (or set it to auto) before importing ompt_py, "
+            "install LLVM libomp (Debian: libomp5-19), or build the OpenMP code with clang "
+            "-fopenmp."
         )
+
+
+def duplicate_runtimes_message(llvm: list) -> str:
+    names = ", ".join(r.path for r in llvm)
+    return (
+        f"this process has {len(llvm)} copies of the LLVM/Intel OpenMP runtime ({names}); the "
+        "second one to start aborts the program ('OMP: Error #15 ... already initialized'). "
+        "Load only one (a wheel that vendors its own copy can run with OMPTPY_RUNTIME=off), "
+        "or set KMP_DUPLICATE_LIB_OK=TRUE before the program starts: each copy then runs "
+        "separately and ompt-py traces every one of them."
+    )
 
 
 def status() -> dict:
@@ -185,6 +183,13 @@ def status() -> dict:
             for rt in m["runtimes"]
         ],
         "mapped_runtimes": [{"path": r.path, "family": r.family} for r in mapped_runtimes()],
+        "fallback": {
+            "policy": FALLBACK.policy,
+            "libomp": FALLBACK.libomp,
+            "how": FALLBACK.how,
+            "early_gnu_modules": FALLBACK.early_gnu_modules,
+            "error": FALLBACK.error,
+        },
         "config": m["config"],
         "config_error": _config_error,
         "clock": m["clock"],

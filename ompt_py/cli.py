@@ -17,6 +17,7 @@ Trace what the OpenMP runtime does.
   ompt-py run -o trace.parquet my_script.py args
   ompt-py run -o trace.parquet -m my_module args
   ompt-py report trace.parquet
+  ompt-py doctor [my_script.py args | -m my_module args]
 
 How the tool attaches: LLVM's OpenMP runtime (libomp) looks for a tool once,
 when it initialises (first OpenMP construct or omp_* call).  `ompt-py run`
@@ -24,8 +25,14 @@ sets OMP_TOOL_LIBRARIES for the command and every process it starts, so
 each process that uses libomp is traced from its start, into a file of its
 own (keyed by pid).  Inside Python, `import ompt_py` must come before
 anything initialises OpenMP; a runtime that started earlier cannot be
-traced in that process.  GNU libgomp (gcc -fopenmp) has no tool interface:
-build with clang -fopenmp, or run the program on libomp.
+traced in that process.
+
+GNU libgomp (gcc -fopenmp) has no tool interface.  LLVM libomp implements
+its ABI, so ompt-py runs libgomp-built code on libomp (the runtime
+fallback, OMPTPY_RUNTIME=auto|bundled|system|off, default auto): `ompt-py
+run` preloads libomp into the command, `import ompt_py` loads it before the
+modules imported after it.  `ompt-py doctor` tells what runs on which
+runtime and why something is not traced.
 """
 
 RUN_EPILOG = """\
@@ -54,7 +61,7 @@ def _run_command(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from . import _attach, tool_path
+    from . import _attach, _runtime, tool_path
     from .errors import TraceFileError
     from .trace import load
 
@@ -72,6 +79,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         os.environ["OMPTPY_OVERFLOW"] = args.overflow
     _attach.check_environment()
     env = dict(os.environ)
+    libomp = _runtime.launcher_libomp(args.runtime or env.get("OMPTPY_RUNTIME"))
+    if libomp:  # libgomp-built code runs on libomp, in the command and its children
+        env["LD_PRELOAD"] = ":".join([libomp, *(p for p in env.get("LD_PRELOAD", "").split(":")
+                                                if p and p != libomp)])
     raw_dir = args.keep_raw or tempfile.mkdtemp(prefix="ompt-py-")
     os.makedirs(raw_dir, exist_ok=True)
     others = [p for p in env.get("OMP_TOOL_LIBRARIES", "").split(":") if p and p != tool_path()]
@@ -115,6 +126,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     return returncode
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from . import doctor
+
+    if not args.target and not args.module:
+        print(doctor.report(), end="")
+        return 0
+    # The program runs with ompt_py imported first; the report comes at its exit.
+    if args.module:
+        run = f"runpy.run_module({args.module!r}, run_name='__main__', alter_sys=True)"
+        argv = [args.module, *args.target]
+    else:
+        target = [t for t in args.target if t != "--"]
+        if not target or not target[0].endswith(".py"):
+            raise SystemExit("ompt-py doctor: give a Python script (.py) or -m MODULE; for other "
+                             "programs use ompt-py run and ompt-py report")
+        run = f"runpy.run_path({target[0]!r}, run_name='__main__')"
+        argv = target
+    code = ("import ompt_py, atexit, runpy, sys\n"
+            "atexit.register(lambda: print(ompt_py.doctor.report(), end='', file=sys.stderr))\n"
+            f"sys.argv = {argv!r}\n{run}\n")
+    return subprocess.call([sys.executable, "-c", code])
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import render
     from .trace import load
@@ -142,6 +176,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--overflow", choices=["flush", "drop", "grow"],
                      help="when a thread's buffer is full: the thread flushes it itself "
                           "(default), drops and counts records, or grows the buffer")
+    run.add_argument("--runtime", choices=["auto", "bundled", "system", "off"],
+                     help="run libgomp-built code on LLVM libomp (preloaded): auto (default: "
+                          "the bundled libomp, else the system's), bundled, system, or off")
     run.add_argument("--keep-raw", metavar="DIR",
                      help="write the per-process raw files into DIR and keep them")
     run.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
@@ -154,6 +191,15 @@ def parser() -> argparse.ArgumentParser:
     rep.add_argument("trace", help="a trace file (.parquet), raw directory or .omptraw file")
     rep.add_argument("--top", type=int, default=10, help="rows per table (default: %(default)s)")
     rep.set_defaults(func=cmd_report)
+    doc = sub.add_parser(
+        "doctor", help="tell which OpenMP runtimes a program uses and why it is not traced",
+        description="Without a target: this installation (tool, bundled and system libomp). "
+        "With a Python script or -m MODULE: runs it with ompt_py imported first and, at its "
+        "exit, lists the OpenMP runtimes mapped, which modules link which runtime, and the "
+        "problems found (modules loaded before the fallback, several runtime copies).")
+    doc.add_argument("-m", dest="module", metavar="MODULE", help="run a Python module")
+    doc.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT.py [ARGS]")
+    doc.set_defaults(func=cmd_doctor)
     return p
 
 

@@ -31,6 +31,7 @@ from conftest import (
     TASK_SWITCH,
     WORK_LOOP_DYNAMIC,
     WORK_LOOP_STATIC,
+    clean_env,
     n_of,
     per_thread,
     region_events,
@@ -428,10 +429,14 @@ print(json.dumps(out))
     before, imported, during, after = s["before"], s["imported"], s["during"], s["after"]
     assert before["attached"] is False and before["recording"] is False
     assert before["tool_path"] == tool
-    assert before["mapped_runtimes"] == [] and before["runtimes"] == []
+    # the runtime fallback (default auto) loaded the bundled libomp at import
+    assert before["fallback"]["policy"] == "auto" and before["fallback"]["how"] == "loaded"
+    assert before["mapped_runtimes"] == [{"path": before["fallback"]["libomp"], "family": "llvm"}]
+    assert before["runtimes"] == []
     assert before["config"]["sink"] == "memory"
     assert before["config_error"] is None
-    assert [m["family"] for m in imported["mapped_runtimes"]] == ["llvm"]
+    # the clang-built extension's libomp.so.5 is that same copy (one runtime)
+    assert imported["mapped_runtimes"] == before["mapped_runtimes"]
     assert imported["attached"] is False  # mapped but not initialised yet
     assert during["attached"] is True and during["recording"] is True
     (rt,) = during["runtimes"]
@@ -482,15 +487,15 @@ t.save(TRACE_PATH)
     assert n_of(t.events, "parallel_begin") == 3
 
 
-def test_attach_error_for_libgomp(gomp_ext):
+def test_attach_error_for_libgomp_without_fallback(gomp_ext):
     kind, msg = _exception_of("""
 import ompt_py
 import ompt_work_gomp as g
 g.parallel(1)
 try:
-    ompt_py.trace().start()""", gomp_ext)
+    ompt_py.trace().start()""", gomp_ext, env=clean_env(OMPTPY_RUNTIME="off"))
     assert kind == "ompt_py.errors.AttachError", msg
-    assert "libgomp" in msg
+    assert "libgomp" in msg and "OMPTPY_RUNTIME=off" in msg
 
 
 def test_attach_error_when_tool_off(omp_ext):

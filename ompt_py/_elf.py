@@ -1,0 +1,62 @@
+"""The DT_NEEDED entries of an ELF shared object (which libraries it links).
+
+A minimal reader for 64-bit little-endian ELF (x86-64, aarch64): the
+dynamic segment and its string table, through the program headers.  It
+returns [] for anything it does not understand rather than failing.
+"""
+
+from __future__ import annotations
+
+import functools
+import mmap
+import struct
+
+_PT_LOAD, _PT_DYNAMIC = 1, 2
+_DT_NULL, _DT_NEEDED, _DT_STRTAB = 0, 1, 5
+
+
+@functools.lru_cache(maxsize=1024)
+def needed(path: str) -> tuple[str, ...]:
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _needed(data)
+    except (OSError, ValueError):  # unreadable, empty, or not mappable
+        return ()
+
+
+def _needed(data: mmap.mmap) -> tuple[str, ...]:
+    """Only the pages holding the headers, the dynamic segment and the names are read."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return ()
+    try:
+        phoff, = struct.unpack_from("<Q", data, 0x20)
+        phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+        loads, dynamic = [], None
+        for i in range(phnum):
+            p_type, _, p_offset, p_vaddr, _, p_filesz, _, _ = struct.unpack_from(
+                "<IIQQQQQQ", data, phoff + i * phentsize)
+            if p_type == _PT_LOAD:
+                loads.append((p_vaddr, p_offset, p_filesz))
+            elif p_type == _PT_DYNAMIC:
+                dynamic = (p_offset, p_filesz)
+        if dynamic is None:
+            return ()
+        entries, strtab = [], None
+        for off in range(dynamic[0], dynamic[0] + dynamic[1], 16):
+            tag, val = struct.unpack_from("<qQ", data, off)
+            if tag == _DT_NULL:
+                break
+            if tag == _DT_NEEDED:
+                entries.append(val)
+            elif tag == _DT_STRTAB:
+                strtab = next((val - va + fo for va, fo, sz in loads if va <= val < va + sz),
+                              None)
+        if strtab is None:
+            return ()
+        names = []
+        for e in entries:
+            end = data.find(b"\0", strtab + e)
+            names.append(data[strtab + e:end].decode("utf-8", "replace"))
+        return tuple(names)
+    except (struct.error, ValueError):
+        return ()

@@ -1,0 +1,175 @@
+"""The runtime fallback: running libgomp-built code on LLVM libomp.
+
+GCC's libgomp has no OMPT.  LLVM libomp implements libgomp's ABI (GOMP_*),
+so a module built with gcc -fopenmp runs on libomp, and is traced, when
+libomp is in the process's global symbol scope before the module is loaded:
+its GOMP_* and omp_* references then bind to libomp (also when the module
+links a wheel's vendored copy, libgomp-<hash>.so.1).  libgomp itself stays
+mapped, unused.  Importing ompt_py applies the policy in OMPTPY_RUNTIME:
+
+- ``auto`` (default): an LLVM runtime already in the process is promoted to
+  the global scope; otherwise the libomp bundled with ompt-py is loaded, or
+  the system's when the package has none.  Why by default: most OpenMP code
+  that Python users run (scikit-learn, PyTorch, gcc-built extensions) is
+  built with gcc, and the fallback must be in place before those modules
+  are imported, which is when ompt_py is imported.
+- ``bundled``: the libomp in the package (an error if it has none).
+- ``system``: the system's libomp (an error if there is none).
+- ``off``: nothing; libgomp-built code runs on libgomp, untraced.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import re
+from dataclasses import dataclass, field
+
+from .errors import ConfigError
+
+POLICIES = ("auto", "bundled", "system", "off")
+BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime", "libomp.so.5")
+
+_LLVM = re.compile(r"^lib(omp|iomp5)(-[\w.]+)?\.so(\.\d+)*$")
+_GNU = re.compile(r"^libgomp(-[0-9a-f]+)?\.so(\.\d+)*$")
+
+
+@dataclass(frozen=True)
+class MappedRuntime:
+    """An OpenMP runtime library mapped into this process."""
+
+    path: str
+    family: str  # "llvm" (libomp/libiomp5, has OMPT) or "gnu" (libgomp, no OMPT)
+
+
+def mapped_objects() -> list[str]:
+    """Paths of the shared objects mapped into this process, in mapping order."""
+    seen: dict[str, None] = {}
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[5].startswith("/"):
+                    seen.setdefault(parts[5].strip())
+    except OSError:
+        return []
+    return list(seen)
+
+
+def runtime_family(path: str) -> str | None:
+    name = os.path.basename(path)
+    if _LLVM.match(name):
+        return "llvm"
+    if _GNU.match(name):
+        return "gnu"
+    return None
+
+
+def mapped_runtimes() -> list[MappedRuntime]:
+    """The OpenMP runtimes mapped into this process."""
+    return [MappedRuntime(p, f) for p in mapped_objects() if (f := runtime_family(p))]
+
+
+def system_libomp() -> str | None:
+    """The system's LLVM libomp: LD_LIBRARY_PATH, then the newest /usr/lib/llvm-N."""
+    dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    for d in dirs:
+        for name in ("libomp.so.5", "libomp.so"):
+            if os.path.isfile(os.path.join(d, name)):
+                return os.path.join(d, name)
+    llvm = sorted(glob.glob("/usr/lib/llvm-*/lib/libomp.so.5"),
+                  key=lambda p: int(re.search(r"llvm-(\d+)", p).group(1)))
+    for path in [*reversed(llvm), "/usr/lib/x86_64-linux-gnu/libomp.so.5",
+                 "/usr/local/lib/libomp.so.5", "/usr/local/lib/libomp.so"]:
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+@dataclass
+class Fallback:
+    """What the policy did when ompt_py was imported."""
+
+    policy: str
+    libomp: str | None = None  # the LLVM runtime made global, if any
+    how: str = ""  # "loaded", "promoted" or "" (nothing done)
+    early_gnu_modules: list[str] = field(default_factory=list)  # loaded before: not traced
+    error: str | None = None
+
+
+def gnu_linked_modules(objects: list[str] | None = None) -> list[str]:
+    """Mapped objects (not runtimes themselves) that link GNU libgomp (DT_NEEDED)."""
+    from ._elf import needed
+
+    out = []
+    for path in objects if objects is not None else mapped_objects():
+        if runtime_family(path):
+            continue
+        if any(runtime_family(n) == "gnu" for n in needed(path)):
+            out.append(path)
+    return out
+
+
+def launcher_libomp(policy: str | None) -> str | None:
+    """The libomp `ompt-py run` preloads under a policy (None: none)."""
+    policy = (policy or "auto").strip().lower()
+    if policy not in POLICIES:
+        raise ConfigError(f"OMPTPY_RUNTIME='{policy}' is not valid; use one of "
+                          f"{', '.join(POLICIES)}")
+    if policy == "off":
+        return None
+    if policy in ("auto", "bundled") and os.path.exists(BUNDLED):
+        return BUNDLED
+    if policy == "bundled":
+        raise ConfigError("OMPTPY_RUNTIME=bundled, but this ompt-py has no bundled libomp; "
+                          "use --runtime system")
+    path = system_libomp()
+    if path is None and policy == "system":
+        raise ConfigError("no system LLVM libomp found (LD_LIBRARY_PATH, /usr/lib/llvm-*/lib)")
+    return path
+
+
+def _load_global(path: str, noload: bool = False) -> None:
+    mode = os.RTLD_GLOBAL | os.RTLD_NOW | (os.RTLD_NOLOAD if noload else 0)
+    ctypes.CDLL(path, mode=mode)
+
+
+def apply(policy: str | None = None) -> Fallback:
+    """Apply the runtime policy (OMPTPY_RUNTIME when policy is None)."""
+    policy = (policy or os.environ.get("OMPTPY_RUNTIME") or "auto").strip().lower()
+    if policy not in POLICIES:
+        raise ConfigError(f"OMPTPY_RUNTIME='{policy}' is not valid; use one of "
+                          f"{', '.join(POLICIES)}")
+    result = Fallback(policy)
+    if policy == "off":
+        return result
+    objects = mapped_objects()
+    llvm = [p for p in objects if runtime_family(p) == "llvm"]
+    try:
+        if llvm and policy == "auto":
+            result.libomp, result.how = llvm[0], "promoted"
+            _load_global(llvm[0], noload=True)
+        else:
+            path = BUNDLED if policy in ("auto", "bundled") and os.path.exists(BUNDLED) else None
+            if path is None and policy == "bundled":
+                raise ConfigError(
+                    "OMPTPY_RUNTIME=bundled, but this ompt-py was built without a bundled "
+                    "libomp (OMPTPY_BUNDLE_RUNTIME=0 or no libomp on the build machine); use "
+                    "OMPTPY_RUNTIME=system or reinstall ompt-py with libomp available")
+            if path is None:
+                path = system_libomp()
+            if path is None:
+                if policy == "system":
+                    raise ConfigError(
+                        "OMPTPY_RUNTIME=system, but no LLVM libomp was found (LD_LIBRARY_PATH, "
+                        "/usr/lib/llvm-*/lib); install libomp5 or use OMPTPY_RUNTIME=bundled")
+                result.error = "no LLVM libomp to run libgomp-built code on"
+                return result
+            _load_global(path)
+            result.libomp, result.how = path, "loaded"
+    except OSError as e:
+        result.error = f"loading {result.libomp or 'libomp'} failed: {e}"
+        return result
+    result.early_gnu_modules = gnu_linked_modules(objects)
+    return result

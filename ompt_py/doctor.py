@@ -1,0 +1,77 @@
+"""`ompt-py doctor` and `ompt_py.doctor()`: can this process be traced, and if
+not, why, and what to do."""
+
+from __future__ import annotations
+
+import os
+
+from . import _attach, _runtime
+from ._elf import needed
+
+
+def findings() -> dict:
+    """What the report is made of: runtimes, which module links which, problems."""
+    objects = _runtime.mapped_objects()
+    runtimes = [r for r in _runtime.mapped_runtimes()]
+    links = []
+    for path in objects:
+        libs = [n for n in needed(path) if _runtime.runtime_family(n)]
+        if libs and not _runtime.runtime_family(path):
+            links.append({"module": path, "links": libs})
+    problems = []
+    fb = _attach.FALLBACK
+    if fb.error:
+        problems.append(f"runtime fallback: {fb.error}")
+    if fb.early_gnu_modules:
+        problems.append(
+            "loaded before ompt_py, so running on GNU libgomp and not traced: "
+            + ", ".join(fb.early_gnu_modules)
+            + ". Import ompt_py first (first line of the program)."
+        )
+    llvm = [r for r in runtimes if r.family == "llvm"]
+    if len(llvm) > 1:
+        dup_ok = os.environ.get("KMP_DUPLICATE_LIB_OK", "").upper() in ("TRUE", "1")
+        problems.append(
+            "several LLVM/Intel OpenMP runtimes, allowed by KMP_DUPLICATE_LIB_OK: each is "
+             "traced separately" if dup_ok else _attach.duplicate_runtimes_message(llvm)
+        )
+    if _attach._config_error:
+        problems.append(f"configuration: {_attach._config_error}")
+    st = _attach.status()
+    return {
+        "tool_path": st["tool_path"],
+        "attached": st["attached"],
+        "attached_runtimes": [r["path"] for r in st["runtimes"] if r["initialized"]],
+        "fallback": st["fallback"],
+        "bundled_libomp": _runtime.BUNDLED if os.path.exists(_runtime.BUNDLED) else None,
+        "system_libomp": _runtime.system_libomp(),
+        "mapped_runtimes": [{"path": r.path, "family": r.family} for r in runtimes],
+        "modules": links,
+        "problems": problems,
+    }
+
+
+def report() -> str:
+    """The findings as text."""
+    f = findings()
+    fb = f["fallback"]
+    lines = [
+        f"ompt-py tool: {f['tool_path']}",
+        f"bundled libomp: {f['bundled_libomp'] or 'none'}; system libomp: "
+        f"{f['system_libomp'] or 'none'}",
+        f"runtime fallback: policy {fb['policy']}"
+        + (f", {fb['how']} {fb['libomp']}" if fb["libomp"] else ", no LLVM libomp in use"),
+        "tool attached to: " + (", ".join(f["attached_runtimes"]) or
+                                "no runtime yet (it attaches when one starts)"),
+        "OpenMP runtimes mapped:",
+        *(f"  {r['family']:4s} {r['path']}" for r in f["mapped_runtimes"]),
+        *([] if f["mapped_runtimes"] else ["  none"]),
+        "modules linking an OpenMP runtime:",
+        *(f"  {m['module']} -> {', '.join(m['links'])}" for m in f["modules"]),
+        *([] if f["modules"] else ["  none"]),
+    ]
+    if f["problems"]:
+        lines += ["problems:", *(f"  - {p}" for p in f["problems"])]
+    else:
+        lines.append("no problems found")
+    return "\n".join(lines) + "\n"
