@@ -112,6 +112,10 @@ int omptpy_meta_json(omptpy_str *s) {
   rc = rc ? rc : put_string(s, exe, strlen(exe));
   rc = rc ? rc : put(s, ",\"argv\":");
   rc = rc ? rc : put_cmdline(s);
+  /* How the process got its runtime: ompt-py run preloads libomp for libgomp-built code. */
+  const char *preload = getenv("LD_PRELOAD");
+  rc = rc ? rc : put(s, ",\"ld_preload\":");
+  rc = rc ? rc : put_string(s, preload ? preload : "", preload ? strlen(preload) : 0);
   rc = rc ? rc : put(s, ",\"clock\":\"%s\",\"tick_ns_estimate\":%.9f,"
                      "\"start_anchor\":{\"ticks\":%llu,\"mono_ns\":%llu},\"start_realtime_ns\":%llu,",
                      omptpy_clock_name(), g->tick_ns_estimate,

@@ -82,7 +82,12 @@ def parallel_regions(df: pd.DataFrame) -> Intervals:
     out = _pair(rows, ["pid", "parallel_id"])
     t = out.table.drop(columns=[c for c in out.table.columns
                                 if c.endswith("_end") and c != "end_ns"])
-    out.table = t.rename(columns={"team_size": "requested_team_size"})
+    t = t.rename(columns={"team_size": "requested_team_size"})
+    # Who started the region: the program's own code (gcc-built code on libomp
+    # calls GOMP_parallel) or the runtime on its behalf (clang-built code).
+    flags = t["flags"].fillna(0).astype(np.int64)
+    t["invoker"] = np.where(flags & 1, "program", np.where(flags & 2, "runtime", "unknown"))
+    out.table = t
     return out
 
 

@@ -102,12 +102,14 @@ def render(trace: Trace, top: int = 10) -> str:
         by_site = r.groupby(["pid", "codeptr"], dropna=False).agg(
             count=("duration_ns", "size"), total=("duration_ns", "sum"),
             mean=("duration_ns", "mean"), team=("requested_team_size", "max"),
+            invoker=("invoker", "first"),
         ).sort_values("total", ascending=False).head(top).reset_index()
         out.write(_table([{
             "pid": int(x.pid),
             "codeptr": hex(int(x.codeptr)) if pd.notna(x.codeptr) else "-",
             "regions": int(x.count), "total ms": _ms(x.total), "mean us": _us(x.mean),
             "team size": int(x.team) if pd.notna(x.team) else "-",
+            "invoker": x.invoker,
         } for x in by_site.itertuples()]))
 
     out.write("\nThreads (inside parallel regions: busy versus waiting)\n")

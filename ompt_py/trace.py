@@ -70,7 +70,8 @@ def _thread_rows(stats: dict, before: dict[int, tuple[int, int]] | None = None) 
 
 
 def _process_entry(meta: dict, last_stats: dict | None, threads: list[dict], **extra) -> dict:
-    keep = ("pid", "ppid", "hostname", "exe", "argv", "clock", "config", "runtimes")
+    keep = ("pid", "ppid", "hostname", "exe", "argv", "ld_preload", "clock", "config",
+            "runtimes")
     entry = {k: meta[k] for k in keep}
     entry["tool"] = {
         "start_tool_calls": meta["start_tool_calls"],
@@ -206,8 +207,11 @@ class Trace:
                 "the code that ran used no OpenMP, or a runtime without OMPT (GNU libgomp)",
                 stacklevel=2,
             )
+        fb = _attach.FALLBACK
         proc = _process_entry(meta, stats, threads, complete=True, truncated=False,
-                              source="in-process")
+                              source="in-process",
+                              fallback={"policy": fb.policy, "libomp": fb.libomp, "how": fb.how,
+                                        "early_gnu_modules": fb.early_gnu_modules})
         proc["start_realtime_ns"] = self._start_realtime
         self.meta = _totals(
             {"format": FORMAT, "origin_mono_ns": self._origin, "processes": [proc]}
