@@ -93,21 +93,20 @@ for key in ("dropped", "written"):
     value = meta.get(key)
     out[key] = int(value) if value is not None else None
 out["events"] = len(trace.events)
-if sys.argv[3] == "count":
-    df = trace.to_pandas()
-    when = df["time_ns"].to_numpy(np.int64) + int(meta["origin_mono_ns"])
-    name = df["event"].astype(str)
-    kind = df["kind"].astype("string")
-    name = name.where(kind.isna(), name + "/" + kind.fillna(""))
-    parts = {}
-    for part, (start, end) in spans.items():
-        inside = (when >= start) & (when < end)
-        counts = name[inside].value_counts()
-        parts[part] = {
-            "events": int(inside.sum()),
-            "kinds": {str(k): int(v) for k, v in counts.items()},
-        }
-    out["parts"] = parts
+df = trace.to_pandas()
+when = df["time_ns"].to_numpy(np.int64) + int(meta["origin_mono_ns"])
+name = df["event"].astype(str)
+kind = df["kind"].astype("string")
+name = name.where(kind.isna(), name + "/" + kind.fillna(""))
+parts = {}
+for part, (start, end) in spans.items():
+    inside = (when >= start) & (when < end)
+    counts = name[inside].value_counts()
+    parts[part] = {
+        "events": int(inside.sum()),
+        "kinds": {str(k): int(v) for k, v in counts.items()},
+    }
+out["parts"] = parts
 print("OMPTPY_LOAD " + json.dumps(out))
 """
 
@@ -199,12 +198,11 @@ class TraceCount:
     error: str | None = None
 
 
-def load_trace(
-    omptpy: OmptPy, outdir: Path, spans: dict[str, tuple[int, int]], count: bool
-) -> TraceCount:
+def load_trace(omptpy: OmptPy, outdir: Path, spans: dict[str, tuple[int, int]]) -> TraceCount:
+    """Events, written and dropped records of a C run, and the events of each part."""
     if not (outdir.is_dir() and any(outdir.iterdir())):
         return TraceCount(error=f"no trace file in {outdir}: the tool did not record")
-    args = [str(outdir), json.dumps(spans), "count" if count else "meta"]
+    args = [str(outdir), json.dumps(spans)]
     try:
         proc = run_python(LOAD_SCRIPT, args, base_env(omptpy.pythonpath))
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -252,7 +250,7 @@ class Bench:
         log(f"configuration {cfg} ({CONFIG_LABELS[cfg]}) disabled: {why}")
 
     def run(
-        self, cfg: str, full: bool, *, verbose_init: bool = False, count: bool = False
+        self, cfg: str, full: bool, *, verbose_init: bool = False
     ) -> tuple[Output, TraceCount | None]:
         args = [str(WORK)] if full else [str(WORK), "0"]
         what = f"{WORK.name} ({cfg})"
@@ -264,7 +262,7 @@ class Bench:
             env = config_env(cfg, self.libomp, self.omptpy, outdir, verbose_init)
             proc = run_program(args, env, what)
             out = parse_output(proc.stdout, proc.stderr)
-            trace = load_trace(self.omptpy, outdir, out.spans, count) if full else None
+            trace = load_trace(self.omptpy, outdir, out.spans) if full else None
         return out, trace
 
     def runtime_problem(self, cfg: str, out: Output) -> str | None:
@@ -310,7 +308,7 @@ class Bench:
             log(f"rep {rep + 1}/{self.reps} ({'/'.join(PARTS)} s): " + " ".join(timings))
 
     def one_run(self, cfg: str, rep: int) -> Output:
-        out, trace = self.run(cfg, full=True, count=True)
+        out, trace = self.run(cfg, full=True)
         missing = [p for p in PARTS if p not in out.seconds]
         if missing or out.checksum is None:
             raise BenchError(
@@ -454,12 +452,12 @@ def report_trace(bench: Bench) -> None:
     if not bench.traces:
         print(f"   none ({bench.disabled.get('C', 'no C run')})")
         return
-    first = bench.traces[0]
-    in_parts = sum(p.get("events", 0) for p in first.parts.values()) if first.parts else None
+    first = next((t for t in bench.traces if t.parts), None)
+    in_parts = sum(p.get("events", 0) for p in first.parts.values()) if first else None
     print(
         f"   events per run: {', '.join(fmt(t.events, 'd') for t in bench.traces)}; "
-        f"in the timed parts (first run): {fmt(in_parts, 'd')}, the rest is the warm-up "
-        "and the late ends of workers"
+        f"in the timed parts (first loaded run): {fmt(in_parts, 'd')}, the rest is the "
+        "warm-up and the late ends of workers"
     )
     dropped = [t.dropped for t in bench.traces]
     written = [t.written for t in bench.traces]
