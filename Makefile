@@ -27,6 +27,7 @@ lint: setup
 
 bench: setup
 	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/fallback.py
 
 setup: system-deps $(STAMP)
 
