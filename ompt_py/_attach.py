@@ -183,6 +183,7 @@ def status() -> dict:
             for rt in m["runtimes"]
         ],
         "mapped_runtimes": [{"path": r.path, "family": r.family} for r in mapped_runtimes()],
+        "modules": _runtime.module_links(),
         "fallback": {
             "policy": FALLBACK.policy,
             "libomp": FALLBACK.libomp,

@@ -26,6 +26,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from ._elf import needed
 from .errors import ConfigError
 
 POLICIES = ("auto", "bundled", "system", "off")
@@ -98,17 +99,22 @@ class Fallback:
     error: str | None = None
 
 
-def gnu_linked_modules(objects: list[str] | None = None) -> list[str]:
-    """Mapped objects (not runtimes themselves) that link GNU libgomp (DT_NEEDED)."""
-    from ._elf import needed
-
+def module_links(objects: list[str] | None = None) -> list[dict]:
+    """Mapped objects (not runtimes themselves) that link an OpenMP runtime (DT_NEEDED)."""
     out = []
     for path in objects if objects is not None else mapped_objects():
         if runtime_family(path):
             continue
-        if any(runtime_family(n) == "gnu" for n in needed(path)):
-            out.append(path)
+        links = [n for n in needed(path) if runtime_family(n)]
+        if links:
+            out.append({"module": path, "links": links})
     return out
+
+
+def gnu_linked_modules(objects: list[str] | None = None) -> list[str]:
+    """Mapped objects that link GNU libgomp."""
+    return [m["module"] for m in module_links(objects)
+            if any(runtime_family(n) == "gnu" for n in m["links"])]
 
 
 def launcher_libomp(policy: str | None) -> str | None:

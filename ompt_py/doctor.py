@@ -6,18 +6,11 @@ from __future__ import annotations
 import os
 
 from . import _attach, _runtime
-from ._elf import needed
 
 
 def findings() -> dict:
     """What the report is made of: runtimes, which module links which, problems."""
-    objects = _runtime.mapped_objects()
-    runtimes = [r for r in _runtime.mapped_runtimes()]
-    links = []
-    for path in objects:
-        libs = [n for n in needed(path) if _runtime.runtime_family(n)]
-        if libs and not _runtime.runtime_family(path):
-            links.append({"module": path, "links": libs})
+    runtimes = _runtime.mapped_runtimes()
     problems = []
     fb = _attach.FALLBACK
     if fb.error:
@@ -46,7 +39,7 @@ def findings() -> dict:
         "bundled_libomp": _runtime.BUNDLED if os.path.exists(_runtime.BUNDLED) else None,
         "system_libomp": _runtime.system_libomp(),
         "mapped_runtimes": [{"path": r.path, "family": r.family} for r in runtimes],
-        "modules": links,
+        "modules": st["modules"],
         "problems": problems,
     }
 
