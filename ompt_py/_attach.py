@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import sys
 import warnings
 
 from . import _core, _runtime
@@ -20,6 +21,23 @@ from ._runtime import mapped_runtimes
 from .errors import AttachError, ConfigError
 
 check_layout(_core.record_layout())
+
+def _user_stacklevel() -> int:
+    """The stacklevel that points a warning at the user's `import ompt_py`, past this
+    package's modules and importlib's frames."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    level, frame = 1, sys._getframe(1).f_back
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if "importlib" in name and "_bootstrap" in name:
+            pass  # the warnings module does not count these frames either
+        elif name.startswith(package):
+            level += 1
+        else:
+            break
+        frame = frame.f_back
+    return level + 1
+
 
 def _config_message(error: str) -> str:
     return (
@@ -31,7 +49,8 @@ def _config_message(error: str) -> str:
 # The tool reads OMPTPY_* now; with an invalid value it stays off in this process.
 _config_error = _core.init()
 if _config_error is not None:
-    warnings.warn(f"ompt_py is off: {_config_message(_config_error)}", stacklevel=3)
+    warnings.warn(f"ompt_py is off: {_config_message(_config_error)}",
+                  stacklevel=_user_stacklevel())
 
 
 def check_config() -> None:
@@ -63,14 +82,14 @@ try:
     FALLBACK = _runtime.apply()
 except ConfigError as e:
     FALLBACK = _runtime.Fallback("invalid", error=str(e))
-    warnings.warn(f"ompt_py: {e}", stacklevel=3)
+    warnings.warn(f"ompt_py: {e}", stacklevel=_user_stacklevel())
 if FALLBACK.early_gnu_modules:
     warnings.warn(
         "ompt_py was imported after these modules, which link GNU libgomp; their parallel "
         "regions run on libgomp and are not traced: "
         + ", ".join(os.path.basename(m) for m in FALLBACK.early_gnu_modules)
         + ". Import ompt_py before them (first line of the program).",
-        stacklevel=3,
+        stacklevel=_user_stacklevel(),
     )
 
 def meta() -> dict:
@@ -158,9 +177,10 @@ def duplicate_runtimes_message(llvm: list) -> str:
     return (
         f"this process has {len(llvm)} copies of the LLVM/Intel OpenMP runtime ({names}); the "
         "second one to start aborts the program ('OMP: Error #15 ... already initialized'). "
-        "Load only one (a wheel that vendors its own copy can run with OMPTPY_RUNTIME=off), "
-        "or set KMP_DUPLICATE_LIB_OK=TRUE before the program starts: each copy then runs "
-        "separately and ompt-py traces every one of them."
+        "Load only one copy, or let each run on its own: set OMPTPY_RUNTIME=off (so that "
+        "ompt-py puts no libomp into the global scope, where it would take over the other "
+        "copy's calls) and KMP_DUPLICATE_LIB_OK=TRUE before the program starts; ompt-py then "
+        "traces every copy."
     )
 
 

@@ -24,10 +24,14 @@ def findings() -> dict:
     llvm = [r for r in runtimes if r.family == "llvm"]
     if len(llvm) > 1:
         dup_ok = os.environ.get("KMP_DUPLICATE_LIB_OK", "").upper() in ("TRUE", "1")
-        problems.append(
-            "several LLVM/Intel OpenMP runtimes, allowed by KMP_DUPLICATE_LIB_OK: each is "
-             "traced separately" if dup_ok else _attach.duplicate_runtimes_message(llvm)
-        )
+        if not dup_ok:
+            problems.append(_attach.duplicate_runtimes_message(llvm))
+        elif _attach.FALLBACK.how == "loaded":
+            problems.append(
+                "several LLVM/Intel OpenMP runtimes with KMP_DUPLICATE_LIB_OK, and the fallback "
+                "put one into the global scope, where it takes over the calls of copies not "
+                "loaded with RTLD_DEEPBIND: run with OMPTPY_RUNTIME=off"
+            )
     if _attach._config_error:
         problems.append(f"configuration: {_attach._config_error}")
     st = _attach.status()

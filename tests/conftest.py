@@ -107,6 +107,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "needs_clang: needs clang-19 and LLVM libomp 19 (skipped otherwise)"
     )
     config.addinivalue_line("markers", "needs_gcc: needs gcc with -fopenmp (skipped otherwise)")
+    config.addinivalue_line(
+        "markers", "slow: takes tens of seconds (builds a wheel, makes a venv); "
+        "deselect with -m 'not slow'"
+    )
 
 
 def _toolchain_missing() -> str | None:
