@@ -23,7 +23,7 @@ test: setup lint
 	$(BIN)/python -m pytest -q
 
 lint: setup
-	$(BIN)/ruff check ompt_py tests bench
+	$(BIN)/ruff check ompt_py tests bench runtime setup.py
 
 bench: setup
 	$(BIN)/python bench/overhead.py

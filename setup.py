@@ -12,7 +12,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from runtime.bundle import LICENSE_NAME, SONAME, bundle  # noqa: E402
+from runtime.bundle import LICENSE_NAME, SONAME, bundle
 
 TOOL_SOURCES = [
     os.path.join("csrc", name)
