@@ -176,6 +176,16 @@ static void on_cancel(ompt_data_t *task_data, int flags, const void *codeptr) {
        (uint32_t)flags);
 }
 
+/* The dependence list is variable-length: one record per dependence, kept
+ * whole (u32a = its index, u32b = the list's length). */
+static void on_dependences(ompt_data_t *task_data, const ompt_dependence_t *deps, int ndeps) {
+  GUARD();
+  uint64_t task = id_of(t, task_data);
+  for (int i = 0; i < ndeps; i++)
+    emit(t, ompt_callback_dependences, 0, deps[i].dependence_type, 0, 0, task,
+         deps[i].variable.value, 0, (uint32_t)i, (uint32_t)ndeps);
+}
+
 static void on_task_dependence(ompt_data_t *src, ompt_data_t *sink) {
   GUARD();
   emit(t, ompt_callback_task_dependence, 0, 0, 0, 0, id_of(t, src), id_of(t, sink), 0, 0, 0);
@@ -219,6 +229,7 @@ static const struct {
     E(control_tool, on_control_tool),
     E(sync_region_wait, on_sync_region_wait),
     E(mutex_released, on_mutex_released),
+    E(dependences, on_dependences),
     E(task_dependence, on_task_dependence),
     E(work, on_work),
     E(masked, on_masked),

@@ -44,6 +44,9 @@ extern "C" {
  *                   kind = mutex kind, u64a = wait id
  *   nest_lock       u64a = wait id
  *   cancel          task_id, u32b = flags
+ *   dependences     one record per dependence of a task: task_id, u64a =
+ *                   variable address, kind = dependence type, u32a = index in
+ *                   the list, u32b = length of the list
  *   task_dependence task_id = source task, u64a = sink task
  *   control_tool    u64a = command, u64b = modifier
  *   error           kind = severity, u64a = message length

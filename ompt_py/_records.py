@@ -166,6 +166,33 @@ DISPATCH_KINDS = {
     5: "distribute_chunk",
 }
 SEVERITIES = {1: "warning", 2: "fatal"}
+DEPENDENCE_TYPES = {
+    1: "in",
+    2: "out",
+    3: "inout",
+    4: "mutexinoutset",
+    5: "source",
+    6: "sink",
+    7: "inoutset",
+    34: "out_all_memory",
+    35: "inout_all_memory",
+}
+
+#: One vocabulary across runtime versions: libomp 14/16 report every loop as
+#: `loop` and every implicit barrier as `barrier_implicit`, libomp 19 says
+#: `loop_static`/`loop_dynamic`/... and `barrier_implicit_workshare`/
+#: `barrier_implicit_parallel`.  `kind` holds these normalised names,
+#: `kind_raw` the runtime's own.
+NORMALISED: dict[str, dict[str, str]] = {
+    "loop_static": {"work": "loop"},
+    "loop_dynamic": {"work": "loop"},
+    "loop_guided": {"work": "loop"},
+    "loop_other": {"work": "loop"},
+    "barrier_implicit_workshare": {s: "barrier_implicit" for s in (
+        "sync_region", "sync_region_wait", "reduction")},
+    "barrier_implicit_parallel": {s: "barrier_implicit" for s in (
+        "sync_region", "sync_region_wait", "reduction")},
+}
 
 #: Which enumeration names the `kind` byte of each event.
 KIND_NAMES: dict[str, dict[int, str]] = {
@@ -183,6 +210,7 @@ KIND_NAMES: dict[str, dict[int, str]] = {
     "lock_init": MUTEX_KINDS,
     "lock_destroy": MUTEX_KINDS,
     "error": SEVERITIES,
+    "dependences": DEPENDENCE_TYPES,
 }
 
 PARALLEL_FLAGS = {
@@ -211,6 +239,9 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "flags": ("u32b", ("parallel_begin", "parallel_end", "implicit_task", "task_create", "cancel")),
     "has_dependences": ("u32a", ("task_create",)),
     "other_task_id": ("u64a", ("task_create", "task_schedule", "task_dependence")),
+    "variable": ("u64a", ("dependences",)),
+    "dependence_index": ("u32a", ("dependences",)),
+    "dependence_count": ("u32b", ("dependences",)),
     "count": ("u64a", ("work",)),
     "instance": ("u64a", ("dispatch",)),
     "chunk_iterations": ("u64b", ("dispatch",)),

@@ -115,14 +115,14 @@ def implicit_tasks(df: pd.DataFrame, regions: pd.DataFrame | None = None) -> Int
 
 def sync_waits(df: pd.DataFrame, regions: pd.DataFrame | None = None) -> Intervals:
     """Time threads spent waiting in barriers, taskwait and taskgroup (sync_region_wait)."""
-    out = _scoped(df, "sync_region_wait", [*_BASE, "kind"], ["parallel_id"])
+    out = _scoped(df, "sync_region_wait", [*_BASE, "kind_raw"], ["kind", "parallel_id"])
     if regions is not None:
         _clamp_to_region(out, regions)
     return out
 
 
 def work(df: pd.DataFrame) -> Intervals:
-    return _scoped(df, "work", [*_BASE, "kind"], ["parallel_id", "codeptr", "count"])
+    return _scoped(df, "work", [*_BASE, "kind_raw"], ["kind", "parallel_id", "codeptr", "count"])
 
 
 def masked(df: pd.DataFrame) -> Intervals:

@@ -72,9 +72,9 @@ def render(trace: Trace, top: int = 10) -> str:
     out.write("\nConstructs (time between begin and end)\n")
     rows = [{"construct": "parallel region", **_stats(regions.table["duration_ns"])},
             {"construct": "implicit task", **_stats(implicit.table["duration_ns"])}]
-    for kind, g in work.table.groupby("kind", observed=True):
+    for kind, g in work.table.groupby("kind_raw", observed=True):
         rows.append({"construct": f"work: {kind}", **_stats(g["duration_ns"])})
-    for kind, g in waits.table.groupby("kind", observed=True):
+    for kind, g in waits.table.groupby("kind_raw", observed=True):
         rows.append({"construct": f"wait: {kind}", **_stats(g["duration_ns"])})
     for kind, g in mutex.groupby("kind", observed=True) if not mutex.empty else []:
         rows.append({"construct": f"wait for {kind}", **_stats(g["duration_ns"])})

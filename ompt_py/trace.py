@@ -27,6 +27,7 @@ from ._records import (
     EVENT_DTYPE,
     EVENTS,
     KIND_NAMES,
+    NORMALISED,
     RAW_DTYPE,
     RAW_FIELDS,
     THREAD_TYPES,
@@ -279,8 +280,11 @@ class Trace:
         """One row per event, in time order, with names for events, endpoints and kinds.
 
         Columns: time_ns, pid, thread, event, endpoint, parallel_id, task_id,
-        codeptr, kind, then the event arguments (see ARGUMENT_COLUMNS), which
-        are <NA> for events that do not have them.
+        codeptr, kind (the name of the event's enumeration value, one
+        vocabulary for every libomp version: `loop`, `barrier_implicit`...),
+        kind_raw (the runtime's own name: `loop_dynamic`,
+        `barrier_implicit_parallel`...), then the event arguments (see
+        ARGUMENT_COLUMNS), which are <NA> for events that do not have them.
         """
         ev, pids = np.ascontiguousarray(self.events), self.pids
         order = np.argsort(ev["time_ns"], kind="stable")  # fast on the per-thread runs
@@ -299,7 +303,9 @@ class Trace:
         }
         for name in _ID_COLUMNS:
             cols[name] = pd.arrays.IntegerArray(field[name], field[name] == 0)
-        cols["kind"] = _KIND_NAMES.categorical((codes.astype(np.uint16) << 8) | field["kind"])
+        kind_key = (codes.astype(np.uint16) << 8) | field["kind"]
+        cols["kind"] = _KIND_NAMES.categorical(kind_key)
+        cols["kind_raw"] = _KIND_RAW_NAMES.categorical(kind_key)
         present = np.bincount(codes, minlength=max(EVENTS) + 1) > 0
         masks: dict[tuple[str, ...], np.ndarray] = {}  # shared by columns with the same events
         absent: dict[np.dtype, pd.arrays.IntegerArray] = {}
@@ -357,11 +363,14 @@ class _Names:
 _EVENT_NAMES = _Names(EVENTS)
 _ENDPOINT_NAMES = _Names(ENDPOINTS)
 # `kind` is named by the enumeration of its event: keyed by event << 8 | kind.
-_KIND_NAMES = _Names({
+_RAW_KINDS = {
     code << 8 | value: name
     for code, event in EVENTS.items()
     for value, name in KIND_NAMES.get(event, {}).items()
-})
+}
+_KIND_RAW_NAMES = _Names(_RAW_KINDS)
+_KIND_NAMES = _Names({key: NORMALISED.get(name, {}).get(EVENTS[key >> 8], name)
+                      for key, name in _RAW_KINDS.items()})
 
 
 def _loaded(segments: list[np.ndarray], pid_runs: list[tuple[int, int]], meta: dict) -> Trace:

@@ -307,7 +307,8 @@ with a:
 
 COLUMNS = [
     "time_ns", "pid", "thread", "event", "endpoint", "parallel_id", "task_id", "codeptr", "kind",
-    "team_size", "thread_num", "flags", "has_dependences", "other_task_id", "count", "instance",
+    "kind_raw", "team_size", "thread_num", "flags", "has_dependences", "other_task_id",
+    "variable", "dependence_index", "dependence_count", "count", "instance",
     "chunk_iterations", "wait_id", "hint", "impl", "os_tid", "command", "modifier",
     "message_length",
 ]
@@ -349,12 +350,11 @@ def test_to_pandas_columns_and_dtypes(mixed):
     assert df["time_ns"].is_monotonic_increasing
     assert df["pid"].dtype.kind == "i"
     assert df["thread"].dtype.kind in "iu"
-    for c in ("event", "endpoint", "kind"):
+    for c in ("event", "endpoint", "kind", "kind_raw"):
         assert isinstance(df[c].dtype, pd.CategoricalDtype), c
-    for c in COLUMNS[5:8] + COLUMNS[9:]:
-        if c != "kind":
-            assert isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype), c
-            assert df[c].dtype.kind in "iu", c
+    for c in COLUMNS[5:8] + COLUMNS[10:]:
+        assert isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype), c
+        assert df[c].dtype.kind in "iu", c
 
 
 def test_to_pandas_names_and_nulls(mixed):
@@ -368,12 +368,19 @@ def test_to_pandas_names_and_nulls(mixed):
     # events without endpoint have NaN there
     assert df.loc[df["event"] == "task_create", "endpoint"].isna().all()
     assert df.loc[df["event"] == "parallel_begin", "endpoint"].eq("begin").all()
-    kinds = set(df["kind"].dropna().astype(str))
+    kinds = set(df["kind_raw"].dropna().astype(str))
     assert {"loop_dynamic", "loop_static", "barrier_implicit_parallel", "critical", "lock",
             "complete", "switch", "ws_loop_chunk", "single_executor"} <= kinds
+    # one vocabulary across runtime versions in `kind`; the runtime's own in `kind_raw`
+    normalised = set(df["kind"].dropna().astype(str))
+    assert {"loop", "barrier_implicit", "critical", "single_executor"} <= normalised
+    assert not {"loop_dynamic", "loop_static", "barrier_implicit_parallel"} & normalised
+    loops = df[df["event"] == "work"]
+    assert (loops["kind"] == "loop").sum() == loops["kind_raw"].astype(str).str.startswith(
+        "loop").sum()
     # the named counts agree with the raw records
     assert (df["event"] == "task_create").sum() == n_of(ev, "task_create") == 5
-    dyn = df[(df["event"] == "work") & (df["kind"] == "loop_dynamic")]
+    dyn = df[(df["event"] == "work") & (df["kind_raw"] == "loop_dynamic")]
     assert len(dyn) == n_of(ev, "work", kind=WORK_LOOP_DYNAMIC)
     # argument columns are set exactly for the events that have them
     has_team = df["team_size"].notna()
@@ -387,7 +394,7 @@ def test_to_pandas_names_and_nulls(mixed):
     assert set(df.loc[df["other_task_id"].notna(), "event"].astype(str)) <= {
         "task_create", "task_schedule"}
     loops = df[(df["event"] == "work") & (df["endpoint"] == "begin")
-               & df["kind"].isin(["loop_static", "loop_dynamic"])]
+               & df["kind_raw"].isin(["loop_static", "loop_dynamic"])]
     assert loops["count"].eq(8).all() and len(loops) == 4
     # ids: 0 in the record is <NA> in the frame
     assert df["parallel_id"].isna().sum() == int((ev["parallel_id"] == 0).sum())
