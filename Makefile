@@ -2,6 +2,9 @@
 # make test: set everything up, run the whole test suite (and the linter).
 # Set-up: Debian packages clang-19 and libomp-19-dev (apt-get, as root or via
 # sudo), a virtual environment in .venv, ompt-py installed into it.
+# make old-runtimes (part of make test): libomp 14 and 16 unpacked into
+# .cache/libomp/N for tests/test_versions.py (they conflict with libomp5-19, so
+# they are never installed); without them those tests are skipped.
 
 PYTHON ?= python3
 VENV := .venv
@@ -9,9 +12,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.ompt-py-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBIAN_PACKAGES := clang-19 libomp-19-dev
+OLD_LIBOMP_VERSIONS := 14 16
+OLD_LIBOMP_DIR := .cache/libomp
 SOURCES := setup.py pyproject.toml $(wildcard csrc/*.c csrc/*.h)
 
-.PHONY: demo test setup system-deps lint bench clean
+.PHONY: demo test setup system-deps old-runtimes lint bench clean
 
 demo: setup
 	@mkdir -p examples/build
@@ -19,7 +24,7 @@ demo: setup
 	$(BIN)/ompt-py run -o examples/build/demo.parquet -- examples/build/demo
 	$(BIN)/ompt-py report examples/build/demo.parquet
 
-test: setup lint
+test: setup lint old-runtimes
 	$(BIN)/python -m pytest -q
 
 lint: setup
@@ -37,6 +42,42 @@ system-deps:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(DEBIAN_PACKAGES); \
 	fi
+
+# Never fails: a version that cannot be fetched is reported and its tests skip.
+# apt-get download needs the package lists: without them (fresh container) it
+# runs apt-get update once and tries again.
+old-runtimes:
+	@updated=; \
+	for v in $(OLD_LIBOMP_VERSIONS); do \
+	  dest=$(OLD_LIBOMP_DIR)/$$v; \
+	  [ -e $$dest/libomp.so.5 ] && continue; \
+	  echo "Fetching libomp $$v (Debian package libomp5-$$v) into $$dest"; \
+	  tmp=$$(mktemp -d) || continue; \
+	  ok=; \
+	  for attempt in 1 2; do \
+	    if (cd $$tmp && LC_ALL=C apt-get download -qq libomp5-$$v) >$$tmp/log 2>&1; then \
+	      ok=1; break; \
+	    fi; \
+	    if [ -z "$$updated" ] && grep -Eq "Unable to locate|no candidate|Can't select|has no installation candidate" $$tmp/log; then \
+	      echo "Package lists lack libomp5-$$v: running apt-get update"; \
+	      updated=1; \
+	      $(SUDO) apt-get update -qq >/dev/null 2>&1 || true; \
+	    else \
+	      break; \
+	    fi; \
+	  done; \
+	  if [ -n "$$ok" ] && dpkg -x $$tmp/libomp5-$${v}_*.deb $$tmp/root \
+	     && [ -e $$tmp/root/usr/lib/llvm-$$v/lib/libomp.so.5 ]; then \
+	    rm -rf $$dest $$dest.part && mkdir -p $$dest.part \
+	    && cp -a $$tmp/root/usr/lib/llvm-$$v/lib/. $$dest.part/ \
+	    && mv $$dest.part $$dest || rm -rf $$dest.part; \
+	  fi; \
+	  if [ ! -e $$dest/libomp.so.5 ]; then \
+	    sed 's/^/  /' $$tmp/log 2>/dev/null | grep -v '^  W: Download is performed unsandboxed' || true; \
+	    echo "Could not fetch libomp $$v: the libomp $$v tests of tests/test_versions.py will be skipped"; \
+	  fi; \
+	  rm -rf $$tmp; \
+	done; true
 
 $(STAMP): $(SOURCES)
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)

@@ -56,7 +56,9 @@ def _pair(rows: pd.DataFrame, keys: list[str]) -> Intervals:
                           suffixes=("", "_end"))
     matched = merged["time_ns_end"].notna()
     table = merged[matched].rename(columns={"time_ns": "begin_ns", "time_ns_end": "end_ns"})
-    table = table.drop(columns=["_level", "_rank", "_begin", "endpoint"])
+    # The begin's values stand for the pair; the end's copies go.
+    table = table.drop(columns=["_level", "_rank", "_begin", "endpoint",
+                                *(f"{c}_end" for c in extra)])
     table["end_ns"] = table["end_ns"].astype(np.int64)
     table["duration_ns"] = table["end_ns"] - table["begin_ns"]
     return Intervals(
@@ -80,9 +82,7 @@ def parallel_regions(df: pd.DataFrame) -> Intervals:
          "team_size", "flags"],
     ]
     out = _pair(rows, ["pid", "parallel_id"])
-    t = out.table.drop(columns=[c for c in out.table.columns
-                                if c.endswith("_end") and c != "end_ns"])
-    t = t.rename(columns={"team_size": "requested_team_size"})
+    t = out.table.rename(columns={"team_size": "requested_team_size"})
     # Who started the region: the program's own code (gcc-built code on libomp
     # calls GOMP_parallel) or the runtime on its behalf (clang-built code).
     flags = t["flags"].fillna(0).astype(np.int64)
@@ -181,3 +181,116 @@ def thread_time(df: pd.DataFrame, implicit: pd.DataFrame, waits: pd.DataFrame,
     out["waiting_ns"] = out["sync_wait_ns"] + out["mutex_wait_ns"]
     out["busy_ns"] = (out["in_regions_ns"] - out["waiting_ns"]).clip(lower=0)
     return out.reset_index()
+
+
+def sync_regions(df: pd.DataFrame, regions: pd.DataFrame | None = None) -> Intervals:
+    """Barriers, taskwait, taskgroup per thread (sync_region), with the time spent
+    waiting inside each (sync_region_wait) as ``wait_ns``."""
+    out = _scoped(df, "sync_region", [*_BASE, "kind_raw"], ["kind", "parallel_id", "task_id",
+                                                             "codeptr"])
+    waits = sync_waits(df, regions).table
+    if regions is not None:
+        _clamp_to_region(out, regions)
+    t = out.table
+    if t.empty:
+        t["wait_ns"] = pd.Series(dtype="int64")
+        return out
+    # A wait lies inside the region it belongs to: match by thread, kind and time.
+    t = t.sort_values("begin_ns", kind="stable").reset_index(drop=True)
+    w = waits.sort_values("begin_ns", kind="stable")
+    keys = [*_BASE, "kind_raw"]
+    matched = pd.merge_asof(w[[*keys, "begin_ns", "duration_ns"]].rename(
+        columns={"begin_ns": "wait_begin", "duration_ns": "wait_ns"}).sort_values("wait_begin"),
+        t[[*keys, "begin_ns"]].reset_index().sort_values("begin_ns"),
+        left_on="wait_begin", right_on="begin_ns", by=keys, direction="backward")
+    per_region = matched.dropna(subset=["index"]).groupby("index")["wait_ns"].sum()
+    t["wait_ns"] = per_region.reindex(t.index).fillna(0).astype(np.int64).to_numpy()
+    out.table = t
+    return out
+
+
+def mutex_holds(df: pd.DataFrame) -> pd.DataFrame:
+    """acquired -> released per thread and wait id: how long each lock/critical was held."""
+    rows = df.loc[df["event"].isin(["mutex_acquired", "mutex_released"]),
+                  ["time_ns", "event", "pid", "thread", "kind", "wait_id", "codeptr"]].copy()
+    rows["endpoint"] = np.where(rows["event"] == "mutex_acquired", "begin", "end")
+    return _pair(rows.drop(columns="event"), [*_BASE, "wait_id"]).table
+
+
+def region_tree(regions: pd.DataFrame, implicit: pd.DataFrame) -> pd.DataFrame:
+    """Adds parent region, nesting level and actual team size to the regions table.
+
+    A region's parent is the region of the implicit task that encountered it;
+    regions started from outside any region of the trace have level 1.
+    """
+    t = regions.copy()
+    task_region = implicit.drop_duplicates(["pid", "task_id"]).set_index(
+        ["pid", "task_id"])["parallel_id"]
+    key = pd.MultiIndex.from_arrays([t["pid"], t["task_id"].astype("UInt64")])
+    parent = task_region.reindex(key).to_numpy()
+    nodes = list(zip(t["pid"].tolist(), t["parallel_id"].tolist()))
+    node_set = set(nodes)
+    parent_of = {n: (n[0], p) if (n[0], p) in node_set else None
+                 for n, p in zip(nodes, parent.tolist())}
+    t["parent_id"] = pd.array([parent_of[n][1] if parent_of[n] else pd.NA for n in nodes],
+                              dtype="UInt64")
+
+    def level(node: tuple[int, int]) -> int:
+        depth, seen, p = 1, {node}, parent_of[node]
+        while p is not None and p not in seen:
+            depth, p = depth + 1, parent_of.get(p)
+            seen.add(p)
+        return depth
+
+    t["level"] = [level(n) for n in nodes]
+    team = implicit.groupby(["pid", "parallel_id"])["team_size"].max()
+    tkey = pd.MultiIndex.from_arrays([t["pid"], t["parallel_id"].astype("UInt64")])
+    t["team_size"] = team.reindex(tkey).to_numpy()
+    return t
+
+
+def task_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per explicit task: creation, first start, completion, run time, dependences."""
+    created = df.loc[df["event"] == "task_create",
+                     ["pid", "task_id", "other_task_id", "thread", "time_ns", "flags",
+                      "has_dependences", "codeptr"]].rename(
+        columns={"other_task_id": "parent_id", "thread": "creator_thread",
+                 "time_ns": "created_ns"})
+    runs = task_executions(df)
+    agg = runs.groupby(["pid", "task_id"]).agg(
+        first_start_ns=("begin_ns", "min"), end_ns=("end_ns", "max"),
+        run_ns=("duration_ns", "sum"), pieces=("duration_ns", "size"),
+        threads=("thread", lambda s: sorted(set(s.tolist()))))
+    done = df.loc[(df["event"] == "task_schedule") & (df["kind_raw"] == "complete"),
+                  ["pid", "task_id", "time_ns"]].rename(columns={"time_ns": "completed_ns"})
+    deps = df.loc[df["event"] == "dependences", ["pid", "task_id", "variable", "kind"]]
+    dep_lists = deps.groupby(["pid", "task_id"]).apply(
+        lambda g: list(zip(g["variable"].tolist(), g["kind"].astype(str).tolist())),
+        include_groups=False).rename("dependences") if not deps.empty else None
+    out = created.merge(agg.reset_index(), on=["pid", "task_id"], how="left")
+    out = out.merge(done.drop_duplicates(["pid", "task_id"]), on=["pid", "task_id"], how="left")
+    if dep_lists is not None:
+        out = out.merge(dep_lists.reset_index(), on=["pid", "task_id"], how="left")
+    else:
+        out["dependences"] = None
+    out["dependences"] = [d if isinstance(d, list) else [] for d in out["dependences"]]
+    return out.reset_index(drop=True)
+
+
+def dependence_edges(df: pd.DataFrame) -> pd.DataFrame:
+    """The task dependence graph as edges (task_dependence events): source -> sink."""
+    e = df.loc[df["event"] == "task_dependence", ["pid", "task_id", "other_task_id", "time_ns"]]
+    return e.rename(columns={"task_id": "source_id", "other_task_id": "sink_id"}).reset_index(
+        drop=True)
+
+
+def mutex_table(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per acquisition of a lock, nest lock, critical or ordered: when it was
+    asked for, got and given back, ``wait_ns`` and ``hold_ns``."""
+    waits = mutex_waits(df).rename(columns={"begin_ns": "acquire_ns", "end_ns": "acquired_ns",
+                                            "duration_ns": "wait_ns"})
+    holds = mutex_holds(df).rename(columns={"begin_ns": "acquired_ns", "end_ns": "released_ns",
+                                            "duration_ns": "hold_ns"})
+    keys = [*_BASE, "wait_id", "acquired_ns"]
+    out = waits.merge(holds[[*keys, "released_ns", "hold_ns"]], on=keys, how="outer")
+    return out.sort_values("acquired_ns", kind="stable").reset_index(drop=True)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import _attach, _core, rawfile
+from . import _attach, _core, analysis, rawfile
 from ._records import (
     ARGUMENT_COLUMNS,
     ENDPOINTS,
@@ -144,6 +144,7 @@ class Trace:
         self._pid_runs: list[tuple[int, int]] = []  # (pid, rows) in the order of the rows
         self._events: np.ndarray | None = None
         self._pids: np.ndarray | None = None
+        self._frame: pd.DataFrame | None = None
         self._before: dict[int, tuple[int, int]] = {}
         self._threads: dict[int, dict] = {}
         self._origin: int | None = None
@@ -217,7 +218,7 @@ class Trace:
         self.meta = _totals(
             {"format": FORMAT, "origin_mono_ns": self._origin, "processes": [proc]}
         )
-        self._events = self._pids = None
+        self._events = self._pids = self._frame = None
         if self._path:
             self.save(self._path)
         return self
@@ -324,6 +325,60 @@ class Trace:
                 cols[name] = pd.arrays.IntegerArray(values, masks[users])
         return pd.DataFrame(cols, copy=False)
 
+    # ---- paired tables -----------------------------------------------------------
+    # One row per instance of a construct.  Begins or ends that could not be
+    # paired (outside the trace window) are counted in df.attrs.
+
+    def _events_frame(self) -> pd.DataFrame:
+        if self._frame is None:
+            self._frame = self.to_pandas()
+        return self._frame
+
+    def parallel_regions(self) -> pd.DataFrame:
+        """Parallel regions: id, parent, nesting level, begin, end, duration, requested
+        and actual team size, invoker (program or runtime), source address."""
+        df = self._events_frame()
+        regions = analysis.parallel_regions(df)
+        implicit = analysis.implicit_tasks(df, regions.table)
+        t = analysis.region_tree(regions.table, implicit.table)
+        t = t.rename(columns={"thread": "encountering_thread",
+                              "task_id": "encountering_task_id"})
+        columns = ["pid", "parallel_id", "parent_id", "level", "begin_ns", "end_ns",
+                   "duration_ns", "requested_team_size", "team_size", "invoker", "flags",
+                   "codeptr", "encountering_thread", "encountering_task_id"]
+        return _unmatched(t[columns], regions)
+
+    def implicit_tasks(self) -> pd.DataFrame:
+        """Implicit tasks, one per thread and region (ends reported late by libomp for
+        workers are moved to the end of their region)."""
+        df = self._events_frame()
+        iv = analysis.implicit_tasks(df, analysis.parallel_regions(df).table)
+        return _unmatched(iv.table, iv)
+
+    def tasks(self) -> pd.DataFrame:
+        """Explicit tasks: creation, parent, first start, completion, time running,
+        threads, flags and dependences (variable, type)."""
+        return analysis.task_table(self._events_frame())
+
+    def work(self) -> pd.DataFrame:
+        """Worksharing constructs per thread (loops, sections, single, ...) with counts."""
+        iv = analysis.work(self._events_frame())
+        return _unmatched(iv.table, iv)
+
+    def sync(self) -> pd.DataFrame:
+        """Barriers, taskwait and taskgroup per thread, with the time spent waiting."""
+        df = self._events_frame()
+        iv = analysis.sync_regions(df, analysis.parallel_regions(df).table)
+        return _unmatched(iv.table, iv)
+
+    def mutex(self) -> pd.DataFrame:
+        """Lock, nest lock, critical and ordered acquisitions: wait and hold times."""
+        return analysis.mutex_table(self._events_frame())
+
+    def task_graph(self) -> pd.DataFrame:
+        """The task dependence graph as edges (source_id -> sink_id)."""
+        return analysis.dependence_edges(self._events_frame())
+
     # ---- files -----------------------------------------------------------------
 
     def save(self, path: str | os.PathLike) -> None:
@@ -338,6 +393,13 @@ class Trace:
         table = pa.table(columns)
         table = table.replace_schema_metadata({PARQUET_KEY: json.dumps(self.meta).encode()})
         pq.write_table(table, os.fspath(path), compression="zstd")
+
+
+def _unmatched(table: pd.DataFrame, iv: analysis.Intervals) -> pd.DataFrame:
+    table = table.reset_index(drop=True)
+    table.attrs["unmatched_begins"] = iv.unmatched_begins
+    table.attrs["unmatched_ends"] = iv.unmatched_ends
+    return table
 
 
 class _Names:
@@ -468,7 +530,7 @@ def _after_fork_in_child() -> None:
     # The tool empties its buffers in the child; so does the active trace.
     if _active is not None:
         _active._segments, _active._pid_runs = [], []
-        _active._events = _active._pids = None
+        _active._events = _active._pids = _active._frame = None
         _active._before, _active._threads = {}, {}
 
 
