@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,48 @@ static uint64_t realtime_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The loaded objects and where their code is, so that readers can turn code
+ * addresses into module + offset (and from there into function and line).
+ * Written with the meta and with every stats block: a reader takes the union,
+ * which keeps objects that were dlopened later or unloaded before the end. */
+typedef struct modules_ctx {
+  omptpy_str *s;
+  int rc;
+  bool first;
+} modules_ctx;
+
+static int module_visit(struct dl_phdr_info *info, size_t size, void *p) {
+  (void)size;
+  modules_ctx *m = p;
+  char exe[4096];
+  const char *name = info->dlpi_name;
+  if (!name || !*name) { /* the main program */
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return 0;
+    exe[n] = '\0';
+    name = exe;
+  }
+  if (name[0] != '/') return 0; /* the vDSO and the like */
+  for (int i = 0; i < info->dlpi_phnum && m->rc == 0; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
+    uint64_t start = info->dlpi_addr + ph->p_vaddr;
+    m->rc = put(m->s, "%s{\"path\":", m->first ? "" : ",");
+    m->rc = m->rc ? m->rc : put_string(m->s, name, strlen(name));
+    m->rc = m->rc ? m->rc : put(m->s, ",\"base\":%llu,\"start\":%llu,\"end\":%llu}",
+                                (unsigned long long)info->dlpi_addr, (unsigned long long)start,
+                                (unsigned long long)(start + ph->p_memsz));
+    m->first = false;
+  }
+  return m->rc;
+}
+
+static int put_modules(omptpy_str *s) {
+  modules_ctx m = {s, put(s, ",\"modules\":["), true};
+  if (m.rc == 0) dl_iterate_phdr(module_visit, &m);
+  return m.rc ? m.rc : put(s, "]");
+}
+
 int omptpy_meta_json(omptpy_str *s) {
   const omptpy_tool *g = &omptpy_g;
   char exe[4096] = "";
@@ -150,7 +193,9 @@ int omptpy_meta_json(omptpy_str *s) {
     }
     rc = rc ? rc : put(s, "}}");
   }
-  rc = rc ? rc : put(s, "]}");
+  rc = rc ? rc : put(s, "]");
+  rc = rc ? rc : put_modules(s);
+  rc = rc ? rc : put(s, "}");
   if (rc) omptpy_str_free(s);
   return rc;
 }
@@ -183,7 +228,9 @@ int omptpy_stats_json(omptpy_str *s, bool final) {
                omptpy_buffer_bytes());
   visit_ctx v = {s, rc, true};
   if (rc == 0) omptpy_visit_threads(visit, &v);
-  rc = v.rc ? v.rc : put(s, "]}");
+  rc = v.rc ? v.rc : put(s, "]");
+  rc = rc ? rc : put_modules(s);
+  rc = rc ? rc : put(s, "}");
   if (rc) omptpy_str_free(s);
   return rc;
 }

@@ -95,18 +95,18 @@ def render(trace: Trace, top: int = 10) -> str:
                   + "; ".join(f"{n}: {b} begins, {e} ends" for n, b, e in unmatched) + "\n")
 
     out.write(f"\nParallel regions by source location (top {top} by total time)\n")
-    r = regions.table
+    r = trace.parallel_regions()
     if r.empty:
         out.write("  (none)\n")
     else:
-        by_site = r.groupby(["pid", "codeptr"], dropna=False).agg(
+        by_site = r.groupby(["pid", "location"], dropna=False).agg(
             count=("duration_ns", "size"), total=("duration_ns", "sum"),
             mean=("duration_ns", "mean"), team=("requested_team_size", "max"),
             invoker=("invoker", "first"),
         ).sort_values("total", ascending=False).head(top).reset_index()
         out.write(_table([{
             "pid": int(x.pid),
-            "codeptr": hex(int(x.codeptr)) if pd.notna(x.codeptr) else "-",
+            "location": x.location if isinstance(x.location, str) else "-",
             "regions": int(x.count), "total ms": _ms(x.total), "mean us": _us(x.mean),
             "team size": int(x.team) if pd.notna(x.team) else "-",
             "invoker": x.invoker,

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import _attach, _core, analysis, rawfile
+from . import _attach, _core, analysis, rawfile, symbols
 from ._records import (
     ARGUMENT_COLUMNS,
     ENDPOINTS,
@@ -68,6 +68,15 @@ def _thread_rows(stats: dict, before: dict[int, tuple[int, int]] | None = None) 
             }
         )
     return sorted(rows, key=lambda r: r["thread"])
+
+
+def _modules(*docs: dict | None) -> list[dict]:
+    """The union of the module lists of several meta/stats documents."""
+    seen: dict[tuple, dict] = {}
+    for doc in docs:
+        for m in (doc or {}).get("modules", []):
+            seen.setdefault((m["path"], m["start"], m["end"]), m)
+    return list(seen.values())
 
 
 def _process_entry(meta: dict, last_stats: dict | None, threads: list[dict], **extra) -> dict:
@@ -145,6 +154,7 @@ class Trace:
         self._events: np.ndarray | None = None
         self._pids: np.ndarray | None = None
         self._frame: pd.DataFrame | None = None
+        self._symbols: dict[int, pd.DataFrame] = {}
         self._before: dict[int, tuple[int, int]] = {}
         self._threads: dict[int, dict] = {}
         self._origin: int | None = None
@@ -211,7 +221,7 @@ class Trace:
             )
         fb = _attach.FALLBACK
         proc = _process_entry(meta, stats, threads, complete=True, truncated=False,
-                              source="in-process",
+                              source="in-process", modules=_modules(meta, stats),
                               fallback={"policy": fb.policy, "libomp": fb.libomp, "how": fb.how,
                                         "early_gnu_modules": fb.early_gnu_modules})
         proc["start_realtime_ns"] = self._start_realtime
@@ -334,6 +344,47 @@ class Trace:
             self._frame = self.to_pandas()
         return self._frame
 
+    def symbolize(self, codeptrs: Any = None, pid: int | None = None) -> pd.DataFrame:
+        """Source of code addresses: pid, codeptr, module, offset, function, file,
+        line, location ("file:line", or function, or module+offset) and how it was
+        found.  By default every codeptr of the trace; cached."""
+        frames = []
+        for proc in self.meta.get("processes", []):
+            if pid is not None and proc["pid"] != pid:
+                continue
+            known = self._symbols.get(proc["pid"])
+            if codeptrs is None:
+                ev = self.events
+                wanted = np.unique(ev["codeptr"][self.pids == proc["pid"]])
+            else:
+                wanted = np.unique(np.asarray(codeptrs, dtype=np.uint64))
+            if known is not None:
+                wanted = np.setdiff1d(wanted, known["codeptr"].to_numpy(np.uint64))
+            if len(wanted):
+                found = symbols.resolve(symbols.Modules(proc.get("modules", [])), wanted)
+                found.insert(0, "pid", proc["pid"])
+                known = found if known is None else pd.concat([known, found], ignore_index=True)
+                self._symbols[proc["pid"]] = known
+            if known is not None:
+                frames.append(known)
+        out = pd.concat(frames, ignore_index=True) if frames else symbols.resolve(
+            symbols.Modules([]), np.empty(0, np.uint64)).assign(pid=pd.Series(dtype=int))
+        if codeptrs is not None:
+            out = out[out["codeptr"].isin(np.asarray(codeptrs, dtype=np.uint64).tolist())]
+        return out.reset_index(drop=True)
+
+    def _with_source(self, table: pd.DataFrame) -> pd.DataFrame:
+        """Adds function and location columns for the table's codeptr."""
+        if table.empty:
+            return table.assign(function=pd.Series(dtype=object),
+                                location=pd.Series(dtype=object))
+        src = self.symbolize(table["codeptr"].dropna().to_numpy(np.uint64))
+        src = src[["pid", "codeptr", "function", "location"]]
+        key = table["codeptr"].astype("float64").fillna(0).astype(np.uint64)
+        merged = table.assign(_cp=key).merge(
+            src.rename(columns={"codeptr": "_cp"}), on=["pid", "_cp"], how="left")
+        return merged.drop(columns="_cp")
+
     def parallel_regions(self) -> pd.DataFrame:
         """Parallel regions: id, parent, nesting level, begin, end, duration, requested
         and actual team size, invoker (program or runtime), source address."""
@@ -346,7 +397,7 @@ class Trace:
         columns = ["pid", "parallel_id", "parent_id", "level", "begin_ns", "end_ns",
                    "duration_ns", "requested_team_size", "team_size", "invoker", "flags",
                    "codeptr", "encountering_thread", "encountering_task_id"]
-        return _unmatched(t[columns], regions)
+        return _unmatched(self._with_source(t[columns]), regions)
 
     def implicit_tasks(self) -> pd.DataFrame:
         """Implicit tasks, one per thread and region (ends reported late by libomp for
@@ -363,7 +414,7 @@ class Trace:
     def work(self) -> pd.DataFrame:
         """Worksharing constructs per thread (loops, sections, single, ...) with counts."""
         iv = analysis.work(self._events_frame())
-        return _unmatched(iv.table, iv)
+        return _unmatched(self._with_source(iv.table), iv)
 
     def sync(self) -> pd.DataFrame:
         """Barriers, taskwait and taskgroup per thread, with the time spent waiting."""
@@ -463,6 +514,7 @@ def _from_raw(paths: list[str], source: str) -> Trace:
             _process_entry(
                 p.meta, last, threads,
                 complete=any(s["final"] for s in p.stats),
+                modules=_modules(p.meta, *p.stats),
                 truncated=p.truncated,
                 source=p.path,
             )

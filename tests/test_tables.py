@@ -4,7 +4,7 @@ wait and hold times, task dependences; unmatched begins and ends counted."""
 from __future__ import annotations
 
 import pytest
-from conftest import run_with_tool
+from conftest import compile_program, run_with_tool
 
 import ompt_py
 
@@ -86,3 +86,37 @@ t.save(TRACE_PATH)
     it = t.implicit_tasks()
     assert it.attrs["unmatched_begins"] >= 1
     assert len(t.parallel_regions()) == 2
+
+
+SOURCE = """\
+int main(void) {
+  int x = 0;
+#pragma omp parallel num_threads(2) reduction(+ : x)
+  x += 1;
+  return x == 2 ? 0 : 1;
+}
+"""
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_source_attribution(tmp_path, debug):
+    src = tmp_path / "where.c"
+    src.write_text(SOURCE)
+    exe = compile_program(src, tmp_path / "where", flags=["-g"] if debug else ["-s"])
+    out = tmp_path / "raw"
+    r = run_with_tool([exe], out)
+    assert r.returncode == 0, r.stderr
+    t = ompt_py.load(out)
+    (region,) = t.parallel_regions().itertuples()
+    src_rows = t.symbolize([region.codeptr])
+    (row,) = src_rows.itertuples()
+    assert row.module == str(exe)
+    if debug:
+        # the region is started by the call the compiler made for the pragma's line
+        assert region.location == f"{src}:3", region.location
+        assert region.function == "main"
+        assert row.line == 3 and "no line" not in row.how
+    else:
+        # stripped: no symbols at all; the module and offset still say where
+        assert region.location == f"where+{hex(row.offset)}", region.location
+        assert row.how == "module + offset only"

@@ -198,7 +198,11 @@ def test_tool_attaches_to_the_preloaded_runtime(traced, version):
     assert proc["tool"]["start_tool_calls"] == 1 and proc["tool"]["declined"] == 0
     assert proc["ld_preload"] == str(run.lib)
     (rt,) = proc["runtimes"]  # gcc's libgomp stays unused: no OMPT there anyway
-    assert rt["initialized"] and rt["finalized"]
+    assert rt["initialized"]
+    # Finalize ran (its final counters are in the file).  Not rt["finalized"]:
+    # that is the state when the file was opened, usually but not always after
+    # finalize for a program this short.
+    assert proc["complete"]
     assert os.path.samefile(rt["path"], run.lib), rt["path"]
     # Every version reports the same strings (FACTS): only the path tells them apart.
     assert rt["version"] == "LLVM OMP version: 5.0.20140926"
