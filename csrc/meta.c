@@ -200,6 +200,53 @@ int omptpy_meta_json(omptpy_str *s) {
   return rc;
 }
 
+/* {value: name} of an OMPT enumeration (states, mutex implementations). */
+static int put_enumeration(omptpy_str *s, const char *key, int (*next)(int, int *, const char **),
+                           int first) {
+  int rc = put(s, ",\"%s\":{", key);
+  if (!next) return rc ? rc : put(s, "}");
+  int value = first, following;
+  const char *name;
+  for (int n = 0; rc == 0 && next(value, &following, &name) && n < 1024; n++) {
+    rc = put(s, "%s\"%d\":", n ? "," : "", following);
+    rc = rc ? rc : put_string(s, name ? name : "", name ? strlen(name) : 0);
+    value = following;
+  }
+  return rc ? rc : put(s, "}");
+}
+
+int omptpy_runtime_info_json(omptpy_str *s) {
+  int rc = put(s, "[");
+  int n = atomic_load(&omptpy_g.nruntimes);
+  for (int i = 0, first = 1; rc == 0 && i < n && i < OMPTPY_MAX_RUNTIMES; i++) {
+    const omptpy_runtime *rt = &omptpy_g.runtimes[i];
+    if (!rt->initialized || rt->finalized) continue;
+    rc = put(s, "%s{\"path\":", first ? "" : ",");
+    first = 0;
+    rc = rc ? rc : put_string(s, rt->path, strlen(rt->path));
+    rc = rc ? rc : put(s, ",\"version\":");
+    rc = rc ? rc : put_string(s, rt->version, strlen(rt->version));
+    /* ompt_state_undefined (0x102) and ompt_mutex_impl_none (0) start the enumerations. */
+    rc = rc ? rc : put_enumeration(s, "states", rt->enumerate_states, 0x102);
+    rc = rc ? rc : put_enumeration(s, "mutex_impls", rt->enumerate_mutex_impls, 0);
+    rc = rc ? rc : put(s, ",\"num_procs\":%d,\"num_devices\":%d,\"places\":[",
+                       rt->get_num_procs ? rt->get_num_procs() : -1,
+                       rt->get_num_devices ? rt->get_num_devices() : -1);
+    int places = rt->get_num_places ? rt->get_num_places() : 0;
+    for (int p = 0; rc == 0 && p < places; p++) {
+      int ids[1024];
+      int k = rt->get_place_proc_ids(p, 1024, ids);
+      rc = put(s, "%s[", p ? "," : "");
+      for (int j = 0; rc == 0 && j < k && j < 1024; j++) rc = put(s, "%s%d", j ? "," : "", ids[j]);
+      rc = rc ? rc : put(s, "]");
+    }
+    rc = rc ? rc : put(s, "]}");
+  }
+  rc = rc ? rc : put(s, "]");
+  if (rc) omptpy_str_free(s);
+  return rc;
+}
+
 typedef struct visit_ctx {
   omptpy_str *s;
   int rc;

@@ -110,6 +110,11 @@ static PyObject *py_stats(PyObject *m, PyObject *args) {
   Py_END_ALLOW_THREADS return json_result(s);
 }
 
+static PyObject *py_runtime_info(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  return json_result(omptpy_runtime_info());
+}
+
 static PyObject *py_ticks(PyObject *m, PyObject *args) {
   (void)m, (void)args;
   return PyLong_FromUnsignedLongLong(omptpy_ticks());
@@ -246,6 +251,8 @@ static PyMethodDef methods[] = {
     {"meta", py_meta, METH_NOARGS, "The process and runtime description, as JSON."},
     {"stats", py_stats, METH_NOARGS, "Per-thread written/dropped counters and a clock anchor, as JSON."},
     {"ticks", py_ticks, METH_NOARGS, "The tool's clock, in raw ticks."},
+    {"runtime_info", py_runtime_info, METH_NOARGS,
+     "What each attached runtime's inquiry functions answer, as JSON."},
     {"tool_path", py_tool_path, METH_NOARGS, "Absolute path of libomptpy.so."},
     {"columns", py_columns, METH_VARARGS,
      "columns(records, order, [(out, offset, size), ...]): fields of records into columns."},

@@ -23,6 +23,7 @@ void omptpy_release(void *base, size_t mapped);
 /* JSON documents to free() with free(), or NULL when out of memory. */
 char *omptpy_meta(void);
 char *omptpy_stats(void);
+char *omptpy_runtime_info(void);
 uint64_t omptpy_ticks(void);
 const char *omptpy_tool_path(void);
 

@@ -202,7 +202,14 @@ typedef struct omptpy_runtime {
   char path[1024];
   int initialized;
   int finalized;
+  /* Entry points, looked up once at initialize. */
   ompt_set_callback_t set_callback;
+  ompt_enumerate_states_t enumerate_states;
+  ompt_enumerate_mutex_impls_t enumerate_mutex_impls;
+  ompt_get_num_procs_t get_num_procs;
+  ompt_get_num_places_t get_num_places;
+  ompt_get_place_proc_ids_t get_place_proc_ids;
+  ompt_get_num_devices_t get_num_devices;
   int levels[OMPTPY_MAX_EVENTS]; /* ompt_set_result_t per callback, -1 not asked */
 } omptpy_runtime;
 
@@ -242,6 +249,8 @@ void omptpy_str_free(omptpy_str *s);
 /* Both return 0, or -ENOMEM with s emptied. */
 int omptpy_meta_json(omptpy_str *s);
 int omptpy_stats_json(omptpy_str *s, bool final);
+/* What the inquiry functions of each initialised runtime answer now. */
+int omptpy_runtime_info_json(omptpy_str *s);
 
 #pragma GCC visibility pop
 

@@ -84,6 +84,12 @@ static int on_initialize(ompt_function_lookup_t lookup, int initial_device_num,
   (void)initial_device_num;
   omptpy_runtime *rt = tool_data->ptr;
   rt->set_callback = (ompt_set_callback_t)lookup("ompt_set_callback");
+  rt->enumerate_states = (ompt_enumerate_states_t)lookup("ompt_enumerate_states");
+  rt->enumerate_mutex_impls = (ompt_enumerate_mutex_impls_t)lookup("ompt_enumerate_mutex_impls");
+  rt->get_num_procs = (ompt_get_num_procs_t)lookup("ompt_get_num_procs");
+  rt->get_num_places = (ompt_get_num_places_t)lookup("ompt_get_num_places");
+  rt->get_place_proc_ids = (ompt_get_place_proc_ids_t)lookup("ompt_get_place_proc_ids");
+  rt->get_num_devices = (ompt_get_num_devices_t)lookup("ompt_get_num_devices");
   if (!rt->set_callback) return 0;
   Dl_info info;
   if (dladdr((void *)rt->set_callback, &info) && info.dli_fname)
@@ -200,6 +206,11 @@ OMPTPY_API char *omptpy_meta(void) {
 OMPTPY_API char *omptpy_stats(void) {
   omptpy_str s = {0};
   return omptpy_stats_json(&s, false) == 0 ? s.p : NULL;
+}
+
+OMPTPY_API char *omptpy_runtime_info(void) {
+  omptpy_str s = {0};
+  return omptpy_runtime_info_json(&s) == 0 ? s.p : NULL;
 }
 
 OMPTPY_API uint64_t omptpy_ticks(void) { return omptpy_now(); }

@@ -13,7 +13,7 @@ line of the program): the runtime looks for tools only once, when it starts.
 from __future__ import annotations
 
 from . import doctor
-from ._attach import TOOL_PATH, status
+from ._attach import TOOL_PATH, RuntimeInfo, runtime_info, status
 from ._runtime import mapped_runtimes
 from .errors import AttachError, ConfigError, OmptPyError, TraceFileError
 from .trace import Trace, load, trace
@@ -24,12 +24,14 @@ __all__ = [
     "AttachError",
     "ConfigError",
     "OmptPyError",
+    "RuntimeInfo",
     "Trace",
     "TraceFileError",
     "__version__",
     "doctor",
     "load",
     "mapped_runtimes",
+    "runtime_info",
     "status",
     "tool_path",
     "trace",

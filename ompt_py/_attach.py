@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 
 from . import _core, _runtime
 from ._records import check_layout
@@ -170,6 +171,32 @@ def ensure_attachable() -> None:
             "install LLVM libomp (Debian: libomp5-19), or build the OpenMP code with clang "
             "-fopenmp."
         )
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """What an attached OpenMP runtime's inquiry functions answer."""
+
+    path: str
+    version: str
+    states: dict[int, str]  # ompt_enumerate_states: value -> name
+    mutex_impls: dict[int, str]  # ompt_enumerate_mutex_impls
+    num_procs: int
+    num_devices: int
+    places: list[list[int]]  # processor ids of each place (OMP_PLACES)
+
+
+def runtime_info() -> list[RuntimeInfo]:
+    """One entry per OpenMP runtime the tool is attached to (none before one starts)."""
+    return [
+        RuntimeInfo(
+            path=r["path"], version=r["version"],
+            states={int(k): v for k, v in r["states"].items()},
+            mutex_impls={int(k): v for k, v in r["mutex_impls"].items()},
+            num_procs=r["num_procs"], num_devices=r["num_devices"], places=r["places"],
+        )
+        for r in json.loads(_core.runtime_info())
+    ]
 
 
 def duplicate_runtimes_message(llvm: list) -> str:

@@ -11,6 +11,7 @@ snippets end their window with one empty region (``w.parallel(1)``, the
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 
@@ -638,3 +639,29 @@ def test_overflow_in_process(run_traced, policy):
         assert np.all(np.diff(rows["time_ns"]) >= 0)
     assert n_of(t.events, "parallel_begin") + n_of(t.events, "parallel_end") <= 4
     assert EV["dispatch"] in set(t.events["event"].tolist())
+
+
+def test_runtime_info(omp_ext):
+    r = run_python("""
+import json, ompt_py
+import ompt_work_ext as w
+before = ompt_py.runtime_info()
+w.parallel(1)
+(info,) = ompt_py.runtime_info()
+print(json.dumps({"before": len(before), "path": info.path, "version": info.version,
+                  "states": info.states, "impls": info.mutex_impls, "procs": info.num_procs,
+                  "places": info.places, "devices": info.num_devices}))
+""", clean_env(OMP_PLACES="cores"), path=[omp_ext])
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["before"] == 0  # nothing attached before the runtime started
+    assert out["path"].endswith("libomp.so.5") and "LLVM OMP" in out["version"]
+    states = {int(k): v for k, v in out["states"].items()}
+    assert states[0x000] == "ompt_state_work_serial"
+    assert states[0x011] == "ompt_state_wait_barrier_implicit_parallel"
+    assert states[0x101] == "ompt_state_overhead"
+    assert "kmp_mutex_impl_queuing" in out["impls"].values()
+    assert out["procs"] == os.cpu_count()
+    # OMP_PLACES=cores: one place per core, each with its processor ids
+    assert len(out["places"]) >= 1
+    assert sorted(p for place in out["places"] for p in place) == list(range(os.cpu_count()))
+    assert out["devices"] >= 0
