@@ -198,6 +198,64 @@ static void on_error(ompt_severity_t severity, const char *message, size_t lengt
   emit(t, ompt_callback_error, 0, severity, addr(codeptr), 0, 0, length, 0, 0, 0);
 }
 
+/* Device and target events that fire on the host.  A target region's id is
+ * stored in its target_data; a data operation's or submission's id in
+ * *host_op_id. */
+static inline uint64_t op_id(omptpy_thread *t, ompt_id_t *host_op_id, int endpoint) {
+  if (!host_op_id) return 0;
+  /* A new id at each begin: libomp passes the same storage for every operation. */
+  if (endpoint == ompt_scope_begin || *host_op_id == 0) *host_op_id = omptpy_new_id(t);
+  return *host_op_id;
+}
+
+static void on_device_initialize(int device_num, const char *type, ompt_device_t *device,
+                                 ompt_function_lookup_t lookup, const char *documentation) {
+  (void)type, (void)device, (void)lookup, (void)documentation;
+  GUARD();
+  emit(t, ompt_callback_device_initialize, 0, 0, 0, 0, 0, 0, 0, (uint32_t)device_num, 0);
+}
+
+static void on_device_finalize(int device_num) {
+  GUARD();
+  emit(t, ompt_callback_device_finalize, 0, 0, 0, 0, 0, 0, 0, (uint32_t)device_num, 0);
+}
+
+static void on_device_load(int device_num, const char *filename, int64_t offset_in_file,
+                           void *vma_in_file, size_t bytes, void *host_addr, void *device_addr,
+                           uint64_t module_id) {
+  (void)filename, (void)offset_in_file, (void)vma_in_file, (void)device_addr;
+  GUARD();
+  emit(t, ompt_callback_device_load, 0, 0, addr(host_addr), 0, 0, bytes, module_id,
+       (uint32_t)device_num, 0);
+}
+
+static void on_target_emi(ompt_target_t kind, ompt_scope_endpoint_t endpoint, int device_num,
+                          ompt_data_t *task_data, ompt_data_t *target_task_data,
+                          ompt_data_t *target_data, const void *codeptr) {
+  GUARD();
+  emit(t, ompt_callback_target_emi, endpoint, kind, addr(codeptr), 0, id_of(t, task_data),
+       id_of(t, target_data), id_of(t, target_task_data), (uint32_t)device_num, 0);
+}
+
+static void on_target_data_op_emi(ompt_scope_endpoint_t endpoint, ompt_data_t *target_task_data,
+                                  ompt_data_t *target_data, ompt_id_t *host_op_id,
+                                  ompt_target_data_op_t optype, void *src_addr,
+                                  int src_device_num, void *dest_addr, int dest_device_num,
+                                  size_t bytes, const void *codeptr) {
+  (void)target_task_data, (void)src_addr, (void)dest_addr;
+  GUARD();
+  emit(t, ompt_callback_target_data_op_emi, endpoint, optype, addr(codeptr), 0,
+       op_id(t, host_op_id, endpoint), bytes, id_of(t, target_data), (uint32_t)src_device_num,
+       (uint32_t)dest_device_num);
+}
+
+static void on_target_submit_emi(ompt_scope_endpoint_t endpoint, ompt_data_t *target_data,
+                                 ompt_id_t *host_op_id, unsigned int requested_num_teams) {
+  GUARD();
+  emit(t, ompt_callback_target_submit_emi, endpoint, 0, 0, 0, op_id(t, host_op_id, endpoint), 0,
+       id_of(t, target_data), requested_num_teams, 0);
+}
+
 /* omp_control_tool: 1 start, 2 pause, 3 flush, 4 end (OpenMP 5.2, 3.14). */
 static int on_control_tool(uint64_t command, uint64_t modifier, void *arg, const void *codeptr) {
   (void)arg;
@@ -244,6 +302,12 @@ static const struct {
     E(reduction, on_reduction),
     E(dispatch, on_dispatch),
     E(error, on_error),
+    E(device_initialize, on_device_initialize),
+    E(device_finalize, on_device_finalize),
+    E(device_load, on_device_load),
+    E(target_emi, on_target_emi),
+    E(target_data_op_emi, on_target_data_op_emi),
+    E(target_submit_emi, on_target_submit_emi),
 #undef E
 };
 

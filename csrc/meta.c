@@ -276,6 +276,14 @@ int omptpy_stats_json(omptpy_str *s, bool final) {
   visit_ctx v = {s, rc, true};
   if (rc == 0) omptpy_visit_threads(visit, &v);
   rc = v.rc ? v.rc : put(s, "]");
+  /* The runtimes' state now (the meta block is written once, early). */
+  rc = rc ? rc : put(s, ",\"runtime_states\":[");
+  int nrt = atomic_load(&omptpy_g.nruntimes);
+  for (int i = 0; rc == 0 && i < nrt && i < OMPTPY_MAX_RUNTIMES; i++)
+    rc = put(s, "%s{\"initialized\":%s,\"finalized\":%s}", i ? "," : "",
+             omptpy_g.runtimes[i].initialized ? "true" : "false",
+             omptpy_g.runtimes[i].finalized ? "true" : "false");
+  rc = rc ? rc : put(s, "]");
   rc = rc ? rc : put_modules(s);
   rc = rc ? rc : put(s, "}");
   if (rc) omptpy_str_free(s);

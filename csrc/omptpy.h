@@ -50,6 +50,20 @@ extern "C" {
  *   task_dependence task_id = source task, u64a = sink task
  *   control_tool    u64a = command, u64b = modifier
  *   error           kind = severity, u64a = message length
+ *   device_initialize, device_finalize
+ *                   u32a = device number
+ *   device_load     u32a = device number, u64a = bytes, u64b = module id,
+ *                   codeptr = host address of the loaded code
+ *   target_emi      kind = target construct kind, endpoint, task_id =
+ *                   encountering task, u64a = target region id, u64b =
+ *                   target task id, u32a = device number
+ *   target_data_op_emi
+ *                   kind = data operation, endpoint, task_id = operation id,
+ *                   u64a = bytes, u64b = target region id, u32a = source
+ *                   device, u32b = destination device
+ *   target_submit_emi
+ *                   endpoint, task_id = operation id, u64b = target region
+ *                   id, u32a = requested number of teams
  *   thread_begin    kind = thread type, u64a = OS thread id, u32a = runtime
  *                   instance
  * Every record: time (raw clock ticks, see omptpy_clock_*), codeptr (return

@@ -161,6 +161,32 @@ typedef enum ompt_parallel_flag_t {
   ompt_parallel_team = (int)0x80000000
 } ompt_parallel_flag_t;
 
+typedef enum ompt_target_t {
+  ompt_target = 1,
+  ompt_target_enter_data = 2,
+  ompt_target_exit_data = 3,
+  ompt_target_update = 4,
+  ompt_target_nowait = 9,
+  ompt_target_enter_data_nowait = 10,
+  ompt_target_exit_data_nowait = 11,
+  ompt_target_update_nowait = 12
+} ompt_target_t;
+
+typedef enum ompt_target_data_op_t {
+  ompt_target_data_alloc = 1,
+  ompt_target_data_transfer_to_device = 2,
+  ompt_target_data_transfer_from_device = 3,
+  ompt_target_data_delete = 4,
+  ompt_target_data_associate = 5,
+  ompt_target_data_disassociate = 6,
+  ompt_target_data_alloc_async = 17,
+  ompt_target_data_transfer_to_device_async = 18,
+  ompt_target_data_transfer_from_device_async = 19,
+  ompt_target_data_delete_async = 20
+} ompt_target_data_op_t;
+
+typedef void ompt_device_t;
+
 typedef enum ompt_severity_t {
   ompt_warning = 1,
   ompt_fatal = 2
@@ -289,6 +315,28 @@ typedef int (*ompt_callback_control_tool_t)(uint64_t command, uint64_t modifier,
                                             const void *codeptr_ra);
 typedef void (*ompt_callback_error_t)(ompt_severity_t severity, const char *message, size_t length,
                                       const void *codeptr_ra);
+
+/* Device and target callbacks (those that fire on the host). */
+typedef void (*ompt_callback_device_initialize_t)(int device_num, const char *type,
+                                                  ompt_device_t *device,
+                                                  ompt_function_lookup_t lookup,
+                                                  const char *documentation);
+typedef void (*ompt_callback_device_finalize_t)(int device_num);
+typedef void (*ompt_callback_device_load_t)(int device_num, const char *filename,
+                                            int64_t offset_in_file, void *vma_in_file,
+                                            size_t bytes, void *host_addr, void *device_addr,
+                                            uint64_t module_id);
+typedef void (*ompt_callback_target_emi_t)(ompt_target_t kind, ompt_scope_endpoint_t endpoint,
+                                           int device_num, ompt_data_t *task_data,
+                                           ompt_data_t *target_task_data,
+                                           ompt_data_t *target_data, const void *codeptr_ra);
+typedef void (*ompt_callback_target_data_op_emi_t)(
+    ompt_scope_endpoint_t endpoint, ompt_data_t *target_task_data, ompt_data_t *target_data,
+    ompt_id_t *host_op_id, ompt_target_data_op_t optype, void *src_addr, int src_device_num,
+    void *dest_addr, int dest_device_num, size_t bytes, const void *codeptr_ra);
+typedef void (*ompt_callback_target_submit_emi_t)(ompt_scope_endpoint_t endpoint,
+                                                  ompt_data_t *target_data, ompt_id_t *host_op_id,
+                                                  unsigned int requested_num_teams);
 
 /* The tool's entry point, searched for by the runtime. */
 ompt_start_tool_result_t *ompt_start_tool(unsigned int omp_version, const char *runtime_version);

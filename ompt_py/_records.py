@@ -178,6 +178,29 @@ DEPENDENCE_TYPES = {
     35: "inout_all_memory",
 }
 
+TARGET_KINDS = {
+    1: "target",
+    2: "target_enter_data",
+    3: "target_exit_data",
+    4: "target_update",
+    9: "target_nowait",
+    10: "target_enter_data_nowait",
+    11: "target_exit_data_nowait",
+    12: "target_update_nowait",
+}
+TARGET_DATA_OPS = {
+    1: "alloc",
+    2: "transfer_to_device",
+    3: "transfer_from_device",
+    4: "delete",
+    5: "associate",
+    6: "disassociate",
+    17: "alloc_async",
+    18: "transfer_to_device_async",
+    19: "transfer_from_device_async",
+    20: "delete_async",
+}
+
 #: One vocabulary across runtime versions: libomp 14/16 report every loop as
 #: `loop` and every implicit barrier as `barrier_implicit`, libomp 19 says
 #: `loop_static`/`loop_dynamic`/... and `barrier_implicit_workshare`/
@@ -211,6 +234,8 @@ KIND_NAMES: dict[str, dict[int, str]] = {
     "lock_destroy": MUTEX_KINDS,
     "error": SEVERITIES,
     "dependences": DEPENDENCE_TYPES,
+    "target_emi": TARGET_KINDS,
+    "target_data_op_emi": TARGET_DATA_OPS,
 }
 
 PARALLEL_FLAGS = {
@@ -262,7 +287,19 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "command": ("u64a", ("control_tool",)),
     "modifier": ("u64b", ("control_tool",)),
     "message_length": ("u64a", ("error",)),
+    "device_num": ("u32a", ("device_initialize", "device_finalize", "device_load",
+                            "target_emi")),
+    "target_id": ("u64a", ("target_emi",)),
+    "target_region_id": ("u64b", ("target_data_op_emi", "target_submit_emi")),
+    "bytes": ("u64a", ("target_data_op_emi", "device_load")),
+    "src_device": ("u32a", ("target_data_op_emi",)),
+    "dest_device": ("u32b", ("target_data_op_emi",)),
+    "requested_num_teams": ("u32a", ("target_submit_emi",)),
 }
+
+
+#: Argument columns holding a C int (device numbers: -1 is the host, or none).
+SIGNED_COLUMNS = frozenset({"device_num", "src_device", "dest_device"})
 
 
 def flag_names(value: int, table: dict[int, str]) -> str:

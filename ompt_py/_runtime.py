@@ -8,8 +8,9 @@ links a wheel's vendored copy, libgomp-<hash>.so.1).  libgomp itself stays
 mapped, unused.  Importing ompt_py applies the policy in OMPTPY_RUNTIME:
 
 - ``auto`` (default): an LLVM runtime already in the process is promoted to
-  the global scope; otherwise the libomp bundled with ompt-py is loaded, or
-  the system's when the package has none.  Why by default: most OpenMP code
+  the global scope; otherwise the system's libomp is loaded (the copy that
+  clang-built code and libomptarget load too), or the one bundled with
+  ompt-py where the system has none.  Why by default: most OpenMP code
   that Python users run (scikit-learn, PyTorch, gcc-built extensions) is
   built with gcc, and the fallback must be in place before those modules
   are imported, which is when ompt_py is imported.
@@ -117,23 +118,42 @@ def gnu_linked_modules(objects: list[str] | None = None) -> list[str]:
             if any(runtime_family(n) == "gnu" for n in m["links"])]
 
 
-def launcher_libomp(policy: str | None) -> str | None:
-    """The libomp `ompt-py run` preloads under a policy (None: none)."""
+def _policy(policy: str | None) -> str:
     policy = (policy or "auto").strip().lower()
     if policy not in POLICIES:
         raise ConfigError(f"OMPTPY_RUNTIME='{policy}' is not valid; use one of "
                           f"{', '.join(POLICIES)}")
+    return policy
+
+
+def choose_libomp(policy: str) -> str | None:
+    """The libomp a policy runs libgomp-built code on (None: none, or none found).
+
+    ``auto`` prefers the system's libomp: a program or library that loads it
+    by path (libomptarget does) then gets the same copy instead of a second
+    runtime; the bundled one serves where the system has none.
+    """
+    bundled = BUNDLED if os.path.exists(BUNDLED) else None
     if policy == "off":
         return None
-    if policy in ("auto", "bundled") and os.path.exists(BUNDLED):
-        return BUNDLED
     if policy == "bundled":
-        raise ConfigError("OMPTPY_RUNTIME=bundled, but this ompt-py has no bundled libomp; "
-                          "use --runtime system")
-    path = system_libomp()
-    if path is None and policy == "system":
-        raise ConfigError("no system LLVM libomp found (LD_LIBRARY_PATH, /usr/lib/llvm-*/lib)")
-    return path
+        if bundled is None:
+            raise ConfigError(
+                "OMPTPY_RUNTIME=bundled, but this ompt-py was built without a bundled libomp "
+                "(OMPTPY_BUNDLE_RUNTIME=0 or no libomp on the build machine); use "
+                "OMPTPY_RUNTIME=system or reinstall ompt-py with libomp available")
+        return bundled
+    system = system_libomp()
+    if policy == "system" and system is None:
+        raise ConfigError(
+            "OMPTPY_RUNTIME=system, but no LLVM libomp was found (LD_LIBRARY_PATH, "
+            "/usr/lib/llvm-*/lib); install libomp5 or use OMPTPY_RUNTIME=bundled")
+    return system or bundled
+
+
+def launcher_libomp(policy: str | None) -> str | None:
+    """The libomp `ompt-py run` preloads under a policy (None: none)."""
+    return choose_libomp(_policy(policy))
 
 
 def _load_global(path: str, noload: bool = False) -> None:
@@ -143,10 +163,7 @@ def _load_global(path: str, noload: bool = False) -> None:
 
 def apply(policy: str | None = None) -> Fallback:
     """Apply the runtime policy (OMPTPY_RUNTIME when policy is None)."""
-    policy = (policy or os.environ.get("OMPTPY_RUNTIME") or "auto").strip().lower()
-    if policy not in POLICIES:
-        raise ConfigError(f"OMPTPY_RUNTIME='{policy}' is not valid; use one of "
-                          f"{', '.join(POLICIES)}")
+    policy = _policy(policy or os.environ.get("OMPTPY_RUNTIME"))
     result = Fallback(policy)
     if policy == "off":
         return result
@@ -157,19 +174,8 @@ def apply(policy: str | None = None) -> Fallback:
             result.libomp, result.how = llvm[0], "promoted"
             _load_global(llvm[0], noload=True)
         else:
-            path = BUNDLED if policy in ("auto", "bundled") and os.path.exists(BUNDLED) else None
-            if path is None and policy == "bundled":
-                raise ConfigError(
-                    "OMPTPY_RUNTIME=bundled, but this ompt-py was built without a bundled "
-                    "libomp (OMPTPY_BUNDLE_RUNTIME=0 or no libomp on the build machine); use "
-                    "OMPTPY_RUNTIME=system or reinstall ompt-py with libomp available")
+            path = choose_libomp(policy)
             if path is None:
-                path = system_libomp()
-            if path is None:
-                if policy == "system":
-                    raise ConfigError(
-                        "OMPTPY_RUNTIME=system, but no LLVM libomp was found (LD_LIBRARY_PATH, "
-                        "/usr/lib/llvm-*/lib); install libomp5 or use OMPTPY_RUNTIME=bundled")
                 result.error = "no LLVM libomp to run libgomp-built code on"
                 return result
             _load_global(path)

@@ -178,7 +178,7 @@ def parser() -> argparse.ArgumentParser:
                           "(default), drops and counts records, or grows the buffer")
     run.add_argument("--runtime", choices=["auto", "bundled", "system", "off"],
                      help="run libgomp-built code on LLVM libomp (preloaded): auto (default: "
-                          "the bundled libomp, else the system's), bundled, system, or off")
+                          "the system's libomp, else the bundled one), bundled, system, or off")
     run.add_argument("--keep-raw", metavar="DIR",
                      help="write the per-process raw files into DIR and keep them")
     run.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")

@@ -30,6 +30,7 @@ from ._records import (
     NORMALISED,
     RAW_DTYPE,
     RAW_FIELDS,
+    SIGNED_COLUMNS,
     THREAD_TYPES,
 )
 from .errors import OmptPyError, TraceFileError
@@ -83,6 +84,10 @@ def _process_entry(meta: dict, last_stats: dict | None, threads: list[dict], **e
     keep = ("pid", "ppid", "hostname", "exe", "argv", "ld_preload", "clock", "config",
             "runtimes")
     entry = {k: meta[k] for k in keep}
+    # The latest state of each runtime: the meta is written once, when the trace starts.
+    states = (last_stats or {}).get("runtime_states", [])
+    entry["runtimes"] = [{**rt, **(states[i] if i < len(states) else {})}
+                         for i, rt in enumerate(meta["runtimes"])]
     entry["tool"] = {
         "start_tool_calls": meta["start_tool_calls"],
         "declined": meta["declined"],
@@ -323,7 +328,7 @@ class Trace:
         for name, (source, users) in ARGUMENT_COLUMNS.items():
             lacks = np.ones(len(present), dtype=bool)  # True: the event lacks the argument
             lacks[[EVENT_CODES[u] for u in users]] = False
-            values = field[source]
+            values = field[source].view(np.int32) if name in SIGNED_COLUMNS else field[source]
             if (lacks | ~present).all():  # no event of the trace has it: one all-NA array
                 if values.dtype not in absent:
                     absent[values.dtype] = pd.arrays.IntegerArray(

@@ -63,7 +63,8 @@ INVOKER_PROGRAM, INVOKER_RUNTIME = 0x1, 0x2
 # The system's libomp (a first copy loaded by hand in the duplicate-runtime tests).
 SYSTEM_LIBOMP = _runtime.system_libomp() or "/usr/lib/llvm-19/lib/libomp.so.5"
 # The libomp that `import ompt_py` (policy auto) loads when no LLVM runtime is mapped yet.
-FALLBACK_LIBOMP = _runtime.BUNDLED if os.path.exists(_runtime.BUNDLED) else _runtime.system_libomp()
+FALLBACK_LIBOMP = _runtime.system_libomp() or (
+    _runtime.BUNDLED if os.path.exists(_runtime.BUNDLED) else None)
 
 # libgomp spins before it sleeps; on a loaded 2-core machine a libgomp run of
 # many regions can then take seconds per region.  The wait policy changes no
@@ -705,7 +706,9 @@ def test_wheel_carries_the_runtime(gomp_mod, tmp_path):
                           "runtime": g.runtime(), "regions": int((t.events["event"] == 3).sum()),
                           "attached": [r["path"] for r in st["runtimes"] if r["initialized"]]}))
         """)
-    r = subprocess.run([str(vpy), "-c", code], env=clean_env(PYTHONPATH=str(gomp_mod)),
+    # bundled: the wheel's own libomp, even where the system has one (auto prefers that)
+    r = subprocess.run([str(vpy), "-c", code],
+                       env=clean_env(PYTHONPATH=str(gomp_mod), OMPTPY_RUNTIME="bundled"),
                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}{r.stderr}"
     out = json.loads(r.stdout.strip().splitlines()[-1])

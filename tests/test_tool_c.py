@@ -642,6 +642,8 @@ def test_threads_that_end_give_their_buffer_to_the_next(programs, tmp_path):
     assert all(th["written"] > 0 and th["dropped"] == 0 for th in initial)
     assert len({th["thread"] for th in proc["threads"]}) == len(proc["threads"])
     assert n_of(t.events, "thread_begin") == n_of(t.events, "thread_end") == len(proc["threads"])
+    # the runtime's state is the one at the end (finalize ran), not at the file's start
+    assert proc["runtimes"][0]["initialized"] and proc["runtimes"][0]["finalized"]
     arena = proc["config"]["buffer_bytes"]
     # one slot for the root of the moment, one for the runtime's worker
     assert proc["buffer_bytes"] <= 2 * arena * 1.01, proc["buffer_bytes"] / arena

@@ -1,0 +1,70 @@
+"""Device and target events that fire on the host (EMI callbacks), with the
+target region offloaded to libomptarget's host plugin (no GPU needed)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import CLANG, LIBOMP, PROGRAMS, PYTHON, clean_env
+
+import ompt_py
+
+pytestmark = pytest.mark.needs_clang
+
+
+@pytest.fixture(scope="module")
+def offload_program(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("offload") / "target"
+    libdir = LIBOMP.parent
+    r = subprocess.run([CLANG, "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu",
+                        str(PROGRAMS / "offload" / "target.c"), "-o", str(out),
+                        f"-Wl,-rpath,{libdir}"], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"clang-19 cannot build for the host offload target:\n{r.stderr[-2000:]}")
+    return out
+
+
+def test_target_region_on_the_host_device(offload_program, tmp_path):
+    out = tmp_path / "t.parquet"
+    r = subprocess.run([PYTHON, "-m", "ompt_py", "run", "-q", "-o", str(out), "--",
+                        str(offload_program)],
+                       env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "sum=4950" in r.stdout
+    t = ompt_py.load(out)
+    (proc,) = t.meta["processes"]
+    levels = proc["runtimes"][0]["callbacks"]
+    for name in ("target_emi", "target_data_op_emi", "target_submit_emi", "device_initialize",
+                 "device_load"):
+        assert levels[name] == "always", (name, levels[name])
+    df = t.to_pandas()
+    ev = df["event"].astype(str)
+    assert (ev == "device_initialize").sum() >= 1
+    assert (ev == "device_initialize").sum() == (ev == "device_finalize").sum()
+    assert (ev == "device_load").sum() >= 1
+
+    target = df[ev == "target_emi"]
+    assert target["endpoint"].astype(str).tolist() == ["begin", "end"]
+    assert target["kind"].astype(str).tolist() == ["target", "target"]
+    (region_id,) = set(target["target_id"].tolist())
+
+    submit = df[ev == "target_submit_emi"]
+    assert submit["endpoint"].astype(str).tolist() == ["begin", "end"]
+    assert set(submit["target_region_id"].tolist()) == {region_id}
+
+    ops = df[ev == "target_data_op_emi"]
+    assert set(ops["target_region_id"].tolist()) == {region_id}
+    # every operation: a begin and an end with one id of its own
+    per_op = ops.groupby("task_id")["endpoint"].apply(lambda s: sorted(s.astype(str)))
+    assert all(v == ["begin", "end"] for v in per_op)
+    begins = ops[ops["endpoint"] == "begin"]
+    to_device = begins[begins["kind"] == "transfer_to_device"]["bytes"].tolist()
+    from_device = begins[begins["kind"] == "transfer_from_device"]["bytes"].tolist()
+    assert sorted(to_device) == [4, 400]  # sum (tofrom) and the array (to)
+    assert from_device == [4]  # sum back
+    # the region ran between its begin and end
+    assert target["time_ns"].iloc[0] <= ops["time_ns"].min()
+    assert ops["time_ns"].max() <= target["time_ns"].iloc[1]
+
