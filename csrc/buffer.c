@@ -35,6 +35,7 @@ _Thread_local omptpy_thread *omptpy_tls_thread __attribute__((tls_model("initial
 typedef struct retired_stats {
   uint32_t index;
   int type;
+  int runtime;
   pid_t tid;
   uint64_t written, dropped;
 } retired_stats;
@@ -290,7 +291,7 @@ static void remember_retired(omptpy_thread *t) {
     B.retired = p;
     B.capretired = cap;
   }
-  B.retired[B.nretired++] = (retired_stats){t->index, t->type, t->tid, t->drained,
+  B.retired[B.nretired++] = (retired_stats){t->index, t->type, t->runtime, t->tid, t->drained,
                                             atomic_load(&t->dropped)};
 }
 
@@ -411,12 +412,12 @@ void omptpy_visit_threads(omptpy_thread_visit fn, void *ctx) {
   pthread_mutex_lock(&B.drain_lock);
   for (size_t i = 0; i < B.nretired; i++) {
     retired_stats *r = &B.retired[i];
-    fn(ctx, r->index, r->type, r->tid, r->written, r->dropped, false);
+    fn(ctx, r->index, r->type, r->runtime, r->tid, r->written, r->dropped, false);
   }
   for (omptpy_thread *t = atomic_load(&B.all); t; t = t->all_next) {
     int s = atomic_load(&t->state);
     if (s == OMPTPY_THREAD_LIVE || s == OMPTPY_THREAD_ENDED)
-      fn(ctx, t->index, t->type, t->tid, t->drained, atomic_load(&t->dropped),
+      fn(ctx, t->index, t->type, t->runtime, t->tid, t->drained, atomic_load(&t->dropped),
          s == OMPTPY_THREAD_LIVE);
   }
   pthread_mutex_unlock(&B.drain_lock);

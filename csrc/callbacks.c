@@ -43,17 +43,38 @@ static inline void emit(omptpy_thread *t, int event, int endpoint, int kind, uin
   omptpy_thread *t = omptpy_self();      \
   if (OMPTPY_UNLIKELY(!t)) return
 
-static void on_thread_begin(ompt_thread_t type, ompt_data_t *thread_data) {
+static void thread_begin(ompt_thread_t type, ompt_data_t *thread_data, int runtime) {
   /* A thread the tool already knows (announced again, e.g. by the runtime of a
    * forked child) keeps its buffer and index. */
   omptpy_thread *t = omptpy_tls_thread;
   if (t) t->type = type;
-  else if (!(t = omptpy_thread_attach(type, 0))) return;
+  else if (!(t = omptpy_thread_attach(type, runtime))) return;
   thread_data->ptr = t;
   if (omptpy_recording())
-    emit(t, ompt_callback_thread_begin, ompt_scope_begin, type, 0, 0, 0, (uint64_t)t->tid, 0, 0,
-         0);
+    emit(t, ompt_callback_thread_begin, ompt_scope_begin, type, 0, 0, 0, (uint64_t)t->tid, 0,
+         (uint32_t)runtime, 0);
 }
+
+/* Callbacks do not say which runtime calls them; thread_begin is registered
+ * once per runtime instance so that each thread knows its runtime. */
+#define THREAD_BEGIN(i) \
+  static void on_thread_begin_##i(ompt_thread_t type, ompt_data_t *data) { \
+    thread_begin(type, data, i); \
+  }
+THREAD_BEGIN(0)
+THREAD_BEGIN(1)
+THREAD_BEGIN(2)
+THREAD_BEGIN(3)
+THREAD_BEGIN(4)
+THREAD_BEGIN(5)
+THREAD_BEGIN(6)
+THREAD_BEGIN(7)
+static const ompt_callback_t THREAD_BEGIN_FOR[OMPTPY_MAX_RUNTIMES] = {
+    (ompt_callback_t)on_thread_begin_0, (ompt_callback_t)on_thread_begin_1,
+    (ompt_callback_t)on_thread_begin_2, (ompt_callback_t)on_thread_begin_3,
+    (ompt_callback_t)on_thread_begin_4, (ompt_callback_t)on_thread_begin_5,
+    (ompt_callback_t)on_thread_begin_6, (ompt_callback_t)on_thread_begin_7,
+};
 
 static void on_thread_end(ompt_data_t *thread_data) {
   omptpy_thread *t = omptpy_tls_thread;
@@ -277,7 +298,7 @@ static const struct {
   ompt_callback_t fn;
 } TABLE[] = {
 #define E(ev, fn) {ompt_callback_##ev, #ev, (ompt_callback_t)(fn)}
-    E(thread_begin, on_thread_begin),
+    E(thread_begin, on_thread_begin_0),
     E(thread_end, on_thread_end),
     E(parallel_begin, on_parallel_begin),
     E(parallel_end, on_parallel_end),
@@ -318,8 +339,12 @@ const char *omptpy_event_name(int event) {
 }
 
 void omptpy_register_callbacks(omptpy_runtime *rt) {
-  for (size_t i = 0; i < sizeof TABLE / sizeof *TABLE; i++)
-    rt->levels[TABLE[i].event] = rt->set_callback(TABLE[i].event, TABLE[i].fn);
+  for (size_t i = 0; i < sizeof TABLE / sizeof *TABLE; i++) {
+    ompt_callback_t fn = TABLE[i].fn;
+    if (TABLE[i].event == ompt_callback_thread_begin)
+      fn = THREAD_BEGIN_FOR[rt - omptpy_g.runtimes];
+    rt->levels[TABLE[i].event] = rt->set_callback(TABLE[i].event, fn);
+  }
 }
 
 /* Pausing unregisters every event but the thread and tool-control ones (the

@@ -253,14 +253,14 @@ typedef struct visit_ctx {
   bool first;
 } visit_ctx;
 
-static void visit(void *p, uint32_t index, int type, pid_t tid, uint64_t written, uint64_t dropped,
-                  bool live) {
+static void visit(void *p, uint32_t index, int type, int runtime, pid_t tid, uint64_t written,
+                  uint64_t dropped, bool live) {
   visit_ctx *v = p;
   if (v->rc) return;
   v->rc = put(v->s,
-              "%s{\"thread\":%u,\"type\":%d,\"tid\":%d,\"written\":%llu,\"dropped\":%llu,"
-              "\"live\":%s}",
-              v->first ? "" : ",", index, type, (int)tid, (unsigned long long)written,
+              "%s{\"thread\":%u,\"type\":%d,\"runtime\":%d,\"tid\":%d,\"written\":%llu,"
+              "\"dropped\":%llu,\"live\":%s}",
+              v->first ? "" : ",", index, type, runtime, (int)tid, (unsigned long long)written,
               (unsigned long long)dropped, live ? "true" : "false");
   v->first = false;
 }

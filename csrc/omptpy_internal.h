@@ -138,7 +138,7 @@ void omptpy_buffers_after_fork_child(void);
 void omptpy_buffers_atfork_prepare(void);
 void omptpy_buffers_atfork_parent(void);
 /* Calls fn for each thread whose counters are of interest, under the drain lock. */
-typedef void (*omptpy_thread_visit)(void *ctx, uint32_t index, int type, pid_t tid,
+typedef void (*omptpy_thread_visit)(void *ctx, uint32_t index, int type, int runtime, pid_t tid,
                                     uint64_t written, uint64_t dropped, bool live);
 void omptpy_visit_threads(omptpy_thread_visit fn, void *ctx);
 /* Memory mapped for per-thread buffers: one arena per thread slot ever needed

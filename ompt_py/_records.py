@@ -284,6 +284,7 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "hint": ("u32a", ("mutex_acquire", "lock_init")),
     "impl": ("u32b", ("mutex_acquire", "lock_init")),
     "os_tid": ("u64a", ("thread_begin", "thread_end")),
+    "runtime": ("u32a", ("thread_begin",)),
     "command": ("u64a", ("control_tool",)),
     "modifier": ("u64b", ("control_tool",)),
     "message_length": ("u64a", ("error",)),

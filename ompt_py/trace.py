@@ -63,6 +63,7 @@ def _thread_rows(stats: dict, before: dict[int, tuple[int, int]] | None = None) 
             {
                 "thread": th["thread"],
                 "type": THREAD_TYPES.get(th["type"], str(th["type"])),
+                "runtime": th.get("runtime", 0),
                 "tid": th["tid"],
                 "written": written,
                 "dropped": dropped,

@@ -582,6 +582,11 @@ def test_two_libomp_copies_allowed_both_traced(gomp_mod, libomp_copy, tmp_path):
     assert n_of(ev, "parallel_begin") == 2 and n_of(ev, "parallel_end") == 2
     assert n_of(ev, "implicit_task", BEGIN) == 4
     assert n_of(ev, "thread_begin", BEGIN, 2) == 2  # a worker of each runtime (ompt_thread_worker)
+    # each worker is attributed to its own runtime instance
+    workers = ev[(ev["event"] == 1) & (ev["kind"] == 2)]
+    assert sorted(workers["u32a"].tolist()) == [0, 1]
+    threads = ompt_py.load(trace_path).meta["processes"][0]["threads"]
+    assert {th["runtime"] for th in threads if th["type"] == "worker"} == {0, 1}
 
 
 TWO_LOCAL_COPIES = """
