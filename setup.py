@@ -16,7 +16,8 @@ from runtime.bundle import LICENSE_NAME, SONAME, bundle
 
 TOOL_SOURCES = [
     os.path.join("csrc", name)
-    for name in ("config.c", "clock.c", "buffer.c", "sink.c", "meta.c", "callbacks.c", "tool.c")
+    for name in ("config.c", "clock.c", "buffer.c", "sink.c", "meta.c", "callbacks.c", "sampler.c",
+                 "tool.c")
 ]
 CFLAGS = ["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"]
 TOOL_NAME = "libomptpy.so"
@@ -35,7 +36,7 @@ class BuildToolAndExtension(build_ext):
         self.compiler.link_shared_object(
             objects,
             os.path.join(outdir, TOOL_NAME),
-            libraries=["pthread", "dl"],
+            libraries=["pthread", "dl", "rt"],
             extra_postargs=[f"-Wl,-soname,{TOOL_NAME}", "-Wl,-z,defs"],
         )
         self._bundled = bundle(os.path.join(outdir, "runtime"), self.build_temp) is not None

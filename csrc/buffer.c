@@ -37,7 +37,7 @@ typedef struct retired_stats {
   int type;
   int runtime;
   pid_t tid;
-  uint64_t written, dropped;
+  uint64_t written, dropped, samples_skipped;
 } retired_stats;
 
 static struct {
@@ -178,6 +178,8 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
   t->runtime = runtime;
   t->tid = (pid_t)syscall(SYS_gettid);
   t->begin_ticks = omptpy_now();
+  t->in_tool = 0;
+  t->samples_skipped = 0;
   atomic_store_explicit(&t->state, OMPTPY_THREAD_LIVE, memory_order_release);
   if (fresh) {
     t->all_next = atomic_load(&B.all);
@@ -185,10 +187,12 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
   }
   pthread_mutex_unlock(&B.lock);
   omptpy_tls_thread = t;
+  omptpy_sampler_thread_start(t);
   return t;
 }
 
 void omptpy_thread_detach(omptpy_thread *t) {
+  omptpy_sampler_thread_stop(t);
   omptpy_tls_thread = NULL;
   atomic_store_explicit(&t->state, OMPTPY_THREAD_ENDED, memory_order_release);
 }
@@ -292,7 +296,7 @@ static void remember_retired(omptpy_thread *t) {
     B.capretired = cap;
   }
   B.retired[B.nretired++] = (retired_stats){t->index, t->type, t->runtime, t->tid, t->drained,
-                                            atomic_load(&t->dropped)};
+                                            atomic_load(&t->dropped), t->samples_skipped};
 }
 
 /* Chunks a slot holds outside its arena (grow policy) are freed when it is released. */
@@ -412,12 +416,14 @@ void omptpy_visit_threads(omptpy_thread_visit fn, void *ctx) {
   pthread_mutex_lock(&B.drain_lock);
   for (size_t i = 0; i < B.nretired; i++) {
     retired_stats *r = &B.retired[i];
-    fn(ctx, r->index, r->type, r->runtime, r->tid, r->written, r->dropped, false);
+    fn(ctx, r->index, r->type, r->runtime, r->tid, r->written, r->dropped, r->samples_skipped,
+       false);
   }
   for (omptpy_thread *t = atomic_load(&B.all); t; t = t->all_next) {
     int s = atomic_load(&t->state);
     if (s == OMPTPY_THREAD_LIVE || s == OMPTPY_THREAD_ENDED)
       fn(ctx, t->index, t->type, t->runtime, t->tid, t->drained, atomic_load(&t->dropped),
+         t->samples_skipped,
          s == OMPTPY_THREAD_LIVE);
   }
   pthread_mutex_unlock(&B.drain_lock);
@@ -471,5 +477,7 @@ void omptpy_buffers_after_fork_child(void) {
     t->drained = 0;
     atomic_store(&t->dropped, 0);
     t->tid = (pid_t)syscall(SYS_gettid);
+    t->has_timer = false; /* timers are not inherited by a child */
+    omptpy_sampler_thread_start(t);
   }
 }

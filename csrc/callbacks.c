@@ -21,8 +21,14 @@ static inline uint64_t addr(const void *p) { return (uint64_t)(uintptr_t)p; }
 static inline void emit(omptpy_thread *t, int event, int endpoint, int kind, uint64_t codeptr,
                         uint64_t parallel_id, uint64_t task_id, uint64_t u64a, uint64_t u64b,
                         uint32_t u32a, uint32_t u32b) {
+  t->in_tool = 1;
+  atomic_signal_fence(memory_order_seq_cst);
   omptpy_record *r = omptpy_slot(t);
-  if (OMPTPY_UNLIKELY(!r)) return;
+  if (OMPTPY_UNLIKELY(!r)) {
+    atomic_signal_fence(memory_order_seq_cst);
+    t->in_tool = 0;
+    return;
+  }
   r->time = omptpy_now();
   r->codeptr = codeptr;
   r->parallel_id = parallel_id;
@@ -36,6 +42,8 @@ static inline void emit(omptpy_thread *t, int event, int endpoint, int kind, uin
   r->u32a = u32a;
   r->u32b = u32b;
   omptpy_commit(t);
+  atomic_signal_fence(memory_order_seq_cst);
+  t->in_tool = 0;
 }
 
 #define GUARD()                          \

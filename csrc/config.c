@@ -1,6 +1,7 @@
 /* The tool's environment variables, parsed once when the runtime starts the tool. */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <signal.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,7 @@ int omptpy_config_read(omptpy_config *cfg) {
   cfg->overflow = OMPTPY_OVERFLOW_FLUSH;
   cfg->clock = -1;
   cfg->drain_ms = 10;
+  cfg->sample_signal = SIGRTMIN + 4;
 
   const char *v;
   if ((v = getenv("OMPTPY_TOOL")) && *v) {
@@ -96,6 +98,20 @@ int omptpy_config_read(omptpy_config *cfg) {
     if (*end || ms < 1 || ms > 1000)
       return bad(cfg, "OMPTPY_DRAIN_MS", v, "a whole number of milliseconds from 1 to 1000");
     cfg->drain_ms = (unsigned)ms;
+  }
+  if ((v = getenv("OMPTPY_SAMPLE_HZ")) && *v) {
+    char *end;
+    long hz = strtol(v, &end, 10);
+    if (*end || hz < 0 || hz > 100000)
+      return bad(cfg, "OMPTPY_SAMPLE_HZ", v, "samples per second from 0 (off) to 100000");
+    cfg->sample_hz = (unsigned)hz;
+  }
+  if ((v = getenv("OMPTPY_SAMPLE_SIGNAL")) && *v) {
+    char *end;
+    long sig = strtol(v, &end, 10);
+    if (*end || sig < 1 || sig > SIGRTMAX || sig == SIGKILL || sig == SIGSTOP)
+      return bad(cfg, "OMPTPY_SAMPLE_SIGNAL", v, "a signal number that is not SIGKILL or SIGSTOP");
+    cfg->sample_signal = (int)sig;
   }
   if ((v = getenv("OMPTPY_OUTPUT")) && *v) {
     if (strlen(v) >= sizeof cfg->output - 64)

@@ -166,9 +166,9 @@ int omptpy_meta_json(omptpy_str *s) {
                      (unsigned long long)g->start_anchor.mono_ns,
                      (unsigned long long)g->start_realtime_ns);
   rc = rc ? rc : put(s, "\"config\":{\"enabled\":%s,\"buffer_bytes\":%zu,\"overflow\":\"%s\","
-                     "\"drain_ms\":%u,\"sink\":\"%s\",\"output\":",
+                     "\"drain_ms\":%u,\"sample_hz\":%u,\"sink\":\"%s\",\"output\":",
                      g->cfg.enabled ? "true" : "false", g->cfg.buffer_bytes,
-                     overflow_name(g->cfg.overflow), g->cfg.drain_ms,
+                     overflow_name(g->cfg.overflow), g->cfg.drain_ms, g->cfg.sample_hz,
                      g->cfg.output[0] ? "file" : "memory");
   rc = rc ? rc : put_string(s, g->cfg.output, strlen(g->cfg.output));
   rc = rc ? rc : put(s, ",\"error\":");
@@ -254,14 +254,15 @@ typedef struct visit_ctx {
 } visit_ctx;
 
 static void visit(void *p, uint32_t index, int type, int runtime, pid_t tid, uint64_t written,
-                  uint64_t dropped, bool live) {
+                  uint64_t dropped, uint64_t samples_skipped, bool live) {
   visit_ctx *v = p;
   if (v->rc) return;
   v->rc = put(v->s,
               "%s{\"thread\":%u,\"type\":%d,\"runtime\":%d,\"tid\":%d,\"written\":%llu,"
-              "\"dropped\":%llu,\"live\":%s}",
+              "\"dropped\":%llu,\"samples_skipped\":%llu,\"live\":%s}",
               v->first ? "" : ",", index, type, runtime, (int)tid, (unsigned long long)written,
-              (unsigned long long)dropped, live ? "true" : "false");
+              (unsigned long long)dropped, (unsigned long long)samples_skipped,
+              live ? "true" : "false");
   v->first = false;
 }
 

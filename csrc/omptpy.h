@@ -64,6 +64,10 @@ extern "C" {
  *   target_submit_emi
  *                   endpoint, task_id = operation id, u64b = target region
  *                   id, u32a = requested number of teams
+ *   sample (100, ompt-py's own: OMPTPY_SAMPLE_HZ)
+ *                   u32a = ompt_state_t, u64a = wait id, parallel_id and
+ *                   task_id of the moment, codeptr = interrupted address,
+ *                   u64b = team size, u32b = thread number
  *   thread_begin    kind = thread type, u64a = OS thread id, u32a = runtime
  *                   instance
  * Every record: time (raw clock ticks, see omptpy_clock_*), codeptr (return

@@ -13,6 +13,8 @@
 #define OMPTPY_INTERNAL_H
 
 #include <pthread.h>
+#include <signal.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -49,6 +51,8 @@ typedef struct omptpy_config {
   omptpy_overflow overflow;
   int clock;              /* OMPTPY_CLOCK: -1 auto, else omptpy_clock_kind */
   unsigned drain_ms;      /* OMPTPY_DRAIN_MS: longest sleep of the drainer */
+  unsigned sample_hz;     /* OMPTPY_SAMPLE_HZ: state samples per second and thread, 0 off */
+  int sample_signal;      /* OMPTPY_SAMPLE_SIGNAL: the signal the sampling timers send */
   char output[4096];      /* OMPTPY_OUTPUT: directory of the file sink, "" for memory */
   char error[512];        /* why the configuration was refused, "" if valid */
 } omptpy_config;
@@ -115,6 +119,11 @@ typedef struct omptpy_thread {
   _Alignas(OMPTPY_CACHELINE) _Atomic int state;
   _Atomic uint32_t nchunks; /* chunks this thread owns */
   omptpy_chunk *arena;      /* the slot's pre-faulted chunks, reused across threads */
+  /* Sampling (sampler.c). */
+  volatile sig_atomic_t in_tool; /* inside a callback: a sample now would race it */
+  uint64_t samples_skipped;
+  timer_t timer;
+  bool has_timer;
   uint64_t drained; /* records moved to the sink */
   int type;         /* ompt_thread_t */
   int runtime;      /* runtime instance that began the thread */
@@ -139,7 +148,8 @@ void omptpy_buffers_atfork_prepare(void);
 void omptpy_buffers_atfork_parent(void);
 /* Calls fn for each thread whose counters are of interest, under the drain lock. */
 typedef void (*omptpy_thread_visit)(void *ctx, uint32_t index, int type, int runtime, pid_t tid,
-                                    uint64_t written, uint64_t dropped, bool live);
+                                    uint64_t written, uint64_t dropped, uint64_t samples_skipped,
+                                    bool live);
 void omptpy_visit_threads(omptpy_thread_visit fn, void *ctx);
 /* Memory mapped for per-thread buffers: one arena per thread slot ever needed
  * at once (slots are reused by later threads). */
@@ -166,6 +176,14 @@ static inline void omptpy_commit(omptpy_thread *t) {
 static inline uint64_t omptpy_new_id(omptpy_thread *t) {
   return ((uint64_t)(t->index + 1) << 40) | ++t->next_id;
 }
+
+/* ---- sampling (sampler.c) ------------------------------------------------ */
+
+/* The event number of a sample record: beyond OMPT's callback numbers. */
+#define OMPTPY_EVENT_SAMPLE 100
+int omptpy_sampler_init(const omptpy_config *cfg);
+void omptpy_sampler_thread_start(omptpy_thread *t);
+void omptpy_sampler_thread_stop(omptpy_thread *t);
 
 /* ---- sink (sink.c) ------------------------------------------------------ */
 
@@ -210,6 +228,9 @@ typedef struct omptpy_runtime {
   ompt_get_num_places_t get_num_places;
   ompt_get_place_proc_ids_t get_place_proc_ids;
   ompt_get_num_devices_t get_num_devices;
+  ompt_get_state_t get_state;
+  ompt_get_parallel_info_t get_parallel_info;
+  ompt_get_task_info_t get_task_info;
   int levels[OMPTPY_MAX_EVENTS]; /* ompt_set_result_t per callback, -1 not asked */
 } omptpy_runtime;
 

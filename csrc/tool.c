@@ -74,6 +74,8 @@ static void global_init(void) {
   if (init_rc != 0) return;
   omptpy_sink_open(&g->cfg);
   omptpy_buffers_init(&g->cfg);
+  if (omptpy_sampler_init(&g->cfg) != 0)
+    fprintf(stderr, "ompt-py: cannot install the sampling signal handler: %s\n", strerror(errno));
   /* Recording starts at once for a file sink; in memory, when Python asks. */
   atomic_store(&g->recording, g->cfg.record >= 0 ? g->cfg.record : omptpy_sink_is_file());
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
@@ -90,6 +92,9 @@ static int on_initialize(ompt_function_lookup_t lookup, int initial_device_num,
   rt->get_num_places = (ompt_get_num_places_t)lookup("ompt_get_num_places");
   rt->get_place_proc_ids = (ompt_get_place_proc_ids_t)lookup("ompt_get_place_proc_ids");
   rt->get_num_devices = (ompt_get_num_devices_t)lookup("ompt_get_num_devices");
+  rt->get_state = (ompt_get_state_t)lookup("ompt_get_state");
+  rt->get_parallel_info = (ompt_get_parallel_info_t)lookup("ompt_get_parallel_info");
+  rt->get_task_info = (ompt_get_task_info_t)lookup("ompt_get_task_info");
   if (!rt->set_callback) return 0;
   Dl_info info;
   if (dladdr((void *)rt->set_callback, &info) && info.dli_fname)

@@ -107,6 +107,34 @@ EVENTS: dict[int, str] = {
     35: "target_submit_emi",
     36: "target_map_emi",
     37: "error",
+    100: "sample",  # ompt-py's own: a state sample (OMPTPY_SAMPLE_HZ)
+}
+
+#: ompt_state_t (OpenMP 5.2, 19.4.4.27): what a sampled thread was doing.
+STATES: dict[int, str] = {
+    0x000: "work_serial",
+    0x001: "work_parallel",
+    0x002: "work_reduction",
+    0x010: "wait_barrier",
+    0x011: "wait_barrier_implicit_parallel",
+    0x012: "wait_barrier_implicit_workshare",
+    0x013: "wait_barrier_implicit",
+    0x014: "wait_barrier_explicit",
+    0x015: "wait_barrier_implementation",
+    0x016: "wait_barrier_teams",
+    0x020: "wait_taskwait",
+    0x021: "wait_taskgroup",
+    0x040: "wait_mutex",
+    0x041: "wait_lock",
+    0x042: "wait_critical",
+    0x043: "wait_atomic",
+    0x044: "wait_ordered",
+    0x080: "wait_target",
+    0x081: "wait_target_map",
+    0x082: "wait_target_update",
+    0x100: "idle",
+    0x101: "overhead",
+    0x102: "undefined",
 }
 EVENT_CODES: dict[str, int] = {name: code for code, name in EVENTS.items()}
 
@@ -279,11 +307,13 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
             "lock_init",
             "lock_destroy",
             "nest_lock",
+            "sample",
         ),
     ),
     "hint": ("u32a", ("mutex_acquire", "lock_init")),
     "impl": ("u32b", ("mutex_acquire", "lock_init")),
     "os_tid": ("u64a", ("thread_begin", "thread_end")),
+    "state": ("u32a", ("sample",)),
     "runtime": ("u32a", ("thread_begin",)),
     "command": ("u64a", ("control_tool",)),
     "modifier": ("u64b", ("control_tool",)),

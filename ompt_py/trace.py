@@ -31,6 +31,7 @@ from ._records import (
     RAW_DTYPE,
     RAW_FIELDS,
     SIGNED_COLUMNS,
+    STATES,
     THREAD_TYPES,
 )
 from .errors import OmptPyError, TraceFileError
@@ -67,6 +68,7 @@ def _thread_rows(stats: dict, before: dict[int, tuple[int, int]] | None = None) 
                 "tid": th["tid"],
                 "written": written,
                 "dropped": dropped,
+                "samples_skipped": th.get("samples_skipped", 0),
             }
         )
     return sorted(rows, key=lambda r: r["thread"])
@@ -428,6 +430,34 @@ class Trace:
         iv = analysis.sync_regions(df, analysis.parallel_regions(df).table)
         return _unmatched(iv.table, iv)
 
+    def samples(self) -> pd.DataFrame:
+        """State samples (OMPTPY_SAMPLE_HZ): time, thread, state, wait id, parallel
+        region and task of the moment, and the interrupted code address (codeptr)."""
+        df = self._events_frame()
+        s = df.loc[df["event"] == "sample",
+                   ["time_ns", "pid", "thread", "state", "wait_id", "parallel_id", "task_id",
+                    "codeptr"]].reset_index(drop=True)
+        s["state"] = pd.Categorical.from_codes(
+            np.array([_STATE_INDEX.get(int(v), -1) for v in s["state"].fillna(-1)],
+                     dtype=np.int16), categories=_STATE_NAMES)
+        return s
+
+    def state_breakdown(self, by: str = "thread") -> pd.DataFrame:
+        """Share of each thread's samples in each state (work, barrier waits by kind,
+        lock/critical/ordered waits, taskwait/taskgroup, idle, overhead), per thread
+        (``by="thread"``) or per parallel region (``by="region"``: samples taken
+        inside it, all threads).  A ``samples`` column gives the counts."""
+        keys = {"thread": ["pid", "thread"], "region": ["pid", "parallel_id"]}.get(by)
+        if keys is None:
+            raise ValueError(f"by={by!r}: use 'thread' or 'region'")
+        s = self.samples()
+        if by == "region":
+            s = s[s["parallel_id"].notna()]
+        counts = s.groupby([*keys, "state"], observed=True).size().unstack("state", fill_value=0)
+        shares = counts.div(counts.sum(axis=1), axis=0)
+        shares.insert(0, "samples", counts.sum(axis=1))
+        return shares
+
     def mutex(self) -> pd.DataFrame:
         """Lock, nest lock, critical and ordered acquisitions: wait and hold times."""
         return analysis.mutex_table(self._events_frame())
@@ -480,6 +510,8 @@ class _Names:
 
 
 _EVENT_NAMES = _Names(EVENTS)
+_STATE_NAMES = sorted(set(STATES.values()))
+_STATE_INDEX = {code: _STATE_NAMES.index(name) for code, name in STATES.items()}
 _ENDPOINT_NAMES = _Names(ENDPOINTS)
 # `kind` is named by the enumeration of its event: keyed by event << 8 | kind.
 _RAW_KINDS = {
