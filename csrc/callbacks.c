@@ -113,8 +113,15 @@ static void on_implicit_task(ompt_scope_endpoint_t endpoint, ompt_data_t *parall
                              ompt_data_t *task_data, unsigned int actual, unsigned int index,
                              int flags) {
   GUARD();
+  uint64_t where = 0; /* OMPTPY_PLACE_INFO: place number << 32 | processor id, at begin */
+  if (OMPTPY_UNLIKELY(omptpy_g.cfg.place_info) && endpoint == ompt_scope_begin) {
+    const omptpy_runtime *rt = &omptpy_g.runtimes[t->runtime];
+    int proc = rt->get_proc_id ? rt->get_proc_id() : -1;
+    int place = rt->get_place_num ? rt->get_place_num() : -1;
+    where = (uint64_t)(uint32_t)place << 32 | (uint32_t)proc;
+  }
   emit(t, ompt_callback_implicit_task, endpoint, 0, 0, id_of(t, parallel_data), id_of(t, task_data),
-       index, 0, actual, (uint32_t)flags);
+       index, where, actual, (uint32_t)flags);
 }
 
 static void on_task_create(ompt_data_t *encountering_task, const ompt_frame_t *frame,

@@ -99,6 +99,11 @@ int omptpy_config_read(omptpy_config *cfg) {
       return bad(cfg, "OMPTPY_DRAIN_MS", v, "a whole number of milliseconds from 1 to 1000");
     cfg->drain_ms = (unsigned)ms;
   }
+  if ((v = getenv("OMPTPY_PLACE_INFO")) && *v) {
+    int s = parse_switch(v);
+    if (s < 0) return bad(cfg, "OMPTPY_PLACE_INFO", v, "on or off");
+    cfg->place_info = s;
+  }
   if ((v = getenv("OMPTPY_SAMPLE_HZ")) && *v) {
     char *end;
     long hz = strtol(v, &end, 10);

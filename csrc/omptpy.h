@@ -26,7 +26,8 @@ extern "C" {
  *   parallel_end    parallel_id, task_id = encountering task, u32b = flags
  *   implicit_task   parallel_id (0 at end if the runtime passes none),
  *                   task_id, u32a = actual team size, u64a = thread number
- *                   (index), u32b = flags
+ *                   (index), u32b = flags, u64b = place number << 32 |
+ *                   processor id at begin (int32 each, with OMPTPY_PLACE_INFO)
  *   task_create     task_id = new task, u64a = encountering task,
  *                   u32b = flags, u32a = has_dependences
  *   task_schedule   task_id = prior task, u64a = next task, kind = status

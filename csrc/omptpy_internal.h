@@ -53,6 +53,7 @@ typedef struct omptpy_config {
   unsigned drain_ms;      /* OMPTPY_DRAIN_MS: longest sleep of the drainer */
   unsigned sample_hz;     /* OMPTPY_SAMPLE_HZ: state samples per second and thread, 0 off */
   int sample_signal;      /* OMPTPY_SAMPLE_SIGNAL: the signal the sampling timers send */
+  bool place_info;        /* OMPTPY_PLACE_INFO: processor and place at implicit task begin */
   char output[4096];      /* OMPTPY_OUTPUT: directory of the file sink, "" for memory */
   char error[512];        /* why the configuration was refused, "" if valid */
 } omptpy_config;
@@ -231,6 +232,8 @@ typedef struct omptpy_runtime {
   ompt_get_state_t get_state;
   ompt_get_parallel_info_t get_parallel_info;
   ompt_get_task_info_t get_task_info;
+  ompt_get_proc_id_t get_proc_id;
+  ompt_get_place_num_t get_place_num;
   int levels[OMPTPY_MAX_EVENTS]; /* ompt_set_result_t per callback, -1 not asked */
 } omptpy_runtime;
 

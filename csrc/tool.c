@@ -95,6 +95,8 @@ static int on_initialize(ompt_function_lookup_t lookup, int initial_device_num,
   rt->get_state = (ompt_get_state_t)lookup("ompt_get_state");
   rt->get_parallel_info = (ompt_get_parallel_info_t)lookup("ompt_get_parallel_info");
   rt->get_task_info = (ompt_get_task_info_t)lookup("ompt_get_task_info");
+  rt->get_proc_id = (ompt_get_proc_id_t)lookup("ompt_get_proc_id");
+  rt->get_place_num = (ompt_get_place_num_t)lookup("ompt_get_place_num");
   if (!rt->set_callback) return 0;
   Dl_info info;
   if (dladdr((void *)rt->set_callback, &info) && info.dli_fname)

@@ -289,6 +289,8 @@ TASK_FLAGS = {
 ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "team_size": ("u32a", ("parallel_begin", "implicit_task")),
     "thread_num": ("u64a", ("implicit_task",)),
+    "proc_id": ("u64b_lo", ("implicit_task",)),  # with OMPTPY_PLACE_INFO=on
+    "place_num": ("u64b_hi", ("implicit_task",)),
     "flags": ("u32b", ("parallel_begin", "parallel_end", "implicit_task", "task_create", "cancel")),
     "has_dependences": ("u32a", ("task_create",)),
     "other_task_id": ("u64a", ("task_create", "task_schedule", "task_dependence")),

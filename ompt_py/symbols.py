@@ -117,7 +117,9 @@ def resolve(modules: Modules, codeptrs: np.ndarray) -> pd.DataFrame:
         elif function:
             location, how = f"{function} ({os.path.basename(module)})", f"{tool}, no line info"
         elif module:
-            location, how = f"{os.path.basename(module)}+{hex(off)}", "module + offset only"
+            location = f"{os.path.basename(module)}+{hex(off)}"
+            how = ("module + offset only" if os.path.exists(module)
+                   else f"module + offset only: {module} is gone")
         else:
             location, how = hex(addr), "address outside any known module"
         rows.append({"codeptr": addr, "module": module, "offset": off if module else None,

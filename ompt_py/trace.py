@@ -326,21 +326,33 @@ class Trace:
         cols["kind"] = _KIND_NAMES.categorical(kind_key)
         cols["kind_raw"] = _KIND_RAW_NAMES.categorical(kind_key)
         present = np.bincount(codes, minlength=max(EVENTS) + 1) > 0
+        # Processor and place exist only at implicit-task begins, and only with OMPTPY_PLACE_INFO.
+        place_info = any(p["config"].get("place_info") for p in self.meta.get("processes", []))
+        not_begin = field["endpoint"] != 1
         masks: dict[tuple[str, ...], np.ndarray] = {}  # shared by columns with the same events
         absent: dict[np.dtype, pd.arrays.IntegerArray] = {}
         for name, (source, users) in ARGUMENT_COLUMNS.items():
             lacks = np.ones(len(present), dtype=bool)  # True: the event lacks the argument
             lacks[[EVENT_CODES[u] for u in users]] = False
-            values = field[source].view(np.int32) if name in SIGNED_COLUMNS else field[source]
-            if (lacks | ~present).all():  # no event of the trace has it: one all-NA array
+            if source in ("u64b_lo", "u64b_hi"):  # two C ints packed in u64b (little-endian)
+                values = field["u64b"].view(np.int32)[0 if source == "u64b_lo" else 1::2]
+            elif name in SIGNED_COLUMNS:
+                values = field[source].view(np.int32)
+            else:
+                values = field[source]
+            place = source in ("u64b_lo", "u64b_hi")
+            if (lacks | ~present).all() or (place and not place_info):  # one shared all-NA array
                 if values.dtype not in absent:
                     absent[values.dtype] = pd.arrays.IntegerArray(
                         np.zeros(len(values), values.dtype), np.ones(len(values), bool))
                 cols[name] = absent[values.dtype]
             else:
-                if users not in masks:
-                    masks[users] = np.take(lacks, codes)
-                cols[name] = pd.arrays.IntegerArray(values, masks[users])
+                key = (*users, "begin") if place else users
+                if key not in masks:
+                    masks[key] = np.take(lacks, codes)
+                    if place:
+                        masks[key] |= not_begin
+                cols[name] = pd.arrays.IntegerArray(np.ascontiguousarray(values), masks[key])
         return pd.DataFrame(cols, copy=False)
 
     # ---- paired tables -----------------------------------------------------------

@@ -120,3 +120,41 @@ def test_source_attribution(tmp_path, debug):
         # stripped: no symbols at all; the module and offset still say where
         assert region.location == f"where+{hex(row.offset)}", region.location
         assert row.how == "module + offset only"
+
+
+def test_attribution_of_a_trace_whose_binary_is_gone(tmp_path):
+    src = tmp_path / "gone.c"
+    src.write_text(SOURCE)
+    exe = compile_program(src, tmp_path / "gone", flags=["-g"])
+    out = tmp_path / "raw"
+    r = run_with_tool([exe], out)
+    assert r.returncode == 0, r.stderr
+    exe.unlink()
+    t = ompt_py.load(out)
+    (region,) = t.parallel_regions().itertuples()
+    row = t.symbolize([region.codeptr]).iloc[0]
+    assert row["how"] == f"module + offset only: {exe} is gone"
+    assert region.location == f"gone+{hex(row['offset'])}"
+    # everything else still works
+    assert len(t.to_pandas()) == len(t.events) and t.written == len(t.events)
+
+
+def test_place_info_at_implicit_task_begin(programs, tmp_path):
+    out = tmp_path / "raw"
+    r = run_with_tool([programs.parallel, "3"], out, OMPTPY_PLACE_INFO="on",
+                      OMP_PLACES="cores", OMP_PROC_BIND="close")
+    assert r.returncode == 0, r.stderr
+    df = ompt_py.load(out).to_pandas()
+    it = df[df["event"] == "implicit_task"]
+    begins = it[it["endpoint"] == "begin"]
+    in_regions = begins[begins["team_size"] == 2]
+    assert len(in_regions) == 6
+    # bound close to the cores: thread i of each team runs in place i
+    assert (in_regions["place_num"] == in_regions["thread_num"]).all()
+    assert (in_regions["proc_id"] >= 0).all()
+    assert in_regions.groupby("thread_num")["proc_id"].nunique().eq(1).all()  # stays bound
+    assert it.loc[it["endpoint"] == "end", ["proc_id", "place_num"]].isna().all().all()
+    # without the switch there is nothing to show
+    out2 = tmp_path / "raw2"
+    run_with_tool([programs.parallel, "1"], out2)
+    assert ompt_py.load(out2).to_pandas()["proc_id"].isna().all()
