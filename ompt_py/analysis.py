@@ -87,6 +87,7 @@ def parallel_regions(df: pd.DataFrame) -> Intervals:
     # calls GOMP_parallel) or the runtime on its behalf (clang-built code).
     flags = t["flags"].fillna(0).astype(np.int64)
     t["invoker"] = np.where(flags & 1, "program", np.where(flags & 2, "runtime", "unknown"))
+    t["league"] = (flags & 0x40000000) != 0  # a teams construct's league, not a team
     out.table = t
     return out
 
@@ -238,8 +239,8 @@ def region_tree(regions: pd.DataFrame, implicit: pd.DataFrame) -> pd.DataFrame:
     def level(node: tuple[int, int]) -> int:
         depth, seen, p = 1, {node}, parent_of[node]
         while p is not None and p not in seen:
-            depth, p = depth + 1, parent_of.get(p)
             seen.add(p)
+            depth, p = depth + 1, parent_of.get(p)
         return depth
 
     t["level"] = [level(n) for n in nodes]

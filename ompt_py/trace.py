@@ -415,7 +415,7 @@ class Trace:
         t = t.rename(columns={"thread": "encountering_thread",
                               "task_id": "encountering_task_id"})
         columns = ["pid", "parallel_id", "parent_id", "level", "begin_ns", "end_ns",
-                   "duration_ns", "requested_team_size", "team_size", "invoker", "flags",
+                   "duration_ns", "requested_team_size", "team_size", "invoker", "league", "flags",
                    "codeptr", "encountering_thread", "encountering_task_id"]
         return _unmatched(self._with_source(t[columns]), regions)
 

@@ -158,3 +158,18 @@ def test_place_info_at_implicit_task_begin(programs, tmp_path):
     out2 = tmp_path / "raw2"
     run_with_tool([programs.parallel, "1"], out2)
     assert ompt_py.load(out2).to_pandas()["proc_id"].isna().all()
+
+
+def test_teams_league_and_nesting(programs, tmp_path):
+    t, _ = traced(programs, tmp_path, "teams")
+    r = t.parallel_regions()
+    assert r.attrs == {"unmatched_begins": 0, "unmatched_ends": 0}
+    assert r["parallel_id"].is_unique
+    (league,) = r[r["league"]].itertuples()
+    assert league.level == 1 and league.requested_team_size == 2
+    # each team is a region of the league; each opens its own parallel region inside
+    teams = r[r["parent_id"] == league.parallel_id]
+    assert len(teams) == 2 and (teams["level"] == 2).all()
+    inner = r[r["parent_id"].isin(teams["parallel_id"])]
+    assert len(inner) == 2 and (inner["level"] == 3).all()
+    assert not r.loc[r["parallel_id"] != league.parallel_id, "league"].any()
