@@ -31,40 +31,65 @@ class Intervals:
     unmatched_ends: int
 
 
+def _segments(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows sorted by group: each row's segment number and its segment's first row."""
+    new = np.ones(len(group), dtype=bool)
+    new[1:] = group[1:] != group[:-1]
+    seg = np.cumsum(new) - 1
+    return seg, np.flatnonzero(new)[seg]
+
+
+def _levels(is_begin: np.ndarray, seg: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Nesting level after each row (begin +1, end -1), counted within its segment."""
+    total = np.cumsum(np.where(is_begin, 1, -1))
+    before = np.where(first > 0, total[first - 1], 0)
+    return total - before
+
+
 def _pair(rows: pd.DataFrame, keys: list[str]) -> Intervals:
-    """Pairs begin/end rows (time-ordered) that nest within each key."""
-    cols = [*keys, "time_ns", "endpoint"]
-    extra = [c for c in rows.columns if c not in cols]
+    """Pairs begin/end rows (time-ordered) that nest within each key; the begin's
+    columns stand for the pair.  Vectorised: rows are sorted by key (stable, so
+    time order holds within a key) and levels are counted per segment."""
     rows = rows.reset_index(drop=True)
-    is_begin = (rows["endpoint"] == "begin").to_numpy()
-    delta = pd.Series(np.where(is_begin, 1, -1), index=rows.index)
-    grouped = delta.groupby([rows[k] for k in keys], sort=False, dropna=False)
-    level = grouped.cumsum()
-    floor = level.groupby([rows[k] for k in keys], sort=False, dropna=False).cummin()
-    prev_floor = floor.groupby([rows[k] for k in keys], sort=False, dropna=False).shift(1)
-    orphan_end = (~is_begin) & (level < np.minimum(prev_floor.fillna(0), 0))
-    kept = rows[~orphan_end.to_numpy()].reset_index(drop=True)
-    is_begin = (kept["endpoint"] == "begin").to_numpy()
-    delta = pd.Series(np.where(is_begin, 1, -1), index=kept.index)
-    level = delta.groupby([kept[k] for k in keys], sort=False, dropna=False).cumsum()
-    kept["_level"] = np.where(is_begin, level, level + 1)
-    kept["_begin"] = is_begin
-    kept["_rank"] = kept.groupby([*keys, "_level", "_begin"], sort=False, dropna=False).cumcount()
-    begins = kept[is_begin]
-    ends = kept[~is_begin][[*keys, "_level", "_rank", "time_ns", *extra]]
-    merged = begins.merge(ends, on=[*keys, "_level", "_rank"], how="left",
-                          suffixes=("", "_end"))
-    matched = merged["time_ns_end"].notna()
-    table = merged[matched].rename(columns={"time_ns": "begin_ns", "time_ns_end": "end_ns"})
-    # The begin's values stand for the pair; the end's copies go.
-    table = table.drop(columns=["_level", "_rank", "_begin", "endpoint",
-                                *(f"{c}_end" for c in extra)])
-    table["end_ns"] = table["end_ns"].astype(np.int64)
+    group = rows.groupby(keys, sort=False, dropna=False, observed=True).ngroup().to_numpy()
+    order = np.argsort(group, kind="stable")
+    g, is_begin = group[order], (rows["endpoint"] == "begin").to_numpy()[order]
+    seg, first = _segments(g)
+    level = _levels(is_begin, seg, first)
+    # The lowest level reached before each row in its segment (0 at the start):
+    # an end that goes below it has no begin (its begin came before the window).
+    big = np.int64(len(level) + 2)
+    floor = np.minimum.accumulate(level - seg * big) + seg * big
+    prev_floor = np.where(np.arange(len(level)) == first, 0, np.roll(floor, 1))
+    orphan = (~is_begin) & (level < np.minimum(prev_floor, 0))
+    keep = order[~orphan]
+    g, is_begin = g[~orphan], is_begin[~orphan]
+    seg, first = _segments(g)
+    level = _levels(is_begin, seg, first)
+    depth = np.where(is_begin, level, level + 1)  # the level a begin opens / an end closes
+    # Within one key and depth, begins and ends alternate: the k-th begin pairs
+    # with the k-th end.  Sorted by (key, depth, begins first, time), each block
+    # holds its begins and then its ends.
+    by = np.lexsort((np.arange(len(g)), ~is_begin, depth, g))
+    bg, bd, bb = g[by], depth[by], is_begin[by]
+    new = np.ones(len(by), dtype=bool)
+    new[1:] = (bg[1:] != bg[:-1]) | (bd[1:] != bd[:-1])
+    block = np.cumsum(new) - 1
+    block_start = np.flatnonzero(new)
+    begins_in_block = np.bincount(block, weights=bb, minlength=len(block_start)).astype(np.int64)
+    ends = np.flatnonzero(~bb)
+    ends_rank = ends - block_start[block[ends]] - begins_in_block[block[ends]]
+    begins = block_start[block[ends]] + ends_rank
+    begin_rows, end_rows = keep[by[begins]], keep[by[ends]]
+    table = rows.iloc[begin_rows].rename(columns={"time_ns": "begin_ns"}).drop(columns="endpoint")
+    table["end_ns"] = rows["time_ns"].to_numpy()[end_rows]
     table["duration_ns"] = table["end_ns"] - table["begin_ns"]
+    unmatched_begins = int(is_begin.sum()) - len(ends)
+    table = table.sort_values("begin_ns", kind="stable")
     return Intervals(
         table.reset_index(drop=True),
-        unmatched_begins=int((~matched).sum()),
-        unmatched_ends=int(orphan_end.sum()),
+        unmatched_begins=unmatched_begins,
+        unmatched_ends=int(orphan.sum()),
     )
 
 
@@ -224,29 +249,30 @@ def region_tree(regions: pd.DataFrame, implicit: pd.DataFrame) -> pd.DataFrame:
     A region's parent is the region of the implicit task that encountered it;
     regions started from outside any region of the trace have level 1.
     """
-    t = regions.copy()
-    task_region = implicit.drop_duplicates(["pid", "task_id"]).set_index(
-        ["pid", "task_id"])["parallel_id"]
-    key = pd.MultiIndex.from_arrays([t["pid"], t["task_id"].astype("UInt64")])
-    parent = task_region.reindex(key).to_numpy()
-    nodes = list(zip(t["pid"].tolist(), t["parallel_id"].tolist()))
-    node_set = set(nodes)
-    parent_of = {n: (n[0], p) if (n[0], p) in node_set else None
-                 for n, p in zip(nodes, parent.tolist())}
-    t["parent_id"] = pd.array([parent_of[n][1] if parent_of[n] else pd.NA for n in nodes],
-                              dtype="UInt64")
-
-    def level(node: tuple[int, int]) -> int:
-        depth, seen, p = 1, {node}, parent_of[node]
-        while p is not None and p not in seen:
-            seen.add(p)
-            depth, p = depth + 1, parent_of.get(p)
-        return depth
-
-    t["level"] = [level(n) for n in nodes]
+    t = regions.reset_index(drop=True)
+    tasks = implicit.drop_duplicates(["pid", "task_id"])
+    task_region = pd.Series(tasks["parallel_id"].to_numpy(),
+                            index=pd.MultiIndex.from_arrays([tasks["pid"], tasks["task_id"]]))
+    parent = task_region.reindex(pd.MultiIndex.from_arrays([t["pid"], t["task_id"]]))
+    position = pd.Series(np.arange(len(t)),
+                         index=pd.MultiIndex.from_arrays([t["pid"], t["parallel_id"]]))
+    up = position.reindex(pd.MultiIndex.from_arrays(
+        [t["pid"], parent.to_numpy()])).fillna(-1).to_numpy(np.int64)  # parent's row, or -1
+    t["parent_id"] = pd.array(np.where(up >= 0, t["parallel_id"].to_numpy()[np.maximum(up, 0)],
+                                       0), dtype="UInt64")
+    t.loc[up < 0, "parent_id"] = pd.NA
+    # Levels: walk up all chains at once (as many steps as the deepest nesting).
+    level = np.ones(len(t), dtype=np.int64)
+    cur = up.copy()
+    for _ in range(len(t)):
+        alive = cur >= 0
+        if not alive.any():
+            break
+        level[alive] += 1
+        cur[alive] = up[cur[alive]]
+    t["level"] = level
     team = implicit.groupby(["pid", "parallel_id"])["team_size"].max()
-    tkey = pd.MultiIndex.from_arrays([t["pid"], t["parallel_id"].astype("UInt64")])
-    t["team_size"] = team.reindex(tkey).to_numpy()
+    t["team_size"] = team.reindex(position.index).to_numpy()
     return t
 
 

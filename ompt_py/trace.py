@@ -362,7 +362,20 @@ class Trace:
     def _events_frame(self) -> pd.DataFrame:
         if self._frame is None:
             self._frame = self.to_pandas()
+            self._pairs: dict[str, analysis.Intervals] = {}
         return self._frame
+
+    def _paired(self, what: str) -> analysis.Intervals:
+        """Pairing shared by the tables, computed once per trace."""
+        df = self._events_frame()
+        if what not in self._pairs:
+            if what == "regions":
+                self._pairs[what] = analysis.parallel_regions(df)
+            elif what == "implicit":
+                self._pairs[what] = analysis.implicit_tasks(df, self._paired("regions").table)
+            else:
+                self._pairs[what] = analysis.sync_regions(df, self._paired("regions").table)
+        return self._pairs[what]
 
     def symbolize(self, codeptrs: Any = None, pid: int | None = None) -> pd.DataFrame:
         """Source of code addresses: pid, codeptr, module, offset, function, file,
@@ -408,10 +421,8 @@ class Trace:
     def parallel_regions(self) -> pd.DataFrame:
         """Parallel regions: id, parent, nesting level, begin, end, duration, requested
         and actual team size, invoker (program or runtime), source address."""
-        df = self._events_frame()
-        regions = analysis.parallel_regions(df)
-        implicit = analysis.implicit_tasks(df, regions.table)
-        t = analysis.region_tree(regions.table, implicit.table)
+        regions = self._paired("regions")
+        t = analysis.region_tree(regions.table, self._paired("implicit").table)
         t = t.rename(columns={"thread": "encountering_thread",
                               "task_id": "encountering_task_id"})
         columns = ["pid", "parallel_id", "parent_id", "level", "begin_ns", "end_ns",
@@ -422,8 +433,7 @@ class Trace:
     def implicit_tasks(self) -> pd.DataFrame:
         """Implicit tasks, one per thread and region (ends reported late by libomp for
         workers are moved to the end of their region)."""
-        df = self._events_frame()
-        iv = analysis.implicit_tasks(df, analysis.parallel_regions(df).table)
+        iv = self._paired("implicit")
         return _unmatched(iv.table, iv)
 
     def tasks(self) -> pd.DataFrame:
@@ -438,8 +448,7 @@ class Trace:
 
     def sync(self) -> pd.DataFrame:
         """Barriers, taskwait and taskgroup per thread, with the time spent waiting."""
-        df = self._events_frame()
-        iv = analysis.sync_regions(df, analysis.parallel_regions(df).table)
+        iv = self._paired("sync")
         return _unmatched(iv.table, iv)
 
     def samples(self) -> pd.DataFrame:
