@@ -33,6 +33,7 @@ lint: setup
 bench: setup
 	$(BIN)/python bench/overhead.py
 	$(BIN)/python bench/fallback.py
+	$(BIN)/python bench/analysis.py
 
 setup: system-deps $(STAMP)
 
