@@ -34,7 +34,6 @@ from typing import Any
 
 from overhead import (
     BUILD_DIR,
-    BUSY_WARNING,
     NS,
     NUM_THREADS,
     TOOL_STARTED,
@@ -44,13 +43,13 @@ from overhead import (
     OmptPy,
     base_env,
     build,
-    cpu_busy_fraction,
     discover_ompt_py,
     fmt,
     interleaved,
     libomp_dir,
     log,
     marked_json,
+    print_setting,
     run_program,
     run_python,
     scratch_dir,
@@ -563,22 +562,11 @@ def main(argv: list[str] | None = None) -> int:
         log(str(exc))
         return 1
     omptpy = discover_ompt_py()
-    print(
+    busy = print_setting(
         f"runtime-fallback benchmark: {WORK.name} built by {GCC}, min of {args.reps} runs, "
-        f"OMP_NUM_THREADS={NUM_THREADS}, libomp {args.libomp}"
+        f"OMP_NUM_THREADS={NUM_THREADS}, libomp {args.libomp}",
+        omptpy,
     )
-    if omptpy.available:
-        where = " (from the source tree)" if omptpy.pythonpath else ""
-        print(f"ompt_py tool: {omptpy.tool_path}{where}")
-    else:
-        print(f"ompt_py not importable: {omptpy.error}")
-    busy = cpu_busy_fraction()
-    if busy is not None and busy > BUSY_WARNING:
-        print(
-            f"WARNING: the CPUs were {100 * busy:.0f}% busy just before the start: other "
-            "processes are running and the figures will be noisy"
-        )
-    sys.stdout.flush()
 
     warm_guest_memory(1.0)
     bench = Bench(args.reps, args.libomp, omptpy)

@@ -973,20 +973,10 @@ def warm_guest_memory(gib: float = 3.0) -> None:
     del buf
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        build()
-    except BenchError as exc:
-        log(str(exc))
-        return 1
-    libomp = linked_libomp()
-    omptpy = discover_ompt_py()
-
-    print(
-        f"ompt-py overhead benchmark: N={args.n}, min of {args.reps} runs, "
-        f"OMP_NUM_THREADS={NUM_THREADS}, libomp {libomp}"
-    )
+def print_setting(headline: str, omptpy: OmptPy) -> float | None:
+    """A benchmark's first lines: what runs, which tool, how busy the machine is
+    (returned: the busy fraction of the CPUs just before the start)."""
+    print(headline)
     if omptpy.available:
         where = " (from the source tree)" if omptpy.pythonpath else ""
         print(f"ompt_py tool: {omptpy.tool_path}{where}")
@@ -999,6 +989,24 @@ def main(argv: list[str] | None = None) -> int:
             "processes are running and the figures will be noisy"
         )
     sys.stdout.flush()
+    return busy
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        build()
+    except BenchError as exc:
+        log(str(exc))
+        return 1
+    libomp = linked_libomp()
+    omptpy = discover_ompt_py()
+
+    print_setting(
+        f"ompt-py overhead benchmark: N={args.n}, min of {args.reps} runs, "
+        f"OMP_NUM_THREADS={NUM_THREADS}, libomp {libomp}",
+        omptpy,
+    )
 
     warm_guest_memory()
     bench = Bench(args.n, args.reps, omptpy)
