@@ -108,9 +108,34 @@ typedef struct modules_ctx {
   bool first;
 } modules_ctx;
 
+/* The GNU build id of a loaded object, as hex into out ("" if it has none). */
+static void build_id(const struct dl_phdr_info *info, char *out, size_t size) {
+  out[0] = '\0';
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    if (ph->p_type != PT_NOTE) continue;
+    const char *note = (const char *)(info->dlpi_addr + ph->p_vaddr);
+    const char *end = note + ph->p_memsz;
+    while (note + sizeof(ElfW(Nhdr)) <= end) {
+      const ElfW(Nhdr) *nh = (const ElfW(Nhdr) *)note;
+      const char *name = note + sizeof *nh;
+      const unsigned char *desc = (const unsigned char *)name + ((nh->n_namesz + 3) & ~3u);
+      if (nh->n_type == NT_GNU_BUILD_ID && nh->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
+        size_t n = 0;
+        for (ElfW(Word) k = 0; k < nh->n_descsz && n + 3 <= size; k++)
+          n += (size_t)snprintf(out + n, size - n, "%02x", desc[k]);
+        return;
+      }
+      note = (const char *)desc + ((nh->n_descsz + 3) & ~3u);
+    }
+  }
+}
+
 static int module_visit(struct dl_phdr_info *info, size_t size, void *p) {
   (void)size;
   modules_ctx *m = p;
+  char id[129];
+  build_id(info, id, sizeof id);
   char exe[4096];
   const char *name = info->dlpi_name;
   if (!name || !*name) { /* the main program */
@@ -126,9 +151,10 @@ static int module_visit(struct dl_phdr_info *info, size_t size, void *p) {
     uint64_t start = info->dlpi_addr + ph->p_vaddr;
     m->rc = put(m->s, "%s{\"path\":", m->first ? "" : ",");
     m->rc = m->rc ? m->rc : put_string(m->s, name, strlen(name));
-    m->rc = m->rc ? m->rc : put(m->s, ",\"base\":%llu,\"start\":%llu,\"end\":%llu}",
+    m->rc = m->rc ? m->rc : put(m->s, ",\"base\":%llu,\"start\":%llu,\"end\":%llu,"
+                                "\"build_id\":\"%s\"}",
                                 (unsigned long long)info->dlpi_addr, (unsigned long long)start,
-                                (unsigned long long)(start + ph->p_memsz));
+                                (unsigned long long)(start + ph->p_memsz), id);
     m->first = false;
   }
   return m->rc;

@@ -11,7 +11,8 @@ import functools
 import mmap
 import struct
 
-_PT_LOAD, _PT_DYNAMIC = 1, 2
+_PT_LOAD, _PT_DYNAMIC, _PT_NOTE = 1, 2, 4
+_NT_GNU_BUILD_ID = 3
 _DT_NULL, _DT_NEEDED, _DT_STRTAB = 0, 1, 5
 
 
@@ -22,6 +23,31 @@ def needed(path: str) -> tuple[str, ...]:
             return _needed(data)
     except (OSError, ValueError):  # unreadable, empty, or not mappable
         return ()
+
+
+@functools.lru_cache(maxsize=1024)
+def build_id(path: str) -> str | None:
+    """The GNU build id of an ELF file as hex, "" if it has none, None if unreadable."""
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+                return None
+            phoff, = struct.unpack_from("<Q", data, 0x20)
+            phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+            for i in range(phnum):
+                p_type, _, p_offset, _, _, p_filesz, _, _ = struct.unpack_from(
+                    "<IIQQQQQQ", data, phoff + i * phentsize)
+                off, end = p_offset, p_offset + p_filesz
+                while p_type == _PT_NOTE and off + 12 <= end:
+                    namesz, descsz, kind = struct.unpack_from("<III", data, off)
+                    name = off + 12
+                    desc = name + ((namesz + 3) & ~3)
+                    if kind == _NT_GNU_BUILD_ID and data[name:name + namesz] == b"GNU\0":
+                        return data[desc:desc + descsz].hex()
+                    off = desc + ((descsz + 3) & ~3)
+            return ""
+    except (OSError, ValueError, struct.error):
+        return None
 
 
 def _needed(data: mmap.mmap) -> tuple[str, ...]:

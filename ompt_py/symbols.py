@@ -20,6 +20,8 @@ import subprocess
 import numpy as np
 import pandas as pd
 
+from ._elf import build_id
+
 _SYMBOLIZERS = ["llvm-symbolizer", *(f"llvm-symbolizer-{v}" for v in range(25, 13, -1))]
 
 
@@ -34,6 +36,7 @@ class Modules:
         unique = {(m["path"], m["start"], m["end"]): m for m in modules}
         ordered = sorted(unique.values(), key=lambda m: m["start"])
         self.paths = [m["path"] for m in ordered]
+        self.build_ids = [m.get("build_id", "") for m in ordered]
         self.bases = np.array([m["base"] for m in ordered], dtype=np.uint64)
         self.starts = np.array([m["start"] for m in ordered], dtype=np.uint64)
         self.ends = np.array([m["end"] for m in ordered], dtype=np.uint64)
@@ -106,7 +109,12 @@ def resolve(modules: Modules, codeptrs: np.ndarray) -> pd.DataFrame:
     codeptrs = np.unique(np.asarray(codeptrs, dtype=np.uint64))
     codeptrs = codeptrs[codeptrs != 0]
     index, offsets = modules.locate(codeptrs)
-    queries = [(modules.paths[i], int(off) - 1) for i, off in zip(index, offsets) if i >= 0]
+    # A binary rebuilt since the trace would give wrong answers: its build id tells.
+    changed = {i for i in set(index.tolist()) if i >= 0 and modules.build_ids[i]
+               and os.path.exists(modules.paths[i])
+               and build_id(modules.paths[i]) != modules.build_ids[i]}
+    queries = [(modules.paths[i], int(off) - 1) for i, off in zip(index, offsets)
+               if i >= 0 and i not in changed]
     found, tool = symbolize(sorted(set(queries)))
     rows = []
     for addr, i, off in zip(codeptrs.tolist(), index.tolist(), offsets.tolist()):
@@ -118,8 +126,13 @@ def resolve(modules: Modules, codeptrs: np.ndarray) -> pd.DataFrame:
             location, how = f"{function} ({os.path.basename(module)})", f"{tool}, no line info"
         elif module:
             location = f"{os.path.basename(module)}+{hex(off)}"
-            how = ("module + offset only" if os.path.exists(module)
-                   else f"module + offset only: {module} is gone")
+            if not os.path.exists(module):
+                how = f"module + offset only: {module} is gone"
+            elif i in changed:
+                how = (f"module + offset only: {module} changed since the trace (build id "
+                       f"{modules.build_ids[i]} then, {build_id(module)} now)")
+            else:
+                how = "module + offset only"
         else:
             location, how = hex(addr), "address outside any known module"
         rows.append({"codeptr": addr, "module": module, "offset": off if module else None,

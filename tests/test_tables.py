@@ -173,3 +173,20 @@ def test_teams_league_and_nesting(programs, tmp_path):
     inner = r[r["parent_id"].isin(teams["parallel_id"])]
     assert len(inner) == 2 and (inner["level"] == 3).all()
     assert not r.loc[r["parallel_id"] != league.parallel_id, "league"].any()
+
+
+def test_attribution_of_a_trace_whose_binary_changed(tmp_path):
+    src = tmp_path / "changed.c"
+    src.write_text(SOURCE)
+    exe = compile_program(src, tmp_path / "changed", flags=["-g"])
+    out = tmp_path / "raw"
+    r = run_with_tool([exe], out)
+    assert r.returncode == 0, r.stderr
+    # rebuilt from other code: another build id, other addresses
+    src.write_text("static int pad[64];\n" + SOURCE.replace("x += 1;", "x += 1 + pad[0];"))
+    compile_program(src, exe, flags=["-g"])
+    t = ompt_py.load(out)
+    (region,) = t.parallel_regions().itertuples()
+    row = t.symbolize([region.codeptr]).iloc[0]
+    assert row["how"].startswith(f"module + offset only: {exe} changed since the trace")
+    assert "build id" in row["how"] and row["function"] is None
