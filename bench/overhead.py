@@ -74,6 +74,7 @@ TASK_RECORD_NS_MAX = 15.0
 RECORDER_RATIO_MAX = 1.25
 PAUSED_NS_MAX = 2.0
 PANDAS_RATE_MIN = 10e6
+NUMPY_RATE_MIN = 50e6
 
 TOOL_PATH_SCRIPT = "import ompt_py; print(ompt_py.tool_path())"
 
@@ -119,7 +120,7 @@ try:
 except Exception as exc:
     proc = {}
     out["meta_error"] = f"{type(exc).__name__}: {exc}"
-for key in ("dropped", "written", "drain_seconds"):
+for key in ("dropped", "written"):
     out[key] = proc.get(key)
 try:
     t3 = time.perf_counter()
@@ -623,7 +624,6 @@ class PyRoute:
     events: int | None = None
     dropped: int | None = None
     written: int | None = None
-    drain_seconds: float | None = None
     pandas_s: float | None = None
     pandas_rows: int | None = None
     error: str | None = None
@@ -643,12 +643,6 @@ class PyRoute:
     def stop_rate(self) -> float | None:
         if self.stop_s and self.records is not None:
             return self.records / self.stop_s
-        return None
-
-    @property
-    def drain_rate(self) -> float | None:
-        if self.drain_seconds and self.records is not None:
-            return self.records / self.drain_seconds
         return None
 
 
@@ -673,7 +667,7 @@ def run_pyroute(omptpy: OmptPy, n: int) -> PyRoute:
         return int(value) if isinstance(value, (int, float)) else None
 
     out.elapsed_s, out.stop_s = num("elapsed_s"), num("stop_s")
-    out.drain_seconds, out.pandas_s = num("drain_seconds"), num("pandas_s")
+    out.pandas_s = num("pandas_s")
     out.events, out.dropped = whole("events"), whole("dropped")
     out.written, out.pandas_rows = whole("written"), whole("pandas_rows")
     out.notes = [
@@ -770,6 +764,13 @@ def targets(bench: Bench, py: PyRoute | None) -> list[Target]:
             "records",
         ),
         Target(
+            "numpy conversion: stop() hands drained records over (Python route, tasks)",
+            py.stop_rate if py is not None else None,
+            NUMPY_RATE_MIN,
+            ">=",
+            "records/s",
+        ),
+        Target(
             "pandas conversion (Python route, tasks)",
             py.pandas_rate if py is not None else None,
             PANDAS_RATE_MIN,
@@ -862,8 +863,7 @@ def report_pyroute(py: PyRoute | None, omptpy: OmptPy) -> None:
     )
     print(
         f"   trace stop (leaving the with block): {fmt(py.stop_s, '.4f', ' s')}, "
-        f"{fmt_rate(py.stop_rate)}; drain_seconds {fmt(py.drain_seconds, '.4f', ' s')}, "
-        f"{fmt_rate(py.drain_rate)}"
+        f"{fmt_rate(py.stop_rate)} (drained records to numpy)"
     )
     print(
         f"   to_pandas(): {fmt(py.pandas_s, '.4f', ' s')} for {fmt(py.pandas_rows, 'd')} "
@@ -929,7 +929,6 @@ def json_report(
             **asdict(py),
             "pandas_rate": py.pandas_rate,
             "stop_rate": py.stop_rate,
-            "drain_rate": py.drain_rate,
         },
         "targets": [{**asdict(t), "status": t.status} for t in tlist],
         "notes": bench.notes,
