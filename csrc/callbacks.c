@@ -295,6 +295,9 @@ static void on_target_submit_emi(ompt_scope_endpoint_t endpoint, ompt_data_t *ta
 /* omp_control_tool: 1 start, 2 pause, 3 flush, 4 end (OpenMP 5.2, 3.14). */
 static int on_control_tool(uint64_t command, uint64_t modifier, void *arg, const void *codeptr) {
   (void)arg;
+  /* The command is recorded when recording is on after a start or before a
+   * pause, so that both show in the trace where they happened. */
+  if (command == 1) omptpy_recording_set(1);
   omptpy_thread *t = omptpy_self();
   if (t && omptpy_recording())
     emit(t, ompt_callback_control_tool, 0, 0, addr(codeptr), 0, 0, command, modifier, 0, 0);

@@ -73,6 +73,7 @@ EV = {
     "mutex_acquire": 26,
     "mutex_acquired": 27,
     "dispatch": 32,
+    "control_tool": 11,
 }
 BEGIN, END = 1, 2
 TASK_INITIAL, TASK_IMPLICIT, TASK_EXPLICIT = 0x1, 0x2, 0x4

@@ -647,3 +647,15 @@ def test_threads_that_end_give_their_buffer_to_the_next(programs, tmp_path):
     arena = proc["config"]["buffer_bytes"]
     # one slot for the root of the moment, one for the runtime's worker
     assert proc["buffer_bytes"] <= 2 * arena * 1.01, proc["buffer_bytes"] / arena
+
+
+def test_omp_control_tool_pauses_and_restarts_recording(programs, tmp_path):
+    out = tmp_path / "raw"
+    r = run_with_tool([programs.control], out)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "0", "0"]  # omp_control_tool_success, each time
+    t = ompt_py.load(out)
+    ev = t.events
+    assert n_of(ev, "parallel_begin") == 2  # the region between pause and start is missing
+    commands = select(ev, "control_tool")["u64a"].tolist()
+    assert commands == [2, 1, 3]  # pause, start and flush all show where they happened

@@ -17,12 +17,15 @@ int main(int argc, char **argv) {
   omp_init_lock(&lock);
   double blocked = 0;
 #pragma omp parallel num_threads(2) reduction(+ : blocked)
-  for (int i = 0; i < n; i++) {
-    double t0 = omp_get_wtime();
-    omp_set_lock(&lock);
-    blocked += omp_get_wtime() - t0;
-    spin(hold);
-    omp_unset_lock(&lock);
+  {
+#pragma omp barrier /* both threads start taking the lock together */
+    for (int i = 0; i < n; i++) {
+      double t0 = omp_get_wtime();
+      omp_set_lock(&lock);
+      blocked += omp_get_wtime() - t0;
+      spin(hold);
+      omp_unset_lock(&lock);
+    }
   }
   omp_destroy_lock(&lock);
   printf("blocked_ns %.0f\n", blocked * 1e9);
