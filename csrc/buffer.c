@@ -177,7 +177,6 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
   t->type = type;
   t->runtime = runtime;
   t->tid = (pid_t)syscall(SYS_gettid);
-  t->begin_ticks = omptpy_now();
   t->in_tool = 0;
   t->samples_skipped = 0;
   atomic_store_explicit(&t->state, OMPTPY_THREAD_LIVE, memory_order_release);

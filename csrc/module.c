@@ -115,11 +115,6 @@ static PyObject *py_runtime_info(PyObject *m, PyObject *args) {
   return json_result(omptpy_runtime_info());
 }
 
-static PyObject *py_ticks(PyObject *m, PyObject *args) {
-  (void)m, (void)args;
-  return PyLong_FromUnsignedLongLong(omptpy_ticks());
-}
-
 static PyObject *py_tool_path(PyObject *m, PyObject *args) {
   (void)m, (void)args;
   const char *p = omptpy_tool_path();
@@ -250,7 +245,6 @@ static PyMethodDef methods[] = {
     {"take", py_take, METH_NOARGS, "Take the records gathered in the memory sink so far."},
     {"meta", py_meta, METH_NOARGS, "The process and runtime description, as JSON."},
     {"stats", py_stats, METH_NOARGS, "Per-thread written/dropped counters and a clock anchor, as JSON."},
-    {"ticks", py_ticks, METH_NOARGS, "The tool's clock, in raw ticks."},
     {"runtime_info", py_runtime_info, METH_NOARGS,
      "What each attached runtime's inquiry functions answer, as JSON."},
     {"tool_path", py_tool_path, METH_NOARGS, "Absolute path of libomptpy.so."},

@@ -24,7 +24,6 @@ void omptpy_release(void *base, size_t mapped);
 char *omptpy_meta(void);
 char *omptpy_stats(void);
 char *omptpy_runtime_info(void);
-uint64_t omptpy_ticks(void);
 const char *omptpy_tool_path(void);
 
 #endif /* OMPTPY_API_H */

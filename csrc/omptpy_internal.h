@@ -129,7 +129,6 @@ typedef struct omptpy_thread {
   int type;         /* ompt_thread_t */
   int runtime;      /* runtime instance that began the thread */
   pid_t tid;
-  uint64_t begin_ticks;
   struct omptpy_thread *all_next; /* registry, push-only */
 } omptpy_thread;
 

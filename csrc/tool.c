@@ -220,8 +220,6 @@ OMPTPY_API char *omptpy_runtime_info(void) {
   return omptpy_runtime_info_json(&s) == 0 ? s.p : NULL;
 }
 
-OMPTPY_API uint64_t omptpy_ticks(void) { return omptpy_now(); }
-
 static const char tool_anchor_ = 0;
 
 OMPTPY_API const char *omptpy_tool_path(void) {

@@ -266,25 +266,6 @@ KIND_NAMES: dict[str, dict[int, str]] = {
     "target_data_op_emi": TARGET_DATA_OPS,
 }
 
-PARALLEL_FLAGS = {
-    0x1: "invoker_program",
-    0x2: "invoker_runtime",
-    0x40000000: "league",
-    0x80000000: "team",
-}
-TASK_FLAGS = {
-    0x1: "initial",
-    0x2: "implicit",
-    0x4: "explicit",
-    0x8: "target",
-    0x10: "taskwait",
-    0x08000000: "undeferred",
-    0x10000000: "untied",
-    0x20000000: "final",
-    0x40000000: "mergeable",
-    0x80000000: "merged",
-}
-
 #: Named argument columns of Trace.to_pandas(): column -> (raw field, events using it).
 ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "team_size": ("u32a", ("parallel_begin", "implicit_task")),
@@ -333,12 +314,3 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 #: Argument columns holding a C int (device numbers: -1 is the host, or none).
 SIGNED_COLUMNS = frozenset({"device_num", "src_device", "dest_device"})
-
-
-def flag_names(value: int, table: dict[int, str]) -> str:
-    """'invoker_runtime|team' for a flags word; unknown bits as hex."""
-    names = [name for bit, name in table.items() if value & bit]
-    rest = value & ~sum(table)
-    if rest:
-        names.append(hex(rest))
-    return "|".join(names)
