@@ -29,6 +29,16 @@ static int parse_switch(const char *v) {
   return -1;
 }
 
+/* A whole number from lo to hi: 0, or -1 when it is not one. */
+static int parse_range(const char *v, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long n = strtol(v, &end, 10);
+  if (errno || end == v || *end || n < lo || n > hi) return -1;
+  *out = n;
+  return 0;
+}
+
 /* "8M", "512k", "1G", "65536": bytes, binary suffixes. */
 static int parse_size(const char *v, size_t *out) {
   char *end;
@@ -93,9 +103,8 @@ int omptpy_config_read(omptpy_config *cfg) {
     else return bad(cfg, "OMPTPY_CLOCK", v, "one of auto, tsc, monotonic");
   }
   if ((v = getenv("OMPTPY_DRAIN_MS")) && *v) {
-    char *end;
-    long ms = strtol(v, &end, 10);
-    if (*end || ms < 1 || ms > 1000)
+    long ms;
+    if (parse_range(v, 1, 1000, &ms) != 0)
       return bad(cfg, "OMPTPY_DRAIN_MS", v, "a whole number of milliseconds from 1 to 1000");
     cfg->drain_ms = (unsigned)ms;
   }
@@ -105,16 +114,14 @@ int omptpy_config_read(omptpy_config *cfg) {
     cfg->place_info = s;
   }
   if ((v = getenv("OMPTPY_SAMPLE_HZ")) && *v) {
-    char *end;
-    long hz = strtol(v, &end, 10);
-    if (*end || hz < 0 || hz > 100000)
+    long hz;
+    if (parse_range(v, 0, 100000, &hz) != 0)
       return bad(cfg, "OMPTPY_SAMPLE_HZ", v, "samples per second from 0 (off) to 100000");
     cfg->sample_hz = (unsigned)hz;
   }
   if ((v = getenv("OMPTPY_SAMPLE_SIGNAL")) && *v) {
-    char *end;
-    long sig = strtol(v, &end, 10);
-    if (*end || sig < 1 || sig > SIGRTMAX || sig == SIGKILL || sig == SIGSTOP)
+    long sig;
+    if (parse_range(v, 1, SIGRTMAX, &sig) != 0 || sig == SIGKILL || sig == SIGSTOP)
       return bad(cfg, "OMPTPY_SAMPLE_SIGNAL", v, "a signal number that is not SIGKILL or SIGSTOP");
     cfg->sample_signal = (int)sig;
   }
