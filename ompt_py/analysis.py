@@ -155,12 +155,17 @@ def masked(df: pd.DataFrame) -> Intervals:
     return _scoped(df, "masked", _BASE, ["parallel_id", "codeptr"])
 
 
+def _mutex_intervals(df: pd.DataFrame, opening: str, closing: str) -> pd.DataFrame:
+    """From one mutex event to the next (per thread and wait id), as intervals."""
+    rows = df.loc[df["event"].isin([opening, closing]),
+                  ["time_ns", "event", "pid", "thread", "kind", "wait_id", "codeptr"]].copy()
+    rows["endpoint"] = np.where(rows["event"] == opening, "begin", "end")
+    return _pair(rows.drop(columns="event"), [*_BASE, "wait_id"]).table
+
+
 def mutex_waits(df: pd.DataFrame) -> pd.DataFrame:
     """acquire -> acquired per thread and wait id: how long each lock/critical was waited for."""
-    rows = df.loc[df["event"].isin(["mutex_acquire", "mutex_acquired"]),
-                  ["time_ns", "event", "pid", "thread", "kind", "wait_id", "codeptr"]].copy()
-    rows["endpoint"] = np.where(rows["event"] == "mutex_acquire", "begin", "end")
-    return _pair(rows.drop(columns="event"), [*_BASE, "wait_id"]).table
+    return _mutex_intervals(df, "mutex_acquire", "mutex_acquired")
 
 
 def task_executions(df: pd.DataFrame) -> pd.DataFrame:
@@ -237,10 +242,7 @@ def sync_regions(df: pd.DataFrame, regions: pd.DataFrame | None = None) -> Inter
 
 def mutex_holds(df: pd.DataFrame) -> pd.DataFrame:
     """acquired -> released per thread and wait id: how long each lock/critical was held."""
-    rows = df.loc[df["event"].isin(["mutex_acquired", "mutex_released"]),
-                  ["time_ns", "event", "pid", "thread", "kind", "wait_id", "codeptr"]].copy()
-    rows["endpoint"] = np.where(rows["event"] == "mutex_acquired", "begin", "end")
-    return _pair(rows.drop(columns="event"), [*_BASE, "wait_id"]).table
+    return _mutex_intervals(df, "mutex_acquired", "mutex_released")
 
 
 def region_tree(regions: pd.DataFrame, implicit: pd.DataFrame) -> pd.DataFrame:
