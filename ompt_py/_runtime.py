@@ -183,5 +183,7 @@ def apply(policy: str | None = None) -> Fallback:
     except OSError as e:
         result.error = f"loading {result.libomp or 'libomp'} failed: {e}"
         return result
-    result.early_gnu_modules = gnu_linked_modules(objects)
+    # Only a process that already maps libgomp can hold modules linked to it.
+    if any(runtime_family(p) == "gnu" for p in objects):
+        result.early_gnu_modules = gnu_linked_modules(objects)
     return result
