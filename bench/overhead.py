@@ -51,14 +51,18 @@ WARNINGS = ("-Wall", "-Wextra", "-Werror")
 NUM_THREADS = 2
 WORKLOADS = ("regions", "tasks")
 WORKLOAD_UNIT = {"regions": "region", "tasks": "task"}
-CONFIGS = ("a", "b", "c", "d", "e")
+CONFIGS = ("a", "b", "c", "d", "e", "f")
 CONFIG_LABELS = {
     "a": "no tool",
     "b": "null tool",
     "c": "min recorder",
     "d": "ompt-py paused",
     "e": "ompt-py recording",
+    "f": "ompt-py in memory",
 }
+RECORDING_CONFIGS = ("e", "f")
+# Bytes of OMPTPY_RESERVE for config f: the min recorder's bound, in 64-byte records.
+RESERVE_RECORDS = {"regions": 15, "tasks": 4}
 OMPT_PY_CONFIGS = ("d", "e")
 # Variables of ours or of the runtime's tool interface that must not leak from
 # the caller's environment into a configuration that does not set them.
@@ -95,6 +99,26 @@ for key in ("dropped", "written"):
 if sys.argv[2] == "count":
     out["events"] = len(trace.events)
 print("OMPTPY_LOAD " + json.dumps(out))
+"""
+
+INPROC_SCRIPT = r"""
+import ctypes, json, sys, time
+import ompt_py
+
+lib = ctypes.CDLL(sys.argv[1])
+for name in ("bench_regions", "bench_tasks"):
+    getattr(lib, name).argtypes = [ctypes.c_long]
+work, n = getattr(lib, "bench_" + sys.argv[2]), int(sys.argv[3])
+with ompt_py.trace():                   # warm-up, as in the driver
+    lib.bench_regions(1000)
+    lib.bench_tasks(1000)
+t = ompt_py.trace().start()             # populates OMPTPY_RESERVE before the clock starts
+t0 = time.perf_counter()
+work(n)
+t1 = time.perf_counter()
+t.stop()
+print("OMPTPY_INPROC " + json.dumps({"seconds": t1 - t0, "written": t.meta["written"],
+                                      "dropped": t.meta["dropped"]}))
 """
 
 PYROUTE_SCRIPT = r"""
@@ -487,6 +511,8 @@ class WorkloadResult:
     omptpy_total: int | None = None
     omptpy_dropped: list[int | None] = field(default_factory=list)
     omptpy_written: list[int | None] = field(default_factory=list)
+    inproc_written: list[int] = field(default_factory=list)  # config f, the timed window
+    inproc_dropped: list[int] = field(default_factory=list)
 
     def best(self, cfg: str) -> float | None:
         samples = self.times.get(cfg)
@@ -534,9 +560,30 @@ class Bench:
         self.disabled[cfg] = why
         log(f"config {cfg} ({CONFIG_LABELS[cfg]}) disabled: {why}")
 
+    def run_inproc(self, wl: str, n: int) -> RunResult:
+        """Config f: the workload in a Python process, inside an ompt_py.trace() window."""
+        env = base_env(self.omptpy.pythonpath)
+        env["OMPTPY_RESERVE"] = str(64 * (RESERVE_RECORDS[wl] * n + (1 << 20)))
+        try:
+            proc = run_python(INPROC_SCRIPT, [str(LIBWORK), wl, str(n)], env)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BenchError(f"{wl} {n} in memory: {type(exc).__name__}: {exc}") from exc
+        data = marked_json(proc.stdout, "OMPTPY_INPROC")
+        if proc.returncode != 0 or data is None:
+            raise BenchError(f"{wl} {n} in memory: exit code {proc.returncode}\n"
+                             + tail(proc.stderr))
+        result = RunResult(seconds=float(data["seconds"]), stderr=proc.stderr)
+        res = self.results[wl]
+        if n == self.n:
+            res.inproc_written.append(int(data["written"]))
+            res.inproc_dropped.append(int(data["dropped"]))
+        return result
+
     def run_config(
         self, wl: str, cfg: str, n: int, *, verbose_init: bool = False, count_events: bool = False
     ) -> tuple[RunResult, LoadResult | None]:
+        if cfg == "f":
+            return self.run_inproc(wl, n), None
         if cfg not in OMPT_PY_CONFIGS:
             return run_driver(wl, n, config_env(cfg, n, self.omptpy, None, verbose_init)), None
         with scratch_dir() as outdir:
@@ -551,6 +598,12 @@ class Bench:
             res = self.results[wl]
             for cfg in self.active_configs():
                 if cfg == "a":
+                    continue
+                if cfg == "f":  # checks that the Python route works; attach is checked by e
+                    try:
+                        self.run_inproc(wl, 0)
+                    except BenchError as exc:
+                        self.disable(cfg, str(exc))
                     continue
                 try:
                     run, load = self.run_config(wl, cfg, 0, verbose_init=True, count_events=True)
@@ -707,8 +760,8 @@ def per_event_ns(res: WorkloadResult, cfg: str, base: str = "a", stat: str = "mi
     return extra / events * NS if extra is not None and events else None
 
 
-def recorder_ratio(res: WorkloadResult, stat: str = "min") -> float | None:
-    e, c = over(res, "e", stat=stat), over(res, "c", stat=stat)
+def recorder_ratio(res: WorkloadResult, cfg: str = "e", stat: str = "min") -> float | None:
+    e, c = over(res, cfg, stat=stat), over(res, "c", stat=stat)
     return e / c if e is not None and c is not None and c > 0 else None
 
 
@@ -717,6 +770,7 @@ def total_drops(bench: Bench, py: PyRoute | None) -> int | None:
     counts: list[int | None] = []
     for res in bench.results.values():
         counts.extend(res.omptpy_dropped)
+        counts.extend(res.inproc_dropped)
     if py is not None:
         counts.append(py.dropped)
     if not counts or any(c is None for c in counts):
@@ -737,21 +791,20 @@ def targets(bench: Bench, py: PyRoute | None) -> list[Target]:
             per_event_ns(res, cfg, base, stat="median"),
         )
 
-    def ratio(res: WorkloadResult) -> Target:
+    def ratio(res: WorkloadResult, cfg: str) -> Target:
         return Target(
-            f"{res.name}: recording vs min recorder (e-a)/(c-a)",
-            recorder_ratio(res),
+            f"{res.name}: {CONFIG_LABELS[cfg]} vs min recorder ({cfg}-a)/(c-a)",
+            recorder_ratio(res, cfg),
             RECORDER_RATIO_MAX,
             "<=",
             "x",
-            recorder_ratio(res, stat="median"),
+            recorder_ratio(res, cfg, stat="median"),
         )
 
     drops = total_drops(bench, py)
     return [
-        cost(tasks, "e", "recording cost", TASK_RECORD_NS_MAX),
-        ratio(regions),
-        ratio(tasks),
+        *(cost(tasks, cfg, CONFIG_LABELS[cfg], TASK_RECORD_NS_MAX) for cfg in RECORDING_CONFIGS),
+        *(ratio(res, cfg) for cfg in RECORDING_CONFIGS for res in (regions, tasks)),
         # Paused: what ompt-py adds to a tool that is attached but registers
         # nothing (the runtime's own cost of having a tool is b-a, shown above).
         cost(regions, "d", "paused cost", PAUSED_NS_MAX, base="b"),
@@ -810,6 +863,10 @@ def report_workload(bench: Bench, res: WorkloadResult) -> None:
         pairs = zip(res.omptpy_written, res.omptpy_dropped)
         runs = ", ".join(f"{fmt(w, 'd')}/{fmt(d, 'd')}" for w, d in pairs)
         print(f"   ompt-py written/dropped per (e) run: {runs}")
+    if res.inproc_written:
+        pairs = zip(res.inproc_written, res.inproc_dropped)
+        runs = ", ".join(f"{w}/{d}" for w, d in pairs)
+        print(f"   ompt-py written/dropped per (f) run (timed window only): {runs}")
     if res.minrec_dropped:
         print(
             f"   WARNING: the min recorder dropped {res.minrec_dropped} records "
@@ -834,10 +891,13 @@ def report_workload(bench: Bench, res: WorkloadResult) -> None:
             f"{'-' if cfg == 'a' else fmt(per_op, '.1f'):>12} "
             f"{'-' if cfg == 'a' else fmt(per_ev, '.2f'):>10}   {runs}"
         )
+    ratios = "; ".join(
+        f"({cfg}-a)/(c-a) = {fmt(recorder_ratio(res, cfg))} "
+        f"(from medians: {fmt(recorder_ratio(res, cfg, stat='median'))})"
+        for cfg in RECORDING_CONFIGS
+    )
     print(
-        f"   (e-a)/(c-a) = {fmt(recorder_ratio(res))} "
-        f"(from medians: {fmt(recorder_ratio(res, stat='median'))}); "
-        f"(d-b)/events = {fmt(per_event_ns(res, 'd', 'b'))} ns "
+        f"   {ratios}; (d-b)/events = {fmt(per_event_ns(res, 'd', 'b'))} ns "
         f"(paused cost beyond an attached null tool)"
     )
 
@@ -903,7 +963,9 @@ def json_report(
             "min_recorder_dropped": res.minrec_dropped,
             "ompt_py_dropped": res.omptpy_dropped,
             "ompt_py_written": res.omptpy_written,
-            "recorder_ratio": recorder_ratio(res),
+            "inproc_written": res.inproc_written,
+            "inproc_dropped": res.inproc_dropped,
+            "recorder_ratio": {cfg: recorder_ratio(res, cfg) for cfg in RECORDING_CONFIGS},
             "configs": {
                 cfg: {
                     "label": CONFIG_LABELS[cfg],

@@ -17,6 +17,8 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +58,7 @@ static struct {
   _Atomic int wake_pending;      /* a writer already woke the drainer */
   _Atomic int drainer_run;
   bool drainer_started;
+  bool idle_drainer; /* runs only on otherwise idle CPUs (SCHED_IDLE) */
   bool ready;
 } B = {.lock = PTHREAD_MUTEX_INITIALIZER, .drain_lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -350,6 +353,10 @@ void omptpy_flush(void) {
 
 static void *drainer_main(void *arg) {
   (void)arg;
+  if (B.idle_drainer) {
+    struct sched_param none = {0};
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &none);
+  }
   unsigned sleep_ms = 1;
   uint64_t last_stats = 0;
   while (atomic_load_explicit(&B.drainer_run, memory_order_acquire)) {
@@ -431,6 +438,11 @@ void omptpy_visit_threads(omptpy_thread_visit fn, void *ctx) {
 int omptpy_buffers_init(const omptpy_config *cfg) {
   B.overflow = cfg->overflow;
   B.drain_ms = cfg->drain_ms;
+  /* In memory with the flush policy, copying a chunk costs a writer no more
+   * than it costs the drainer, and a drainer that takes a CPU from a busy
+   * OpenMP thread stalls its whole team: so the drainer only uses idle CPUs,
+   * and on a saturated machine the writers move their own chunks. */
+  B.idle_drainer = cfg->output[0] == '\0' && cfg->overflow == OMPTPY_OVERFLOW_FLUSH;
   B.max_chunks = (uint32_t)(cfg->buffer_bytes / sizeof(omptpy_chunk));
   if (B.max_chunks < 2) B.max_chunks = 2;
   uint32_t need = (cfg->overflow == OMPTPY_OVERFLOW_GROW ? GROW_FACTOR : 1) * B.max_chunks + 1;

@@ -90,6 +90,10 @@ int omptpy_config_read(omptpy_config *cfg) {
       return -EINVAL;
     }
   }
+  if ((v = getenv("OMPTPY_RESERVE")) && *v) {
+    if (parse_size(v, &cfg->reserve_bytes) != 0)
+      return bad(cfg, "OMPTPY_RESERVE", v, "a size in bytes such as 512M or 2G, or 0");
+  }
   if ((v = getenv("OMPTPY_OVERFLOW")) && *v) {
     if (strcmp(v, "flush") == 0) cfg->overflow = OMPTPY_OVERFLOW_FLUSH;
     else if (strcmp(v, "drop") == 0) cfg->overflow = OMPTPY_OVERFLOW_DROP;

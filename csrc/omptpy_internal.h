@@ -48,6 +48,7 @@ typedef struct omptpy_config {
   bool enabled;           /* OMPTPY_TOOL */
   int record;             /* OMPTPY_RECORD: 1 on, 0 off, -1 unset (sink decides) */
   size_t buffer_bytes;    /* OMPTPY_BUFFER_SIZE: per-thread bound */
+  size_t reserve_bytes;   /* OMPTPY_RESERVE: trace storage provisioned before recording */
   omptpy_overflow overflow;
   int clock;              /* OMPTPY_CLOCK: -1 auto, else omptpy_clock_kind */
   unsigned drain_ms;      /* OMPTPY_DRAIN_MS: longest sleep of the drainer */
@@ -188,6 +189,8 @@ void omptpy_sampler_thread_stop(omptpy_thread *t);
 /* ---- sink (sink.c) ------------------------------------------------------ */
 
 int omptpy_sink_open(const omptpy_config *cfg);
+/* Provisions the OMPTPY_RESERVE memory, if any, before a recording starts. */
+void omptpy_sink_prepare(void);
 /* Appends n records (one thread's, in order). Called under the drain lock. */
 void omptpy_sink_write(const omptpy_record *recs, size_t n);
 /* A JSON document written to the file sink (meta or stats block). */

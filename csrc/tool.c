@@ -106,6 +106,7 @@ static int on_initialize(ompt_function_lookup_t lookup, int initial_device_num,
   if (!omptpy_recording()) omptpy_callbacks_enable(rt, false);
   rt->initialized = 1;
   pthread_mutex_unlock(&control_lock);
+  if (omptpy_recording()) omptpy_sink_prepare();
   omptpy_drainer_start();
   return 1;
 }
@@ -184,7 +185,9 @@ OMPTPY_API int omptpy_config_check(char *error, size_t size) {
 
 OMPTPY_API void omptpy_set_recording(int on) {
   pthread_once(&init_once, global_init);
-  if (init_rc == 0) omptpy_recording_set(on);
+  if (init_rc != 0) return;
+  if (on) omptpy_sink_prepare();
+  omptpy_recording_set(on);
 }
 
 OMPTPY_API int omptpy_is_recording(void) { return omptpy_recording(); }

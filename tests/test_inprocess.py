@@ -217,6 +217,29 @@ def test_start_stop_start_accumulates_windows(run_traced, tmp_path):
     assert sum(th["written"] for th in proc["threads"]) == len(ev)
 
 
+def test_reserve_populates_memory_before_each_window(run_traced):
+    """OMPTPY_RESERVE: start() makes that much trace memory resident before the
+    program records (each window takes its own storage), and changes nothing else."""
+    t = run_traced(PROLOGUE + """
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("VmRSS"))
+grown = []
+t = ompt_py.trace()
+for n in (2, 3):
+    before = rss()
+    t.start()
+    grown.append(rss() - before)
+    w.parallel(n)
+    t.stop()
+assert all(g >= 60 << 20 for g in grown), grown
+t.save(TRACE_PATH)
+""", {"OMPTPY_RESERVE": "64M"})
+    assert n_of(t.events, "parallel_begin") == 5
+    assert n_of(t.events, "parallel_end") == 5
+    assert t.meta["written"] == len(t.events) and t.meta["dropped"] == 0
+
+
 def test_window_excludes_outside_work(run_traced):
     t = run_traced(PROLOGUE + """
 w.parallel(3)
@@ -526,6 +549,7 @@ try:
         ("OMPTPY_BUFFER_SIZE", "64K", []),
         ("OMPTPY_CLOCK", "sundial", ["auto", "tsc", "monotonic"]),
         ("OMPTPY_RECORD", "sometimes", ["on", "off"]),
+        ("OMPTPY_RESERVE", "lots", ["512M", "2G"]),
     ],
 )
 def test_bad_configuration(omp_ext, var, value, words):
