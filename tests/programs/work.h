@@ -85,24 +85,25 @@ static inline void work_barrier(int n) {
 }
 
 static omp_lock_t work_lock_;
-static volatile long work_counter_;
+static volatile long work_in_critical_, work_in_lock_;
 
 /* One region; each thread enters a critical section n times and takes a lock
  * n times: 2n critical and 2n lock acquisitions, one lock init and destroy.
- * Returns the counter (4n) so the work cannot be optimised away. */
+ * Returns the two counters' sum (4n) so the work cannot be optimised away;
+ * each counter has its own mutex. */
 static inline long work_critical(int n) {
-  work_counter_ = 0;
+  work_in_critical_ = work_in_lock_ = 0;
   omp_init_lock(&work_lock_);
 #pragma omp parallel num_threads(2)
   for (int i = 0; i < n; i++) {
 #pragma omp critical
-    work_counter_++;
+    work_in_critical_++;
     omp_set_lock(&work_lock_);
-    work_counter_++;
+    work_in_lock_++;
     omp_unset_lock(&work_lock_);
   }
   omp_destroy_lock(&work_lock_);
-  return work_counter_;
+  return work_in_critical_ + work_in_lock_;
 }
 
 /* n regions, each with one masked construct (thread 0 executes it). */
