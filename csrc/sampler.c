@@ -17,6 +17,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "omptpy_frames.h"
 #include "omptpy_internal.h"
 
 #ifndef sigev_notify_thread_id
@@ -30,6 +31,10 @@ static void on_sample(int sig, siginfo_t *si, void *ucontext) {
   (void)sig, (void)si;
   omptpy_thread *t = omptpy_tls_thread;
   if (!t || !omptpy_recording()) return;
+  /* Expirations while this signal was still pending (the thread got no CPU
+   * for more than a period) were merged into it: owed samples, counted. */
+  int merged = t->has_timer ? timer_getoverrun(t->timer) : 0;
+  if (merged > 0) t->samples_skipped += (uint64_t)merged;
   if (t->in_tool || t->pos >= OMPTPY_CHUNK_RECORDS) {
     t->samples_skipped++;
     return;
@@ -43,6 +48,16 @@ static void on_sample(int sig, siginfo_t *si, void *ucontext) {
   ompt_frame_t *frame = NULL;
   if (rt->get_parallel_info) rt->get_parallel_info(0, &parallel, &team_size);
   if (rt->get_task_info) rt->get_task_info(0, &flags, &task, &frame, &task_parallel, &thread_num);
+  /* The innermost task's frame, packed (omptpy.h): the exit frame (else the
+   * enter frame) in full, the enter frame as its distance below the exit frame. */
+  uint8_t frame_bits = omptpy_frame_bits(frame);
+  uint64_t exit_frame = frame ? frame->exit_frame.value : 0;
+  uint64_t enter_frame = frame ? frame->enter_frame.value : 0;
+  uint32_t below = 0;
+  if (exit_frame && enter_frame) {
+    int64_t d = (int64_t)(exit_frame - enter_frame);
+    below = d > INT32_MIN && d <= INT32_MAX ? (uint32_t)(int32_t)d : (uint32_t)INT32_MIN;
+  }
   uint64_t pc = 0;
 #if defined(__x86_64__)
   pc = (uint64_t)((ucontext_t *)ucontext)->uc_mcontext.gregs[REG_RIP];
@@ -57,13 +72,13 @@ static void on_sample(int sig, siginfo_t *si, void *ucontext) {
   r->parallel_id = parallel ? parallel->value : 0;
   r->task_id = task ? task->value : 0;
   r->u64a = wait_id;
-  r->u64b = (uint64_t)(uint32_t)team_size;
+  r->u64b = exit_frame ? exit_frame : enter_frame;
   r->thread = t->index;
   r->event = OMPTPY_EVENT_SAMPLE;
   r->endpoint = 0;
-  r->kind = 0;
+  r->kind = frame_bits;
   r->u32a = (uint32_t)state;
-  r->u32b = (uint32_t)thread_num;
+  r->u32b = below;
   omptpy_commit(t);
   errno = saved_errno;
 }

@@ -25,7 +25,7 @@ from conftest import DISPATCH_WS_LOOP_CHUNK, per_thread, run_with_tool, select, 
 
 import ompt_py
 
-pytestmark = pytest.mark.needs_clang
+pytestmark = [pytest.mark.needs_clang, pytest.mark.any_libomp]
 
 FIXED = 32
 BURST = 200_000
