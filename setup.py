@@ -17,8 +17,11 @@ from runtime.bundle import LICENSE_NAME, SONAME, bundle
 TOOL_SOURCES = [
     os.path.join("csrc", name)
     for name in ("config.c", "clock.c", "buffer.c", "sink.c", "meta.c", "callbacks.c", "sampler.c",
-                 "tool.c")
+                 "tool.c", "tap.c", "native.c", "region.c")
 ]
+# Public headers, shipped in the package (ompt_py.include_dir()): the record, for
+# native handlers, and the region markers, for extensions.
+PUBLIC_HEADERS = ["omptpy.h", "omptpy_region.h"]
 CFLAGS = ["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"]
 TOOL_NAME = "libomptpy.so"
 
@@ -40,6 +43,10 @@ class BuildToolAndExtension(build_ext):
             extra_postargs=[f"-Wl,-soname,{TOOL_NAME}", "-Wl,-z,defs"],
         )
         self._bundled = bundle(os.path.join(outdir, "runtime"), self.build_temp) is not None
+        os.makedirs(os.path.join(outdir, "include"), exist_ok=True)
+        for header in PUBLIC_HEADERS:
+            self.copy_file(os.path.join("csrc", header), os.path.join(outdir, "include", header),
+                           level=self.verbose)
         ext.library_dirs = [outdir]
         ext.extra_objects = [os.path.join(outdir, TOOL_NAME)]
         ext.extra_link_args = ["-Wl,-rpath,$ORIGIN"]
@@ -49,7 +56,7 @@ class BuildToolAndExtension(build_ext):
         """(built, in-place) paths of what is built beside the _core extension."""
         build_py = self.get_finalized_command("build_py")
         inplace_ext, built_ext = self._get_inplace_equivalent(build_py, self.extensions[0])
-        names = [TOOL_NAME]
+        names = [TOOL_NAME, *(os.path.join("include", h) for h in PUBLIC_HEADERS)]
         if getattr(self, "_bundled", False):
             names += [os.path.join("runtime", SONAME), os.path.join("runtime", LICENSE_NAME)]
         return [

@@ -82,6 +82,12 @@ static omptpy_chunk *ring_pop(omptpy_ring *r) {
   return c;
 }
 
+static omptpy_chunk *ring_peek(omptpy_ring *r) {
+  uint32_t tl = atomic_load_explicit(&r->tail, memory_order_relaxed);
+  uint32_t h = atomic_load_explicit(&r->head, memory_order_acquire);
+  return tl == h ? NULL : r->slots[tl & r->mask];
+}
+
 static uint32_t ring_count(omptpy_ring *r) {
   return atomic_load_explicit(&r->head, memory_order_acquire) -
          atomic_load_explicit(&r->tail, memory_order_relaxed);
@@ -146,6 +152,17 @@ static omptpy_thread *thread_new(void) {
  * runtime did not announce).  Not on the steady-state path. */
 static void retire_ended(void);
 
+/* Threads the runtime never announced (a Python thread that marked regions
+ * or called ompt_py.control, say) give their slot back when they exit.  The
+ * runtime's own threads end with thread_end, which may come after this
+ * destructor (destructors run in no set order): they are left alone. */
+static pthread_key_t exit_key;
+
+static void thread_exited(void *p) {
+  omptpy_thread *t = p;
+  if (omptpy_tls_thread == t && t->type == ompt_thread_unknown) omptpy_thread_detach(t);
+}
+
 omptpy_thread *omptpy_thread_attach(int type, int runtime) {
   if (!B.ready) return NULL;
   /* Slots of threads that ended are drained and freed first, so a program
@@ -189,6 +206,7 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
   }
   pthread_mutex_unlock(&B.lock);
   omptpy_tls_thread = t;
+  pthread_setspecific(exit_key, t);
   omptpy_sampler_thread_start(t);
   return t;
 }
@@ -196,6 +214,7 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
 void omptpy_thread_detach(omptpy_thread *t) {
   omptpy_sampler_thread_stop(t);
   omptpy_tls_thread = NULL;
+  pthread_setspecific(exit_key, NULL);
   atomic_store_explicit(&t->state, OMPTPY_THREAD_ENDED, memory_order_release);
 }
 
@@ -255,13 +274,49 @@ omptpy_record *omptpy_slot_slow(omptpy_thread *t) {
 
 /* ---- draining (under drain_lock) -------------------------------------------- */
 
-static void take_records(omptpy_thread *t, omptpy_chunk *c) {
+/* The sink window: records stamped in [from, until) go to the sink (a trace
+ * window, or OMPTPY_RECORD); the others were written only for handlers.
+ * Changed and read under drain_lock. */
+static struct {
+  uint64_t from, until;
+} W = {UINT64_MAX, 0};
+
+/* Writes the records of recs[0..n) stamped inside the window to the sink;
+ * returns how many.  A thread's records are in time order, so only a range
+ * that straddles an edge of the window is looked at record by record. */
+static size_t to_sink(const omptpy_record *r, size_t n) {
+  if (n == 0 || W.from >= W.until) return 0;
+  if (r[0].time >= W.from && r[n - 1].time < W.until) {
+    omptpy_sink_write(r, n);
+    return n;
+  }
+  size_t kept = 0;
+  for (size_t i = 0, j; i < n; i = j) {
+    for (; i < n && (r[i].time < W.from || r[i].time >= W.until); i++) continue;
+    for (j = i; j < n && r[j].time >= W.from && r[j].time < W.until; j++) continue;
+    if (j > i) omptpy_sink_write(r + i, j - i);
+    kept += j - i;
+  }
+  return kept;
+}
+
+/* Set when the handlers' queue took only part of a range (its consumer drains
+ * with block=True and found it full): the rest stays for a later pass. */
+static bool drain_stalled;
+
+/* Moves what c holds beyond c->taken to the sink and the handlers' queue;
+ * false when part of it had to stay. */
+static bool take_records(omptpy_thread *t, omptpy_chunk *c) {
   uint32_t n = atomic_load_explicit(&c->n, memory_order_acquire);
   if (n > c->taken) {
-    omptpy_sink_write(&c->recs[c->taken], n - c->taken);
-    t->drained += n - c->taken;
-    c->taken = n;
+    const omptpy_record *r = &c->recs[c->taken];
+    size_t k = omptpy_tap_push(r, n - c->taken);
+    t->drained += to_sink(r, k);
+    c->taken += (uint32_t)k;
   }
+  if (c->taken == n) return true;
+  drain_stalled = true;
+  return false;
 }
 
 /* A drained chunk goes back to its thread; grown chunks beyond the bound are freed. */
@@ -280,8 +335,9 @@ static void recycle(omptpy_thread *t, omptpy_chunk *c) {
 static uint32_t drain_thread(omptpy_thread *t, bool partial) {
   uint32_t nfull = 0;
   omptpy_chunk *c;
-  while ((c = ring_pop(&t->full))) {
-    take_records(t, c);
+  while ((c = ring_peek(&t->full))) {
+    if (!take_records(t, c)) return nfull;
+    ring_pop(&t->full);
     recycle(t, c);
     nfull++;
   }
@@ -317,7 +373,9 @@ static void release_slot(omptpy_thread *t) {
 
 /* An ended thread: drain it whole, keep its counters, free the slot for reuse. */
 static void retire(omptpy_thread *t) {
+  drain_stalled = false;
   drain_thread(t, true);
+  if (drain_stalled) return; /* retired at a later pass, once drained whole */
   remember_retired(t);
   pthread_mutex_lock(&B.lock);
   release_slot(t);
@@ -351,6 +409,26 @@ void omptpy_flush(void) {
   pthread_mutex_unlock(&B.drain_lock);
 }
 
+bool omptpy_flush_try(void) {
+  if (!B.ready || pthread_mutex_trylock(&B.drain_lock) != 0) return false;
+  drain_all(true);
+  pthread_mutex_unlock(&B.drain_lock);
+  return true;
+}
+
+void omptpy_sink_window(bool open) {
+  if (B.ready) pthread_mutex_lock(&B.drain_lock);
+  if (open) {
+    /* What was written before belongs to the previous window (or to none). */
+    if (B.ready) drain_all(true);
+    W.from = omptpy_now();
+    W.until = UINT64_MAX;
+  } else {
+    W.until = omptpy_now();
+  }
+  if (B.ready) pthread_mutex_unlock(&B.drain_lock);
+}
+
 static void *drainer_main(void *arg) {
   (void)arg;
   if (B.idle_drainer) {
@@ -362,9 +440,15 @@ static void *drainer_main(void *arg) {
   while (atomic_load_explicit(&B.drainer_run, memory_order_acquire)) {
     uint32_t seq = atomic_load_explicit(&B.wake, memory_order_acquire);
     atomic_store_explicit(&B.wake_pending, 0, memory_order_release);
-    pthread_mutex_lock(&B.drain_lock);
-    uint32_t nfull = drain_all(false);
-    pthread_mutex_unlock(&B.drain_lock);
+    /* An idle-priority drainer leaves the draining to the handlers' dispatcher
+     * while handlers are registered: holding the drain lock while it gets no
+     * CPU would hold up the dispatcher and the delay bound (tap.c). */
+    uint32_t nfull = 0;
+    if (!(B.idle_drainer && omptpy_tap_active())) {
+      pthread_mutex_lock(&B.drain_lock);
+      nfull = drain_all(false);
+      pthread_mutex_unlock(&B.drain_lock);
+    }
     /* Poll fast while chunks arrive, back off to drain_ms when idle. */
     sleep_ms = nfull ? 1 : (sleep_ms * 2 > B.drain_ms ? B.drain_ms : sleep_ms * 2);
     if (nfull && omptpy_sink_is_file() && omptpy_monotonic_ns() - last_stats > 200000000u) {
@@ -448,6 +532,7 @@ int omptpy_buffers_init(const omptpy_config *cfg) {
   uint32_t need = (cfg->overflow == OMPTPY_OVERFLOW_GROW ? GROW_FACTOR : 1) * B.max_chunks + 1;
   B.ring_cap = 1;
   while (B.ring_cap < need) B.ring_cap <<= 1;
+  if (pthread_key_create(&exit_key, thread_exited) != 0) return -EAGAIN;
   B.ready = true;
   return 0;
 }

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <stddef.h>
 
+#include "omptpy_frames.h"
 #include "omptpy_internal.h"
 
 static inline uint64_t id_of(omptpy_thread *t, ompt_data_t *d) {
@@ -42,6 +43,7 @@ static inline void emit(omptpy_thread *t, int event, int endpoint, int kind, uin
   r->u32a = u32a;
   r->u32b = u32b;
   omptpy_commit(t);
+  omptpy_native_after(r);
   atomic_signal_fence(memory_order_seq_cst);
   t->in_tool = 0;
 }
@@ -124,13 +126,16 @@ static void on_implicit_task(ompt_scope_endpoint_t endpoint, ompt_data_t *parall
        index, where, actual, (uint32_t)flags);
 }
 
+/* The encountering task's frame: exit frame in u64b, enter frame in
+ * parallel_id (the event has no parallel id), which of them and their flags
+ * in kind (omptpy_frames.h). */
 static void on_task_create(ompt_data_t *encountering_task, const ompt_frame_t *frame,
                            ompt_data_t *new_task, int flags, int has_dependences,
                            const void *codeptr) {
-  (void)frame;
   GUARD();
-  emit(t, ompt_callback_task_create, 0, 0, addr(codeptr), 0, id_of(t, new_task),
-       id_of(t, encountering_task), 0, (uint32_t)has_dependences, (uint32_t)flags);
+  emit(t, ompt_callback_task_create, 0, omptpy_frame_bits(frame), addr(codeptr),
+       frame ? frame->enter_frame.value : 0, id_of(t, new_task), id_of(t, encountering_task),
+       frame ? frame->exit_frame.value : 0, (uint32_t)has_dependences, (uint32_t)flags);
 }
 
 static void on_task_schedule(ompt_data_t *prior, ompt_task_status_t status, ompt_data_t *next) {
@@ -292,22 +297,36 @@ static void on_target_submit_emi(ompt_scope_endpoint_t endpoint, ompt_data_t *ta
        id_of(t, target_data), requested_num_teams, 0);
 }
 
-/* omp_control_tool: 1 start, 2 pause, 3 flush, 4 end (OpenMP 5.2, 3.14). */
-static int on_control_tool(uint64_t command, uint64_t modifier, void *arg, const void *codeptr) {
-  (void)arg;
+void omptpy_emit_own(int event, int endpoint, uint64_t codeptr, uint64_t u64a, uint64_t u64b,
+                     uint32_t u32a, uint32_t u32b) {
+  GUARD();
+  emit(t, event, endpoint, 0, codeptr, 0, 0, u64a, u64b, u32a, u32b);
+}
+
+/* omp_control_tool: 1 start, 2 pause, 3 flush, 4 end (OpenMP 5.2, 3.14); 64
+ * and up are the tool's own: recorded (with the arg pointer in u32a/u32b) for
+ * the handlers, and answered with success.  Start and pause act on the trace
+ * sink; handlers keep receiving events. */
+int omptpy_control(uint64_t command, uint64_t modifier, void *arg, const void *codeptr) {
   /* The command is recorded when recording is on after a start or before a
    * pause, so that both show in the trace where they happened. */
   if (command == 1) omptpy_recording_set(1);
-  omptpy_thread *t = omptpy_self();
+  omptpy_thread *t = omptpy_recording() ? omptpy_self() : NULL;
+  uint64_t a = addr(arg);
   if (t && omptpy_recording())
-    emit(t, ompt_callback_control_tool, 0, 0, addr(codeptr), 0, 0, command, modifier, 0, 0);
+    emit(t, ompt_callback_control_tool, 0, 0, addr(codeptr), 0, 0, command, modifier,
+         (uint32_t)a, (uint32_t)(a >> 32));
   switch (command) {
     case 1: omptpy_recording_set(1); return 0;
     case 2:
     case 4: omptpy_recording_set(0); return 0;
     case 3: omptpy_flush(); return 0;
-    default: return 1; /* omp_control_tool_ignored */
+    default: return command >= 64 ? 0 : 1; /* 1: omp_control_tool_ignored */
   }
+}
+
+static int on_control_tool(uint64_t command, uint64_t modifier, void *arg, const void *codeptr) {
+  return omptpy_control(command, modifier, arg, codeptr);
 }
 
 static const struct {
@@ -369,13 +388,22 @@ void omptpy_register_callbacks(omptpy_runtime *rt) {
  * tool needs those to know its threads and to be resumed), so a paused tool
  * costs the runtime no callback at all; ompt_set_callback(event, NULL) after
  * initialisation stops the event on libomp (see ../shared/FACTS.md).  The
- * recording flag tested in each handler covers runtimes that keep calling. */
-void omptpy_callbacks_enable(omptpy_runtime *rt, bool on) {
+ * recording flag tested in each handler covers runtimes that keep calling.
+ * With only handlers active, only their events are registered.  Called under
+ * the tool's control lock; `registered` remembers each runtime's state. */
+void omptpy_callbacks_enable(omptpy_runtime *rt, uint64_t events) {
+  static uint64_t registered[OMPTPY_MAX_RUNTIMES];
+  static bool known[OMPTPY_MAX_RUNTIMES];
+  size_t r = (size_t)(rt - omptpy_g.runtimes);
   for (size_t i = 0; i < sizeof TABLE / sizeof *TABLE; i++) {
     int ev = TABLE[i].event;
+    uint64_t bit = (uint64_t)1 << ev;
     if (ev == ompt_callback_thread_begin || ev == ompt_callback_thread_end ||
-        ev == ompt_callback_control_tool || rt->levels[ev] == ompt_set_never)
+        ev == ompt_callback_control_tool || rt->levels[ev] == ompt_set_never ||
+        (known[r] && (registered[r] & bit) == (events & bit)))
       continue;
-    rt->set_callback(ev, on ? TABLE[i].fn : NULL);
+    rt->set_callback(ev, events & bit ? TABLE[i].fn : NULL);
   }
+  registered[r] = events;
+  known[r] = true;
 }

@@ -59,6 +59,22 @@ static int parse_size(const char *v, size_t *out) {
   return 0;
 }
 
+/* ---- scripting callbacks (ompt_py.on) ---------------------------------------------- */
+
+#define DEFAULT_HANDLER_QUEUE_BYTES ((size_t)64 << 20)
+#define MIN_HANDLER_QUEUE_BYTES ((size_t)64 << 10)
+
+static int handler_config(omptpy_config *cfg) {
+  cfg->handler_queue_bytes = DEFAULT_HANDLER_QUEUE_BYTES;
+  const char *v = getenv("OMPTPY_HANDLER_QUEUE");
+  if (v && *v) {
+    if (parse_size(v, &cfg->handler_queue_bytes) != 0 ||
+        cfg->handler_queue_bytes < MIN_HANDLER_QUEUE_BYTES)
+      return bad(cfg, "OMPTPY_HANDLER_QUEUE", v, "a size in bytes of at least 64K, such as 64M");
+  }
+  return 0;
+}
+
 int omptpy_config_read(omptpy_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->enabled = true;
@@ -134,5 +150,5 @@ int omptpy_config_read(omptpy_config *cfg) {
       return bad(cfg, "OMPTPY_OUTPUT", v, "a shorter directory path");
     strcpy(cfg->output, v);
   }
-  return 0;
+  return handler_config(cfg);
 }

@@ -160,10 +160,55 @@ static int module_visit(struct dl_phdr_info *info, size_t size, void *p) {
   return m->rc;
 }
 
+/* dl_iterate_phdr holds the dynamic loader's lock while it runs, and the
+ * drainer runs it (stats blocks) while the program may fork: a child forked
+ * meanwhile would inherit that lock taken and hang at its next dlopen.  So
+ * fork waits for a module walk in progress (omptpy_meta_atfork_*). */
+static pthread_mutex_t modules_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void omptpy_meta_atfork_prepare(void) { pthread_mutex_lock(&modules_lock); }
+
+void omptpy_meta_atfork_parent(void) { pthread_mutex_unlock(&modules_lock); }
+
+void omptpy_meta_after_fork_child(void) { pthread_mutex_init(&modules_lock, NULL); }
+
 static int put_modules(omptpy_str *s) {
   modules_ctx m = {s, put(s, ",\"modules\":["), true};
-  if (m.rc == 0) dl_iterate_phdr(module_visit, &m);
+  if (m.rc == 0) {
+    pthread_mutex_lock(&modules_lock);
+    dl_iterate_phdr(module_visit, &m);
+    pthread_mutex_unlock(&modules_lock);
+  }
   return m.rc ? m.rc : put(s, "]");
+}
+
+/* The names of user-code regions (region.c), id 1 first: written with the
+ * meta and with every stats block, since names are added as the run goes. */
+static int put_region_names(omptpy_str *s) {
+  uint32_t n = omptpy_region_count();
+  int rc = put(s, ",\"region_names\":[");
+  for (uint32_t id = 1; rc == 0 && id <= n; id++) {
+    const char *name = omptpy_region_name(id);
+    rc = put(s, id > 1 ? "," : "");
+    rc = rc ? rc : put_string(s, name, strlen(name));
+  }
+  rc = rc ? rc : put(s, "],\"region_unnamed\":%llu", (unsigned long long)omptpy_region_unnamed());
+  return rc;
+}
+
+/* The rank of the process in a parallel job, from the variables the usual
+ * launchers set (Open MPI, MPICH and Intel MPI, PMIx, Slurm); -1 if none. */
+static int job_rank(void) {
+  static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    char *end;
+    if (!v || !*v) continue;
+    errno = 0;
+    long r = strtol(v, &end, 10);
+    if (errno == 0 && *end == '\0' && r >= 0 && r <= INT32_MAX) return (int)r;
+  }
+  return -1;
 }
 
 int omptpy_meta_json(omptpy_str *s) {
@@ -175,7 +220,8 @@ int omptpy_meta_json(omptpy_str *s) {
   gethostname(host, sizeof host - 1);
   int rc = put(s, "{\"format\":1,\"record_version\":%d,\"record_size\":%zu,\"chunk_records\":%u,",
                OMPTPY_RECORD_VERSION, sizeof(omptpy_record), OMPTPY_CHUNK_RECORDS);
-  rc = rc ? rc : put(s, "\"pid\":%d,\"ppid\":%d,\"hostname\":", (int)getpid(), (int)getppid());
+  rc = rc ? rc : put(s, "\"pid\":%d,\"ppid\":%d,\"rank\":%d,\"hostname\":", (int)getpid(),
+                     (int)getppid(), job_rank());
   rc = rc ? rc : put_string(s, host, strlen(host));
   rc = rc ? rc : put(s, ",\"exe\":");
   rc = rc ? rc : put_string(s, exe, strlen(exe));
@@ -201,6 +247,7 @@ int omptpy_meta_json(omptpy_str *s) {
   rc = rc ? rc : put_string(s, g->cfg.output, strlen(g->cfg.output));
   rc = rc ? rc : put(s, ",\"error\":");
   rc = rc ? rc : put_string(s, g->cfg.error, strlen(g->cfg.error));
+  rc = rc ? rc : put(s, ",\"handler_queue_bytes\":%zu", g->cfg.handler_queue_bytes);
   rc = rc ? rc : put(s, "},\"start_tool_calls\":%d,\"declined\":%d,\"runtimes\":[",
                      g->start_tool_calls, g->declined);
   int nrt = atomic_load(&g->nruntimes);
@@ -223,6 +270,7 @@ int omptpy_meta_json(omptpy_str *s) {
   }
   rc = rc ? rc : put(s, "]");
   rc = rc ? rc : put_modules(s);
+  rc = rc ? rc : put_region_names(s);
   rc = rc ? rc : put(s, "}");
   if (rc) omptpy_str_free(s);
   return rc;
@@ -298,7 +346,7 @@ int omptpy_stats_json(omptpy_str *s, bool final) {
   omptpy_anchor a = omptpy_clock_anchor();
   int rc = put(s, "{\"final\":%s,\"recording\":%s,\"anchor\":{\"ticks\":%llu,\"mono_ns\":%llu},"
                "\"realtime_ns\":%llu,\"sink_lost\":%llu,\"buffer_bytes\":%zu,\"threads\":[",
-               final ? "true" : "false", omptpy_recording() ? "true" : "false",
+               final ? "true" : "false", atomic_load(&omptpy_g.sink_on) ? "true" : "false",
                (unsigned long long)a.ticks, (unsigned long long)a.mono_ns,
                (unsigned long long)realtime_ns(), (unsigned long long)omptpy_sink_lost(),
                omptpy_buffer_bytes());
@@ -314,6 +362,7 @@ int omptpy_stats_json(omptpy_str *s, bool final) {
              omptpy_g.runtimes[i].finalized ? "true" : "false");
   rc = rc ? rc : put(s, "]");
   rc = rc ? rc : put_modules(s);
+  rc = rc ? rc : put_region_names(s);
   rc = rc ? rc : put(s, "}");
   if (rc) omptpy_str_free(s);
   return rc;

@@ -6,6 +6,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,8 +76,10 @@ static PyObject *py_set_recording(PyObject *m, PyObject *arg) {
   (void)m;
   int on = PyObject_IsTrue(arg);
   if (on < 0) return NULL;
-  omptpy_set_recording(on);
-  Py_RETURN_NONE;
+  /* Without the GIL: opening the sink drains the buffers, which may wait for a
+   * drainer that waits for the handlers' dispatcher (block=True). */
+  Py_BEGIN_ALLOW_THREADS omptpy_set_recording(on);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
 static PyObject *py_is_recording(PyObject *m, PyObject *args) {
@@ -234,6 +237,176 @@ static PyObject *py_record_layout(PyObject *m, PyObject *args) {
 #undef F
 }
 
+/* ---- scripting callbacks ------------------------------------------------------------- */
+
+static PyObject *errno_error(int rc, const char *what) {
+  errno = -rc;
+  return PyErr_SetFromErrnoWithFilename(PyExc_OSError, what);
+}
+
+/* tap_configure([(events_lo, events_hi, codeptr_lo, codeptr_hi, (thread, ...)), ...],
+ * delay_s, block) */
+static PyObject *py_tap_configure(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *list;
+  double delay_s;
+  int block;
+  if (!PyArg_ParseTuple(args, "O!dp", &PyList_Type, &list, &delay_s, &block)) return NULL;
+  Py_ssize_t n = PyList_GET_SIZE(list);
+  if (n < 1 || n > OMPTPY_TAP_MAX_FILTERS || !(delay_s > 0)) {
+    PyErr_Format(PyExc_ValueError, "1 to %d filters and a positive delay are needed",
+                 OMPTPY_TAP_MAX_FILTERS);
+    return NULL;
+  }
+  omptpy_tap_filter f[OMPTPY_TAP_MAX_FILTERS];
+  memset(f, 0, sizeof f);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    unsigned long long lo, hi, cp_lo, cp_hi;
+    PyObject *threads;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(list, i), "KKKKO!", &lo, &hi, &cp_lo, &cp_hi,
+                          &PyTuple_Type, &threads))
+      return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(threads);
+    if (k > OMPTPY_TAP_MAX_THREADS) {
+      PyErr_Format(PyExc_ValueError, "a filter names at most %d threads", OMPTPY_TAP_MAX_THREADS);
+      return NULL;
+    }
+    f[i] = (omptpy_tap_filter){{lo, hi}, cp_lo, cp_hi, (uint32_t)k, {0}};
+    for (Py_ssize_t j = 0; j < k; j++) {
+      unsigned long v = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(threads, j));
+      if (PyErr_Occurred()) return NULL;
+      f[i].threads[j] = (uint32_t)v;
+    }
+  }
+  int rc;
+  uint64_t delay_ns = (uint64_t)(delay_s * 1e9);
+  Py_BEGIN_ALLOW_THREADS rc = omptpy_tap_configure(f, (int)n, delay_ns ? delay_ns : 1, block);
+  Py_END_ALLOW_THREADS if (rc != 0) return errno_error(rc, "the handlers' queue");
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_tap_stop(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  Py_BEGIN_ALLOW_THREADS omptpy_tap_stop();
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+/* tap_wait(timeout_s, max_records) -> None when the tap is stopped, else
+ * (bytearray of records, times in CLOCK_MONOTONIC ns; queue position after them). */
+static PyObject *py_tap_wait(PyObject *m, PyObject *args) {
+  (void)m;
+  double timeout_s;
+  Py_ssize_t max;
+  if (!PyArg_ParseTuple(args, "dn", &timeout_s, &max)) return NULL;
+  if (max < 1) {
+    PyErr_SetString(PyExc_ValueError, "max_records must be positive");
+    return NULL;
+  }
+  long ready;
+  Py_BEGIN_ALLOW_THREADS ready = omptpy_tap_wait((int64_t)(timeout_s * 1e9));
+  Py_END_ALLOW_THREADS if (ready < 0) Py_RETURN_NONE;
+  Py_ssize_t n = ready < max ? ready : max;
+  PyObject *buf = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(omptpy_record));
+  if (!buf) return NULL;
+  omptpy_record *dst = (omptpy_record *)PyByteArray_AS_STRING(buf);
+  size_t got;
+  uint64_t position;
+  Py_BEGIN_ALLOW_THREADS got = omptpy_tap_read(dst, (size_t)n, &position);
+  Py_END_ALLOW_THREADS if ((Py_ssize_t)got < n &&
+                          PyByteArray_Resize(buf, (Py_ssize_t)(got * sizeof(omptpy_record))) < 0) {
+    Py_DECREF(buf);
+    return NULL;
+  }
+  return Py_BuildValue("(NK)", buf, (unsigned long long)position);
+}
+
+static PyObject *py_tap_stats(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  omptpy_tap_counters c;
+  omptpy_tap_stats(&c);
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:O}", "queued", (unsigned long long)c.queued,
+                       "dropped", (unsigned long long)c.dropped, "filtered",
+                       (unsigned long long)c.filtered, "position",
+                       (unsigned long long)c.position, "backlog", (unsigned long long)c.backlog,
+                       "capacity", (unsigned long long)c.capacity, "active",
+                       c.active ? Py_True : Py_False);
+}
+
+/* native_add(function address, state address, events_lo, events_hi) -> slot id */
+static PyObject *py_native_add(PyObject *m, PyObject *args) {
+  (void)m;
+  unsigned long long fn, state, events[2];
+  if (!PyArg_ParseTuple(args, "KKKK", &fn, &state, &events[0], &events[1])) return NULL;
+  omptpy_native_fn f;
+  void *p = (void *)(uintptr_t)fn;
+  memcpy(&f, &p, sizeof f);
+  const uint64_t ev[2] = {events[0], events[1]};
+  int id = omptpy_native_add(f, (void *)(uintptr_t)state, ev);
+  if (id == -ENOSPC) {
+    PyErr_Format(PyExc_RuntimeError, "at most %d native handlers can be installed at once",
+                 OMPTPY_NATIVE_MAX);
+    return NULL;
+  }
+  if (id < 0) return errno_error(id, "native handler");
+  return PyLong_FromLong(id);
+}
+
+static PyObject *py_native_remove(PyObject *m, PyObject *arg) {
+  (void)m;
+  long id = PyLong_AsLong(arg);
+  if (id == -1 && PyErr_Occurred()) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = omptpy_native_remove((int)id);
+  Py_END_ALLOW_THREADS return PyBool_FromLong(rc == 0);
+}
+
+static PyObject *py_native_alloc(PyObject *m, PyObject *arg) {
+  (void)m;
+  Py_ssize_t size = PyLong_AsSsize_t(arg);
+  if (size < 0) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "size must not be negative");
+    return NULL;
+  }
+  void *p = omptpy_native_alloc((size_t)size);
+  if (!p) return PyErr_NoMemory();
+  return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)p);
+}
+
+static PyObject *py_control_tool(PyObject *m, PyObject *args) {
+  (void)m;
+  unsigned long long command, modifier;
+  if (!PyArg_ParseTuple(args, "KK", &command, &modifier)) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = omptpy_control_tool(command, modifier);
+  Py_END_ALLOW_THREADS return PyLong_FromLong(rc);
+}
+
+static PyObject *py_region_mark(PyObject *m, PyObject *args) {
+  (void)m;
+  int endpoint;
+  const char *name;
+  if (!PyArg_ParseTuple(args, "iz", &endpoint, &name)) return NULL;
+  omptpy_region_mark(endpoint, name, 0);
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_region_names(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  uint32_t n = omptpy_region_count();
+  PyObject *list = PyList_New(n);
+  if (!list) return NULL;
+  for (uint32_t id = 1; id <= n; id++) {
+    PyObject *name = PyUnicode_DecodeUTF8(omptpy_region_name(id),
+                                          (Py_ssize_t)strlen(omptpy_region_name(id)), "replace");
+    if (!name) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, id - 1, name);
+  }
+  return list;
+}
+
 static PyMethodDef methods[] = {
     {"init", py_init, METH_NOARGS,
      "Read the configuration; returns None, or the error message when it is invalid."},
@@ -253,6 +426,22 @@ static PyMethodDef methods[] = {
     {"ticks_to_ns", py_ticks_to_ns, METH_VARARGS,
      "ticks_to_ns(records, first_ticks, first_ns, ns_per_tick, origin_ns): times in place."},
     {"record_layout", py_record_layout, METH_NOARGS, "Version, size and field offsets of a record."},
+    {"tap_configure", py_tap_configure, METH_VARARGS,
+     "tap_configure(filters, delay_s, block): start the handlers' queue or change its filters."},
+    {"tap_stop", py_tap_stop, METH_NOARGS, "Stop the handlers' queue."},
+    {"tap_wait", py_tap_wait, METH_VARARGS,
+     "tap_wait(timeout_s, max_records) -> (records, position), or None when stopped."},
+    {"tap_stats", py_tap_stats, METH_NOARGS, "Counters of the handlers' queue."},
+    {"native_add", py_native_add, METH_VARARGS,
+     "native_add(function, state, events_lo, events_hi) -> slot id."},
+    {"native_remove", py_native_remove, METH_O, "native_remove(id) -> whether it was installed."},
+    {"native_alloc", py_native_alloc, METH_O,
+     "native_alloc(size) -> address of zeroed memory that is never freed."},
+    {"control_tool", py_control_tool, METH_VARARGS,
+     "control_tool(command, modifier) -> what omp_control_tool returns."},
+    {"region_mark", py_region_mark, METH_VARARGS,
+     "region_mark(endpoint, name): a region begin (1) or end (2) on this thread."},
+    {"region_names", py_region_names, METH_NOARGS, "The interned region names, id 1 first."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define OMPTPY_RECORD_VERSION 1
+#define OMPTPY_RECORD_VERSION 2
 
 /*
  * Field use per event (event = OMPT callback number, see omptpy_ompt.h):
@@ -29,7 +29,10 @@ extern "C" {
  *                   (index), u32b = flags, u64b = place number << 32 |
  *                   processor id at begin (int32 each, with OMPTPY_PLACE_INFO)
  *   task_create     task_id = new task, u64a = encountering task,
- *                   u32b = flags, u32a = has_dependences
+ *                   u32b = flags, u32a = has_dependences; the encountering
+ *                   task's frame (see "Frames" below): u64b = exit frame,
+ *                   parallel_id = enter frame (no parallel id at this event),
+ *                   kind = frame bits
  *   task_schedule   task_id = prior task, u64a = next task, kind = status
  *   work            parallel_id, task_id, kind = work type, u64a = count
  *   dispatch        parallel_id, task_id, kind = dispatch kind,
@@ -49,7 +52,9 @@ extern "C" {
  *                   variable address, kind = dependence type, u32a = index in
  *                   the list, u32b = length of the list
  *   task_dependence task_id = source task, u64a = sink task
- *   control_tool    u64a = command, u64b = modifier
+ *   control_tool    u64a = command, u64b = modifier, u32a/u32b = low/high
+ *                   32 bits of the arg pointer (omp_control_tool, or
+ *                   ompt_py.control: codeptr 0)
  *   error           kind = severity, u64a = message length
  *   device_initialize, device_finalize
  *                   u32a = device number
@@ -67,10 +72,28 @@ extern "C" {
  *                   id, u32a = requested number of teams
  *   sample (100, ompt-py's own: OMPTPY_SAMPLE_HZ)
  *                   u32a = ompt_state_t, u64a = wait id, parallel_id and
- *                   task_id of the moment, codeptr = interrupted address,
- *                   u64b = team size, u32b = thread number
+ *                   task_id of the moment, codeptr = interrupted address;
+ *                   the innermost task's frame (ompt_get_task_info(0)),
+ *                   packed: u64b = exit frame, or the enter frame when
+ *                   there is no exit frame; u32b = exit frame - enter frame
+ *                   (int32) when there are both (INT32_MIN: too far apart,
+ *                   the enter frame is not recorded); kind = frame bits.
+ *                   (Record version 1 held the team size and thread number
+ *                   in u64b and u32b: the region's implicit_task events
+ *                   carry them.)
  *   thread_begin    kind = thread type, u64a = OS thread id, u32a = runtime
  *                   instance
+ *   region (101, ompt-py's own: omptpy_region.h, ompt_py.region)
+ *                   endpoint, u64a = name id (1 and up, 0 for an end without
+ *                   a name; names in the meta JSON), codeptr = caller
+ * Frames (ompt_frame_t, OpenMP 5.2 19.4.4.29): stack addresses the runtime
+ * gives for a task: exit frame, where the runtime called the task's user
+ * code (none for the initial task and for a task not started); enter
+ * frame, where the task's code called into the runtime (none while it runs
+ * its own code).  Frame bits in kind: 0x01 exit frame present, 0x02 enter
+ * frame present, bits 2-4 the exit frame's flags and bits 5-7 the enter
+ * frame's, each as (flags & 1) | (flags >> 4 & 3) << 1 (application bit;
+ * 1 cfa, 2 framepointer, 3 stackaddress).
  * Every record: time (raw clock ticks, see omptpy_clock_*), codeptr (return
  * address, 0 where the event has none), thread (the tool's index of the OS
  * thread, unique for the process), endpoint (ompt_scope_endpoint_t, 0 where
@@ -92,6 +115,16 @@ typedef struct omptpy_record {
 } omptpy_record;
 
 _Static_assert(sizeof(omptpy_record) == 64, "a record is one cache line");
+
+/* ompt-py's own events, numbered beyond OMPT's callbacks: state samples
+ * (sampler) and user-code region markers. */
+#define OMPTPY_EVENT_SAMPLE 100
+#define OMPTPY_EVENT_REGION 101
+
+/* A native handler (ompt_py.native_handler): called on the OpenMP thread right
+ * after the tool wrote `record`, without the GIL, concurrently on every thread
+ * (`record->thread` tells which: per-thread slots or atomics in `state`). */
+typedef void (*omptpy_native_fn)(const omptpy_record *record, void *state);
 
 #ifdef __cplusplus
 }

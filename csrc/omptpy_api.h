@@ -1,12 +1,15 @@
 /*
  * The functions libomptpy.so exports besides ompt_start_tool, used by the
- * Python extension module (csrc/module.c).  Implemented in tool.c.
+ * Python extension module (csrc/module.c).  Implemented in tool.c, and
+ * tap.c, native.c, region.c and callbacks.c for the scripting part.
  */
 #ifndef OMPTPY_API_H
 #define OMPTPY_API_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "omptpy.h"
 
 /* Reads the configuration once; 0, or -EINVAL with omptpy_config_error() set. */
 int omptpy_init(void);
@@ -17,6 +20,9 @@ void omptpy_set_recording(int on);
 int omptpy_is_recording(void);
 /* Moves every buffered record, partial chunks included, into the sink. */
 void omptpy_flush_all(void);
+/* Flushes everything and writes the final counters, for a process that ends
+ * without exit() (os._exit, a fatal signal); used by ompt-py run's Python hook. */
+void omptpy_finish(void);
 /* Memory sink: takes the records gathered so far (release with omptpy_release). */
 void *omptpy_take(size_t *nrecs, size_t *mapped);
 void omptpy_release(void *base, size_t mapped);
@@ -25,5 +31,65 @@ char *omptpy_meta(void);
 char *omptpy_stats(void);
 char *omptpy_runtime_info(void);
 const char *omptpy_tool_path(void);
+
+/* ---- scripting callbacks: handlers, tool control, region markers -------------------- */
+
+#define OMPTPY_TAP_MAX_FILTERS 16
+#define OMPTPY_TAP_MAX_THREADS 64
+
+/* A record reaches the handlers' queue when one filter accepts it: its event
+ * is in `events` (bit e: event number e, 0-127), its codeptr in
+ * [codeptr_lo, codeptr_hi) unless codeptr_hi is 0, its thread among
+ * `threads` unless nthreads is 0. */
+typedef struct omptpy_tap_filter {
+  uint64_t events[2];
+  uint64_t codeptr_lo, codeptr_hi;
+  uint32_t nthreads;
+  uint32_t threads[OMPTPY_TAP_MAX_THREADS];
+} omptpy_tap_filter;
+
+typedef struct omptpy_tap_counters {
+  uint64_t queued;   /* records put in the queue, ever */
+  uint64_t dropped;  /* records that passed a filter but found the queue full */
+  uint64_t filtered; /* records no filter accepted */
+  uint64_t position; /* queue position after the last record queued (== queued) */
+  uint64_t backlog;  /* records waiting to be read */
+  uint64_t capacity; /* records the queue holds (OMPTPY_HANDLER_QUEUE) */
+  int active;
+} omptpy_tap_counters;
+
+/* Starts the handlers' queue or changes its filters: records are delivered
+ * at most about delay_ns after they were written; block: writers wait when
+ * the queue is full instead of dropping.  0 or -errno. */
+int omptpy_tap_configure(const omptpy_tap_filter *filters, int nfilters, uint64_t delay_ns,
+                         int block);
+void omptpy_tap_stop(void);
+/* Waits at most timeout_ns for records: how many are queued (> 0), 0 after the
+ * timeout, -1 when the tap is stopped. */
+long omptpy_tap_wait(int64_t timeout_ns);
+/* Moves up to max records into dst, times converted to CLOCK_MONOTONIC
+ * nanoseconds (int64); *position: the queue position after them. */
+size_t omptpy_tap_read(omptpy_record *dst, size_t max, uint64_t *position);
+void omptpy_tap_stats(omptpy_tap_counters *c);
+
+/* Native handlers: a slot id (>= 0) or -errno; at most OMPTPY_NATIVE_MAX at once. */
+#define OMPTPY_NATIVE_MAX 16
+int omptpy_native_add(omptpy_native_fn fn, void *state, const uint64_t events[2]);
+int omptpy_native_remove(int id);
+/* Zeroed memory for a native handler's state; never freed. */
+void *omptpy_native_alloc(size_t bytes);
+
+/* omp_control_tool's commands from the tool's side (codeptr 0): the result
+ * omp_control_tool would return. */
+int omptpy_control_tool(uint64_t command, uint64_t modifier);
+
+/* Region markers: omptpy_region_begin/end for C code (see omptpy_region.h),
+ * omptpy_region_mark for bindings (endpoint 1 begin, 2 end). */
+void omptpy_region_begin(const char *name);
+void omptpy_region_end(const char *name);
+void omptpy_region_mark(int endpoint, const char *name, uintptr_t codeptr);
+/* Interned names: ids 1 to omptpy_region_count(). */
+uint32_t omptpy_region_count(void);
+const char *omptpy_region_name(uint32_t id);
 
 #endif /* OMPTPY_API_H */

@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include "omptpy.h"
+#include "omptpy_api.h"
 #include "omptpy_ompt.h"
 
 #define OMPTPY_API __attribute__((visibility("default")))
@@ -55,6 +56,7 @@ typedef struct omptpy_config {
   unsigned sample_hz;     /* OMPTPY_SAMPLE_HZ: state samples per second and thread, 0 off */
   int sample_signal;      /* OMPTPY_SAMPLE_SIGNAL: the signal the sampling timers send */
   bool place_info;        /* OMPTPY_PLACE_INFO: processor and place at implicit task begin */
+  size_t handler_queue_bytes; /* OMPTPY_HANDLER_QUEUE: bound of the Python handlers' queue */
   char output[4096];      /* OMPTPY_OUTPUT: directory of the file sink, "" for memory */
   char error[512];        /* why the configuration was refused, "" if valid */
 } omptpy_config;
@@ -142,6 +144,11 @@ void omptpy_thread_detach(omptpy_thread *t);
 omptpy_record *omptpy_slot_slow(omptpy_thread *t);
 int omptpy_drainer_start(void);
 void omptpy_drainer_stop(void);
+/* omptpy_flush unless another thread is draining now (then false). */
+bool omptpy_flush_try(void);
+/* The sink keeps the records stamped while it is open: opening drains what was
+ * written before; closing takes effect for records stamped after it. */
+void omptpy_sink_window(bool open);
 /* Drains every thread, partial chunks included, into the sink. */
 void omptpy_flush(void);
 void omptpy_buffers_after_fork_child(void);
@@ -180,8 +187,6 @@ static inline uint64_t omptpy_new_id(omptpy_thread *t) {
 
 /* ---- sampling (sampler.c) ------------------------------------------------ */
 
-/* The event number of a sample record: beyond OMPT's callback numbers. */
-#define OMPTPY_EVENT_SAMPLE 100
 int omptpy_sampler_init(const omptpy_config *cfg);
 void omptpy_sampler_thread_start(omptpy_thread *t);
 void omptpy_sampler_thread_stop(omptpy_thread *t);
@@ -241,7 +246,10 @@ typedef struct omptpy_runtime {
 
 typedef struct omptpy_tool {
   omptpy_config cfg;
+  /* Records are written (the flag every callback tests): the trace sink, a
+   * Python handler or a native handler wants them (omptpy_consumers_changed). */
   _Atomic int recording;
+  _Atomic int sink_on; /* the sink keeps records: trace window, OMPTPY_RECORD, control_tool */
   _Atomic int nruntimes;
   omptpy_runtime runtimes[OMPTPY_MAX_RUNTIMES];
   omptpy_anchor start_anchor;
@@ -260,9 +268,19 @@ static inline bool omptpy_recording(void) {
 /* ---- callbacks (callbacks.c) -------------------------------------------- */
 
 void omptpy_register_callbacks(omptpy_runtime *rt);
-void omptpy_callbacks_enable(omptpy_runtime *rt, bool on);
-/* Starts or pauses recording in every attached runtime (tool.c). */
+/* Registers the handlers of the OMPT events in `events` (bit = callback
+ * number) and unregisters the others, except thread and tool-control events. */
+void omptpy_callbacks_enable(omptpy_runtime *rt, uint64_t events);
+/* Records one of ompt-py's own events (region markers) on the calling thread. */
+void omptpy_emit_own(int event, int endpoint, uint64_t codeptr, uint64_t u64a, uint64_t u64b,
+                     uint32_t u32a, uint32_t u32b);
+/* omp_control_tool, from the runtime or from ompt_py.control. */
+int omptpy_control(uint64_t command, uint64_t modifier, void *arg, const void *codeptr);
+/* Opens or closes the trace sink (tool.c). */
 void omptpy_recording_set(int on);
+/* Re-derives which callbacks are registered and whether records are written,
+ * after the sink, the handlers' tap or the native handlers changed (tool.c). */
+void omptpy_consumers_changed(void);
 const char *omptpy_event_name(int event);
 
 /* ---- metadata (meta.c) --------------------------------------------------- */
@@ -275,8 +293,39 @@ void omptpy_str_free(omptpy_str *s);
 /* Both return 0, or -ENOMEM with s emptied. */
 int omptpy_meta_json(omptpy_str *s);
 int omptpy_stats_json(omptpy_str *s, bool final);
+void omptpy_meta_atfork_prepare(void);
+void omptpy_meta_atfork_parent(void);
+void omptpy_meta_after_fork_child(void);
 /* What the inquiry functions of each initialised runtime answer now. */
 int omptpy_runtime_info_json(omptpy_str *s);
+
+/* ---- scripting callbacks (tap.c, native.c, region.c) ---------------------- */
+
+/* Called with every range of records drained (one thread's), under the drain lock.  Returns
+ * how many it took: n, except for the handlers' consumer draining with
+ * block=True into a full queue (the rest must stay in the buffer). */
+size_t omptpy_tap_push(const omptpy_record *recs, size_t n);
+bool omptpy_tap_active(void);
+uint64_t omptpy_tap_events(void); /* OMPT callbacks the handlers' filters want */
+/* At finalize or unload: a full queue no longer makes anyone wait. */
+void omptpy_tap_shutdown(void);
+void omptpy_tap_after_fork_child(void);
+
+extern _Atomic uint32_t omptpy_native_count;
+void omptpy_native_run(const omptpy_record *r);
+uint64_t omptpy_native_events(void); /* OMPT callbacks the native handlers want */
+void omptpy_native_after_fork_child(void);
+
+/* Right after a record is written on the hot path: one load and one branch
+ * while no native handler is installed. */
+static inline void omptpy_native_after(const omptpy_record *r) {
+  if (OMPTPY_UNLIKELY(atomic_load_explicit(&omptpy_native_count, memory_order_relaxed)))
+    omptpy_native_run(r);
+}
+
+#define OMPTPY_REGION_MAX_NAMES 16384
+uint64_t omptpy_region_unnamed(void); /* markers past the name limit */
+void omptpy_region_after_fork_child(void);
 
 #pragma GCC visibility pop
 

@@ -25,26 +25,58 @@ static int init_rc;
 /* Serialises changes of the recording state and of the registered callbacks. */
 static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Records are wanted by the sink (every event), by Python handlers (the events
+ * of their filters) and by native handlers (theirs).  The callbacks of the
+ * events nobody wants are unregistered, and with no consumer at all nothing
+ * is written.  Under control_lock. */
+static void consumers_changed_locked(void) {
+  bool sink = atomic_load(&omptpy_g.sink_on);
+  bool active = sink || omptpy_tap_active() || atomic_load(&omptpy_native_count) != 0;
+  uint64_t events = !active ? 0 : sink ? UINT64_MAX : omptpy_tap_events() | omptpy_native_events();
+  if (active) atomic_store(&omptpy_g.recording, 1);
+  int n = atomic_load(&omptpy_g.nruntimes);
+  for (int i = 0; i < n && i < OMPTPY_MAX_RUNTIMES; i++) {
+    omptpy_runtime *rt = &omptpy_g.runtimes[i];
+    if (rt->initialized && !rt->finalized) omptpy_callbacks_enable(rt, events);
+  }
+  if (!active) atomic_store(&omptpy_g.recording, 0);
+}
+
+void omptpy_consumers_changed(void) {
+  pthread_mutex_lock(&control_lock);
+  consumers_changed_locked();
+  pthread_mutex_unlock(&control_lock);
+}
+
 void omptpy_recording_set(int on) {
   pthread_mutex_lock(&control_lock);
-  if (omptpy_recording() != (on != 0)) {
-    atomic_store(&omptpy_g.recording, on != 0);
-    int n = atomic_load(&omptpy_g.nruntimes);
-    for (int i = 0; i < n && i < OMPTPY_MAX_RUNTIMES; i++) {
-      omptpy_runtime *rt = &omptpy_g.runtimes[i];
-      if (rt->initialized && !rt->finalized) omptpy_callbacks_enable(rt, on != 0);
-    }
+  if (atomic_load(&omptpy_g.sink_on) != (on != 0)) {
+    omptpy_sink_window(on != 0);
+    atomic_store(&omptpy_g.sink_on, on != 0);
+    consumers_changed_locked();
   }
   pthread_mutex_unlock(&control_lock);
 }
 
-static void atfork_prepare(void) { omptpy_buffers_atfork_prepare(); }
-static void atfork_parent(void) { omptpy_buffers_atfork_parent(); }
+/* Lock order: drain_lock, registry lock (buffer.c), then the module walk's (meta.c). */
+static void atfork_prepare(void) {
+  omptpy_buffers_atfork_prepare();
+  omptpy_meta_atfork_prepare();
+}
+
+static void atfork_parent(void) {
+  omptpy_meta_atfork_parent();
+  omptpy_buffers_atfork_parent();
+}
 
 static void atfork_child(void) {
   pthread_mutex_init(&control_lock, NULL);
+  omptpy_meta_after_fork_child();
   omptpy_buffers_after_fork_child();
   omptpy_sink_after_fork_child();
+  omptpy_tap_after_fork_child();
+  omptpy_native_after_fork_child();
+  omptpy_region_after_fork_child();
   int live = 0;
   for (int i = 0; i < atomic_load(&omptpy_g.nruntimes) && i < OMPTPY_MAX_RUNTIMES; i++)
     live |= omptpy_g.runtimes[i].initialized && !omptpy_g.runtimes[i].finalized;
@@ -77,7 +109,10 @@ static void global_init(void) {
   if (omptpy_sampler_init(&g->cfg) != 0)
     fprintf(stderr, "ompt-py: cannot install the sampling signal handler: %s\n", strerror(errno));
   /* Recording starts at once for a file sink; in memory, when Python asks. */
-  atomic_store(&g->recording, g->cfg.record >= 0 ? g->cfg.record : omptpy_sink_is_file());
+  int record = g->cfg.record >= 0 ? g->cfg.record : omptpy_sink_is_file();
+  omptpy_sink_window(record);
+  atomic_store(&g->sink_on, record);
+  atomic_store(&g->recording, record);
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
@@ -103,10 +138,10 @@ static int on_initialize(ompt_function_lookup_t lookup, int initial_device_num,
     snprintf(rt->path, sizeof rt->path, "%s", info.dli_fname);
   pthread_mutex_lock(&control_lock);
   omptpy_register_callbacks(rt);
-  if (!omptpy_recording()) omptpy_callbacks_enable(rt, false);
   rt->initialized = 1;
+  consumers_changed_locked();
   pthread_mutex_unlock(&control_lock);
-  if (omptpy_recording()) omptpy_sink_prepare();
+  if (atomic_load(&omptpy_g.sink_on)) omptpy_sink_prepare();
   omptpy_drainer_start();
   return 1;
 }
@@ -123,6 +158,7 @@ static void on_finalize(ompt_data_t *tool_data) {
   pthread_mutex_lock(&control_lock);
   rt->finalized = 1;
   pthread_mutex_unlock(&control_lock);
+  omptpy_tap_shutdown();
   omptpy_drainer_stop();
   omptpy_flush();
   write_stats(true);
@@ -132,6 +168,7 @@ static void on_finalize(ompt_data_t *tool_data) {
  * runtime; records written later are flushed by finalize. */
 __attribute__((destructor)) static void at_unload(void) {
   if (init_rc != 0 || atomic_load(&omptpy_g.nruntimes) == 0) return;
+  omptpy_tap_shutdown();
   omptpy_drainer_stop();
   omptpy_flush();
   write_stats(false);
@@ -190,7 +227,17 @@ OMPTPY_API void omptpy_set_recording(int on) {
   omptpy_recording_set(on);
 }
 
-OMPTPY_API int omptpy_is_recording(void) { return omptpy_recording(); }
+OMPTPY_API int omptpy_is_recording(void) { return atomic_load(&omptpy_g.sink_on); }
+
+/* The process is about to end without exit() (os._exit, a fatal signal):
+ * what finalize would have written, written now. */
+OMPTPY_API void omptpy_finish(void) {
+  if (init_rc != 0 || atomic_load(&omptpy_g.nruntimes) == 0) return;
+  omptpy_tap_shutdown();
+  omptpy_drainer_stop();
+  omptpy_flush();
+  write_stats(true);
+}
 
 OMPTPY_API void omptpy_flush_all(void) {
   if (init_rc == 0) omptpy_flush();
@@ -231,4 +278,12 @@ OMPTPY_API const char *omptpy_tool_path(void) {
   if (!dladdr(&tool_anchor_, &info) || !info.dli_fname) return NULL;
   snprintf(path, sizeof path, "%s", info.dli_fname);
   return path;
+}
+
+/* ompt_py.control: the tool's side of omp_control_tool, without the runtime
+ * (works before the runtime starts and with several runtimes). */
+OMPTPY_API int omptpy_control_tool(uint64_t command, uint64_t modifier) {
+  pthread_once(&init_once, global_init);
+  if (init_rc != 0) return -2; /* what omp_control_tool answers without a tool */
+  return omptpy_control(command, modifier, NULL, NULL);
 }

@@ -1,0 +1,252 @@
+"""Tool control and user-code regions: omp_control_tool from C (an extension,
+tests/programs/handlers/scripting_ext.c) and ompt_py.control from Python, and
+region markers (ompt_py.region; omptpy_region.h from C, with and without
+Python) in traces and in handlers.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import EV, clean_env, n_of, run_python, run_with_tool, select
+
+import ompt_py
+
+pytestmark = pytest.mark.needs_clang
+
+PROLOGUE = """
+import json, sys, threading, time
+import numpy as np
+import ompt_py
+import ompt_work_ext as w
+import scripting_ext as s
+"""
+START, PAUSE, FLUSH = 1, 2, 3
+REGION = 101
+
+
+def run(code: str, omp_ext, scripting, env: dict | None = None):
+    r = run_python(PROLOGUE + code, env, path=[omp_ext, scripting.ext])
+    return json.loads(r.stdout.strip().splitlines()[-1]), r
+
+
+def test_omp_control_tool_from_a_c_extension(omp_ext, scripting, tmp_path):
+    path = tmp_path / "t.parquet"
+    out, _ = run(f"""
+controls, begins = [], []
+ompt_py.on("control_tool", controls.append)
+ompt_py.on("parallel_begin", lambda ev: begins.append(len(ev)))
+with ompt_py.trace() as t:
+    w.parallel(1)
+    results = s.pause_resume()     # region, pause, region, start, region, flush: in C
+    tool = s.control(64, 7, True)  # a tool-specific command with an argument
+    reserved = s.control(5, 0)     # reserved by OpenMP: ignored
+    w.parallel(1)
+assert ompt_py.drain_handlers()
+t.save({str(path)!r})
+c = np.concatenate(controls)
+arg = c["u32a"].astype(np.uint64) | c["u32b"].astype(np.uint64) << np.uint64(32)
+handled = [[int(a), int(b), int(g)] for a, b, g in zip(c["u64a"], c["u64b"], arg)]
+print(json.dumps({{"results": results, "tool": tool, "reserved": reserved, "handled": handled,
+                  "begins": sum(begins), "arg": s.control_arg()}}))
+""", omp_ext, scripting)
+    assert out["results"] == [0, 0, 0]  # omp_control_tool_success
+    assert out["tool"] == 0 and out["reserved"] == 1  # success; omp_control_tool_ignored
+    t = ompt_py.load(path)
+    # 1 + 3 - 1 + 1 regions: the one between pause and start is not in the trace
+    assert n_of(t.events, "parallel_begin") == 4
+    c = select(t.events, "control_tool")
+    assert c["u64a"].tolist() == [PAUSE, START, FLUSH, 64, 5]
+    assert c["u64b"].tolist() == [0, 0, 0, 7, 0]
+    assert all(cp != 0 for cp in c["codeptr"].tolist())  # return addresses in the extension
+    # handlers are not paused: they got every region and every command
+    assert out["begins"] == 5
+    assert out["handled"] == [[PAUSE, 0, 0], [START, 0, 0], [FLUSH, 0, 0], [64, 7, out["arg"]],
+                              [5, 0, 0]]
+
+
+def test_control_from_python(omp_ext, scripting, tmp_path):
+    path = tmp_path / "t.parquet"
+    out, _ = run(f"""
+errors = {{}}
+for name, args in [("name", ("resume",)), ("reserved", (5,)), ("negative", (-1,)),
+                   ("modifier", ("flush", -1)), ("type", (1.5,))]:
+    try:
+        ompt_py.control(*args)
+        errors[name] = None
+    except (ValueError, TypeError) as e:
+        errors[name] = f"{{type(e).__name__}}: {{e}}"
+before = ompt_py.control("pause")       # no trace, no runtime started yet: still fine
+with ompt_py.trace() as t:
+    w.parallel(1)
+    paused = ompt_py.control("pause")
+    w.parallel(2)
+    started = ompt_py.control("start")
+    w.parallel(3)
+    flushed = ompt_py.control("flush")
+    mine = ompt_py.control(99, 12)
+t.save({str(path)!r})
+print(json.dumps({{"errors": errors, "results": [before, paused, started, flushed, mine]}}))
+""", omp_ext, scripting)
+    assert out["results"] == [0, 0, 0, 0, 0]
+    errors = out["errors"]
+    assert "resume" in errors["name"] and "start" in errors["name"] and "pause" in errors["name"]
+    assert "reserved" in errors["reserved"] and "64" in errors["reserved"]
+    assert errors["negative"].startswith("ValueError")
+    assert errors["modifier"].startswith("ValueError")
+    assert errors["type"].startswith("TypeError")
+    t = ompt_py.load(path)
+    assert n_of(t.events, "parallel_begin") == 4
+    c = select(t.events, "control_tool")
+    assert c["u64a"].tolist() == [PAUSE, START, FLUSH, 99]
+    assert c["u64b"].tolist() == [0, 0, 0, 12]
+    assert c["codeptr"].tolist() == [0, 0, 0, 0]  # from Python
+
+
+def test_region_markers_nest(omp_ext, scripting, tmp_path):
+    path = tmp_path / "t.parquet"
+    out, _ = run(f"""
+handled = []
+ompt_py.on("region", handled.append)
+
+@ompt_py.region("deco")
+def work():
+    w.parallel(1)
+
+with ompt_py.trace() as t:
+    with ompt_py.region("outer"):
+        with ompt_py.region("inner"):
+            w.parallel(1)
+        work()
+    work()
+    s.c_regions(2)
+    worker = threading.Thread(target=lambda: ompt_py.region("py_thread").__enter__().__exit__())
+    worker.start()
+    worker.join()
+assert ompt_py.drain_handlers()
+t.save({str(path)!r})
+ev = np.concatenate(handled)
+print(json.dumps({{"handled": len(ev), "names": ompt_py.region_names(),
+                  "trace_markers": int((t.events["event"] == {REGION}).sum())}}))
+""", omp_ext, scripting)
+    t = ompt_py.load(path)
+    regions = t.user_regions()
+    assert regions.attrs["unmatched_begins"] == regions.attrs["unmatched_ends"] == 0
+    names = t.meta["processes"][0]["region_names"]
+    assert set(names) == {"outer", "inner", "deco", "c_outer", "c_inner", "c_leaf", "py_thread"}
+    assert names == out["names"]
+    assert out["handled"] == out["trace_markers"] == 2 * len(regions)
+    by = {n: g for n, g in regions.groupby("name")}
+    assert len(by["outer"]) == 1 and by["outer"]["level"].tolist() == [0]
+    assert by["inner"]["parent"].tolist() == ["outer"] and by["inner"]["level"].tolist() == [1]
+    deco = by["deco"].sort_values("begin_ns")
+    assert deco["level"].tolist() == [1, 0]
+    assert deco["parent"].iloc[0] == "outer" and deco["parent"].isna().tolist() == [False, True]
+    assert len(by["c_outer"]) == 2 and set(by["c_outer"]["level"]) == {0}
+    main = int(by["outer"]["thread"].iloc[0])
+    inner = by["c_inner"]
+    assert len(inner) == 4  # 2 calls x 2 threads
+    on_main = inner[inner["thread"] == main]
+    assert on_main["parent"].tolist() == ["c_outer"] * 2 and set(on_main["level"]) == {1}
+    on_worker = inner[inner["thread"] != main]
+    assert len(on_worker) == 2 and set(on_worker["level"]) == {0}
+    assert on_worker["parent"].isna().all()
+    leaf = by["c_leaf"]
+    assert leaf["parent"].tolist() == ["c_inner"] * 4
+    assert (leaf["level"] == np.where(leaf["thread"] == main, 2, 1)).all()
+    # children lie inside their parents, on the same thread
+    ids = regions.set_index("id")
+    for _, row in regions[regions["parent_id"].notna()].iterrows():
+        parent = ids.loc[int(row["parent_id"])]
+        assert parent["thread"] == row["thread"]
+        assert parent["begin_ns"] <= row["begin_ns"] <= row["end_ns"] <= parent["end_ns"]
+    assert (regions["duration_ns"] == regions["end_ns"] - regions["begin_ns"]).all()
+    assert (regions["duration_ns"] >= 0).all()
+    assert len(by["py_thread"]) == 1 and int(by["py_thread"]["thread"].iloc[0]) != main
+    # a region around OpenMP work lasts at least as long as its parallel region
+    pr = t.parallel_regions()
+    first = pr.sort_values("begin_ns").iloc[0]
+    assert by["inner"]["begin_ns"].iloc[0] <= first["begin_ns"]
+    assert first["end_ns"] <= by["inner"]["end_ns"].iloc[0]
+
+
+def test_regions_cost_nothing_when_nothing_records(omp_ext, scripting):
+    out, _ = run("""
+with ompt_py.region("unrecorded"):
+    w.parallel(1)
+s.c_regions(1)
+stats = json.loads(ompt_py._core.stats())
+print(json.dumps({"names": ompt_py.region_names(), "threads": len(stats["threads"])}))
+""", omp_ext, scripting)
+    assert out["names"] == []  # not even interned
+    # only the runtime's threads have buffers: the markers attached nothing
+    assert out["threads"] == 2
+
+
+def test_python_thread_that_marked_regions_gives_its_buffer_back(omp_ext, scripting):
+    out, _ = run("""
+ompt_py.on("region", lambda ev: None)
+def mark():
+    with ompt_py.region("t"):
+        pass
+for _ in range(5):
+    th = threading.Thread(target=mark)
+    th.start()
+    th.join()
+w.parallel(1)          # threads that ended are retired when the next one attaches
+time.sleep(0.1)
+ompt_py._core.flush()
+stats = json.loads(ompt_py._core.stats())
+print(json.dumps({"threads": stats["threads"], "buffer_bytes": stats["buffer_bytes"]}))
+""", omp_ext, scripting)
+    marked = [th for th in out["threads"] if th["type"] == 4]  # ompt_thread_unknown
+    assert len(marked) == 5
+    assert not any(th["live"] for th in marked)
+
+
+def test_region_header_in_a_program_without_python(scripting, tmp_path):
+    plain = subprocess.run([scripting.regions_prog, "3"], env=clean_env(), capture_output=True,
+                           text=True, timeout=60)
+    assert plain.returncode == 0 and plain.stdout.strip() == "done 3"  # no tool: no-ops
+    out = tmp_path / "raw"
+    r = run_with_tool([scripting.regions_prog, "3"], out)
+    assert r.returncode == 0 and r.stdout.strip() == "done 3", r.stderr
+    t = ompt_py.load(out)
+    assert t.meta["processes"][0]["region_names"] == ["main", "work"]
+    regions = t.user_regions()
+    assert regions.attrs["unmatched_begins"] == regions.attrs["unmatched_ends"] == 0
+    by = {n: g for n, g in regions.groupby("name")}
+    assert len(by["main"]) == 1 and len(by["work"]) == 6
+    main_thread = int(by["main"]["thread"].iloc[0])
+    work = by["work"]
+    assert (work["level"] == np.where(work["thread"] == main_thread, 1, 0)).all()
+    assert work.loc[work["thread"] == main_thread, "parent"].tolist() == ["main"] * 3
+    marks = t.events[t.events["event"] == REGION]
+    assert len(marks) == 14 and set(marks["codeptr"].tolist()) != {0}
+    assert EV["parallel_begin"] in set(t.events["event"].tolist())
+
+
+def test_user_regions_pairing_rules():
+    """Pairing without a program: ends close the innermost open region of their
+    name (id 0: the innermost one); the rest is counted, not paired wrongly."""
+    from ompt_py._records import EVENT_DTYPE
+    from ompt_py.regions import user_regions
+
+    # thread 0: a(1) b(2) end(b) end(a) ; end(a) without begin ; c(3) d(4) end(c): d unmatched
+    # thread 1: a(1) end(NULL)
+    rows = [(0, 1, 1, 10), (0, 1, 2, 20), (0, 2, 2, 30), (0, 2, 1, 40), (0, 2, 1, 50),
+            (0, 1, 3, 60), (0, 1, 4, 70), (0, 2, 3, 80), (1, 1, 1, 15), (1, 2, 0, 25)]
+    ev = np.zeros(len(rows), EVENT_DTYPE)
+    ev["event"] = REGION
+    ev["thread"], ev["endpoint"], ev["u64a"], ev["time_ns"] = zip(*rows)
+    meta = {"processes": [{"pid": 9, "region_names": ["a", "b", "c", "d"]}]}
+    t = user_regions(ev[::-1].copy(), np.full(len(rows), 9, np.int32), meta)
+    assert t.attrs == {"unmatched_begins": 1, "unmatched_ends": 1}
+    got = [(r.thread, r.name, r.level, None if pd.isna(r.parent) else r.parent, r.begin_ns,
+            r.duration_ns) for r in t.itertuples()]
+    assert got == [(0, "a", 0, None, 10, 30), (1, "a", 0, None, 15, 10),
+                   (0, "b", 1, "a", 20, 10), (0, "c", 0, None, 60, 20)]
