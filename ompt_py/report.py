@@ -128,3 +128,38 @@ def render(trace: Trace, top: int = 10) -> str:
         })
     out.write(_table(rows))
     return out.getvalue()
+
+
+_HTML_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { padding: 0.2em 0.8em; text-align: right; border-bottom: 1px solid #ddd; }
+th { background: #f2f2f2; }
+img { max-width: 100%; }
+"""
+
+
+def render_html(trace: Trace, top: int = 10, title: str = "") -> str:
+    """One self-contained HTML page: the processes, the summary tables
+    (ompt_py.metrics.Summary) and the plots as embedded PNG images."""
+    import html
+
+    from . import metrics, plots
+
+    def image(fig: plots.Figure) -> str:
+        return f"<img src='{plots.png_data_uri(fig)}'>"
+
+    summary = metrics.summary(trace, top=top)
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
+             f"<title>ompt-py report {html.escape(title)}</title><style>{_HTML_STYLE}</style>"
+             f"</head><body><h1>ompt-py report {html.escape(title)}</h1>",
+             "<h2>Processes</h2>", metrics.processes(trace).to_html(index=False, border=0),
+             "<h2>Summary</h2>", summary._repr_html_()]
+    if len(trace):
+        parts += ["<h2>Timeline and thread states</h2>", image(plots.overview(trace))]
+    if summary.regions is not None and len(summary.regions):
+        parts += ["<h2>Load imbalance</h2>", image(plots.imbalance(trace, top=top))]
+    if summary.tasks is not None:
+        parts += ["<h2>Task durations</h2>", image(plots.task_durations(trace))]
+    parts.append("</body></html>\n")
+    return "\n".join(parts)

@@ -1,0 +1,292 @@
+"""Plots of a trace with matplotlib: a per-thread timeline, each thread's time per
+state, the task duration histogram and the imbalance of parallel regions.
+
+Each function draws into ``ax`` when one is given, else into a new Figure made
+without pyplot (no global state: safe in scripts, servers and on Agg), and
+returns the Figure.  matplotlib is imported when a plot is made.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import sys
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from . import metrics
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from .trace import Trace
+
+#: Colours of the states (also used for the timeline's waits).
+STATE_COLOURS = {"busy": "#55a868", "barrier_wait": "#c44e52", "sync_wait": "#e377c2",
+                 "lock_wait": "#8172b2", "idle": "#dddddd"}
+_WORK_COLOURS = {"loop_static": "#4c72b0", "loop_dynamic": "#64b5cd", "loop_guided": "#2a4d80",
+                 "loop": "#4c72b0", "sections": "#8c8cd9", "single_executor": "#ccb974",
+                 "single_other": "#e8dcae"}
+_OTHER_WORK = "#9fb6cd"
+# Timeline layers: (label, colour, bottom and top of the bar within a thread's lane).
+_REGION = ("parallel region", "#d9d9d9", -0.45, 0.45)
+_TASK = ("explicit task", "#dd8452", -0.2, 0.2)
+_WAITS = {"barrier": ("barrier wait", STATE_COLOURS["barrier_wait"]),
+          "sync": ("taskwait/taskgroup wait", STATE_COLOURS["sync_wait"]),
+          "lock": ("lock/critical wait", STATE_COLOURS["lock_wait"])}
+_HELD = ("lock/critical held", "#4d4d4d", 0.32, 0.45)
+_WORK_SPAN = (-0.32, 0.32)
+
+
+def _new_figure(width: float, height: float) -> Figure:
+    from matplotlib.figure import Figure
+
+    display_in_ipython()
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def display_in_ipython() -> None:
+    """In IPython (Jupyter), show the Figures these functions return as images.
+
+    IPython shows a Figure as an image only once matplotlib's inline backend was
+    activated (by pyplot drawing, or %matplotlib inline); before that, as text.
+    This registers what %matplotlib inline registers, unless some format is set.
+    """
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None or not hasattr(shell, "display_formatter"):
+        return
+    from IPython.core.pylabtools import select_figure_formats
+    from matplotlib.figure import Figure
+
+    if not any(Figure in f.type_printers for f in shell.display_formatter.formatters.values()):
+        select_figure_formats(shell, {"png"})
+
+
+def _axes(ax: Axes | None, width: float, height: float) -> tuple[Figure, Axes]:
+    if ax is not None:
+        return ax.figure, ax
+    fig = _new_figure(width, height)
+    return fig, fig.add_subplot()
+
+
+def _lane_labels(keys: np.ndarray) -> list[str]:
+    pid, thread = metrics._key_pid_thread(keys)
+    several = len(np.unique(pid)) > 1
+    return [f"pid {p} thread {t}" if several else f"thread {t}"
+            for p, t in zip(pid.tolist(), thread.tolist())]
+
+
+def _select_threads(trace: Trace, threads: Any) -> np.ndarray:
+    keys = metrics._threads(trace)
+    if threads is None:
+        return keys
+    pid, thread = metrics._key_pid_thread(keys)
+    wanted = np.zeros(len(keys), dtype=bool)
+    for t in threads:
+        if isinstance(t, tuple):
+            wanted |= (pid == t[0]) & (thread == t[1])
+        else:
+            wanted |= thread == int(t)
+    if not wanted.any():
+        raise ValueError(f"threads={threads!r}: none of them is in the trace (threads: "
+                         f"{sorted(set(thread.tolist()))}); give thread numbers or "
+                         "(pid, thread) pairs")
+    return keys[wanted]
+
+
+def timeline_intervals(trace: Trace) -> pd.DataFrame:
+    """What the timeline draws, one row per interval: thread key (pid << 32 |
+    thread), begin_ns, end_ns, label, colour, bottom, top (within the lane), layer
+    (drawing order: regions, work, waits, tasks, locks held)."""
+    return trace._cached("plots.timeline", lambda df: _timeline_intervals(trace))
+
+
+def _timeline_intervals(trace: Trace) -> pd.DataFrame:
+    implicit = metrics._in_regions(metrics.intervals(trace, "implicit"))
+    work = metrics._work(trace)
+    waits = metrics.intervals(trace, "waits")
+    mutex = metrics._mutex(trace)
+    pieces = metrics._pieces(trace)
+    parts: list[pd.DataFrame] = []
+
+    def add(layer: int, t: pd.DataFrame, begin: str, end: str, label: Any, colour: Any,
+            bottom: float, top: float) -> None:
+        parts.append(pd.DataFrame({
+            "key": metrics._thread_key(t["pid"], t["thread"]),
+            "begin_ns": metrics._int(t[begin]), "end_ns": metrics._int(t[end]),
+            "label": label, "colour": colour, "bottom": bottom, "top": top, "layer": layer}))
+
+    add(0, implicit, "begin_ns", "end_ns", *_REGION)
+    kinds = work["kind_raw"].astype(str)
+    add(1, work, "begin_ns", "end_ns", ("work: " + kinds).to_numpy(),
+        kinds.map(_WORK_COLOURS).fillna(_OTHER_WORK).to_numpy(), *_WORK_SPAN)
+    barrier = waits["kind"].astype(str).str.startswith("barrier").to_numpy()
+    for which, rows in (("barrier", waits[barrier]), ("sync", waits[~barrier])):
+        add(2, rows, "begin_ns", "end_ns", *_WAITS[which], *_WORK_SPAN)
+    if len(mutex):
+        add(2, mutex.dropna(subset=["acquire_ns", "acquired_ns"]), "acquire_ns", "acquired_ns",
+            *_WAITS["lock"], *_WORK_SPAN)
+        add(4, mutex.dropna(subset=["acquired_ns", "released_ns"]), "acquired_ns",
+            "released_ns", *_HELD)
+    add(3, pieces, "begin_ns", "end_ns", *_TASK)
+    return pd.concat(parts, ignore_index=True)
+
+
+def _merge_small(iv: pd.DataFrame, resolution: float) -> pd.DataFrame:
+    """Intervals of one lane and label closer than ``resolution`` become one, and each
+    is at least that wide: what a screen or a PNG can show anyway."""
+    if iv.empty:
+        return iv
+    iv = iv.sort_values(["key", "label", "begin_ns"], kind="stable").reset_index(drop=True)
+    group = iv.groupby(["key", "label"], sort=False).ngroup().to_numpy()
+    reach = iv.groupby(group)["end_ns"].cummax().to_numpy()
+    new = np.ones(len(iv), dtype=bool)
+    new[1:] = (group[1:] != group[:-1]) | (iv["begin_ns"].to_numpy()[1:] > reach[:-1] + resolution)
+    block = np.cumsum(new) - 1
+    out = iv[new].reset_index(drop=True)
+    out["end_ns"] = pd.Series(reach).groupby(block).max().to_numpy()
+    out["end_ns"] = np.maximum(out["end_ns"], out["begin_ns"] + resolution)
+    return out
+
+
+def timeline(trace: Trace, start_ns: int | None = None, end_ns: int | None = None,
+             threads: Any = None, ax: Axes | None = None) -> Figure:
+    """One lane per thread: parallel regions (grey), work-sharing constructs (by
+    kind), waits at barriers, in taskwait/taskgroup and for locks, explicit tasks
+    (on top: a task run inside a barrier shows over the wait) and critical
+    sections held (thin strip).  ``start_ns``/``end_ns``: the window (nanoseconds
+    from the trace start); ``threads``: thread numbers or (pid, thread) pairs.
+    Intervals closer than a pixel are drawn as one, so 10^6 intervals stay quick."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Patch
+
+    lanes = _select_threads(trace, threads) if len(trace) else np.empty(0, np.int64)
+    fig, ax = _axes(ax, 12, 1.2 + 0.45 * max(len(lanes), 1))
+    t = trace.events["time_ns"]
+    lo = int(t.min()) if start_ns is None and len(t) else int(start_ns or 0)
+    hi = int(t.max()) if end_ns is None and len(t) else int(end_ns or lo + 1)
+    if hi <= lo:
+        raise ValueError(f"the window [{start_ns}, {end_ns}] is empty: end_ns must be after "
+                         "start_ns")
+    iv = timeline_intervals(trace) if len(lanes) else pd.DataFrame()
+    if len(iv):
+        iv = iv[iv["key"].isin(lanes) & (iv["end_ns"] >= lo) & (iv["begin_ns"] <= hi)]
+        iv = iv.assign(begin_ns=iv["begin_ns"].clip(lower=lo), end_ns=iv["end_ns"].clip(upper=hi))
+        pixels = max(ax.bbox.width, 100.0)
+        iv = _merge_small(iv, (hi - lo) / pixels)
+    ax.set_xlim(lo / 1e6, hi / 1e6)
+    ax.set_ylim(-0.6, len(lanes) - 0.4)
+    ax.set_yticks(range(len(lanes)), _lane_labels(lanes))
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the trace start (ms)")
+    ax.set_title("Timeline")
+    if not len(iv):
+        ax.text(0.5, 0.5, "no parallel regions, tasks or waits here", transform=ax.transAxes,
+                ha="center", va="center")
+        return fig
+    iv = iv.sort_values("layer", kind="stable")  # later rows are drawn on top
+    lane = np.searchsorted(lanes, iv["key"].to_numpy())
+    x0, x1 = iv["begin_ns"].to_numpy() / 1e6, iv["end_ns"].to_numpy() / 1e6
+    y0, y1 = lane + iv["bottom"].to_numpy(), lane + iv["top"].to_numpy()
+    verts = np.stack([np.column_stack(p) for p in ((x0, y0), (x0, y1), (x1, y1), (x1, y0))],
+                     axis=1)
+    ax.add_collection(PolyCollection(verts, facecolors=iv["colour"].to_numpy(), linewidths=0,
+                                     antialiased=False))
+    shown = iv.drop_duplicates("label")
+    ax.legend(handles=[Patch(color=c, label=lbl) for lbl, c in zip(shown["label"],
+                                                                    shown["colour"])],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+    return fig
+
+
+def states(trace: Trace, ax: Axes | None = None) -> Figure:
+    """Stacked bars: each thread's time busy, waiting (barrier, taskwait/taskgroup,
+    lock) and idle over the whole trace (see metrics.thread_totals)."""
+    totals = metrics.thread_totals(trace)
+    fig, ax = _axes(ax, 10, 1.2 + 0.4 * max(len(totals), 1))
+    keys = metrics._thread_key(totals["pid"], totals["thread"])
+    y = np.arange(len(totals))
+    left = np.zeros(len(totals))
+    for column in metrics.STATE_COLUMNS:
+        state = column[:-3]
+        ms = totals[column].to_numpy(np.float64) / 1e6
+        ax.barh(y, ms, left=left, color=STATE_COLOURS[state], label=state.replace("_", " "))
+        left += ms
+    ax.set_yticks(y, _lane_labels(keys))
+    ax.invert_yaxis()
+    ax.set_xlabel("time (ms)")
+    ax.set_title("Time per thread and state")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+    return fig
+
+
+def task_durations(trace: Trace, ax: Axes | None = None) -> Figure:
+    """Histogram of explicit task durations on log bins (metrics.task_granularity),
+    with the estimated creation overhead in the title."""
+    hist = metrics.task_granularity(trace)
+    fig, ax = _axes(ax, 8, 4)
+    ax.bar(hist["lo_ns"] / 1e3, hist["tasks"], width=(hist["hi_ns"] - hist["lo_ns"]) / 1e3,
+           align="edge", color=_TASK[1], edgecolor="white")
+    ax.set_xscale("log")
+    ax.set_xlabel("task duration (us, own work: without waiting in its taskwait)")
+    ax.set_ylabel("tasks")
+    a = hist.attrs
+    share = a["creation_overhead_share"]
+    ax.set_title(f"{a['ran']:,} explicit tasks, median {metrics.format_ns(a['median_busy_ns'])}; "
+                 f"creation overhead {'-' if np.isnan(share) else f'{100 * share:.1f} %'}")
+    return fig
+
+
+def imbalance(trace: Trace, ax: Axes | None = None, top: int = 10) -> Figure:
+    """For the ``top`` parallel regions that lost the most time to imbalance: each
+    thread's busy time and its waits (barrier, taskwait/taskgroup, lock), with the
+    region's imbalance (max over mean busy time) and time lost."""
+    regions = metrics.imbalance(trace).dropna(subset=["lost_ns"])
+    regions = regions.sort_values("lost_ns", ascending=False).head(top).reset_index(drop=True)
+    per = metrics.imbalance(trace, per_thread=True)
+    rows = regions[["pid", "parallel_id"]].reset_index(names="rank").merge(
+        per, on=["pid", "parallel_id"]).sort_values(["rank", "thread"])
+    fig, ax = _axes(ax, 10, 1.5 + 0.3 * max(len(rows), 1))
+    if rows.empty:
+        ax.text(0.5, 0.5, "no parallel regions", transform=ax.transAxes, ha="center",
+                va="center")
+        return fig
+    y = rows["rank"].to_numpy() * 0.5 + np.arange(len(rows))  # a gap between regions
+    left = np.zeros(len(rows))
+    for state in metrics.STATES:
+        ms = rows[f"{state}_ns"].to_numpy(np.float64) / 1e6
+        ax.barh(y, ms, left=left, color=STATE_COLOURS[state], label=state.replace("_", " "))
+        left += ms
+    ax.set_yticks(y, [f"thread {t}" for t in rows["thread"]], fontsize="small")
+    for r in regions.itertuples():
+        at = y[rows["rank"].to_numpy() == r.Index]
+        where = r.location if isinstance(r.location, str) else f"region {r.parallel_id}"
+        ax.annotate(f"{where}: {r.imbalance:.2f}x, {metrics.format_ns(r.lost_ns)} lost",
+                    xy=(0, at.min() - 0.45), fontsize="small", va="bottom",
+                    annotation_clip=False)
+    ax.invert_yaxis()
+    ax.set_xlabel("time in the region's implicit task (ms)")
+    ax.set_title("Load imbalance: regions that lost the most time")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+    return fig
+
+
+def png_data_uri(fig: Figure, dpi: int = 100) -> str:
+    """The figure as a PNG ``data:`` URI, for self-contained HTML."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def overview(trace: Trace, start_ns: int | None = None, end_ns: int | None = None) -> Figure:
+    """The timeline above the per-thread state breakdown, in one Figure."""
+    lanes = max(len(metrics._threads(trace)), 1)
+    fig = _new_figure(13, 2.5 + 0.8 * lanes)
+    top, bottom = fig.subplots(2, 1, height_ratios=[2, 1])
+    timeline(trace, start_ns=start_ns, end_ns=end_ns, ax=top)
+    states(trace, ax=bottom)
+    return fig
