@@ -12,25 +12,59 @@ line of the program): the runtime looks for tools only once, when it starts.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import doctor
 from ._attach import TOOL_PATH, RuntimeInfo, runtime_info, status
 from ._runtime import mapped_runtimes
-from .errors import AttachError, ConfigError, OmptPyError, TraceFileError
+from .control import control
+from .errors import (
+    AttachError,
+    ConfigError,
+    HandlerWarning,
+    MissingEventsError,
+    NativeHandlerError,
+    OmptPyError,
+    TraceFileError,
+)
+from .handlers import Handler, active_handlers, off, on
+from .handlers import drain as drain_handlers
+from .handlers import stats as handler_stats
+from .native import NativeHandler, include_dir, native_handler
+from .regions import region, region_names
 from .trace import Trace, load, trace
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AttachError",
     "ConfigError",
+    "Handler",
+    "HandlerWarning",
+    "MissingEventsError",
+    "NativeHandler",
+    "NativeHandlerError",
     "OmptPyError",
     "RuntimeInfo",
     "Trace",
     "TraceFileError",
     "__version__",
+    "active_handlers",
+    "control",
     "doctor",
+    "drain_handlers",
+    "handler_stats",
+    "include_dir",
     "load",
     "mapped_runtimes",
+    "native_handler",
+    "off",
+    "on",
+    "region",
+    "region_names",
     "runtime_info",
     "status",
     "tool_path",
@@ -41,3 +75,10 @@ __all__ = [
 def tool_path() -> str:
     """Absolute path of the C tool (libomptpy.so), for OMP_TOOL_LIBRARIES."""
     return TOOL_PATH
+
+
+def load_ipython_extension(ipython: InteractiveShell) -> None:
+    """``%load_ext ompt_py``: the ``%%ompt`` cell magic (ompt_py.magic; needs IPython)."""
+    from .magic import load_ipython_extension as load
+
+    load(ipython)

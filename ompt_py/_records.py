@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 RECORD_SIZE = 64
 
 # (field, numpy type) in the order of struct omptpy_record.
@@ -108,6 +108,7 @@ EVENTS: dict[int, str] = {
     36: "target_map_emi",
     37: "error",
     100: "sample",  # ompt-py's own: a state sample (OMPTPY_SAMPLE_HZ)
+    101: "region",  # ompt-py's own: a user-code region marker (ompt_py.region, omptpy_region.h)
 }
 
 #: ompt_state_t (OpenMP 5.2, 19.4.4.27): what a sampled thread was doing.
@@ -135,6 +136,19 @@ STATES: dict[int, str] = {
     0x100: "idle",
     0x101: "overhead",
     0x102: "undefined",
+}
+#: One vocabulary for sampled states across runtime versions, as NORMALISED is
+#: for kinds: libomp 14 and 16 report a wait at the barrier that ends a
+#: parallel region as `wait_barrier_implicit` and every other barrier wait
+#: (explicit, end of a worksharing construct) as `wait_barrier`; libomp 19
+#: tells them apart.  `Trace.samples()["state"]` holds these names,
+#: `["state_raw"]` the runtime's own.
+NORMALISED_STATES: dict[str, str] = {
+    "wait_barrier_implicit_parallel": "wait_barrier_implicit",
+    "wait_barrier_implicit_workshare": "wait_barrier",
+    "wait_barrier_explicit": "wait_barrier",
+    "wait_barrier_implementation": "wait_barrier",
+    "wait_barrier_teams": "wait_barrier",
 }
 EVENT_CODES: dict[str, int] = {name: code for code, name in EVENTS.items()}
 
@@ -314,3 +328,47 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 #: Argument columns holding a C int (device numbers: -1 is the host, or none).
 SIGNED_COLUMNS = frozenset({"device_num", "src_device", "dest_device"})
+
+
+# ---- task frames (task_create, sample): see "Frames" in csrc/omptpy.h ----------------
+
+FRAME_EXIT, FRAME_ENTER = 0x01, 0x02
+#: Columns of Trace.to_pandas() holding task frames, and the events that have them.
+FRAME_COLUMNS = ("exit_frame", "enter_frame", "exit_frame_flags", "enter_frame_flags")
+FRAME_EVENTS = ("task_create", "sample")
+
+
+def _frame_flags(bits3: np.ndarray) -> np.ndarray:
+    """3-bit packed frame flags -> ompt_frame_flag_t (application bit, address kind << 4)."""
+    return ((bits3 & 1) | ((bits3 >> 1) & 3) << 4).astype(np.uint8)
+
+
+def decode_frames(codes: np.ndarray, field: dict[str, np.ndarray]
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The frame columns of records (``field``: their raw fields by name, ``codes``
+    their event numbers) as {column: (values, missing)}.
+
+    task_create carries the encountering task's frame (exit frame in u64b,
+    enter frame in parallel_id), a sample the innermost task's (the exit
+    frame, else the enter frame, in u64b; the enter frame's distance below the
+    exit frame in u32b); the kind byte says which are present and their flags.
+    Records of version 1 have kind 0 there: no frames.
+    """
+    is_create = codes == EVENT_CODES["task_create"]
+    is_sample = codes == EVENT_CODES["sample"]
+    bits = np.where(is_create | is_sample, field["kind"], 0).astype(np.uint8)
+    has_exit = (bits & FRAME_EXIT) != 0
+    has_enter = (bits & FRAME_ENTER) != 0
+    primary = field["u64b"]
+    exit_frame = np.where(has_exit, primary, 0).astype(np.uint64)
+    below = field["u32b"].view(np.int32).astype(np.int64)
+    from_sample = np.where(has_exit, primary - below.astype(np.uint64), primary)
+    enter_frame = np.where(is_create, field["parallel_id"], from_sample).astype(np.uint64)
+    unknown = is_sample & has_exit & (below == np.iinfo(np.int32).min)
+    enter_frame = np.where(has_enter & ~unknown, enter_frame, 0).astype(np.uint64)
+    return {
+        "exit_frame": (exit_frame, ~has_exit),
+        "enter_frame": (enter_frame, ~has_enter | unknown),
+        "exit_frame_flags": (_frame_flags(bits >> 2 & 7), ~has_exit),
+        "enter_frame_flags": (_frame_flags(bits >> 5 & 7), ~has_enter),
+    }

@@ -29,6 +29,7 @@ class Intervals:
     table: pd.DataFrame  # one row per matched begin/end: begin_ns, end_ns, duration_ns, ...
     unmatched_begins: int
     unmatched_ends: int
+    open: pd.DataFrame | None = None  # the unmatched begins (columns of table, no end)
 
 
 def _segments(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -81,15 +82,20 @@ def _pair(rows: pd.DataFrame, keys: list[str]) -> Intervals:
     ends_rank = ends - block_start[block[ends]] - begins_in_block[block[ends]]
     begins = block_start[block[ends]] + ends_rank
     begin_rows, end_rows = keep[by[begins]], keep[by[ends]]
+    matched = np.zeros(len(by), dtype=bool)
+    matched[begins] = True
+    open_rows = keep[by[bb & ~matched]]
     table = rows.iloc[begin_rows].rename(columns={"time_ns": "begin_ns"}).drop(columns="endpoint")
     table["end_ns"] = rows["time_ns"].to_numpy()[end_rows]
     table["duration_ns"] = table["end_ns"] - table["begin_ns"]
     unmatched_begins = int(is_begin.sum()) - len(ends)
     table = table.sort_values("begin_ns", kind="stable")
+    still_open = rows.iloc[open_rows].rename(columns={"time_ns": "begin_ns"})
     return Intervals(
         table.reset_index(drop=True),
         unmatched_begins=unmatched_begins,
         unmatched_ends=int(orphan.sum()),
+        open=still_open.drop(columns="endpoint").reset_index(drop=True),
     )
 
 
@@ -141,7 +147,8 @@ def implicit_tasks(df: pd.DataFrame, regions: pd.DataFrame | None = None) -> Int
 
 def sync_waits(df: pd.DataFrame, regions: pd.DataFrame | None = None) -> Intervals:
     """Time threads spent waiting in barriers, taskwait and taskgroup (sync_region_wait)."""
-    out = _scoped(df, "sync_region_wait", [*_BASE, "kind_raw"], ["kind", "parallel_id"])
+    out = _scoped(df, "sync_region_wait", [*_BASE, "kind_raw"], ["kind", "parallel_id",
+                                                                  "task_id"])
     if regions is not None:
         _clamp_to_region(out, regions)
     return out
@@ -214,12 +221,15 @@ def thread_time(df: pd.DataFrame, implicit: pd.DataFrame, waits: pd.DataFrame,
     return out.reset_index()
 
 
-def sync_regions(df: pd.DataFrame, regions: pd.DataFrame | None = None) -> Intervals:
+def sync_regions(df: pd.DataFrame, regions: pd.DataFrame | None = None,
+                 waits: pd.DataFrame | None = None) -> Intervals:
     """Barriers, taskwait, taskgroup per thread (sync_region), with the time spent
-    waiting inside each (sync_region_wait) as ``wait_ns``."""
+    waiting inside each (sync_region_wait) as ``wait_ns``; ``waits``: the table
+    of sync_waits(df, regions), if already made."""
     out = _scoped(df, "sync_region", [*_BASE, "kind_raw"], ["kind", "parallel_id", "task_id",
                                                              "codeptr"])
-    waits = sync_waits(df, regions).table
+    if waits is None:
+        waits = sync_waits(df, regions).table
     if regions is not None:
         _clamp_to_region(out, regions)
     t = out.table

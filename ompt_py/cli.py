@@ -16,7 +16,8 @@ Trace what the OpenMP runtime does.
   ompt-py run -o trace.parquet -- ./my_openmp_program args
   ompt-py run -o trace.parquet my_script.py args
   ompt-py run -o trace.parquet -m my_module args
-  ompt-py report trace.parquet
+  ompt-py report trace.parquet [--plot timeline.png] [--html report.html]
+  ompt-py export trace.parquet --format perfetto -o trace.json
   ompt-py doctor [my_script.py args | -m my_module args]
 
 How the tool attaches: LLVM's OpenMP runtime (libomp) looks for a tool once,
@@ -70,6 +71,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
         raise SystemExit(f"ompt-py run: cannot write {args.output}: {out_dir} is not a writable "
                          "directory; create it or choose another -o")
+    if os.path.isdir(args.output) and os.listdir(args.output):
+        raise SystemExit(f"ompt-py run: {args.output} is a directory that is not empty; its "
+                         "traces would be mixed with this one; give an empty or new directory")
     if args.keep_raw and os.path.isdir(args.keep_raw) and os.listdir(args.keep_raw):
         raise SystemExit(f"ompt-py run: --keep-raw {args.keep_raw} is not empty; its files would "
                          "be merged into this trace; give an empty or new directory")
@@ -89,12 +93,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     env["OMP_TOOL_LIBRARIES"] = ":".join([tool_path(), *others])
     env["OMPTPY_OUTPUT"] = os.path.abspath(raw_dir)
     env.pop("OMPTPY_TOOL", None)
+    # Python processes of the command finish their files also when they end
+    # through os._exit or SIGTERM (multiprocessing workers): see _runhook.py.
+    site_dir = tempfile.mkdtemp(prefix="ompt-py-site-")
+    shutil.copyfile(os.path.join(os.path.dirname(__file__), "_runhook.py"),
+                    os.path.join(site_dir, "sitecustomize.py"))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (site_dir, env.get("PYTHONPATH")) if p)
     # The terminal's Ctrl-C reaches the command; we wait for it and still save.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         returncode = subprocess.call(command, env=env)
     finally:
         signal.signal(signal.SIGINT, previous)
+        shutil.rmtree(site_dir, ignore_errors=True)
     if returncode < 0:  # killed by a signal: report it as a shell does
         returncode = 128 - returncode
     try:
@@ -149,15 +160,48 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return subprocess.call([sys.executable, "-c", code])
 
 
-def cmd_report(args: argparse.Namespace) -> int:
-    from .report import render
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export
     from .trace import load
 
-    print(render(load(args.trace), top=args.top), end="")
+    trace = load(args.trace)
+    try:
+        export(trace, args.output, args.format)
+    except OSError as e:
+        print(f"ompt-py export: cannot write {args.output}: {e}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(f"ompt-py: {len(trace):,} events from {len(trace.meta['processes'])} process(es) "
+              f"-> {args.output} ({args.format})", file=sys.stderr)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import render, render_html
+    from .trace import load
+
+    trace = load(args.trace)
+    print(render(trace, top=args.top), end="")
+    try:
+        if args.plot:
+            from .plots import overview
+
+            overview(trace).savefig(args.plot, dpi=100)
+            print(f"ompt-py report: timeline and thread states -> {args.plot}", file=sys.stderr)
+        if args.html:
+            with open(args.html, "w", encoding="utf-8") as f:
+                f.write(render_html(trace, top=args.top, title=os.path.basename(args.trace)))
+            print(f"ompt-py report: HTML report -> {args.html}", file=sys.stderr)
+    except OSError as e:
+        print(f"ompt-py report: cannot write the output ({e}); choose another path",
+              file=sys.stderr)
+        return 1
     return 0
 
 
 def parser() -> argparse.ArgumentParser:
+    from .export import FORMATS
+
     p = argparse.ArgumentParser(
         prog="ompt-py", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
     )
@@ -169,7 +213,8 @@ def parser() -> argparse.ArgumentParser:
         epilog=RUN_EPILOG, formatter_class=argparse.RawTextHelpFormatter,
     )
     run.add_argument("-o", "--output", default="ompt-trace.parquet",
-                     help="trace file to write (Parquet; default: %(default)s)")
+                     help="trace to write: a .parquet file, or a directory for a Parquet "
+                          "dataset partitioned by process (default: %(default)s)")
     run.add_argument("-m", dest="module", metavar="MODULE", help="run a Python module")
     run.add_argument("--buffer-size", metavar="SIZE",
                      help="per-thread buffer bound, e.g. 8M (default), 64M")
@@ -185,12 +230,33 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("target", nargs=argparse.REMAINDER,
                      help="SCRIPT.py [ARGS], or -- COMMAND [ARGS]")
     run.set_defaults(func=cmd_run)
-    rep = sub.add_parser("report", help="print a summary of a trace",
+    rep = sub.add_parser("report", help="print a summary of a trace; plots and HTML report",
                          description="Print counts and times per construct, per parallel "
-                         "region and per thread, and the written/dropped record counts.")
+                         "region and per thread, and the written/dropped record counts. "
+                         "--plot and --html also write the answers: time per construct and "
+                         "source location, thread states, load imbalance per region, task "
+                         "durations, lock contention, and the per-thread timeline.")
     rep.add_argument("trace", help="a trace file (.parquet), raw directory or .omptraw file")
     rep.add_argument("--top", type=int, default=10, help="rows per table (default: %(default)s)")
+    rep.add_argument("--plot", metavar="FILE",
+                     help="write the per-thread timeline and state breakdown as an image "
+                          "(format from the extension: .png, .svg, .pdf)")
+    rep.add_argument("--html", metavar="FILE",
+                     help="write one self-contained HTML report: the summary tables and the "
+                          "plots (embedded PNG)")
     rep.set_defaults(func=cmd_report)
+    exp = sub.add_parser(
+        "export", help="write a trace as Perfetto/Chrome JSON, CSV or Parquet",
+        description="Write a trace for other tools: perfetto (JSON Trace Event Format for "
+        "ui.perfetto.dev and chrome://tracing: a track per thread, nested slices, task "
+        "flows, a threads-waiting counter), csv (one row per event), parquet (a .parquet "
+        "file, or a directory: a dataset partitioned by process, pid=N/part-0.parquet).")
+    exp.add_argument("trace", help="a trace file (.parquet), dataset or raw directory, or "
+                     ".omptraw file")
+    exp.add_argument("--format", required=True, choices=FORMATS, help="what to write")
+    exp.add_argument("-o", "--output", required=True, help="the file (or dataset directory)")
+    exp.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+    exp.set_defaults(func=cmd_export)
     doc = sub.add_parser(
         "doctor", help="tell which OpenMP runtimes a program uses and why it is not traced",
         description="Without a target: this installation (tool, bundled and system libomp). "

@@ -17,3 +17,19 @@ class AttachError(OmptPyError, RuntimeError):
 
 class TraceFileError(OmptPyError, OSError):
     """A trace file is missing, truncated, corrupt or of an unknown format."""
+
+
+class MissingEventsError(OmptPyError, ValueError):
+    """An analysis needs events that the trace lacks (``missing`` names them)."""
+
+    def __init__(self, message: str, missing: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+class NativeHandlerError(OmptPyError, RuntimeError):
+    """A native handler's C source did not compile or does not define its function."""
+
+
+class HandlerWarning(RuntimeWarning):
+    """Events for handlers were dropped: the handlers fell behind and their queue was full."""

@@ -10,29 +10,33 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import glob
 import json
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from . import _attach, _core, analysis, rawfile, symbols
+from . import _attach, _core, analysis, metrics, rawfile, symbols
 from ._records import (
     ARGUMENT_COLUMNS,
     ENDPOINTS,
     EVENT_CODES,
     EVENT_DTYPE,
     EVENTS,
+    FRAME_COLUMNS,
+    FRAME_EVENTS,
     KIND_NAMES,
     NORMALISED,
+    NORMALISED_STATES,
     RAW_DTYPE,
-    RAW_FIELDS,
     SIGNED_COLUMNS,
     STATES,
     THREAD_TYPES,
+    decode_frames,
 )
 from .errors import OmptPyError, TraceFileError
 
@@ -96,6 +100,8 @@ def _process_entry(meta: dict, last_stats: dict | None, threads: list[dict], **e
         "declined": meta["declined"],
         "record_version": meta["record_version"],
     }
+    rank = meta.get("rank", -1)  # -1: no launcher rank variable (or an older tool)
+    entry["rank"] = rank if rank >= 0 else None
     entry["start_realtime_ns"] = meta["start_realtime_ns"]
     entry["stop_realtime_ns"] = last_stats["realtime_ns"] if last_stats else None
     entry["threads"] = threads
@@ -103,6 +109,9 @@ def _process_entry(meta: dict, last_stats: dict | None, threads: list[dict], **e
     entry["dropped"] = sum(t["dropped"] for t in threads)
     entry["sink_lost"] = last_stats["sink_lost"] if last_stats else 0
     entry["buffer_bytes"] = last_stats["buffer_bytes"] if last_stats else None
+    # Region names grow as the run goes: the longest list is the latest.
+    entry["region_names"] = max(meta.get("region_names", []),
+                                (last_stats or {}).get("region_names", []), key=len)
     entry.update(extra)
     return entry
 
@@ -298,12 +307,18 @@ class Trace:
     def to_pandas(self) -> pd.DataFrame:
         """One row per event, in time order, with names for events, endpoints and kinds.
 
-        Columns: time_ns, pid, thread, event, endpoint, parallel_id, task_id,
+        Columns: time_ns, pid, rank (only when a process had a job rank: the
+        OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK or SLURM_PROCID it was started
+        with), thread, event, endpoint, parallel_id, task_id,
         codeptr, kind (the name of the event's enumeration value, one
         vocabulary for every libomp version: `loop`, `barrier_implicit`...),
         kind_raw (the runtime's own name: `loop_dynamic`,
         `barrier_implicit_parallel`...), then the event arguments (see
-        ARGUMENT_COLUMNS), which are <NA> for events that do not have them.
+        ARGUMENT_COLUMNS), which are <NA> for events that do not have them, then
+        the task frames (FRAME_COLUMNS) of task_create (the encountering task's)
+        and sample (the innermost task's): exit_frame (where the runtime called
+        the task's code), enter_frame (where that code called into the
+        runtime), both stack addresses, and their ompt_frame_flag_t.
         """
         ev, pids = np.ascontiguousarray(self.events), self.pids
         order = np.argsort(ev["time_ns"], kind="stable")  # fast on the per-thread runs
@@ -321,7 +336,10 @@ class Trace:
             "endpoint": _ENDPOINT_NAMES.categorical(field["endpoint"]),
         }
         for name in _ID_COLUMNS:
-            cols[name] = pd.arrays.IntegerArray(field[name], field[name] == 0)
+            missing = field[name] == 0
+            if name == "parallel_id":  # task_create keeps a frame there (enter_frame)
+                missing |= codes == EVENT_CODES["task_create"]
+            cols[name] = pd.arrays.IntegerArray(field[name], missing)
         kind_key = (codes.astype(np.uint16) << 8) | field["kind"]
         cols["kind"] = _KIND_NAMES.categorical(kind_key)
         cols["kind_raw"] = _KIND_RAW_NAMES.categorical(kind_key)
@@ -353,7 +371,31 @@ class Trace:
                     if place:
                         masks[key] |= not_begin
                 cols[name] = pd.arrays.IntegerArray(np.ascontiguousarray(values), masks[key])
-        return pd.DataFrame(cols, copy=False)
+        # Task frames (task_create, sample): stack addresses and their ompt_frame_flag_t.
+        if present[[EVENT_CODES[e] for e in FRAME_EVENTS]].any():
+            for name, (values, missing) in decode_frames(codes, field).items():
+                cols[name] = pd.arrays.IntegerArray(values, missing)
+        else:
+            for name in FRAME_COLUMNS:
+                dtype = np.uint8 if name.endswith("_flags") else np.uint64
+                cols[name] = pd.arrays.IntegerArray(np.zeros(len(codes), dtype),
+                                                    np.ones(len(codes), bool))
+        frame = pd.DataFrame(cols, copy=False)
+        ranks = self._ranks(frame["pid"].to_numpy())
+        if ranks is not None:
+            frame.insert(2, "rank", ranks)
+        return frame
+
+    def _ranks(self, pids: np.ndarray) -> pd.arrays.IntegerArray | None:
+        """The job rank of each row's process (``<NA>`` where the process had none);
+        None when no process of the trace had a rank."""
+        known = {p["pid"]: p.get("rank") for p in self.meta.get("processes", [])}
+        if all(r is None for r in known.values()):
+            return None
+        keys = np.array(sorted(known), dtype=np.int64)
+        values = np.array([-1 if known[k] is None else known[k] for k in keys], dtype=np.int32)
+        found = values[np.minimum(np.searchsorted(keys, pids), len(keys) - 1)]
+        return pd.arrays.IntegerArray(found, found < 0)
 
     # ---- paired tables -----------------------------------------------------------
     # One row per instance of a construct.  Begins or ends that could not be
@@ -362,8 +404,15 @@ class Trace:
     def _events_frame(self) -> pd.DataFrame:
         if self._frame is None:
             self._frame = self.to_pandas()
-            self._pairs: dict[str, analysis.Intervals] = {}
+            self._pairs: dict[str, Any] = {}
         return self._frame
+
+    def _cached(self, key: str, build: Callable[[pd.DataFrame], Any]) -> Any:
+        """``build(events frame)``, computed once per trace (the analyses of metrics.py)."""
+        df = self._events_frame()
+        if key not in self._pairs:
+            self._pairs[key] = build(df)
+        return self._pairs[key]
 
     def _paired(self, what: str) -> analysis.Intervals:
         """Pairing shared by the tables, computed once per trace."""
@@ -373,8 +422,11 @@ class Trace:
                 self._pairs[what] = analysis.parallel_regions(df)
             elif what == "implicit":
                 self._pairs[what] = analysis.implicit_tasks(df, self._paired("regions").table)
+            elif what == "waits":
+                self._pairs[what] = analysis.sync_waits(df, self._paired("regions").table)
             else:
-                self._pairs[what] = analysis.sync_regions(df, self._paired("regions").table)
+                self._pairs[what] = analysis.sync_regions(df, self._paired("regions").table,
+                                                          self._paired("waits").table)
         return self._pairs[what]
 
     def symbolize(self, codeptrs: Any = None, pid: int | None = None) -> pd.DataFrame:
@@ -452,32 +504,65 @@ class Trace:
         return _unmatched(iv.table, iv)
 
     def samples(self) -> pd.DataFrame:
-        """State samples (OMPTPY_SAMPLE_HZ): time, thread, state, wait id, parallel
-        region and task of the moment, and the interrupted code address (codeptr)."""
+        """State samples (OMPTPY_SAMPLE_HZ): time, thread, state (one vocabulary for
+        every libomp version: libomp 19's kinds of barrier wait become `wait_barrier`
+        and `wait_barrier_implicit`, as libomp 14 and 16 say), state_raw (the
+        runtime's own name), wait id, parallel region and task of the moment, the
+        interrupted code address (codeptr), the innermost task's frames
+        (exit_frame, enter_frame: stack addresses, see to_pandas) and ``where``
+        the thread was: ``runtime`` when the task had called into the runtime (its
+        enter frame is set: a barrier, taskwait, task creation, the start of a
+        parallel region...) or the state is not a work state (waits, idle,
+        overhead: libomp sets no enter frame for lock and critical waits, nor in
+        the barrier after an implicit task's end), else ``user`` (the task's own
+        code).  Samples of one task invocation share its exit frame; a task run
+        inside another task's runtime call on the same thread (at a taskwait or
+        barrier, or undeferred) has its exit frame below that task's."""
         df = self._events_frame()
         s = df.loc[df["event"] == "sample",
                    ["time_ns", "pid", "thread", "state", "wait_id", "parallel_id", "task_id",
-                    "codeptr"]].reset_index(drop=True)
+                    "codeptr", "exit_frame", "enter_frame"]].reset_index(drop=True)
+        codes = [int(v) for v in s["state"].fillna(-1)]
         s["state"] = pd.Categorical.from_codes(
-            np.array([_STATE_INDEX.get(int(v), -1) for v in s["state"].fillna(-1)],
-                     dtype=np.int16), categories=_STATE_NAMES)
+            np.array([_NORMALISED_STATE_INDEX.get(v, -1) for v in codes], dtype=np.int16),
+            categories=_NORMALISED_STATE_NAMES)
+        s.insert(4, "state_raw", pd.Categorical.from_codes(
+            np.array([_STATE_INDEX.get(v, -1) for v in codes], dtype=np.int16),
+            categories=_STATE_NAMES))
+        working = np.isin(np.array(codes, dtype=np.int64), _WORK_STATES)
+        runtime = s["enter_frame"].notna().to_numpy() | ~working
+        s["where"] = pd.Categorical.from_codes(runtime.astype(np.int8),
+                                               categories=["user", "runtime"])
         return s
 
-    def state_breakdown(self, by: str = "thread") -> pd.DataFrame:
-        """Share of each thread's samples in each state (work, barrier waits by kind,
+    def state_breakdown(self, by: str = "thread", raw: bool = False) -> pd.DataFrame:
+        """Share of each thread's samples in each state (work, barrier waits,
         lock/critical/ordered waits, taskwait/taskgroup, idle, overhead), per thread
         (``by="thread"``) or per parallel region (``by="region"``: samples taken
-        inside it, all threads).  A ``samples`` column gives the counts."""
+        inside it, all threads).  A ``samples`` column gives the counts.  States
+        are named in one vocabulary for every libomp version (samples()["state"]);
+        ``raw=True``: the runtime's own names (libomp 19 tells explicit,
+        worksharing and region-end barrier waits apart)."""
         keys = {"thread": ["pid", "thread"], "region": ["pid", "parallel_id"]}.get(by)
         if keys is None:
             raise ValueError(f"by={by!r}: use 'thread' or 'region'")
         s = self.samples()
         if by == "region":
             s = s[s["parallel_id"].notna()]
-        counts = s.groupby([*keys, "state"], observed=True).size().unstack("state", fill_value=0)
+        state = "state_raw" if raw else "state"
+        counts = s.groupby([*keys, state], observed=True).size().unstack(state, fill_value=0)
+        counts.columns.name = "state"
         shares = counts.div(counts.sum(axis=1), axis=0)
         shares.insert(0, "samples", counts.sum(axis=1))
         return shares
+
+    def user_regions(self) -> pd.DataFrame:
+        """Regions of user code marked with ``ompt_py.region`` or omptpy_region.h: pid,
+        thread, id, name, level (0: outermost), parent_id and parent (name) of the
+        enclosing region on the same thread, begin_ns, end_ns, duration_ns, codeptr."""
+        from .regions import user_regions
+
+        return user_regions(self.events, self.pids, self.meta)
 
     def mutex(self) -> pd.DataFrame:
         """Lock, nest lock, critical and ordered acquisitions: wait and hold times."""
@@ -487,20 +572,95 @@ class Trace:
         """The task dependence graph as edges (source_id -> sink_id)."""
         return analysis.dependence_edges(self._events_frame())
 
+    # ---- answers and plots (metrics.py, plots.py) ------------------------------------
+
+    def summary(self, top: int = 10) -> metrics.Summary:
+        """The main answers together: time per construct and source location, thread
+        states, the most imbalanced regions, task granularity, lock contention."""
+        return metrics.summary(self, top=top)
+
+    def constructs(self, by: str = "construct") -> pd.DataFrame:
+        """Count, total, mean, p50, p95, max time per construct and kind (``by="source"``:
+        and per source location)."""
+        return metrics.constructs(self, by=by)
+
+    def imbalance(self, per_thread: bool = False) -> pd.DataFrame:
+        """Per parallel region: max over mean busy time of its implicit tasks, time
+        lost, barrier-wait share (``per_thread=True``: one row per implicit task)."""
+        return metrics.imbalance(self, per_thread=per_thread)
+
+    def task_granularity(self, bins: Any = None) -> pd.DataFrame:
+        """Histogram of explicit task run times (log bins); creation overhead in attrs."""
+        return metrics.task_granularity(self, bins=bins)
+
+    def lock_contention(self) -> pd.DataFrame:
+        """Wait and hold time per lock, critical section and ordered region."""
+        return metrics.lock_contention(self)
+
+    def utilisation(self, bin_ns: int | None = None) -> pd.DataFrame:
+        """Per thread and time bin: time busy, waiting (barrier, taskwait/taskgroup,
+        lock) and idle."""
+        return metrics.utilisation(self, bin_ns=bin_ns)
+
+    def plot_timeline(self, start_ns: int | None = None, end_ns: int | None = None,
+                      threads: Any = None, ax: Any = None) -> Any:
+        """Per-thread timeline of regions, work, tasks and waits; returns the Figure."""
+        from . import plots
+
+        return plots.timeline(self, start_ns=start_ns, end_ns=end_ns, threads=threads, ax=ax)
+
+    def plot_states(self, ax: Any = None) -> Any:
+        """Stacked bars of each thread's time per state; returns the Figure."""
+        from . import plots
+
+        return plots.states(self, ax=ax)
+
+    def plot_task_durations(self, ax: Any = None) -> Any:
+        """Histogram of explicit task run times; returns the Figure."""
+        from . import plots
+
+        return plots.task_durations(self, ax=ax)
+
+    def plot_imbalance(self, ax: Any = None) -> Any:
+        """Busy and waiting time per thread of the most imbalanced regions; the Figure."""
+        from . import plots
+
+        return plots.imbalance(self, ax=ax)
+
+    def _repr_html_(self) -> str:
+        return metrics.html_overview(self)
+
     # ---- files -----------------------------------------------------------------
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the trace to a Parquet file (zstd); ``ompt_py.load`` reads it back."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        """Write the trace as Parquet (zstd); ``ompt_py.load`` reads it back.
 
-        ev = self.events
-        columns = {"time_ns": ev["time_ns"], "pid": self.pids}
-        for name, _ in RAW_FIELDS[1:]:
-            columns[name] = np.ascontiguousarray(ev[name])
-        table = pa.table(columns)
-        table = table.replace_schema_metadata({PARQUET_KEY: json.dumps(self.meta).encode()})
-        pq.write_table(table, os.fspath(path), compression="zstd")
+        A path ending in ``.parquet``: one file holding every process (a ``pid``
+        column).  Any other path: a directory holding a dataset partitioned by
+        process, ``path/pid=<pid>/part-0.parquet`` (hive style), that DuckDB,
+        polars, Dask or pyarrow read as one table; each file carries its
+        process's metadata.  A partition of one of this trace's processes that
+        is already there is replaced; other partitions are kept, so several
+        processes can save into one directory and ``load`` merges them.
+        """
+        from . import export
+
+        export.write_parquet(self, path)
+
+    def to_perfetto(self, path: str | os.PathLike) -> None:
+        """Write a Perfetto / Chrome trace (JSON Trace Event Format) for ui.perfetto.dev
+        and chrome://tracing: a process per pid, a track per thread, nested slices for
+        regions, implicit tasks, work, barriers and waits, tasks and locks, flow
+        arrows from task creation to execution, and a threads-waiting counter."""
+        from . import export
+
+        export.to_perfetto(self, path)
+
+    def to_csv(self, path: str | os.PathLike) -> None:
+        """Write one CSV row per event, with the columns and order of ``to_pandas()``."""
+        from . import export
+
+        export.to_csv(self, path)
 
 
 def _unmatched(table: pd.DataFrame, iv: analysis.Intervals) -> pd.DataFrame:
@@ -533,6 +693,10 @@ class _Names:
 _EVENT_NAMES = _Names(EVENTS)
 _STATE_NAMES = sorted(set(STATES.values()))
 _STATE_INDEX = {code: _STATE_NAMES.index(name) for code, name in STATES.items()}
+_WORK_STATES = [code for code, name in STATES.items() if name.startswith("work_")]
+_NORMALISED_STATE_NAMES = sorted({NORMALISED_STATES.get(n, n) for n in STATES.values()})
+_NORMALISED_STATE_INDEX = {code: _NORMALISED_STATE_NAMES.index(NORMALISED_STATES.get(name, name))
+                           for code, name in STATES.items()}
 _ENDPOINT_NAMES = _Names(ENDPOINTS)
 # `kind` is named by the enumeration of its event: keyed by event << 8 | kind.
 _RAW_KINDS = {
@@ -585,11 +749,15 @@ def _from_raw(paths: list[str], source: str) -> Trace:
 
 
 def _from_parquet(path: str) -> Trace:
+    """One Parquet file: a whole trace (Trace.save to a .parquet path) or the
+    partition of one process of a dataset (no pid column)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        table = pq.read_table(path)
+        names = pq.read_schema(path).names
+        table = pq.read_table(path, columns=[n for n in (*EVENT_DTYPE.names, "pid")
+                                             if n in names])
     except (pa.ArrowException, OSError) as e:
         raise TraceFileError(
             f"{path} cannot be read as a Parquet trace ({e}); it may be truncated or not a "
@@ -601,23 +769,73 @@ def _from_parquet(path: str) -> Trace:
     meta = json.loads(raw_meta)
     if meta.get("format") != FORMAT:
         raise TraceFileError(f"{path} has trace format {meta.get('format')}; expected {FORMAT}")
-    missing = [n for n in (*EVENT_DTYPE.names, "pid") if n not in table.column_names]
+    one_process = len(meta.get("processes", [])) == 1
+    missing = [n for n in (*EVENT_DTYPE.names, "pid") if n not in table.column_names
+               and not (n == "pid" and one_process)]
     if missing:
         raise TraceFileError(f"{path} lacks the columns {missing}; it is not an ompt-py trace")
     events = np.empty(table.num_rows, EVENT_DTYPE)
     for name in EVENT_DTYPE.names:
         events[name] = table.column(name).to_numpy()
     trace = _loaded([events], [], meta)
-    trace._pids = table.column("pid").to_numpy().astype(np.int32)
+    if "pid" in table.column_names:
+        trace._pids = table.column("pid").to_numpy().astype(np.int32)
+    else:  # a dataset partition: the pid is its process's
+        trace._pids = np.full(table.num_rows, meta["processes"][0]["pid"], dtype=np.int32)
     return trace
 
 
+def _from_directory(path: str) -> Trace:
+    """Every trace in a directory: raw files (one run, OMPTPY_OUTPUT), Parquet files
+    and dataset partitions (pid=N/*.parquet), merged into one trace."""
+    raw = rawfile.list_dir(path)
+    parquet = sorted(glob.glob(os.path.join(glob.escape(path), "*.parquet"))) + sorted(
+        glob.glob(os.path.join(glob.escape(path), "pid=*", "*.parquet")))
+    if not parquet:
+        return _from_raw(raw, path)
+    parts = ([_from_raw(raw, path)] if raw else []) + [_from_parquet(p) for p in parquet]
+    return parts[0] if len(parts) == 1 else _merge(parts, [path] * bool(raw) + parquet)
+
+
+def _merge(parts: list[Trace], sources: list[str]) -> Trace:
+    """One trace of several, on one time axis: each part's times are from its own
+    origin (a CLOCK_MONOTONIC time); the merged origin is the earliest."""
+    origins = [p.meta.get("origin_mono_ns") for p in parts]
+    for origin, source in zip(origins, sources):
+        if origin is None:
+            raise TraceFileError(f"{source} has no clock origin (origin_mono_ns in its "
+                                 "metadata), so it cannot be aligned with the other traces")
+    first = min(origins)
+    owner: dict[int, str] = {}
+    for part, source in zip(parts, sources):
+        for proc in part.meta["processes"]:
+            if proc["pid"] in owner:
+                raise TraceFileError(
+                    f"process {proc['pid']} is in both {owner[proc['pid']]} and {source}; "
+                    "load them separately or keep one of them in the directory")
+            owner[proc["pid"]] = source
+    for part, origin in zip(parts, origins):
+        if origin != first:
+            part.events["time_ns"] += origin - first
+    procs = [proc for part in parts for proc in part.meta["processes"]]
+    hosts = sorted({proc["hostname"] for proc in procs})
+    if len(hosts) > 1:
+        warnings.warn(f"the processes ran on several machines ({', '.join(hosts)}): their "
+                      "clocks are not aligned with each other", stacklevel=4)
+    merged = _loaded([part.events for part in parts], [],
+                     _totals({"format": FORMAT, "origin_mono_ns": first, "processes": procs}))
+    merged._pids = np.concatenate([part.pids for part in parts])
+    return merged
+
+
 def load(path: str | os.PathLike) -> Trace:
-    """Load a trace: a Parquet file (Trace.save, ompt-py run), a directory of raw
-    per-process files (OMPTPY_OUTPUT), or one raw ``.omptraw`` file."""
+    """Load a trace: a Parquet file (Trace.save, ompt-py run), one raw ``.omptraw``
+    file, or a directory: the raw per-process files of a run (OMPTPY_OUTPUT), a
+    dataset written by Trace.save (pid=N/ partitions), Parquet files, or a mix,
+    merged into one trace with the clocks aligned (origin: the earliest)."""
     path = os.fspath(path)
     if os.path.isdir(path):
-        return _from_raw(rawfile.list_dir(path), path)
+        return _from_directory(path)
     if not os.path.exists(path):
         raise TraceFileError(f"no trace at {path}: the file or directory does not exist")
     if path.endswith(rawfile.SUFFIX):

@@ -20,6 +20,7 @@ Rules the helpers enforce:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 PROGRAMS = TESTS / "programs"
 EXT_SOURCE = PROGRAMS / "ext" / "ompt_work_ext.c"
+HANDLER_PROGRAMS = PROGRAMS / "handlers"  # scripting callbacks: handlers, native, control
 CSRC = REPO / "csrc"
 
 CLANG = shutil.which("clang-19")
@@ -49,6 +51,49 @@ LIBOMP_CANDIDATES = [
 LIBOMP = next((p for p in LIBOMP_CANDIDATES if p.exists()), None)
 OMP_TOOLS_H = LLVM_LIB / "clang" / "19" / "include" / "omp-tools.h"
 PYTHON = sys.executable
+
+# ---- the runtime under test (OMPTPY_TEST_LIBOMP) -------------------------------
+# OMPTPY_TEST_LIBOMP=DIR (e.g. .cache/libomp/16, see `make old-runtimes`) runs
+# every traced subprocess on DIR/libomp.so.5 instead of libomp 19: clean_env
+# puts DIR first on LD_LIBRARY_PATH, which the clang-19-built programs and
+# extension follow (DT_NEEDED libomp.so.5, no rpath) and so does ompt_py's
+# runtime fallback in a Python child (OMPTPY_RUNTIME=auto loads the libomp of
+# LD_LIBRARY_PATH).  clang-19 ends dynamically scheduled loops with a call to
+# __kmpc_dispatch_deinit, which libomp < 19 lacks and libomp 19 defines as an
+# empty function: for an older runtime, programs and extensions are built with
+# tests/programs/compat/dispatch_deinit.c (the same empty function).  Only test
+# modules marked `any_libomp` run then (`pytest -m any_libomp`); the others skip.
+
+
+def _libomp_version(lib: Path) -> int | None:
+    """The LLVM major version of a libomp.so.5: from a libomp-N.so.5 beside it
+    (Debian's packages ship one) or an llvm-N directory in its path."""
+    for sibling in sorted(lib.parent.glob("libomp-*.so.5")):
+        if (m := re.fullmatch(r"libomp-(\d+)\.so\.5", sibling.name)) and sibling.is_file():
+            return int(m.group(1))
+    m = re.search(r"/llvm-(\d+)/", str(lib.resolve()))
+    return int(m.group(1)) if m else None
+
+
+def _runtime_under_test() -> tuple[Path | None, int]:
+    value = os.environ.get("OMPTPY_TEST_LIBOMP")
+    if not value:
+        return None, 19
+    lib = Path(value).resolve() / "libomp.so.5"
+    if not lib.is_file():
+        raise pytest.UsageError(f"OMPTPY_TEST_LIBOMP={value}: there is no {lib}")
+    version = _libomp_version(lib)
+    if version is None:
+        raise pytest.UsageError(f"OMPTPY_TEST_LIBOMP={value}: cannot tell the LLVM version of "
+                                f"{lib} (no libomp-N.so.5 beside it, no llvm-N in its path)")
+    return lib, version
+
+
+#: The libomp every traced subprocess runs on (None: libomp 19, as installed), and its
+#: LLVM major version.
+TEST_LIBOMP, LIBOMP_VERSION = _runtime_under_test()
+RUNTIME_LIBOMP = TEST_LIBOMP or LIBOMP
+COMPAT_SOURCES = [PROGRAMS / "compat" / "dispatch_deinit.c"] if LIBOMP_VERSION < 19 else []
 
 # OMPTPY_OVERFLOW values (README, Configuration) and the default.
 OVERFLOW_POLICIES = ("flush", "drop", "grow")
@@ -85,6 +130,14 @@ WORK_LOOP_STATIC, WORK_LOOP_DYNAMIC = 10, 11
 DISPATCH_SECTION, DISPATCH_WS_LOOP_CHUNK = 2, 3
 MUTEX_LOCK, MUTEX_CRITICAL = 1, 5
 TASK_COMPLETE, TASK_SWITCH = 1, 7
+# libomp 14 and 16 report every loop as `loop` and both implicit barriers as
+# `barrier_implicit` (FACTS.md): the runtime under test's own kinds for them.
+SYNC_BARRIER_IMPLICIT, WORK_LOOP = 2, 1
+if LIBOMP_VERSION >= 19:
+    REGION_BARRIER = SYNC_BARRIER_IMPLICIT_PARALLEL
+    WORKSHARE_BARRIER = SYNC_BARRIER_IMPLICIT_WORKSHARE
+else:
+    REGION_BARRIER = WORKSHARE_BARRIER = SYNC_BARRIER_IMPLICIT
 
 # Records of a process whose OpenMP work is n regions of 2 threads (empty
 # bodies), run under OMP_TOOL_LIBRARIES to the end: per region 8 on the
@@ -112,6 +165,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "slow: takes tens of seconds (builds a wheel, makes a venv); "
         "deselect with -m 'not slow'"
     )
+    config.addinivalue_line(
+        "markers", "any_libomp: runs on the libomp of OMPTPY_TEST_LIBOMP too (other tests "
+        "skip when it is set)"
+    )
 
 
 def _toolchain_missing() -> str | None:
@@ -122,7 +179,16 @@ def _toolchain_missing() -> str | None:
     return None
 
 
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if TEST_LIBOMP is None:
+        return None
+    return f"runtime under test: libomp {LIBOMP_VERSION} ({TEST_LIBOMP}), OMPTPY_TEST_LIBOMP"
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if TEST_LIBOMP is not None and not item.get_closest_marker("any_libomp"):
+        pytest.skip(f"runs on libomp 19 only, not on the OMPTPY_TEST_LIBOMP runtime "
+                    f"(libomp {LIBOMP_VERSION})")
     if item.get_closest_marker("needs_clang") and (why := _toolchain_missing()):
         pytest.skip(why)
     if item.get_closest_marker("needs_gcc") and GCC is None:
@@ -137,8 +203,9 @@ def _run_checked(cmd: list[str], what: str) -> None:
 
 def compile_program(source: Path, out: Path, cc: str | None = None, flags=()) -> Path:
     """An executable from one C file: ``clang-19 -O2 -fopenmp`` by default."""
+    compat = COMPAT_SOURCES if cc in (None, CLANG) else []
     cmd = [cc or CLANG, "-O2", "-fopenmp", "-Wall", "-Wextra", "-Werror", *flags,
-           str(source), "-o", str(out)]
+           str(source), *map(str, compat), "-o", str(out)]
     _run_checked(cmd, str(source))
     return out
 
@@ -151,7 +218,7 @@ def build_extension(source: Path, outdir: Path, name: str, cc: str | None = None
     cmd = [
         cc or CLANG, "-O2", "-fopenmp", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror",
         "-I", sysconfig.get_paths()["include"], f"-DEXT_NAME={name}", *flags,
-        str(source), "-o", str(out),
+        str(source), *map(str, COMPAT_SOURCES if cc in (None, CLANG) else []), "-o", str(out),
     ]
     _run_checked(cmd, f"extension {name}")
     return out
@@ -196,6 +263,23 @@ def omp_ext(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def scripting(tmp_path_factory: pytest.TempPathFactory) -> Programs:
+    """The scripting-callback tests' code (tests/programs/handlers/), built with clang-19
+    -fopenmp -I <ompt_py.include_dir()>: ``scripting.ext`` is the directory of the
+    extension module ``scripting_ext``, ``scripting.regions_prog`` a program."""
+    if why := _toolchain_missing():
+        pytest.skip(why)
+    import ompt_py
+
+    include = ["-I", ompt_py.include_dir()]
+    outdir = tmp_path_factory.mktemp("scripting")
+    build_extension(HANDLER_PROGRAMS / "scripting_ext.c", outdir, "scripting_ext", flags=include)
+    prog = compile_program(HANDLER_PROGRAMS / "regions_prog.c", outdir / "regions_prog",
+                           flags=include)
+    return Programs({"ext": outdir, "regions_prog": prog})
+
+
+@pytest.fixture(scope="session")
 def gomp_ext(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory holding ``ompt_work_gomp``: the same module built by gcc -fopenmp (libgomp)."""
     if GCC is None:
@@ -218,6 +302,9 @@ def clean_env(extra: dict[str, str] | None = None, **more: str) -> dict[str, str
         if not k.startswith(("OMP_", "OMPTPY_", "KMP_", "GOMP_"))
         and k not in ("LD_PRELOAD", "PYTHONPATH")
     }
+    if TEST_LIBOMP is not None:  # the runtime under test first (see OMPTPY_TEST_LIBOMP)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            [str(TEST_LIBOMP.parent), *filter(None, [env.get("LD_LIBRARY_PATH")])])
     env.update(extra or {})
     env.update(more)
     return env

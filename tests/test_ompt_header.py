@@ -129,9 +129,12 @@ def test_callback_numbers_match_records_module(decls):
     text = _strip_comments(HEADER.read_text())
     values = {name: int(v) for name, v in re.findall(r"(ompt_callback_\w+)\s*=\s*(\d+)", text)}
     callbacks = {v: k.removeprefix("ompt_callback_") for k, v in values.items()}
-    # the records module adds ompt-py's own events past OMPT's numbers
+    # the records module adds ompt-py's own events past OMPT's numbers (csrc/omptpy.h)
     assert callbacks == {k: v for k, v in _records.EVENTS.items() if k < 100}
-    assert {k: v for k, v in _records.EVENTS.items() if k >= 100} == {100: "sample"}
+    own = re.findall(r"#define OMPTPY_EVENT_(\w+) (\d+)", (CSRC / "omptpy.h").read_text())
+    assert own and min(int(v) for _, v in own) > max(callbacks)
+    assert {k: v for k, v in _records.EVENTS.items() if k >= 100} == {
+        int(v): name.lower() for name, v in own}
     for table, prefix in [
         (_records.WORK_TYPES, "ompt_work_"),
         (_records.SYNC_KINDS, "ompt_sync_region_"),

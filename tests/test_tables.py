@@ -8,7 +8,7 @@ from conftest import compile_program, run_with_tool
 
 import ompt_py
 
-pytestmark = pytest.mark.needs_clang
+pytestmark = [pytest.mark.needs_clang, pytest.mark.any_libomp]
 
 
 def traced(programs, tmp_path, name, *args):
