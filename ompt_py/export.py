@@ -12,7 +12,8 @@ trace keeps).  On a terminal (stderr) a progress bar shows how far it is.
 chrome://tracing open.  One process per pid (named after its command, and its
 job rank when it had one), one track per thread ("thread 0 (initial)"),
 complete slices ("ph": "X"; ts and dur in microseconds with three decimals,
-i.e. exact nanoseconds) that nest on each track: the initial task, parallel
+i.e. exact nanoseconds) that nest on each track: user-code regions
+(``ompt_py.region``, named by their names), the initial task, parallel
 regions (on the encountering thread), implicit tasks, worksharing constructs
 (named by kind: "loop", "single_executor", ...), barriers/taskwait/taskgroup
 (by kind) and the waits inside them ("barrier_implicit wait", ...), explicit
@@ -230,13 +231,15 @@ class _Tables:
     spans: pd.DataFrame  # explicit tasks per thread (_task_spans)
     flows: pd.DataFrame
     mutex: pd.DataFrame
+    user: pd.DataFrame  # ompt_py.region / omptpy_region.h
 
 
 def _tables(trace: Trace) -> _Tables:
     """The trace's paired tables (those it caches are made once per trace)."""
     spans, flows = _task_spans(trace)
     return _Tables(trace.implicit_tasks(), trace.parallel_regions(), trace.work(), trace.sync(),
-                   trace._paired("waits").table, spans, flows, trace.mutex())
+                   trace._paired("waits").table, spans, flows, trace.mutex(),
+                   trace.user_regions())
 
 
 def _slice_sources(tables: _Tables) -> list[_Slices]:
@@ -249,7 +252,11 @@ def _slice_sources(tables: _Tables) -> list[_Slices]:
                      ("thread_num", "thread_num", _number), ("team_size", "team_size", _number)]
     source = [("codeptr", "codeptr", _hex), ("location", "location", _string)]
     mutex_args = [("wait_id", "wait_id", _hex), ("codeptr", "codeptr", _hex)]
+    user = tables.user
     return [
+        _Slices("user_region", user.assign(kind=user["name"].fillna("(unnamed)")),
+                "begin_ns", "end_ns", args=[("id", "id", _number), ("level", "level", _number),
+                                            ("codeptr", "codeptr", _hex)]),
         _Slices("implicit_task", implicit[initial], "begin_ns", "end_ns", name="initial task",
                 args=[("task_id", "task_id", _number)]),
         _Slices("parallel", regions.assign(kind=pd.Categorical.from_codes(

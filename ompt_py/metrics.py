@@ -432,6 +432,10 @@ def _construct_instances(trace: Trace, df: pd.DataFrame) -> pd.DataFrame:
             ["pid", "task_id"]), on=["pid", "task_id"], how="left")
         add("task", one("explicit", len(runs)), runs, runs["duration_ns"], runs["begin_ns"],
             runs["codeptr"])
+    user = trace.user_regions()
+    if len(user):  # ompt_py.region / omptpy_region.h: the kind is the region's name
+        add("user region", named(user["name"]), user, user["duration_ns"], user["begin_ns"],
+            user["codeptr"])
     sizes = [len(k) for k in kinds]
     out = pd.DataFrame({
         "construct": pd.Categorical.from_codes(np.repeat(np.arange(len(names)), sizes), names),

@@ -227,6 +227,18 @@ def test_region_header_in_a_program_without_python(scripting, tmp_path):
     assert work.loc[work["thread"] == main_thread, "parent"].tolist() == ["main"] * 3
     marks = t.events[t.events["event"] == REGION]
     assert len(marks) == 14 and set(marks["codeptr"].tolist()) != {0}
+    # the analyses count them per name, with the paired table's durations
+    rows = t.constructs().query("construct == 'user region'").set_index("kind")
+    for name, group in by.items():
+        assert rows.loc[name, "count"] == len(group)
+        assert rows.loc[name, "total_ns"] == pytest.approx(group["duration_ns"].sum())
+    # and the Perfetto export shows them as slices on their threads
+    t.to_perfetto(tmp_path / "trace.json")
+    doc = json.loads((tmp_path / "trace.json").read_text())
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    slices = [e for e in events if e.get("cat") == "user_region"]
+    assert sorted((e["name"], e["tid"]) for e in slices) == sorted(
+        zip(regions["name"], regions["thread"].astype(int)))
     assert EV["parallel_begin"] in set(t.events["event"].tolist())
 
 
