@@ -354,21 +354,29 @@ def decode_frames(codes: np.ndarray, field: dict[str, np.ndarray]
     exit frame in u32b); the kind byte says which are present and their flags.
     Records of version 1 have kind 0 there: no frames.
     """
-    is_create = codes == EVENT_CODES["task_create"]
-    is_sample = codes == EVENT_CODES["sample"]
-    bits = np.where(is_create | is_sample, field["kind"], 0).astype(np.uint8)
+    rows = np.flatnonzero((codes == EVENT_CODES["task_create"]) | (codes == EVENT_CODES["sample"]))
+    # Computed on the rows that can have frames, then spread over all rows.
+    is_create = codes[rows] == EVENT_CODES["task_create"]
+    bits = field["kind"][rows].astype(np.uint8)
     has_exit = (bits & FRAME_EXIT) != 0
-    has_enter = (bits & FRAME_ENTER) != 0
-    primary = field["u64b"]
-    exit_frame = np.where(has_exit, primary, 0).astype(np.uint64)
-    below = field["u32b"].view(np.int32).astype(np.int64)
+    enter_flagged = (bits & FRAME_ENTER) != 0
+    primary = field["u64b"][rows]
+    below = field["u32b"][rows].view(np.int32).astype(np.int64)
     from_sample = np.where(has_exit, primary - below.astype(np.uint64), primary)
-    enter_frame = np.where(is_create, field["parallel_id"], from_sample).astype(np.uint64)
-    unknown = is_sample & has_exit & (below == np.iinfo(np.int32).min)
-    enter_frame = np.where(has_enter & ~unknown, enter_frame, 0).astype(np.uint64)
+    enter = np.where(is_create, field["parallel_id"][rows], from_sample)
+    unknown = ~is_create & has_exit & (below == np.iinfo(np.int32).min)
+    has_enter = enter_flagged & ~unknown
+
+    def spread(values: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        out = np.zeros(len(codes), values.dtype)
+        missing = np.ones(len(codes), bool)
+        out[rows] = np.where(present, values, 0)
+        missing[rows] = ~present
+        return out, missing
+
     return {
-        "exit_frame": (exit_frame, ~has_exit),
-        "enter_frame": (enter_frame, ~has_enter | unknown),
-        "exit_frame_flags": (_frame_flags(bits >> 2 & 7), ~has_exit),
-        "enter_frame_flags": (_frame_flags(bits >> 5 & 7), ~has_enter),
+        "exit_frame": spread(primary.astype(np.uint64), has_exit),
+        "enter_frame": spread(enter.astype(np.uint64), has_enter),
+        "exit_frame_flags": spread(_frame_flags(bits >> 2 & 7), has_exit),
+        "enter_frame_flags": spread(_frame_flags(bits >> 5 & 7), enter_flagged),
     }
