@@ -365,18 +365,22 @@ def decode_frames(codes: np.ndarray, field: dict[str, np.ndarray]
     from_sample = np.where(has_exit, primary - below.astype(np.uint64), primary)
     enter = np.where(is_create, field["parallel_id"][rows], from_sample)
     unknown = ~is_create & has_exit & (below == np.iinfo(np.int32).min)
-    has_enter = enter_flagged & ~unknown
 
-    def spread(values: np.ndarray, present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def spread(values: np.ndarray) -> np.ndarray:  # values under a mask do not matter
         out = np.zeros(len(codes), values.dtype)
-        missing = np.ones(len(codes), bool)
-        out[rows] = np.where(present, values, 0)
-        missing[rows] = ~present
-        return out, missing
+        out[rows] = values
+        return out
 
+    def missing(present: np.ndarray) -> np.ndarray:
+        out = np.ones(len(codes), bool)
+        out[rows] = ~present
+        return out
+
+    no_exit, no_enter_flags = missing(has_exit), missing(enter_flagged)
+    no_enter = missing(enter_flagged & ~unknown) if unknown.any() else no_enter_flags
     return {
-        "exit_frame": spread(primary.astype(np.uint64), has_exit),
-        "enter_frame": spread(enter.astype(np.uint64), has_enter),
-        "exit_frame_flags": spread(_frame_flags(bits >> 2 & 7), has_exit),
-        "enter_frame_flags": spread(_frame_flags(bits >> 5 & 7), enter_flagged),
+        "exit_frame": (spread(primary.astype(np.uint64)), no_exit),
+        "enter_frame": (spread(enter.astype(np.uint64)), no_enter),
+        "exit_frame_flags": (spread(_frame_flags(bits >> 2 & 7)), no_exit),
+        "enter_frame_flags": (spread(_frame_flags(bits >> 5 & 7)), no_enter_flags),
     }

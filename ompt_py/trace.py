@@ -328,11 +328,12 @@ class Trace:
         _core.columns(ev, order, [(field[n], EVENT_DTYPE.fields[n][1], EVENT_DTYPE[n].itemsize)
                                   for n in EVENT_DTYPE.names])
         codes = field["event"]
+        at = codes.astype(np.intp)  # indexes the per-event tables (numpy casts to it anyway)
         cols: dict[str, Any] = {
             "time_ns": field["time_ns"],
             "pid": pids[order] if len(self._pid_runs) != 1 else pids,  # one process: all equal
             "thread": field["thread"],
-            "event": _EVENT_NAMES.categorical(codes),
+            "event": _EVENT_NAMES.categorical(at),
             "endpoint": _ENDPOINT_NAMES.categorical(field["endpoint"]),
         }
         for name in _ID_COLUMNS:
@@ -340,7 +341,7 @@ class Trace:
             if name == "parallel_id":  # task_create keeps a frame there (enter_frame)
                 missing |= codes == EVENT_CODES["task_create"]
             cols[name] = pd.arrays.IntegerArray(field[name], missing)
-        kind_key = (codes.astype(np.uint16) << 8) | field["kind"]
+        kind_key = (at << 8) | field["kind"]
         cols["kind"] = _KIND_NAMES.categorical(kind_key)
         cols["kind_raw"] = _KIND_RAW_NAMES.categorical(kind_key)
         present = np.bincount(codes, minlength=max(EVENTS) + 1) > 0
@@ -367,7 +368,7 @@ class Trace:
             else:
                 key = (*users, "begin") if place else users
                 if key not in masks:
-                    masks[key] = np.take(lacks, codes)
+                    masks[key] = np.take(lacks, at)
                     if place:
                         masks[key] |= not_begin
                 cols[name] = pd.arrays.IntegerArray(np.ascontiguousarray(values), masks[key])
@@ -677,16 +678,15 @@ class _Names:
     def __init__(self, names: dict[int, str]) -> None:
         self.categories = sorted(set(names.values()))
         index = {name: i for i, name in enumerate(self.categories)}
-        self.lookup = np.full(max(names) + 1, -1, dtype=np.int8)
+        # One entry more than the codes need: every code beyond the table (a
+        # newer runtime's enum value) reads it, clipped, and becomes <NA>.
+        self.lookup = np.full(max(names) + 2, -1, dtype=np.int8)
         for code, name in names.items():
             self.lookup[code] = index[name]
 
     def categorical(self, codes: np.ndarray) -> pd.Categorical:
-        # Codes beyond the table (a newer runtime's enum values) become <NA>.
-        inside = codes < len(self.lookup)
-        mapped = self.lookup[np.where(inside, codes, 0)]
-        if not inside.all():
-            mapped[~inside] = -1
+        """``codes``: non-negative integers (np.intp ones are indexed without a cast)."""
+        mapped = np.take(self.lookup, codes, mode="clip")
         return pd.Categorical.from_codes(mapped, categories=self.categories)
 
 
