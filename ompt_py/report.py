@@ -6,7 +6,7 @@ import io
 
 import pandas as pd
 
-from . import analysis
+from . import analysis, metrics
 from .trace import Trace
 
 
@@ -56,6 +56,12 @@ def render(trace: Trace, top: int = 10) -> str:
     if meta.get("dropped"):
         out.write(f"  WARNING: {meta['dropped']:,} records were dropped because buffers were full; "
                   "raise OMPTPY_BUFFER_SIZE or use OMPTPY_OVERFLOW=flush|grow\n")
+
+    if len(df):
+        # The short answers of Trace.summary() (what the HTML report details).
+        out.write("\nAnswers\n")
+        for line in metrics.summary(trace, top=top).headline()[1:]:
+            out.write(f"  {line}\n")
 
     out.write("\nEvents\n")
     counts = df["event"].value_counts()
@@ -144,7 +150,7 @@ def render_html(trace: Trace, top: int = 10, title: str = "") -> str:
     (ompt_py.metrics.Summary) and the plots as embedded PNG images."""
     import html
 
-    from . import metrics, plots
+    from . import plots
 
     def image(fig: plots.Figure) -> str:
         return f"<img src='{plots.png_data_uri(fig)}'>"

@@ -315,6 +315,9 @@ def test_report_with_locks(programs, tmp_path):
     assert re.search(r"busy", r.stdout, re.I) and re.search(r"wait", r.stdout, re.I)
     # the mutex events are counted: 2 threads x 20 critical + 20 lock acquisitions
     assert re.search(r"mutex_acquire\s+80\b", r.stdout), r.stdout
+    # the short answers of Trace.summary() head the report
+    answers = r.stdout.split("\nAnswers\n", 1)[1].split("\n\n", 1)[0]
+    assert "most waited-for" in answers and "critical" in answers, answers
     for th in t.meta["processes"][0]["threads"]:
         assert f"{th['written']:,}" in r.stdout
 
