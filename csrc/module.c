@@ -133,18 +133,28 @@ static PyObject *py_tool_path(PyObject *m, PyObject *args) {
  * outputs[i] = (writable buffer, field offset, field size).  Turning 64-byte
  * records into columns this way reads each record once instead of once per
  * column. */
+/* Faults in the whole pages of [p, p + len) in one call. */
+static void populate(void *p, Py_ssize_t len) {
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+  uintptr_t hi = ((uintptr_t)p + (uintptr_t)len) & ~(page - 1);
+  if (hi > lo) madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+}
+
 static PyObject *py_columns(PyObject *m, PyObject *args) {
   (void)m;
-  PyObject *records, *order, *outputs;
-  if (!PyArg_ParseTuple(args, "OOO!", &records, &order, &PyList_Type, &outputs)) return NULL;
-  enum { MAX_COLUMNS = 32 };
-  Py_ssize_t ncol = PyList_GET_SIZE(outputs);
-  if (ncol > MAX_COLUMNS) {
+  PyObject *records, *order, *outputs, *lookups = NULL;
+  if (!PyArg_ParseTuple(args, "OOO!|O!", &records, &order, &PyList_Type, &outputs, &PyList_Type,
+                        &lookups))
+    return NULL;
+  enum { MAX_COLUMNS = 32, MAX_LOOKUPS = 32 };
+  Py_ssize_t ncol = PyList_GET_SIZE(outputs), nlook = lookups ? PyList_GET_SIZE(lookups) : 0;
+  if (ncol > MAX_COLUMNS || nlook > MAX_LOOKUPS) {
     PyErr_SetString(PyExc_ValueError, "too many columns");
     return NULL;
   }
-  Py_buffer src, ord = {0}, dst[MAX_COLUMNS];
-  Py_ssize_t offset[MAX_COLUMNS], size[MAX_COLUMNS], got = 0;
+  Py_buffer src, ord = {0}, dst[MAX_COLUMNS], lout[MAX_LOOKUPS], ltab[MAX_LOOKUPS];
+  Py_ssize_t offset[MAX_COLUMNS], size[MAX_COLUMNS], got = 0, lgot = 0;
   PyObject *result = NULL;
   if (PyObject_GetBuffer(records, &src, PyBUF_SIMPLE) < 0) return NULL;
   Py_ssize_t nrec = src.len / (Py_ssize_t)sizeof(omptpy_record), n = nrec;
@@ -164,14 +174,25 @@ static PyObject *py_columns(PyObject *m, PyObject *args) {
       goto done;
     }
   }
+  for (; lgot < nlook; lgot++) {
+    PyObject *spec = PyList_GET_ITEM(lookups, lgot), *out, *table;
+    if (!PyArg_ParseTuple(spec, "OO", &out, &table)) goto done;
+    if (PyObject_GetBuffer(out, &lout[lgot], PyBUF_WRITABLE) < 0) goto done;
+    if (PyObject_GetBuffer(table, &ltab[lgot], PyBUF_SIMPLE) < 0) {
+      PyBuffer_Release(&lout[lgot]);
+      goto done;
+    }
+    if (lout[lgot].len < n || ltab[lgot].len < 1) {
+      PyBuffer_Release(&lout[lgot]);
+      PyBuffer_Release(&ltab[lgot]);
+      PyErr_SetString(PyExc_ValueError, "a lookup output is too short or its table empty");
+      goto done;
+    }
+  }
   /* Fresh output pages are faulted in by one call per column rather than one
    * trap per page (much cheaper on virtual machines). */
-  long page = sysconf(_SC_PAGESIZE);
-  for (Py_ssize_t c = 0; c < ncol; c++) {
-    uintptr_t lo = ((uintptr_t)dst[c].buf + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
-    uintptr_t hi = ((uintptr_t)dst[c].buf + (uintptr_t)(n * size[c])) & ~((uintptr_t)page - 1);
-    if (hi > lo) madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
-  }
+  for (Py_ssize_t c = 0; c < ncol; c++) populate(dst[c].buf, n * size[c]);
+  for (Py_ssize_t k = 0; k < nlook; k++) populate(lout[k].buf, n);
   const Py_ssize_t *idx = order != Py_None ? ord.buf : NULL;
   for (Py_ssize_t i = 0; i < n; i++) {
     Py_ssize_t r = idx ? idx[i] : i;
@@ -190,11 +211,22 @@ static PyObject *py_columns(PyObject *m, PyObject *args) {
         default: *out = *in; break;
       }
     }
+    /* Per-event bytes (a mask, a category code): table[event], the table's
+     * last byte for events beyond it. */
+    Py_ssize_t event = ((const omptpy_record *)rec)->event;
+    for (Py_ssize_t k = 0; k < nlook; k++) {
+      Py_ssize_t at = event < ltab[k].len ? event : ltab[k].len - 1;
+      ((char *)lout[k].buf)[i] = ((const char *)ltab[k].buf)[at];
+    }
   }
   result = Py_None;
   Py_INCREF(result);
 done:
   for (Py_ssize_t c = 0; c < got; c++) PyBuffer_Release(&dst[c]);
+  for (Py_ssize_t k = 0; k < lgot; k++) {
+    PyBuffer_Release(&lout[k]);
+    PyBuffer_Release(&ltab[k]);
+  }
   if (ord.obj) PyBuffer_Release(&ord);
   PyBuffer_Release(&src);
   return result;
@@ -422,7 +454,8 @@ static PyMethodDef methods[] = {
      "What each attached runtime's inquiry functions answer, as JSON."},
     {"tool_path", py_tool_path, METH_NOARGS, "Absolute path of libomptpy.so."},
     {"columns", py_columns, METH_VARARGS,
-     "columns(records, order, [(out, offset, size), ...]): fields of records into columns."},
+     "columns(records, order, [(out, offset, size), ...], [(out, table), ...]): fields of "
+     "records into columns; and per-event bytes, out[i] = table[event of record i]."},
     {"ticks_to_ns", py_ticks_to_ns, METH_VARARGS,
      "ticks_to_ns(records, first_ticks, first_ns, ns_per_tick, origin_ns): times in place."},
     {"record_layout", py_record_layout, METH_NOARGS, "Version, size and field offsets of a record."},

@@ -322,18 +322,39 @@ class Trace:
         """
         ev, pids = np.ascontiguousarray(self.events), self.pids
         order = np.argsort(ev["time_ns"], kind="stable")  # fast on the per-thread runs
-        # One pass over the records fills every column (numpy would read all
-        # records once per field).
+        # The argument columns with values: those of events the trace has.  Each
+        # needs a mask of the rows whose event lacks the argument (one per set of
+        # events, shared by its columns).
+        present = set(np.flatnonzero(np.bincount(ev["event"])).tolist())
+        place_info = any(p["config"].get("place_info") for p in self.meta.get("processes", []))
+        plan: list[tuple[str, str, tuple[str, ...] | None]] = []
+        lacks: dict[tuple[str, ...], np.ndarray] = {}  # per-event table: 1 if it lacks them
+        for name, (source, users) in ARGUMENT_COLUMNS.items():
+            place = source in ("u64b_lo", "u64b_hi")  # processor and place: implicit-task begins,
+            codes_of = [EVENT_CODES[u] for u in users]  # and only with OMPTPY_PLACE_INFO
+            if present.isdisjoint(codes_of) or (place and not place_info):
+                plan.append((name, source, None))
+                continue
+            if users not in lacks:
+                table = np.ones(max(EVENTS) + 2, np.uint8)  # the last entry: unknown events
+                table[codes_of] = 0
+                lacks[users] = table
+            plan.append((name, source, users))
+        # One pass over the records fills every column and these per-event bytes
+        # (numpy would read all records once per field).
         field = {name: np.empty(len(ev), EVENT_DTYPE[name]) for name in EVENT_DTYPE.names}
+        event_codes = np.empty(len(ev), np.int8)
+        masks = {users: np.empty(len(ev), bool) for users in lacks}
         _core.columns(ev, order, [(field[n], EVENT_DTYPE.fields[n][1], EVENT_DTYPE[n].itemsize)
-                                  for n in EVENT_DTYPE.names])
+                                  for n in EVENT_DTYPE.names],
+                      [(event_codes, _EVENT_NAMES.lookup),
+                       *((masks[users], table) for users, table in lacks.items())])
         codes = field["event"]
-        at = codes.astype(np.intp)  # indexes the per-event tables (numpy casts to it anyway)
         cols: dict[str, Any] = {
             "time_ns": field["time_ns"],
             "pid": pids[order] if len(self._pid_runs) != 1 else pids,  # one process: all equal
             "thread": field["thread"],
-            "event": _EVENT_NAMES.categorical(at),
+            "event": pd.Categorical.from_codes(event_codes, _EVENT_NAMES.categories),
             "endpoint": _ENDPOINT_NAMES.categorical(field["endpoint"]),
         }
         for name in _ID_COLUMNS:
@@ -341,39 +362,32 @@ class Trace:
             if name == "parallel_id":  # task_create keeps a frame there (enter_frame)
                 missing |= codes == EVENT_CODES["task_create"]
             cols[name] = pd.arrays.IntegerArray(field[name], missing)
-        kind_key = (at << 8) | field["kind"]
+        kind_key = codes.astype(np.intp)
+        kind_key <<= 8
+        kind_key |= field["kind"]
         cols["kind"] = _KIND_NAMES.categorical(kind_key)
         cols["kind_raw"] = _KIND_RAW_NAMES.categorical(kind_key)
-        present = np.bincount(codes, minlength=max(EVENTS) + 1) > 0
-        # Processor and place exist only at implicit-task begins, and only with OMPTPY_PLACE_INFO.
-        place_info = any(p["config"].get("place_info") for p in self.meta.get("processes", []))
         not_begin = field["endpoint"] != 1
-        masks: dict[tuple[str, ...], np.ndarray] = {}  # shared by columns with the same events
         absent: dict[np.dtype, pd.arrays.IntegerArray] = {}
-        for name, (source, users) in ARGUMENT_COLUMNS.items():
-            lacks = np.ones(len(present), dtype=bool)  # True: the event lacks the argument
-            lacks[[EVENT_CODES[u] for u in users]] = False
+        for name, source, users in plan:
             if source in ("u64b_lo", "u64b_hi"):  # two C ints packed in u64b (little-endian)
                 values = field["u64b"].view(np.int32)[0 if source == "u64b_lo" else 1::2]
             elif name in SIGNED_COLUMNS:
                 values = field[source].view(np.int32)
             else:
                 values = field[source]
-            place = source in ("u64b_lo", "u64b_hi")
-            if (lacks | ~present).all() or (place and not place_info):  # one shared all-NA array
+            if users is None:  # one shared all-NA array
                 if values.dtype not in absent:
                     absent[values.dtype] = pd.arrays.IntegerArray(
                         np.zeros(len(values), values.dtype), np.ones(len(values), bool))
                 cols[name] = absent[values.dtype]
-            else:
-                key = (*users, "begin") if place else users
-                if key not in masks:
-                    masks[key] = np.take(lacks, at)
-                    if place:
-                        masks[key] |= not_begin
-                cols[name] = pd.arrays.IntegerArray(np.ascontiguousarray(values), masks[key])
+                continue
+            mask = masks[users]
+            if source in ("u64b_lo", "u64b_hi"):
+                mask = mask | not_begin
+            cols[name] = pd.arrays.IntegerArray(np.ascontiguousarray(values), mask)
         # Task frames (task_create, sample): stack addresses and their ompt_frame_flag_t.
-        if present[[EVENT_CODES[e] for e in FRAME_EVENTS]].any():
+        if not present.isdisjoint(EVENT_CODES[e] for e in FRAME_EVENTS):
             for name, (values, missing) in decode_frames(codes, field).items():
                 cols[name] = pd.arrays.IntegerArray(values, missing)
         else:
