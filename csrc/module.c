@@ -257,6 +257,76 @@ static PyObject *py_ticks_to_ns(PyObject *m, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* pair(groups, begins, ngroups, partner): begin/end pairing in one pass over
+ * rows in time order.  groups: int64 in [0, ngroups), a row's key; begins:
+ * one byte per row, nonzero for a begin.  Within a key an end closes the
+ * latest open begin (the key's stack, kept as links between its rows).
+ * Writes partner (intp per row): a begin's end row, an end's begin row, or -1
+ * for a begin never closed and an end with no open begin. */
+static PyObject *py_pair(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *groups, *begins, *partner;
+  Py_ssize_t ngroups;
+  if (!PyArg_ParseTuple(args, "OOnO", &groups, &begins, &ngroups, &partner)) return NULL;
+  Py_buffer g, b, p;
+  PyObject *result = NULL;
+  Py_ssize_t *top = NULL, *below = NULL;
+  if (PyObject_GetBuffer(groups, &g, PyBUF_SIMPLE) < 0) return NULL;
+  if (PyObject_GetBuffer(begins, &b, PyBUF_SIMPLE) < 0) goto release_g;
+  if (PyObject_GetBuffer(partner, &p, PyBUF_WRITABLE) < 0) goto release_b;
+  Py_ssize_t n = g.len / (Py_ssize_t)sizeof(int64_t);
+  if (b.len < n || p.len < n * (Py_ssize_t)sizeof(Py_ssize_t) || ngroups < 0) {
+    PyErr_SetString(PyExc_ValueError, "pair: arrays of different lengths");
+    goto done;
+  }
+  top = malloc(((size_t)ngroups + 1) * sizeof *top);
+  below = malloc(((size_t)n + 1) * sizeof *below);
+  if (!top || !below) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  const int64_t *key = g.buf;
+  const unsigned char *is_begin = b.buf;
+  Py_ssize_t *out = p.buf, bad = -1;
+  Py_BEGIN_ALLOW_THREADS
+  for (Py_ssize_t k = 0; k < ngroups; k++) top[k] = -1;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    int64_t k = key[i];
+    if (k < 0 || k >= ngroups) {
+      bad = i;
+      break;
+    }
+    if (is_begin[i]) {
+      below[i] = top[k];
+      top[k] = i;
+      out[i] = -1;
+    } else if (top[k] >= 0) {
+      Py_ssize_t open = top[k];
+      top[k] = below[open];
+      out[open] = i;
+      out[i] = open;
+    } else {
+      out[i] = -1;
+    }
+  }
+  Py_END_ALLOW_THREADS
+  if (bad >= 0) {
+    PyErr_SetString(PyExc_ValueError, "pair: a group number out of range");
+    goto done;
+  }
+  result = Py_None;
+  Py_INCREF(result);
+done:
+  free(top);
+  free(below);
+  PyBuffer_Release(&p);
+release_b:
+  PyBuffer_Release(&b);
+release_g:
+  PyBuffer_Release(&g);
+  return result;
+}
+
 static PyObject *py_record_layout(PyObject *m, PyObject *args) {
   (void)m, (void)args;
 #define F(name) #name, (Py_ssize_t)offsetof(omptpy_record, name), \
@@ -456,6 +526,9 @@ static PyMethodDef methods[] = {
     {"columns", py_columns, METH_VARARGS,
      "columns(records, order, [(out, offset, size), ...], [(out, table), ...]): fields of "
      "records into columns; and per-event bytes, out[i] = table[event of record i]."},
+    {"pair", py_pair, METH_VARARGS,
+     "pair(groups, begins, ngroups, partner): begin/end pairing per group in time order; "
+     "partner[i]: the row paired with row i, or -1."},
     {"ticks_to_ns", py_ticks_to_ns, METH_VARARGS,
      "ticks_to_ns(records, first_ticks, first_ns, ns_per_tick, origin_ns): times in place."},
     {"record_layout", py_record_layout, METH_NOARGS, "Version, size and field offsets of a record."},

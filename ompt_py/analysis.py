@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from . import _core
+
 _BASE = ["pid", "thread"]
 
 
@@ -32,77 +34,53 @@ class Intervals:
     open: pd.DataFrame | None = None  # the unmatched begins (columns of table, no end)
 
 
-def _segments(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For rows sorted by group: each row's segment number and its segment's first row."""
-    new = np.ones(len(group), dtype=bool)
-    new[1:] = group[1:] != group[:-1]
-    seg = np.cumsum(new) - 1
-    return seg, np.flatnonzero(new)[seg]
-
-
-def _levels(is_begin: np.ndarray, seg: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """Nesting level after each row (begin +1, end -1), counted within its segment."""
-    total = np.cumsum(np.where(is_begin, 1, -1))
-    before = np.where(first > 0, total[first - 1], 0)
-    return total - before
+def _group_ids(keys: pd.DataFrame) -> tuple[np.ndarray, int]:
+    """A number in [0, count) per distinct row of ``keys`` (missing values are a
+    value of their own), and count."""
+    ids = np.zeros(len(keys), np.int64)
+    count = 1
+    for name in keys:
+        codes, uniques = pd.factorize(keys[name], use_na_sentinel=False)
+        if count * len(uniques) >= 1 << 62:  # renumber before the product overflows
+            ids, seen = pd.factorize(ids)
+            count = len(seen)
+        ids = ids * len(uniques) + codes
+        count *= len(uniques)
+    if count > len(ids):  # numbers as many as the rows at most (the pairing's stacks)
+        ids, seen = pd.factorize(ids)
+        count = len(seen)
+    return ids, count
 
 
 def _pair(rows: pd.DataFrame, keys: list[str]) -> Intervals:
     """Pairs begin/end rows (time-ordered) that nest within each key; the begin's
-    columns stand for the pair.  Vectorised: rows are sorted by key (stable, so
-    time order holds within a key) and levels are counted per segment."""
-    rows = rows.reset_index(drop=True)
-    group = rows.groupby(keys, sort=False, dropna=False, observed=True).ngroup().to_numpy()
-    order = np.argsort(group, kind="stable")
-    g, is_begin = group[order], (rows["endpoint"] == "begin").to_numpy()[order]
-    seg, first = _segments(g)
-    level = _levels(is_begin, seg, first)
-    # The lowest level reached before each row in its segment (0 at the start):
-    # an end that goes below it has no begin (its begin came before the window).
-    big = np.int64(len(level) + 2)
-    floor = np.minimum.accumulate(level - seg * big) + seg * big
-    prev_floor = np.where(np.arange(len(level)) == first, 0, np.roll(floor, 1))
-    orphan = (~is_begin) & (level < np.minimum(prev_floor, 0))
-    keep = order[~orphan]
-    g, is_begin = g[~orphan], is_begin[~orphan]
-    seg, first = _segments(g)
-    level = _levels(is_begin, seg, first)
-    depth = np.where(is_begin, level, level + 1)  # the level a begin opens / an end closes
-    # Within one key and depth, begins and ends alternate: the k-th begin pairs
-    # with the k-th end.  Sorted by (key, depth, begins first, time), each block
-    # holds its begins and then its ends.
-    by = np.lexsort((np.arange(len(g)), ~is_begin, depth, g))
-    bg, bd, bb = g[by], depth[by], is_begin[by]
-    new = np.ones(len(by), dtype=bool)
-    new[1:] = (bg[1:] != bg[:-1]) | (bd[1:] != bd[:-1])
-    block = np.cumsum(new) - 1
-    block_start = np.flatnonzero(new)
-    begins_in_block = np.bincount(block, weights=bb, minlength=len(block_start)).astype(np.int64)
-    ends = np.flatnonzero(~bb)
-    ends_rank = ends - block_start[block[ends]] - begins_in_block[block[ends]]
-    begins = block_start[block[ends]] + ends_rank
-    begin_rows, end_rows = keep[by[begins]], keep[by[ends]]
-    matched = np.zeros(len(by), dtype=bool)
-    matched[begins] = True
-    open_rows = keep[by[bb & ~matched]]
-    table = rows.iloc[begin_rows].rename(columns={"time_ns": "begin_ns"}).drop(columns="endpoint")
-    table["end_ns"] = rows["time_ns"].to_numpy()[end_rows]
+    columns stand for the pair, in the order of the begins.  One pass in C
+    (per key, an end closes the latest open begin); the other columns are
+    gathered once, at the rows of the pairs."""
+    group, count = _group_ids(rows[keys])
+    is_begin = (rows["endpoint"] == "begin").to_numpy()
+    partner = np.empty(len(rows), np.intp)
+    _core.pair(group, is_begin, count, partner)
+    unmatched = partner < 0
+    begin_rows = np.flatnonzero(is_begin & ~unmatched)
+    times = rows["time_ns"].to_numpy()
+    table = _begin_rows(rows, begin_rows)
+    table["end_ns"] = times[partner[begin_rows]]
     table["duration_ns"] = table["end_ns"] - table["begin_ns"]
-    unmatched_begins = int(is_begin.sum()) - len(ends)
-    table = table.sort_values("begin_ns", kind="stable")
-    still_open = rows.iloc[open_rows].rename(columns={"time_ns": "begin_ns"})
-    return Intervals(
-        table.reset_index(drop=True),
-        unmatched_begins=unmatched_begins,
-        unmatched_ends=int(orphan.sum()),
-        open=still_open.drop(columns="endpoint").reset_index(drop=True),
-    )
+    return Intervals(table, unmatched_begins=int(np.count_nonzero(is_begin & unmatched)),
+                     unmatched_ends=int(np.count_nonzero(~is_begin & unmatched)),
+                     open=_begin_rows(rows, np.flatnonzero(is_begin & unmatched)))
+
+
+def _begin_rows(rows: pd.DataFrame, at: np.ndarray) -> pd.DataFrame:
+    """The rows at positions ``at``, without their endpoint, time_ns as begin_ns."""
+    out = rows.drop(columns="endpoint").take(at).rename(columns={"time_ns": "begin_ns"})
+    return out.set_axis(pd.RangeIndex(len(out)))
 
 
 def _scoped(df: pd.DataFrame, event: str, keys: list[str], columns: list[str]) -> Intervals:
-    rows = df.loc[df["event"] == event, ["time_ns", "endpoint", *keys, *columns]]
-    rows = rows[rows["endpoint"].isin(["begin", "end"])]
-    return _pair(rows, keys)
+    chosen = (df["event"] == event).to_numpy() & df["endpoint"].isin(["begin", "end"]).to_numpy()
+    return _pair(df.loc[chosen, ["time_ns", "endpoint", *keys, *columns]], keys)
 
 
 def parallel_regions(df: pd.DataFrame) -> Intervals:
