@@ -101,17 +101,30 @@ def parallel_regions(df: pd.DataFrame) -> Intervals:
     return out
 
 
+def _find(table: pd.DataFrame, query: pd.DataFrame) -> np.ndarray:
+    """For each row of ``query``, the position of the first row of ``table`` with
+    the same values (columns in the same order); -1 where there is none or where
+    a value is missing."""
+    both = pd.concat([table.set_axis(query.columns, axis=1), query], ignore_index=True)
+    ids, count = _group_ids(both)
+    ids[both.isna().any(axis=1).to_numpy()] = -1
+    known, wanted = ids[:len(table)], ids[len(table):]
+    first = np.full(count + 1, -1, np.intp)  # the last entry: missing values
+    rows = np.flatnonzero(known >= 0)[::-1]  # the first row of each key is written last
+    first[known[rows]] = rows
+    return first[wanted]
+
+
 def _clamp_to_region(iv: Intervals, regions: pd.DataFrame, pid_col: str = "pid") -> None:
     """Ends reported after their parallel region ended are moved to the region's end."""
     t = iv.table
     if t.empty or regions.empty or "parallel_id" not in t:
         return
-    ends = regions.set_index([pid_col, "parallel_id"])["end_ns"]
-    key = pd.MultiIndex.from_frame(t[[pid_col, "parallel_id"]].astype("Int64"))
-    region_end = ends.reindex(key).to_numpy(dtype="float64", na_value=np.nan)
-    late = ~np.isnan(region_end) & (t["end_ns"].to_numpy() > region_end)
+    row = _find(regions[[pid_col, "parallel_id"]], t[[pid_col, "parallel_id"]])
+    region_end = regions["end_ns"].to_numpy(np.int64)[row]
+    late = (row >= 0) & (t["end_ns"].to_numpy() > region_end)
     if late.any():
-        t.loc[late, "end_ns"] = region_end[late].astype(np.int64)
+        t.loc[late, "end_ns"] = region_end[late]
         t["duration_ns"] = t["end_ns"] - t["begin_ns"]
 
 
@@ -240,14 +253,9 @@ def region_tree(regions: pd.DataFrame, implicit: pd.DataFrame) -> pd.DataFrame:
     regions started from outside any region of the trace have level 1.
     """
     t = regions.reset_index(drop=True)
-    tasks = implicit.drop_duplicates(["pid", "task_id"])
-    task_region = pd.Series(tasks["parallel_id"].to_numpy(),
-                            index=pd.MultiIndex.from_arrays([tasks["pid"], tasks["task_id"]]))
-    parent = task_region.reindex(pd.MultiIndex.from_arrays([t["pid"], t["task_id"]]))
-    position = pd.Series(np.arange(len(t)),
-                         index=pd.MultiIndex.from_arrays([t["pid"], t["parallel_id"]]))
-    up = position.reindex(pd.MultiIndex.from_arrays(
-        [t["pid"], parent.to_numpy()])).fillna(-1).to_numpy(np.int64)  # parent's row, or -1
+    task = _find(implicit[["pid", "task_id"]], t[["pid", "task_id"]])  # encountering task's row
+    parent = implicit["parallel_id"].array.take(task, allow_fill=True)
+    up = _find(t[["pid", "parallel_id"]], pd.DataFrame({"pid": t["pid"], "parallel_id": parent}))
     t["parent_id"] = pd.array(np.where(up >= 0, t["parallel_id"].to_numpy()[np.maximum(up, 0)],
                                        0), dtype="UInt64")
     t.loc[up < 0, "parent_id"] = pd.NA
@@ -261,8 +269,9 @@ def region_tree(regions: pd.DataFrame, implicit: pd.DataFrame) -> pd.DataFrame:
         level[alive] += 1
         cur[alive] = up[cur[alive]]
     t["level"] = level
-    team = implicit.groupby(["pid", "parallel_id"])["team_size"].max()
-    t["team_size"] = team.reindex(position.index).to_numpy()
+    team = implicit.groupby(["pid", "parallel_id"])["team_size"].max().reset_index()
+    at = _find(team[["pid", "parallel_id"]], t[["pid", "parallel_id"]])
+    t["team_size"] = pd.Series(team["team_size"].array.take(at, allow_fill=True)).to_numpy()
     return t
 
 

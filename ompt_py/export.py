@@ -329,7 +329,11 @@ def _waiting(waits: pd.DataFrame, mutex: pd.DataFrame) -> pd.DataFrame:
             one[:, column] = step
             steps.append(one)
     pids, times = np.concatenate(pid), np.concatenate(ts)
-    order = np.lexsort((times, pids))
+    # By process, then time (stable): a radix sort of the few process numbers
+    # after the time sort is much faster than a lexsort of both.
+    order = np.argsort(times, kind="stable")
+    process = pd.factorize(pids[order], sort=True)[0].astype(np.int32)
+    order = order[np.argsort(process, kind="stable")]
     pids, times = pids[order], times[order]
     # Every wait adds 1 and removes 1 within its process, so a running sum over the
     # rows sorted by process starts each process at 0.
