@@ -42,6 +42,7 @@ import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
@@ -86,6 +87,12 @@ class _Progress:
     def update(self, n: int) -> None:
         if self.bar is not None:
             self.bar.update(n)
+
+    def grow(self, n: int) -> None:
+        """``n`` more rows to go (a total known as the work is made)."""
+        if self.bar is not None:
+            self.bar.total += n
+            self.bar.refresh()
 
     def __enter__(self) -> _Progress:
         return self
@@ -219,69 +226,73 @@ def _complete(rows: pd.DataFrame, begin: str, end: str) -> pd.DataFrame:
     return rows.astype({begin: np.int64, end: np.int64})
 
 
-@dataclass
 class _Tables:
-    """The paired tables a Perfetto file is made of."""
+    """The paired tables a Perfetto file is made of, made in file order by one
+    background thread (those the trace caches are made once per trace): while it
+    makes the next table (pandas, mostly holding the GIL), the slices of the
+    previous ones are formatted (pyarrow kernels, without the GIL) and written."""
 
-    implicit: pd.DataFrame
-    regions: pd.DataFrame
-    work: pd.DataFrame
-    sync: pd.DataFrame
-    waits: pd.DataFrame
-    spans: pd.DataFrame  # explicit tasks per thread (_task_spans)
-    flows: pd.DataFrame
-    mutex: pd.DataFrame
-    user: pd.DataFrame  # ompt_py.region / omptpy_region.h
+    ORDER = ("user", "implicit", "regions", "work", "sync", "waits", "tasks", "mutex")
+
+    def __init__(self, trace: Trace, pool: ThreadPoolExecutor) -> None:
+        make: dict[str, Callable[[], Any]] = {
+            "user": trace.user_regions, "implicit": trace.implicit_tasks,
+            "regions": trace.parallel_regions, "work": trace.work, "sync": trace.sync,
+            "waits": lambda: trace._paired("waits").table, "tasks": lambda: _task_spans(trace),
+            "mutex": trace.mutex}
+        self._made = {name: pool.submit(make[name]) for name in self.ORDER}
+
+    def __getattr__(self, name: str) -> Any:
+        """A table (``spans``, ``flows``: explicit tasks per thread and their flows,
+        see _task_spans), once made."""
+        if name in ("spans", "flows"):
+            return self._made["tasks"].result()[name == "flows"]
+        if name not in self.ORDER:
+            raise AttributeError(name)
+        return self._made[name].result()
 
 
-def _tables(trace: Trace) -> _Tables:
-    """The trace's paired tables (those it caches are made once per trace)."""
-    spans, flows = _task_spans(trace)
-    return _Tables(trace.implicit_tasks(), trace.parallel_regions(), trace.work(), trace.sync(),
-                   trace._paired("waits").table, spans, flows, trace.mutex(),
-                   trace.user_regions())
-
-
-def _slice_sources(tables: _Tables) -> list[_Slices]:
+def _slice_sources(tables: _Tables) -> Iterator[_Slices]:
     """The slices of every track, parents before children (the order that keeps
-    slices starting at the same nanosecond nested the right way)."""
+    slices starting at the same nanosecond nested the right way); each source
+    once its table is made."""
     ids = [("parallel_id", "parallel_id", _number)]
-    implicit, regions, mutex = tables.implicit, tables.regions, tables.mutex
-    initial = (implicit["flags"].fillna(0).astype(np.int64) & 1).astype(bool).to_numpy()
     implicit_args = [("task_id", "task_id", _number), *ids,
                      ("thread_num", "thread_num", _number), ("team_size", "team_size", _number)]
     source = [("codeptr", "codeptr", _hex), ("location", "location", _string)]
     mutex_args = [("wait_id", "wait_id", _hex), ("codeptr", "codeptr", _hex)]
     user = tables.user
-    return [
-        _Slices("user_region", user.assign(kind=user["name"].fillna("(unnamed)")),
-                "begin_ns", "end_ns", args=[("id", "id", _number), ("level", "level", _number),
-                                            ("codeptr", "codeptr", _hex)]),
-        _Slices("implicit_task", implicit[initial], "begin_ns", "end_ns", name="initial task",
-                args=[("task_id", "task_id", _number)]),
-        _Slices("parallel", regions.assign(kind=pd.Categorical.from_codes(
-                    regions["league"].to_numpy(np.int8), ["parallel region", "teams"])),
-                "begin_ns", "end_ns", thread="encountering_thread",
-                args=[*ids, ("parent_id", "parent_id", _number), ("level", "level", _number),
-                      ("team_size", "team_size", _number),
-                      ("requested_team_size", "requested_team_size", _number),
-                      ("invoker", "invoker", _string), *source]),
-        _Slices("implicit_task", implicit[~initial], "begin_ns", "end_ns", name="implicit task",
-                args=implicit_args),
-        _Slices("work", tables.work, "begin_ns", "end_ns",
-                args=[("kind_raw", "kind_raw", _string), ("count", "count", _number), *ids,
-                      *source]),
-        _Slices("sync", tables.sync, "begin_ns", "end_ns",
-                args=[("kind_raw", "kind_raw", _string), ("wait_ns", "wait_ns", _number), *ids,
-                      ("task_id", "task_id", _number), ("codeptr", "codeptr", _hex)]),
-        _Slices("sync_wait", tables.waits, "begin_ns", "end_ns", suffix=" wait", args=ids),
-        _Slices("task", tables.spans, "begin_ns", "end_ns", name="task",
-                args=[("task_id", "task_id", _number), ("pieces", "pieces", _number)]),
-        _Slices("mutex_wait", _complete(mutex, "acquire_ns", "acquired_ns"),
-                "acquire_ns", "acquired_ns", suffix=" wait", args=mutex_args),
-        _Slices("mutex", _complete(mutex, "acquired_ns", "released_ns"),
-                "acquired_ns", "released_ns", args=mutex_args),
-    ]
+    yield _Slices("user_region", user.assign(kind=user["name"].fillna("(unnamed)")),
+                  "begin_ns", "end_ns", args=[("id", "id", _number), ("level", "level", _number),
+                                              ("codeptr", "codeptr", _hex)])
+    implicit = tables.implicit
+    initial = (implicit["flags"].fillna(0).astype(np.int64) & 1).astype(bool).to_numpy()
+    yield _Slices("implicit_task", implicit[initial], "begin_ns", "end_ns", name="initial task",
+                  args=[("task_id", "task_id", _number)])
+    regions = tables.regions
+    yield _Slices("parallel", regions.assign(kind=pd.Categorical.from_codes(
+                      regions["league"].to_numpy(np.int8), ["parallel region", "teams"])),
+                  "begin_ns", "end_ns", thread="encountering_thread",
+                  args=[*ids, ("parent_id", "parent_id", _number), ("level", "level", _number),
+                        ("team_size", "team_size", _number),
+                        ("requested_team_size", "requested_team_size", _number),
+                        ("invoker", "invoker", _string), *source])
+    yield _Slices("implicit_task", implicit[~initial], "begin_ns", "end_ns",
+                  name="implicit task", args=implicit_args)
+    yield _Slices("work", tables.work, "begin_ns", "end_ns",
+                  args=[("kind_raw", "kind_raw", _string), ("count", "count", _number), *ids,
+                        *source])
+    yield _Slices("sync", tables.sync, "begin_ns", "end_ns",
+                  args=[("kind_raw", "kind_raw", _string), ("wait_ns", "wait_ns", _number), *ids,
+                        ("task_id", "task_id", _number), ("codeptr", "codeptr", _hex)])
+    yield _Slices("sync_wait", tables.waits, "begin_ns", "end_ns", suffix=" wait", args=ids)
+    yield _Slices("task", tables.spans, "begin_ns", "end_ns", name="task",
+                  args=[("task_id", "task_id", _number), ("pieces", "pieces", _number)])
+    mutex = tables.mutex
+    yield _Slices("mutex_wait", _complete(mutex, "acquire_ns", "acquired_ns"),
+                  "acquire_ns", "acquired_ns", suffix=" wait", args=mutex_args)
+    yield _Slices("mutex", _complete(mutex, "acquired_ns", "released_ns"),
+                  "acquired_ns", "released_ns", args=mutex_args)
 
 
 def _task_spans(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -386,24 +397,34 @@ def _metadata(trace: Trace) -> list[dict]:
     return out
 
 
+def _perfetto_jobs(tables: _Tables, progress: _Progress) -> Iterator[Callable[[], pa.Array]]:
+    """The formatting jobs of the file's events, in file order (the progress bar's
+    total grows as the tables are made)."""
+    for source in _slice_sources(tables):
+        progress.grow(len(source.rows))
+        yield from (lambda s=source, p=part: s.texts(p) for part in _batches(len(source.rows)))
+    flows = tables.flows
+    progress.grow(2 * len(flows))
+    yield from (lambda p=part: _flow_texts(flows, p) for part in _batches(len(flows)))
+    counts = _waiting(tables.waits, tables.mutex)
+    progress.grow(len(counts))
+    yield from (lambda p=part: _counter_texts(counts, p) for part in _batches(len(counts)))
+
+
 def to_perfetto(trace: Trace, path: str | os.PathLike) -> None:
     """Writes ``trace`` as a Perfetto / Chrome trace (JSON Trace Event Format)."""
-    tables = _tables(trace)
-    sources = _slice_sources(tables)
-    flows = tables.flows
-    counts = _waiting(tables.waits, tables.mutex)
-    total = sum(len(s.rows) for s in sources) + 2 * len(flows) + len(counts)
     other = {"producer": "ompt-py", "clock": "CLOCK_MONOTONIC, from origin_mono_ns",
              "origin_mono_ns": trace.meta.get("origin_mono_ns")}
-    jobs = [*(lambda s=source, p=part: s.texts(p)
-              for source in sources for part in _batches(len(source.rows))),
-            *(lambda p=part: _flow_texts(flows, p) for part in _batches(len(flows))),
-            *(lambda p=part: _counter_texts(counts, p) for part in _batches(len(counts)))]
-    with open(path, "wb") as out, _Progress(total, "perfetto") as progress:
+    with ExitStack() as stack:
+        maker = stack.enter_context(ThreadPoolExecutor(1))
+        out = stack.enter_context(open(path, "wb"))
+        progress = stack.enter_context(_Progress(0, "perfetto"))
+        tables = _Tables(trace, maker)
+        stack.callback(maker.shutdown, cancel_futures=True)  # on an error: no more tables
         out.write(f'{{"otherData":{json.dumps(other)},"traceEvents":[\n'.encode())
         writer = _ArrayWriter(out)
         writer.write(pa.array([_SEP + json.dumps(m) for m in _metadata(trace)], pa.string()))
-        for texts in _in_order(jobs):
+        for texts in _in_order(_perfetto_jobs(tables, progress)):
             writer.write(texts)
             progress.update(len(texts))
         out.write(b"\n]}\n")
