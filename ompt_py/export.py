@@ -441,6 +441,10 @@ def _csv_text(trace: Trace, rows: np.ndarray, header: bool) -> pa.Buffer:
     piece = _loaded([trace.events[rows]], [], trace.meta)
     piece._pids = trace.pids[rows]
     table = pa.Table.from_pandas(piece.to_pandas(), preserve_index=False)
+    # Columns without a value in these rows (most event arguments) as null columns:
+    # the same empty fields, written without formatting any number.
+    table = pa.table([pa.nulls(len(c)) if c.null_count == len(c) else c for c in table.columns],
+                     names=table.column_names)
     sink = pa.BufferOutputStream()
     pa_csv.write_csv(table, sink, pa_csv.WriteOptions(include_header=header))
     return sink.getvalue()
