@@ -109,9 +109,10 @@ def _find(table: pd.DataFrame, query: pd.DataFrame) -> np.ndarray:
     ids, count = _group_ids(both)
     ids[both.isna().any(axis=1).to_numpy()] = -1
     known, wanted = ids[:len(table)], ids[len(table):]
-    first = np.full(count + 1, -1, np.intp)  # the last entry: missing values
-    rows = np.flatnonzero(known >= 0)[::-1]  # the first row of each key is written last
-    first[known[rows]] = rows
+    first = np.full(count + 1, len(table), np.intp)  # the last entry: missing values
+    rows = np.flatnonzero(known >= 0)
+    np.minimum.at(first, known[rows], rows)
+    first[first == len(table)] = -1
     return first[wanted]
 
 
