@@ -42,7 +42,7 @@ import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
@@ -411,13 +411,27 @@ def _perfetto_jobs(tables: _Tables, progress: _Progress) -> Iterator[Callable[[]
     yield from (lambda p=part: _counter_texts(counts, p) for part in _batches(len(counts)))
 
 
+@contextmanager
+def _output(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A file that appears at ``path`` only once written whole: an export that
+    fails half-way leaves nothing (and an older file at ``path`` as it was)."""
+    partial = f"{os.fspath(path)}.partial"
+    try:
+        with open(partial, "wb") as out:
+            yield out
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+
+
 def to_perfetto(trace: Trace, path: str | os.PathLike) -> None:
     """Writes ``trace`` as a Perfetto / Chrome trace (JSON Trace Event Format)."""
     other = {"producer": "ompt-py", "clock": "CLOCK_MONOTONIC, from origin_mono_ns",
              "origin_mono_ns": trace.meta.get("origin_mono_ns")}
     with ExitStack() as stack:
         maker = stack.enter_context(ThreadPoolExecutor(1))
-        out = stack.enter_context(open(path, "wb"))
+        out = stack.enter_context(_output(path))
         progress = stack.enter_context(_Progress(0, "perfetto"))
         tables = _Tables(trace, maker)
         stack.callback(maker.shutdown, cancel_futures=True)  # on an error: no more tables
@@ -456,7 +470,7 @@ def to_csv(trace: Trace, path: str | os.PathLike) -> None:
     order = np.argsort(trace.events["time_ns"], kind="stable")
     jobs = (lambda p=part: _csv_text(trace, order[p], header=p.start == 0)
             for part in _batches(max(len(order), 1)))
-    with open(path, "wb") as out, _Progress(len(order), "csv") as progress:
+    with _output(path) as out, _Progress(len(order), "csv") as progress:
         for part, text in zip(_batches(max(len(order), 1)), _in_order(jobs)):
             out.write(text)
             progress.update(part.stop - part.start)

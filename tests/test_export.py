@@ -328,6 +328,23 @@ def test_export_into_a_missing_directory(trace_file, tmp_path):
     assert str(out) in r.stderr
 
 
+@pytest.mark.parametrize("fmt", ["perfetto", "csv"])
+def test_failed_export_leaves_no_file(trace_file, tmp_path, monkeypatch, fmt):
+    """An export that fails half-way leaves no file, and an older one as it was."""
+    t = ompt_py.load(trace_file)
+    out = tmp_path / "out"
+    out.write_text("older")
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(export, "_metadata" if fmt == "perfetto" else "_csv_text", fail)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        export.export(t, out, fmt)
+    assert out.read_text() == "older"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
 def test_empty_trace_exports_valid_files(tmp_path):
     empty = ompt_py.Trace()
     assert len(empty) == 0
