@@ -22,6 +22,9 @@ static inline uint64_t addr(const void *p) { return (uint64_t)(uintptr_t)p; }
 static inline void emit(omptpy_thread *t, int event, int endpoint, int kind, uint64_t codeptr,
                         uint64_t parallel_id, uint64_t task_id, uint64_t u64a, uint64_t u64b,
                         uint32_t u32a, uint32_t u32b) {
+  if (OMPTPY_UNLIKELY(event < 64 &&
+                      !(atomic_load_explicit(&omptpy_g.wanted, memory_order_relaxed) >> event & 1)))
+    return;
   t->in_tool = 1;
   atomic_signal_fence(memory_order_seq_cst);
   omptpy_record *r = omptpy_slot(t);
@@ -381,29 +384,34 @@ void omptpy_register_callbacks(omptpy_runtime *rt) {
     if (TABLE[i].event == ompt_callback_thread_begin)
       fn = THREAD_BEGIN_FOR[rt - omptpy_g.runtimes];
     rt->levels[TABLE[i].event] = rt->set_callback(TABLE[i].event, fn);
+    if (rt->levels[TABLE[i].event] != ompt_set_never) rt->registered |= (uint64_t)1 << TABLE[i].event;
   }
 }
 
-/* Pausing unregisters every event but the thread and tool-control ones (the
- * tool needs those to know its threads and to be resumed), so a paused tool
- * costs the runtime no callback at all; ompt_set_callback(event, NULL) after
- * initialisation stops the event on libomp (see ../shared/FACTS.md).  The
- * recording flag tested in each handler covers runtimes that keep calling.
- * With only handlers active, only their events are registered.  Called under
- * the tool's control lock; `registered` remembers each runtime's state. */
+/* An event is registered when its records are first wanted, and stays
+ * registered: libomp cannot take a callback back while its threads run
+ * (ompt_set_callback clears the pointer before the enabled flag, so a thread
+ * that has just seen the flag calls NULL: a SIGSEGV in __kmpc_dispatch_next_8
+ * when a window closed under dynamic loops).  Records nobody wants are dropped
+ * in emit(), and a paused tool costs an empty callback per event.  During
+ * initialisation (the runtime runs no OpenMP code yet) the events nobody
+ * wants are unregistered, so a tool that never records costs no callback at
+ * all.  Thread and tool-control events stay registered: the tool needs them.
+ * Called under the tool's control lock. */
 void omptpy_callbacks_enable(omptpy_runtime *rt, uint64_t events) {
-  static uint64_t registered[OMPTPY_MAX_RUNTIMES];
-  static bool known[OMPTPY_MAX_RUNTIMES];
-  size_t r = (size_t)(rt - omptpy_g.runtimes);
+  atomic_store_explicit(&omptpy_g.wanted, events, memory_order_relaxed);
   for (size_t i = 0; i < sizeof TABLE / sizeof *TABLE; i++) {
     int ev = TABLE[i].event;
     uint64_t bit = (uint64_t)1 << ev;
     if (ev == ompt_callback_thread_begin || ev == ompt_callback_thread_end ||
-        ev == ompt_callback_control_tool || rt->levels[ev] == ompt_set_never ||
-        (known[r] && (registered[r] & bit) == (events & bit)))
+        ev == ompt_callback_control_tool || rt->levels[ev] == ompt_set_never)
       continue;
-    rt->set_callback(ev, events & bit ? TABLE[i].fn : NULL);
+    if (events & bit) {
+      if (!(rt->registered & bit)) rt->set_callback(ev, TABLE[i].fn);
+      rt->registered |= bit;
+    } else if (!rt->initialized && (rt->registered & bit)) {
+      rt->set_callback(ev, NULL);
+      rt->registered &= ~bit;
+    }
   }
-  registered[r] = events;
-  known[r] = true;
 }

@@ -228,6 +228,7 @@ typedef struct omptpy_runtime {
   char path[1024];
   int initialized;
   int finalized;
+  uint64_t registered; /* events whose callbacks are registered (callbacks.c) */
   /* Entry points, looked up once at initialize. */
   ompt_set_callback_t set_callback;
   ompt_enumerate_states_t enumerate_states;
@@ -249,6 +250,9 @@ typedef struct omptpy_tool {
   /* Records are written (the flag every callback tests): the trace sink, a
    * Python handler or a native handler wants them (omptpy_consumers_changed). */
   _Atomic int recording;
+  /* The OMPT events (bit = callback number) whose records are wanted; the
+   * callbacks of the others may stay registered (callbacks.c) and return. */
+  _Atomic uint64_t wanted;
   _Atomic int sink_on; /* the sink keeps records: trace window, OMPTPY_RECORD, control_tool */
   _Atomic int nruntimes;
   omptpy_runtime runtimes[OMPTPY_MAX_RUNTIMES];
@@ -268,8 +272,8 @@ static inline bool omptpy_recording(void) {
 /* ---- callbacks (callbacks.c) -------------------------------------------- */
 
 void omptpy_register_callbacks(omptpy_runtime *rt);
-/* Registers the handlers of the OMPT events in `events` (bit = callback
- * number) and unregisters the others, except thread and tool-control events. */
+/* Makes the records of the OMPT events in `events` (bit = callback number)
+ * wanted, registering their handlers where needed (see callbacks.c). */
 void omptpy_callbacks_enable(omptpy_runtime *rt, uint64_t events);
 /* Records one of ompt-py's own events (region markers) on the calling thread. */
 void omptpy_emit_own(int event, int endpoint, uint64_t codeptr, uint64_t u64a, uint64_t u64b,

@@ -18,7 +18,7 @@
 #include "omptpy_api.h"
 #include "omptpy_internal.h"
 
-omptpy_tool omptpy_g;
+omptpy_tool omptpy_g = {.wanted = UINT64_MAX};
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static int init_rc;

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from collections import Counter
 
 import numpy as np
@@ -20,6 +21,7 @@ import pandas as pd
 import pytest
 from conftest import (
     BEGIN,
+    CLANG,
     DISPATCH_WS_LOOP_CHUNK,
     END,
     EV,
@@ -27,6 +29,7 @@ from conftest import (
     MUTEX_CRITICAL,
     MUTEX_LOCK,
     OVERFLOW_POLICIES,
+    PROGRAMS,
     REGION_BARRIER,
     RUNTIME_LIBOMP,
     TASK_COMPLETE,
@@ -245,6 +248,36 @@ t.save(TRACE_PATH)
     assert n_of(t.events, "parallel_begin") == 5
     assert n_of(t.events, "parallel_end") == 5
     assert t.meta["written"] == len(t.events) and t.meta["dropped"] == 0
+
+
+def test_windows_toggled_while_openmp_threads_run(tmp_path):
+    """Closing a window while OpenMP threads are inside callbacks (dynamic loops
+    run from another Python thread): the callbacks stay registered (libomp
+    cannot take one back safely), the process survives, every window is whole."""
+    lib = tmp_path / "libstream.so"
+    subprocess.run([CLANG, "-O2", "-fopenmp", "-shared", "-fPIC", "-Wall", "-Werror",
+                    str(PROGRAMS / "lib" / "stream.c"), "-o", str(lib)], check=True)
+    r = run_python(f"""
+import ctypes, json, threading, time
+import ompt_py
+lib = ctypes.CDLL({str(lib)!r})
+lib.run.restype, lib.run.argtypes = ctypes.c_long, [ctypes.c_long]
+producer = threading.Thread(target=lib.run, args=(200,))
+producer.start()
+time.sleep(0.05)
+rows = []
+for k in range(60):
+    with ompt_py.trace() as t:
+        time.sleep(0.001 * (k % 4))
+    rows.append([len(t.events), t.meta["written"], t.meta["dropped"]])
+lib.stop()
+producer.join()
+print(json.dumps(rows))
+""")
+    rows = json.loads(r.stdout)
+    assert len(rows) == 60
+    assert all(n == written and dropped == 0 for n, written, dropped in rows), rows
+    assert sum(n for n, _, _ in rows) > 0
 
 
 def test_window_excludes_outside_work(run_traced):
