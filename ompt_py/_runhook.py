@@ -17,10 +17,9 @@ Python processes skip that, and would leave no trace of short-lived workers:
 So ``os._exit`` is wrapped, and children (those Python forks, as
 multiprocessing's fork and forkserver methods do, and those started with
 ``--multiprocessing-fork``, as its spawn method does) that have no SIGTERM
-handler of their own get one, and an exit handler: all let the tool finish
-its file (``omptpy_finish``) first.  SIGTERM handled in Python takes effect
-when the main thread next runs Python code (at once for an idle pool worker;
-after the call for a worker inside a long OpenMP computation).  The hook then
+handler of their own get a thread that takes SIGTERM, and an exit handler:
+all let the tool finish its file (``omptpy_finish``) first, also while the
+main thread is blocked or inside a long OpenMP computation.  The hook then
 runs the ``sitecustomize`` module it shadows, if there is one.
 """
 
@@ -31,6 +30,7 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 
 TOOL_NAME = "libomptpy.so"
 
@@ -53,18 +53,25 @@ def _exit(status: int) -> None:
     _real_exit(status)
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
+def _finish_on_sigterm() -> None:
+    """Waits for SIGTERM (blocked in every other thread), finishes the file, and
+    ends the process as SIGTERM would have."""
+    signal.sigwait({signal.SIGTERM})
     finish()
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)  # ends the process as SIGTERM would have
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    os.kill(os.getpid(), signal.SIGTERM)  # the default action, delivered to this thread
 
 
 def _in_worker() -> None:
     """A multiprocessing child: SIGTERM (if it has no handler) and a normal exit
-    finish the file first; a SIGTERM that comes while the interpreter shuts
-    down, after its handlers are gone, then loses nothing."""
+    finish the file first.  SIGTERM is taken by a thread of ours: a Python
+    handler runs only in the main thread, which may be blocked in a lock
+    (an idle pool worker) while the kernel hands the signal to one of the
+    runtime's threads; that process would never end.  So SIGTERM is blocked
+    here, before the runtime starts its threads (they inherit the mask)."""
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        threading.Thread(target=_finish_on_sigterm, name="ompt-py SIGTERM", daemon=True).start()
     atexit.register(finish)
 
 

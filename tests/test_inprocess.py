@@ -22,6 +22,7 @@ import pytest
 from conftest import (
     BEGIN,
     CLANG,
+    COMPAT_SOURCES,
     DISPATCH_WS_LOOP_CHUNK,
     END,
     EV,
@@ -256,7 +257,8 @@ def test_windows_toggled_while_openmp_threads_run(tmp_path):
     cannot take one back safely), the process survives, every window is whole."""
     lib = tmp_path / "libstream.so"
     subprocess.run([CLANG, "-O2", "-fopenmp", "-shared", "-fPIC", "-Wall", "-Werror",
-                    str(PROGRAMS / "lib" / "stream.c"), "-o", str(lib)], check=True)
+                    str(PROGRAMS / "lib" / "stream.c"), *map(str, COMPAT_SOURCES), "-o", str(lib)],
+                   check=True)
     r = run_python(f"""
 import ctypes, json, threading, time
 import ompt_py
