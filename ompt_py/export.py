@@ -53,7 +53,7 @@ import pyarrow.compute as pc
 
 from . import analysis
 from ._records import RAW_FIELDS
-from .trace import _EVENT_NAMES, _KIND_NAMES, FORMAT, PARQUET_KEY, _loaded, _totals
+from .trace import _EVENT_NAMES, _KIND_NAMES, FORMAT, PARQUET_KEY, _kind_keys, _loaded, _totals
 
 if TYPE_CHECKING:
     from .trace import Trace
@@ -490,8 +490,7 @@ def _arrow_rows(trace: Trace, rows: slice, with_pid: bool) -> pa.Table:
         columns[name] = np.ascontiguousarray(ev[name])
     codes = columns["event"]
     columns["event_name"] = pa.array(_EVENT_NAMES.categorical(codes))
-    columns["kind_name"] = pa.array(
-        _KIND_NAMES.categorical((codes.astype(np.uint16) << 8) | columns["kind"]))
+    columns["kind_name"] = pa.array(_KIND_NAMES.categorical(_kind_keys(codes, columns["kind"])))
     ranks = trace._ranks(pids)
     if ranks is not None:
         columns["rank"] = pa.array(ranks)

@@ -40,7 +40,7 @@ def render(trace: Trace, top: int = 10) -> str:
     """The whole report as text."""
     out = io.StringIO()
     meta = trace.meta
-    df = trace.to_pandas()
+    df = trace._events_frame()  # the frame and pairings summary() below uses too
     span = (df["time_ns"].max() - df["time_ns"].min()) if len(df) else 0
     out.write(f"ompt-py trace: {len(df):,} events over {_ms(span)} ms, "
               f"{len(meta['processes'])} process(es)\n")
@@ -67,9 +67,9 @@ def render(trace: Trace, top: int = 10) -> str:
     counts = df["event"].value_counts()
     out.write(_table([{"event": e, "count": int(c)} for e, c in counts.items() if c]))
 
-    regions = analysis.parallel_regions(df)
-    implicit = analysis.implicit_tasks(df, regions.table)
-    waits = analysis.sync_waits(df, regions.table)
+    regions = trace._paired("regions")
+    implicit = trace._paired("implicit")
+    waits = trace._paired("waits")
     work = analysis.work(df)
     masked = analysis.masked(df)
     tasks = analysis.task_executions(df)

@@ -362,9 +362,7 @@ class Trace:
             if name == "parallel_id":  # task_create keeps a frame there (enter_frame)
                 missing |= codes == EVENT_CODES["task_create"]
             cols[name] = pd.arrays.IntegerArray(field[name], missing)
-        kind_key = codes.astype(np.intp)
-        kind_key <<= 8
-        kind_key |= field["kind"]
+        kind_key = _kind_keys(codes, field["kind"])
         cols["kind"] = _KIND_NAMES.categorical(kind_key)
         cols["kind_raw"] = _KIND_RAW_NAMES.categorical(kind_key)
         not_begin = field["endpoint"] != 1
@@ -382,10 +380,10 @@ class Trace:
                         np.zeros(len(values), values.dtype), np.ones(len(values), bool))
                 cols[name] = absent[values.dtype]
                 continue
-            mask = masks[users]
-            if source in ("u64b_lo", "u64b_hi"):
-                mask = mask | not_begin
-            cols[name] = pd.arrays.IntegerArray(np.ascontiguousarray(values), mask)
+            key = (*users, "begin") if source in ("u64b_lo", "u64b_hi") else users
+            if key not in masks:  # processor and place: implicit-task begins only
+                masks[key] = masks[users] | not_begin
+            cols[name] = pd.arrays.IntegerArray(np.ascontiguousarray(values), masks[key])
         # Task frames (task_create, sample): stack addresses and their ompt_frame_flag_t.
         if not present.isdisjoint(EVENT_CODES[e] for e in FRAME_EVENTS):
             for name, (values, missing) in decode_frames(codes, field).items():
@@ -702,6 +700,14 @@ class _Names:
         """``codes``: non-negative integers (np.intp ones are indexed without a cast)."""
         mapped = np.take(self.lookup, codes, mode="clip")
         return pd.Categorical.from_codes(mapped, categories=self.categories)
+
+
+def _kind_keys(codes: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+    """The keys of _KIND_NAMES and _KIND_RAW_NAMES: event number << 8 | kind byte."""
+    keys = codes.astype(np.intp)
+    keys <<= 8
+    keys |= kinds
+    return keys
 
 
 _EVENT_NAMES = _Names(EVENTS)
