@@ -399,7 +399,6 @@ void omptpy_register_callbacks(omptpy_runtime *rt) {
  * all.  Thread and tool-control events stay registered: the tool needs them.
  * Called under the tool's control lock. */
 void omptpy_callbacks_enable(omptpy_runtime *rt, uint64_t events) {
-  atomic_store_explicit(&omptpy_g.wanted, events, memory_order_relaxed);
   for (size_t i = 0; i < sizeof TABLE / sizeof *TABLE; i++) {
     int ev = TABLE[i].event;
     uint64_t bit = (uint64_t)1 << ev;

@@ -272,8 +272,9 @@ static inline bool omptpy_recording(void) {
 /* ---- callbacks (callbacks.c) -------------------------------------------- */
 
 void omptpy_register_callbacks(omptpy_runtime *rt);
-/* Makes the records of the OMPT events in `events` (bit = callback number)
- * wanted, registering their handlers where needed (see callbacks.c). */
+/* Registers the handlers of the OMPT events in `events` (bit = callback
+ * number) that are not registered yet (see callbacks.c); which records are
+ * kept is omptpy_g.wanted, set by the tool with it. */
 void omptpy_callbacks_enable(omptpy_runtime *rt, uint64_t events);
 /* Records one of ompt-py's own events (region markers) on the calling thread. */
 void omptpy_emit_own(int event, int endpoint, uint64_t codeptr, uint64_t u64a, uint64_t u64b,

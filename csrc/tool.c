@@ -26,13 +26,15 @@ static int init_rc;
 static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Records are wanted by the sink (every event), by Python handlers (the events
- * of their filters) and by native handlers (theirs).  The callbacks of the
- * events nobody wants are unregistered, and with no consumer at all nothing
- * is written.  Under control_lock. */
+ * of their filters) and by native handlers (theirs).  The records of the
+ * events nobody wants are not written (omptpy_g.wanted; their callbacks stay
+ * registered once they were, see callbacks.c), and with no consumer at all
+ * nothing is written.  Under control_lock. */
 static void consumers_changed_locked(void) {
   bool sink = atomic_load(&omptpy_g.sink_on);
   bool active = sink || omptpy_tap_active() || atomic_load(&omptpy_native_count) != 0;
   uint64_t events = !active ? 0 : sink ? UINT64_MAX : omptpy_tap_events() | omptpy_native_events();
+  atomic_store_explicit(&omptpy_g.wanted, events, memory_order_relaxed);
   if (active) atomic_store(&omptpy_g.recording, 1);
   int n = atomic_load(&omptpy_g.nruntimes);
   for (int i = 0; i < n && i < OMPTPY_MAX_RUNTIMES; i++) {
