@@ -25,12 +25,10 @@ static inline void emit(omptpy_thread *t, int event, int endpoint, int kind, uin
   if (OMPTPY_UNLIKELY(event < 64 &&
                       !(atomic_load_explicit(&omptpy_g.wanted, memory_order_relaxed) >> event & 1)))
     return;
-  t->in_tool = 1;
-  atomic_signal_fence(memory_order_seq_cst);
+  omptpy_enter(t);
   omptpy_record *r = omptpy_slot(t);
   if (OMPTPY_UNLIKELY(!r)) {
-    atomic_signal_fence(memory_order_seq_cst);
-    t->in_tool = 0;
+    omptpy_leave(t);
     return;
   }
   r->time = omptpy_now();
@@ -47,8 +45,7 @@ static inline void emit(omptpy_thread *t, int event, int endpoint, int kind, uin
   r->u32b = u32b;
   omptpy_commit(t);
   omptpy_native_after(r);
-  atomic_signal_fence(memory_order_seq_cst);
-  t->in_tool = 0;
+  omptpy_leave(t);
 }
 
 #define GUARD()                          \

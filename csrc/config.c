@@ -11,7 +11,7 @@
 #include "omptpy_internal.h"
 
 #define DEFAULT_BUFFER_BYTES ((size_t)8 << 20)
-#define MIN_BUFFER_BYTES ((size_t)2 * sizeof(omptpy_chunk))
+#define MIN_BUFFER_BYTES ((size_t)2 * OMPTPY_CHUNK_RECORDS * sizeof(omptpy_record))
 
 static int bad(omptpy_config *cfg, const char *name, const char *value, const char *allowed) {
   snprintf(cfg->error, sizeof cfg->error, "%s='%.200s' is not valid; use %s", name, value, allowed);

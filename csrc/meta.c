@@ -248,6 +248,7 @@ int omptpy_meta_json(omptpy_str *s) {
   rc = rc ? rc : put(s, ",\"error\":");
   rc = rc ? rc : put_string(s, g->cfg.error, strlen(g->cfg.error));
   rc = rc ? rc : put(s, ",\"handler_queue_bytes\":%zu", g->cfg.handler_queue_bytes);
+  rc = rc ? rc : put(s, ",\"zero_copy\":%s", omptpy_zero_copy() ? "true" : "false");
   rc = rc ? rc : put(s, "},\"start_tool_calls\":%d,\"declined\":%d,\"runtimes\":[",
                      g->start_tool_calls, g->declined);
   int nrt = atomic_load(&g->nruntimes);

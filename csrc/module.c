@@ -97,7 +97,14 @@ static PyObject *py_take(PyObject *m, PyObject *args) {
   (void)m, (void)args;
   RecordsObject *r = PyObject_New(RecordsObject, &RecordsType);
   if (!r) return NULL;
-  r->base = omptpy_take(&r->nrecs, &r->mapped);
+  /* Without the GIL: the zero-copy take() hands the last records to the
+   * handlers' queue, which may wait for their dispatcher (block=True). */
+  void *base;
+  size_t nrecs, mapped;
+  Py_BEGIN_ALLOW_THREADS base = omptpy_take(&nrecs, &mapped);
+  Py_END_ALLOW_THREADS r->base = base;
+  r->nrecs = nrecs;
+  r->mapped = mapped;
   return (PyObject *)r;
 }
 

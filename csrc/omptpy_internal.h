@@ -91,11 +91,19 @@ static inline uint64_t omptpy_now(void) {
 
 #define OMPTPY_CHUNK_RECORDS 1024u /* 64 KiB of records per chunk */
 
+struct omptpy_thread;
+struct omptpy_region;
+
+/* A chunk's descriptor: its records live elsewhere (a thread's arena, or the
+ * memory sink's region in zero-copy mode), so the records of a region form
+ * one plain array. */
 typedef struct omptpy_chunk {
-  _Atomic uint32_t n; /* records written; the writer stores it with release */
-  uint32_t taken;     /* records already drained (drainer only) */
-  char pad_[OMPTPY_CACHELINE - 8];
-  omptpy_record recs[OMPTPY_CHUNK_RECORDS];
+  _Atomic uint32_t n;            /* records written; the writer stores it with release */
+  uint32_t taken;                /* records already given to the tap/sink (drainer only) */
+  omptpy_record *recs;           /* OMPTPY_CHUNK_RECORDS records */
+  struct omptpy_thread *owner;   /* zero-copy: the thread it was leased to */
+  struct omptpy_region *region;  /* zero-copy: the region it was carved from, else NULL */
+  bool retired;                  /* zero-copy: its thread ended, n is final */
 } omptpy_chunk;
 
 /* Single-producer single-consumer ring of chunk pointers. */
@@ -111,7 +119,11 @@ enum { OMPTPY_THREAD_FREE = 0, OMPTPY_THREAD_LIVE = 1, OMPTPY_THREAD_ENDED = 2 }
 typedef struct omptpy_thread {
   /* Written by the owning thread on the hot path. */
   _Alignas(OMPTPY_CACHELINE) omptpy_chunk *cur; /* chunk being filled, NULL if none */
+  omptpy_record *recs;                          /* cur->recs */
   uint32_t pos;                                 /* == cur->n */
+  /* Records may be written while pos < limit: OMPTPY_CHUNK_RECORDS, or 0 when
+   * take() quiesces the thread (zero-copy memory sink) or it has no chunk. */
+  _Atomic uint32_t limit;
   uint32_t index;                               /* the tool's thread index */
   uint64_t next_id;                             /* per-thread id counter */
   _Atomic uint64_t handed;                      /* records in chunks handed over */
@@ -122,9 +134,13 @@ typedef struct omptpy_thread {
   /* Drainer side. */
   _Alignas(OMPTPY_CACHELINE) _Atomic int state;
   _Atomic uint32_t nchunks; /* chunks this thread owns */
-  omptpy_chunk *arena;      /* the slot's pre-faulted chunks, reused across threads */
+  omptpy_chunk *arena;      /* copying mode: the slot's chunk descriptors, reused across threads */
+  omptpy_record *arena_recs; /* and their pre-faulted records */
+  uint64_t cur_epoch;        /* zero-copy: epoch of the region cur was carved from */
   /* Sampling (sampler.c). */
-  volatile sig_atomic_t in_tool; /* inside a callback: a sample now would race it */
+  /* Inside a callback or the sampling handler: a sample now would race it, and
+   * take() waits for it to drop to 0 (stored with release). */
+  _Atomic int in_tool;
   uint64_t samples_skipped;
   timer_t timer;
   bool has_timer;
@@ -171,8 +187,22 @@ static inline omptpy_thread *omptpy_self(void) {
 
 /* A slot for one record, or NULL when it has to be dropped. */
 static inline omptpy_record *omptpy_slot(omptpy_thread *t) {
-  if (OMPTPY_LIKELY(t->pos < OMPTPY_CHUNK_RECORDS)) return &t->cur->recs[t->pos];
+  if (OMPTPY_LIKELY(t->pos < atomic_load_explicit(&t->limit, memory_order_relaxed)))
+    return &t->recs[t->pos];
   return omptpy_slot_slow(t);
+}
+
+/* Around every write of a record (callbacks, sampler): take() waits for
+ * in_tool == 0.  The entry store needs no fence: take() runs membarrier()
+ * between lowering the limits and reading in_tool. */
+static inline void omptpy_enter(omptpy_thread *t) {
+  atomic_store_explicit(&t->in_tool, 1, memory_order_relaxed);
+  atomic_signal_fence(memory_order_seq_cst);
+}
+
+static inline void omptpy_leave(omptpy_thread *t) {
+  atomic_signal_fence(memory_order_seq_cst);
+  atomic_store_explicit(&t->in_tool, 0, memory_order_release);
 }
 
 static inline void omptpy_commit(omptpy_thread *t) {
@@ -211,6 +241,14 @@ typedef struct omptpy_block {
   size_t nrecs;  /* used */
 } omptpy_block;
 omptpy_block omptpy_sink_take(void);
+/* Zero-copy memory sink (buffer.c): records are written in place into a
+ * region the sink hands over whole. */
+bool omptpy_zero_copy(void);
+omptpy_block omptpy_zc_take(void);
+/* Populates that many bytes of the region (OMPTPY_RESERVE). */
+void omptpy_zc_prepare(size_t bytes);
+/* sink.c's reservation of a large NORESERVE huge-page range. */
+void *omptpy_sink_reserve(size_t *bytes);
 void omptpy_block_free(omptpy_block b);
 
 enum { OMPTPY_BLOCK_META = 1, OMPTPY_BLOCK_RECORDS = 2, OMPTPY_BLOCK_STATS = 3 };

@@ -5,8 +5,9 @@
  * inquiry functions (ompt_get_state, ompt_get_parallel_info,
  * ompt_get_task_info) and writes one sample record into the thread's own
  * buffer.  It never takes the slow path (no lock, no allocation): a sample
- * that finds the thread inside the tool or its chunk full is counted as
- * skipped.  Off unless OMPTPY_SAMPLE_HZ is set.
+ * that finds the thread inside the tool or its chunk full (or its limit
+ * lowered by take()) is counted as skipped.  It marks itself in_tool around
+ * the write, as a callback does, so take() waits for it.  Off unless OMPTPY_SAMPLE_HZ is set.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,7 +36,14 @@ static void on_sample(int sig, siginfo_t *si, void *ucontext) {
    * for more than a period) were merged into it: owed samples, counted. */
   int merged = t->has_timer ? timer_getoverrun(t->timer) : 0;
   if (merged > 0) t->samples_skipped += (uint64_t)merged;
-  if (t->in_tool || t->pos >= OMPTPY_CHUNK_RECORDS) {
+  if (atomic_load_explicit(&t->in_tool, memory_order_relaxed)) {
+    t->samples_skipped++;
+    return;
+  }
+  /* Inside the tool from here on, as a callback is: take() may be waiting. */
+  omptpy_enter(t);
+  if (t->pos >= atomic_load_explicit(&t->limit, memory_order_relaxed)) {
+    omptpy_leave(t);
     t->samples_skipped++;
     return;
   }
@@ -66,7 +74,7 @@ static void on_sample(int sig, siginfo_t *si, void *ucontext) {
 #else
   (void)ucontext;
 #endif
-  omptpy_record *r = &t->cur->recs[t->pos];
+  omptpy_record *r = &t->recs[t->pos];
   r->time = omptpy_now();
   r->codeptr = pc;
   r->parallel_id = parallel ? parallel->value : 0;
@@ -80,6 +88,7 @@ static void on_sample(int sig, siginfo_t *si, void *ucontext) {
   r->u32a = (uint32_t)state;
   r->u32b = below;
   omptpy_commit(t);
+  omptpy_leave(t);
   errno = saved_errno;
 }
 

@@ -116,7 +116,7 @@ static bool file_ready(void) {
  * committed until touched) and keeps PREFAULT_AHEAD bytes past the write
  * position populated, so the drainer's copies never page-fault.  A range
  * that fills up is grown with mremap. */
-static void *mem_reserve(size_t *bytes) {
+void *omptpy_sink_reserve(size_t *bytes) {
   for (size_t want = RESERVE_BYTES; want >= MIN_RESERVE_BYTES; want /= 2) {
     void *p = mmap(NULL, want, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -131,7 +131,7 @@ static void *mem_reserve(size_t *bytes) {
 
 static bool mem_open(void) {
   if (S.mem.base) return true;
-  S.mem.base = mem_reserve(&S.mem.bytes);
+  S.mem.base = omptpy_sink_reserve(&S.mem.bytes);
   S.populated = 0;
   return S.mem.base != NULL;
 }
@@ -181,6 +181,10 @@ void omptpy_sink_write(const omptpy_record *recs, size_t n) {
 
 void omptpy_sink_prepare(void) {
   if (!S.reserve || S.file) return;
+  if (omptpy_zero_copy()) {
+    omptpy_zc_prepare(S.reserve);
+    return;
+  }
   pthread_mutex_lock(&S.mem_lock);
   if (mem_open() && S.populated < S.reserve) {
     size_t len = (S.reserve < S.mem.bytes ? S.reserve : S.mem.bytes) - S.populated;

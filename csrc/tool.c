@@ -246,7 +246,7 @@ OMPTPY_API void omptpy_flush_all(void) {
 }
 
 OMPTPY_API void *omptpy_take(size_t *nrecs, size_t *mapped) {
-  omptpy_block b = omptpy_sink_take();
+  omptpy_block b = omptpy_zero_copy() ? omptpy_zc_take() : omptpy_sink_take();
   *nrecs = b.nrecs;
   *mapped = b.bytes;
   return b.base;

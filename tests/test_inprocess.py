@@ -698,13 +698,21 @@ def window_records(n: int) -> int:
     return n + 1 + 14 + 12 + 11
 
 
+@pytest.mark.parametrize("zero_copy", ["1", "0"])
 @pytest.mark.parametrize("policy", OVERFLOW_POLICIES)
-def test_overflow_in_process(run_traced, policy):
+def test_overflow_in_process(run_traced, policy, zero_copy):
+    """README: in memory, records are written in place into the trace (zero
+    copy) and the overflow policies do not apply; OMPTPY_ZERO_COPY=0 (the
+    copying memory sink) applies them as the file sink does."""
     n = 200_000
     t = trace_of(run_traced, f"w.dispatch({n})", env={
-        "OMPTPY_BUFFER_SIZE": "256K", "OMPTPY_DRAIN_MS": "1000", "OMPTPY_OVERFLOW": policy})
+        "OMPTPY_BUFFER_SIZE": "256K", "OMPTPY_DRAIN_MS": "1000", "OMPTPY_OVERFLOW": policy,
+        "OMPTPY_ZERO_COPY": zero_copy})
     (proc,) = t.meta["processes"]
     assert proc["config"]["overflow"] == policy
+    assert proc["config"]["zero_copy"] == (zero_copy == "1")
+    if zero_copy == "1":
+        policy = "none"
     per = Counter(t.events["thread"].tolist())
     for th in proc["threads"]:
         assert th["written"] == per.get(th["thread"], 0), th
