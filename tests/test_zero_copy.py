@@ -42,6 +42,13 @@ lib = ctypes.CDLL(LIB)
 lib.run.restype = ctypes.c_long
 lib.run.argtypes = [ctypes.c_long]
 N = 200
+# A handler of every event keeps every callback registered between windows:
+# unregistering one (ompt_set_callback(e, NULL) when the last consumer goes)
+# while OpenMP threads run races in libomp 19 (a thread that saw the event
+# enabled calls the NULL pointer: seen in __kmpc_dispatch_next_8).  It also
+# makes the handlers' tap read the chunks while take() retires them.
+seen = [0]
+handler = ompt_py.on(None, lambda ev: seen.__setitem__(0, seen[0] + len(ev)))
 producer = threading.Thread(target=lib.run, args=(N,), daemon=True)
 producer.start()
 time.sleep(0.05)
@@ -82,6 +89,8 @@ try:
 finally:
     lib.stop()
     producer.join(30)
+assert ompt_py.drain_handlers(timeout=60)
+assert seen[0] > 0
 print(json.dumps(out))
 """
 
