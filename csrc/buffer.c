@@ -14,6 +14,12 @@
  * CPU) the overflow policy applies: flush (the thread moves its own full
  * chunks to the sink, as Score-P does; the default), drop (count the
  * record), or grow (allocate another chunk).
+ *
+ * That is the copying scheme of the file sink (and of the memory sink without
+ * membarrier, or with OMPTPY_ZERO_COPY=0).  The memory sink otherwise has
+ * threads write in place into the trace region: see "zero-copy memory sink"
+ * below.  Both share the hot path: one compare of pos against the thread's
+ * limit, a cached record pointer, one release store of the count.
  */
 #define _GNU_SOURCE
 #include <errno.h>
