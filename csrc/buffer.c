@@ -113,17 +113,21 @@ static void ring_reset(omptpy_ring *r) {
  * slot later.  Only the grow policy allocates chunks outside it. */
 #define CHUNK_BYTES ((size_t)OMPTPY_CHUNK_RECORDS * sizeof(omptpy_record))
 
+_Static_assert(sizeof(omptpy_chunk) == OMPTPY_CACHELINE, "a chunk descriptor is one cache line");
+
 static bool arena_new(omptpy_thread *t) {
   size_t bytes = (size_t)B.max_chunks * CHUNK_BYTES;
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return false;
   madvise(p, bytes, MADV_HUGEPAGE);
   memset(p, 0, bytes); /* fault every page in now, not on the hot path */
-  t->arena = calloc(B.max_chunks, sizeof(omptpy_chunk));
+  size_t desc_bytes = (size_t)B.max_chunks * sizeof(omptpy_chunk);
+  t->arena = aligned_alloc(OMPTPY_CACHELINE, desc_bytes);
   if (!t->arena) {
     munmap(p, bytes);
     return false;
   }
+  memset(t->arena, 0, desc_bytes);
   t->arena_recs = p;
   for (uint32_t i = 0; i < B.max_chunks; i++)
     t->arena[i].recs = t->arena_recs + (size_t)i * OMPTPY_CHUNK_RECORDS;
@@ -137,10 +141,9 @@ static bool in_arena(const omptpy_thread *t, const omptpy_chunk *c) {
 /* A grown chunk: its descriptor, then its records, in one allocation. */
 static omptpy_chunk *extra_chunk_new(void) {
   omptpy_chunk *c;
-  if (posix_memalign((void **)&c, OMPTPY_CACHELINE, OMPTPY_CACHELINE + CHUNK_BYTES) != 0)
-    return NULL;
-  memset(c, 0, OMPTPY_CACHELINE + CHUNK_BYTES);
-  c->recs = (omptpy_record *)((char *)c + OMPTPY_CACHELINE);
+  if (posix_memalign((void **)&c, OMPTPY_CACHELINE, sizeof *c + CHUNK_BYTES) != 0) return NULL;
+  memset(c, 0, sizeof *c + CHUNK_BYTES);
+  c->recs = (omptpy_record *)(c + 1);
   return c;
 }
 
@@ -523,11 +526,11 @@ static omptpy_record *slot_slow_zc(omptpy_thread *t) {
     if (i >= r->cap) break;
     omptpy_chunk *c = &r->desc[i];
     c->recs = r->base + (size_t)i * OMPTPY_CHUNK_RECORDS;
-    c->owner = t;
     c->region = r;
     c->taken = 0;
     c->retired = false;
-    atomic_store_explicit(&c->n, 0, memory_order_release);
+    atomic_store_explicit(&c->n, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->owner, t, memory_order_release);
     t->cur = c;
     t->cur_epoch = r->epoch;
     t->recs = c->recs;
@@ -573,7 +576,7 @@ static uint32_t zc_drain(omptpy_region *r, bool partial) {
   bool advance = true;
   for (uint32_t i = r->cursor; i < next; i++) {
     omptpy_chunk *c = &r->desc[i];
-    if (!c->owner) { /* leased, not yet set up by its thread */
+    if (!atomic_load_explicit(&c->owner, memory_order_acquire)) { /* leased, not set up yet */
       advance = false;
       continue;
     }

@@ -96,12 +96,15 @@ struct omptpy_region;
 
 /* A chunk's descriptor: its records live elsewhere (a thread's arena, or the
  * memory sink's region in zero-copy mode), so the records of a region form
- * one plain array. */
+ * one plain array.  One cache line each: the writer stores n after every
+ * record, and neighbouring descriptors belong to other threads. */
 typedef struct omptpy_chunk {
-  _Atomic uint32_t n;            /* records written; the writer stores it with release */
+  _Alignas(OMPTPY_CACHELINE) _Atomic uint32_t n; /* records written; stored with release */
   uint32_t taken;                /* records already given to the tap/sink (drainer only) */
   omptpy_record *recs;           /* OMPTPY_CHUNK_RECORDS records */
-  struct omptpy_thread *owner;   /* zero-copy: the thread it was leased to */
+  /* zero-copy: the thread it was leased to, stored last (release) when the
+   * chunk is set up */
+  _Atomic(struct omptpy_thread *) owner;
   struct omptpy_region *region;  /* zero-copy: the region it was carved from, else NULL */
   bool retired;                  /* zero-copy: its thread ended, n is final */
 } omptpy_chunk;
