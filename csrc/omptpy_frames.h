@@ -19,6 +19,11 @@ static inline uint8_t omptpy_frame_flags3(int flags) {
   return (uint8_t)((flags & 0x1) | ((flags >> 4) & 0x3) << 1);
 }
 
+/* The inverse of omptpy_frame_flags3: 3 bits -> ompt_frame_flag_t. */
+static inline uint8_t omptpy_frame_flags_of3(unsigned bits3) {
+  return (uint8_t)((bits3 & 0x1) | ((bits3 >> 1) & 0x3) << 4);
+}
+
 /* The frame bits of a task's frame (NULL: none). */
 static inline uint8_t omptpy_frame_bits(const ompt_frame_t *f) {
   if (!f) return 0;

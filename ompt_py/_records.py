@@ -332,55 +332,7 @@ SIGNED_COLUMNS = frozenset({"device_num", "src_device", "dest_device"})
 
 # ---- task frames (task_create, sample): see "Frames" in csrc/omptpy.h ----------------
 
-FRAME_EXIT, FRAME_ENTER = 0x01, 0x02
-#: Columns of Trace.to_pandas() holding task frames, and the events that have them.
+#: Columns of Trace.to_pandas() holding task frames (decoded by _core.columns), and
+#: the events that have them.
 FRAME_COLUMNS = ("exit_frame", "enter_frame", "exit_frame_flags", "enter_frame_flags")
 FRAME_EVENTS = ("task_create", "sample")
-
-
-def _frame_flags(bits3: np.ndarray) -> np.ndarray:
-    """3-bit packed frame flags -> ompt_frame_flag_t (application bit, address kind << 4)."""
-    return ((bits3 & 1) | ((bits3 >> 1) & 3) << 4).astype(np.uint8)
-
-
-def decode_frames(codes: np.ndarray, field: dict[str, np.ndarray]
-                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """The frame columns of records (``field``: their raw fields by name, ``codes``
-    their event numbers) as {column: (values, missing)}.
-
-    task_create carries the encountering task's frame (exit frame in u64b,
-    enter frame in parallel_id), a sample the innermost task's (the exit
-    frame, else the enter frame, in u64b; the enter frame's distance below the
-    exit frame in u32b); the kind byte says which are present and their flags.
-    Records of version 1 have kind 0 there: no frames.
-    """
-    rows = np.flatnonzero((codes == EVENT_CODES["task_create"]) | (codes == EVENT_CODES["sample"]))
-    # Computed on the rows that can have frames, then spread over all rows.
-    is_create = codes[rows] == EVENT_CODES["task_create"]
-    bits = field["kind"][rows].astype(np.uint8)
-    has_exit = (bits & FRAME_EXIT) != 0
-    enter_flagged = (bits & FRAME_ENTER) != 0
-    primary = field["u64b"][rows]
-    below = field["u32b"][rows].view(np.int32).astype(np.int64)
-    from_sample = np.where(has_exit, primary - below.astype(np.uint64), primary)
-    enter = np.where(is_create, field["parallel_id"][rows], from_sample)
-    unknown = ~is_create & has_exit & (below == np.iinfo(np.int32).min)
-
-    def spread(values: np.ndarray) -> np.ndarray:  # values under a mask do not matter
-        out = np.zeros(len(codes), values.dtype)
-        out[rows] = values
-        return out
-
-    def missing(present: np.ndarray) -> np.ndarray:
-        out = np.ones(len(codes), bool)
-        out[rows] = ~present
-        return out
-
-    no_exit, no_enter_flags = missing(has_exit), missing(enter_flagged)
-    no_enter = missing(enter_flagged & ~unknown) if unknown.any() else no_enter_flags
-    return {
-        "exit_frame": (spread(primary.astype(np.uint64)), no_exit),
-        "enter_frame": (spread(enter.astype(np.uint64)), no_enter),
-        "exit_frame_flags": (spread(_frame_flags(bits >> 2 & 7)), no_exit),
-        "enter_frame_flags": (spread(_frame_flags(bits >> 5 & 7)), no_enter_flags),
-    }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import glob
 import json
 import os
@@ -36,7 +37,6 @@ from ._records import (
     SIGNED_COLUMNS,
     STATES,
     THREAD_TYPES,
-    decode_frames,
 )
 from .errors import OmptPyError, TraceFileError
 
@@ -321,78 +321,93 @@ class Trace:
         runtime), both stack addresses, and their ompt_frame_flag_t.
         """
         ev, pids = np.ascontiguousarray(self.events), self.pids
-        order = np.argsort(ev["time_ns"], kind="stable")  # fast on the per-thread runs
-        # The argument columns with values: those of events the trace has.  Each
-        # needs a mask of the rows whose event lacks the argument (one per set of
-        # events, shared by its columns).
-        present = set(np.flatnonzero(np.bincount(ev["event"])).tolist())
+        n = len(ev)
+        # One pass gives the sort key and which events the trace has (the last
+        # count: events beyond EVENTS).
+        times, counts = np.empty(n, np.int64), np.zeros(max(EVENTS) + 2, np.int64)
+        _core.scan(ev, times, counts)
+        order = np.argsort(times, kind="stable")  # fast on the per-thread runs
+        present = set(np.flatnonzero(counts[:-1]).tolist())
         place_info = any(p["config"].get("place_info") for p in self.meta.get("processes", []))
-        plan: list[tuple[str, str, tuple[str, ...] | None]] = []
-        lacks: dict[tuple[str, ...], np.ndarray] = {}  # per-event table: 1 if it lacks them
+        # A second pass, over the records in time order, fills every column: the
+        # fields, and bytes looked up by each record's event, endpoint or kind
+        # (category codes, masks of the rows without a value).
+        lookups: list[tuple] = []
+
+        def lookup(table: np.ndarray, key: int, dtype: type = bool, *zero_field: int
+                   ) -> np.ndarray:
+            out = np.empty(n, dtype)
+            lookups.append((out, table, key, *zero_field))
+            return out
+
+        codes = {name: lookup(names.lookup, key, np.int8)
+                 for name, (names, key) in _CATEGORICALS.items()}
+        missing = {name: lookup(table, _core.KEY_EVENT, bool, EVENT_DTYPE.fields[name][1],
+                                EVENT_DTYPE[name].itemsize)
+                   for name, table in _ID_MISSING.items()}
+        # The argument columns with values: those of events the trace has, each
+        # with the mask of the rows whose event lacks it (shared by the columns
+        # of one set of events).
+        plan: list[tuple[str, str, np.ndarray | None]] = []
+        masks: dict[tuple[tuple[str, ...], bool], np.ndarray] = {}
         for name, (source, users) in ARGUMENT_COLUMNS.items():
-            place = source in ("u64b_lo", "u64b_hi")  # processor and place: implicit-task begins,
-            codes_of = [EVENT_CODES[u] for u in users]  # and only with OMPTPY_PLACE_INFO
-            if present.isdisjoint(codes_of) or (place and not place_info):
-                plan.append((name, source, None))
+            place = source in _PLACE_HALVES  # processor and place: implicit-task begins,
+            if present.isdisjoint(EVENT_CODES[u] for u in users) or (place and not place_info):
+                plan.append((name, source, None))  # and only with OMPTPY_PLACE_INFO
                 continue
-            if users not in lacks:
-                table = np.ones(max(EVENTS) + 2, np.uint8)  # the last entry: unknown events
-                table[codes_of] = 0
-                lacks[users] = table
-            plan.append((name, source, users))
-        # One pass over the records fills every column and these per-event bytes
-        # (numpy would read all records once per field).
-        field = {name: np.empty(len(ev), EVENT_DTYPE[name]) for name in EVENT_DTYPE.names}
-        event_codes = np.empty(len(ev), np.int8)
-        masks = {users: np.empty(len(ev), bool) for users in lacks}
-        _core.columns(ev, order, [(field[n], EVENT_DTYPE.fields[n][1], EVENT_DTYPE[n].itemsize)
-                                  for n in EVENT_DTYPE.names],
-                      [(event_codes, _EVENT_NAMES.lookup),
-                       *((masks[users], table) for users, table in lacks.items())])
-        codes = field["event"]
+            if (users, place) not in masks:
+                masks[users, place] = lookup(*_lacks(users, place))
+            plan.append((name, source, masks[users, place]))
+        # Task frames (task_create, sample): the exit frames are the u64b field.
+        frames = not present.isdisjoint(EVENT_CODES[e] for e in FRAME_EVENTS)
+        frame_out = (np.empty(n, np.uint64), np.empty(n, np.uint8), np.empty(n, np.uint8),
+                     np.empty(n, bool), np.empty(n, bool), np.empty(n, bool)) if frames else None
+        wanted = {"time_ns", "thread", *_ID_COLUMNS, *(["u64b"] if frames else []),
+                  *("u64b" if source in _PLACE_HALVES else source
+                    for _, source, mask in plan if mask is not None)}
+        field = {name: np.empty(n, EVENT_DTYPE[name]) for name in EVENT_DTYPE.names
+                 if name in wanted}
+        _core.columns(ev, order, [(field[name], EVENT_DTYPE.fields[name][1],
+                                   EVENT_DTYPE[name].itemsize) for name in field],
+                      lookups, frame_out)
         cols: dict[str, Any] = {
             "time_ns": field["time_ns"],
             "pid": pids[order] if len(self._pid_runs) != 1 else pids,  # one process: all equal
             "thread": field["thread"],
-            "event": pd.Categorical.from_codes(event_codes, _EVENT_NAMES.categories),
-            "endpoint": _ENDPOINT_NAMES.categorical(field["endpoint"]),
+            "event": _EVENT_NAMES.from_codes(codes["event"]),
+            "endpoint": _ENDPOINT_NAMES.from_codes(codes["endpoint"]),
+            **{name: pd.arrays.IntegerArray(field[name], missing[name]) for name in _ID_COLUMNS},
+            "kind": _KIND_NAMES.from_codes(codes["kind"]),
+            "kind_raw": _KIND_RAW_NAMES.from_codes(codes["kind_raw"]),
         }
-        for name in _ID_COLUMNS:
-            missing = field[name] == 0
-            if name == "parallel_id":  # task_create keeps a frame there (enter_frame)
-                missing |= codes == EVENT_CODES["task_create"]
-            cols[name] = pd.arrays.IntegerArray(field[name], missing)
-        kind_key = _kind_keys(codes, field["kind"])
-        cols["kind"] = _KIND_NAMES.categorical(kind_key)
-        cols["kind_raw"] = _KIND_RAW_NAMES.categorical(kind_key)
-        not_begin = field["endpoint"] != 1
-        absent: dict[np.dtype, pd.arrays.IntegerArray] = {}
-        for name, source, users in plan:
-            if source in ("u64b_lo", "u64b_hi"):  # two C ints packed in u64b (little-endian)
-                values = field["u64b"].view(np.int32)[0 if source == "u64b_lo" else 1::2]
-            elif name in SIGNED_COLUMNS:
-                values = field[source].view(np.int32)
+        absent: dict[np.dtype, pd.arrays.IntegerArray] = {}  # one all-NA array per dtype
+
+        def no_values(dtype: np.dtype) -> pd.arrays.IntegerArray:
+            if dtype not in absent:
+                absent[dtype] = pd.arrays.IntegerArray(np.zeros(n, dtype), np.ones(n, bool))
+            return absent[dtype]
+
+        for name, source, mask in plan:
+            place = source in _PLACE_HALVES  # two C ints packed in u64b (little-endian)
+            dtype = np.dtype(np.int32) if place or name in SIGNED_COLUMNS else EVENT_DTYPE[source]
+            if mask is None:
+                cols[name] = no_values(dtype)
+            elif place:
+                halves = field["u64b"].view(np.int32)
+                cols[name] = pd.arrays.IntegerArray(
+                    np.ascontiguousarray(halves[_PLACE_HALVES[source]::2]), mask)
             else:
-                values = field[source]
-            if users is None:  # one shared all-NA array
-                if values.dtype not in absent:
-                    absent[values.dtype] = pd.arrays.IntegerArray(
-                        np.zeros(len(values), values.dtype), np.ones(len(values), bool))
-                cols[name] = absent[values.dtype]
-                continue
-            key = (*users, "begin") if source in ("u64b_lo", "u64b_hi") else users
-            if key not in masks:  # processor and place: implicit-task begins only
-                masks[key] = masks[users] | not_begin
-            cols[name] = pd.arrays.IntegerArray(np.ascontiguousarray(values), masks[key])
-        # Task frames (task_create, sample): stack addresses and their ompt_frame_flag_t.
-        if not present.isdisjoint(EVENT_CODES[e] for e in FRAME_EVENTS):
-            for name, (values, missing) in decode_frames(codes, field).items():
-                cols[name] = pd.arrays.IntegerArray(values, missing)
+                cols[name] = pd.arrays.IntegerArray(field[source].view(dtype), mask)
+        if frame_out is not None:
+            enter, exit_flags, enter_flags, no_exit, no_enter, no_enter_flags = frame_out
+            cols["exit_frame"] = pd.arrays.IntegerArray(field["u64b"], no_exit)
+            cols["enter_frame"] = pd.arrays.IntegerArray(enter, no_enter)
+            cols["exit_frame_flags"] = pd.arrays.IntegerArray(exit_flags, no_exit)
+            cols["enter_frame_flags"] = pd.arrays.IntegerArray(enter_flags, no_enter_flags)
         else:
             for name in FRAME_COLUMNS:
-                dtype = np.uint8 if name.endswith("_flags") else np.uint64
-                cols[name] = pd.arrays.IntegerArray(np.zeros(len(codes), dtype),
-                                                    np.ones(len(codes), bool))
+                cols[name] = no_values(np.dtype(np.uint8 if name.endswith("_flags")
+                                                else np.uint64))
         frame = pd.DataFrame(cols, copy=False)
         ranks = self._ranks(frame["pid"].to_numpy())
         if ranks is not None:
@@ -696,10 +711,17 @@ class _Names:
         for code, name in names.items():
             self.lookup[code] = index[name]
 
+    @functools.cached_property
+    def dtype(self) -> pd.CategoricalDtype:
+        return pd.CategoricalDtype(self.categories)
+
     def categorical(self, codes: np.ndarray) -> pd.Categorical:
         """``codes``: non-negative integers (np.intp ones are indexed without a cast)."""
-        mapped = np.take(self.lookup, codes, mode="clip")
-        return pd.Categorical.from_codes(mapped, categories=self.categories)
+        return self.from_codes(np.take(self.lookup, codes, mode="clip"))
+
+    def from_codes(self, mapped: np.ndarray) -> pd.Categorical:
+        """``mapped``: codes already looked up in ``lookup`` (-1: <NA>)."""
+        return pd.Categorical.from_codes(mapped, dtype=self.dtype)
 
 
 def _kind_keys(codes: np.ndarray, kinds: np.ndarray) -> np.ndarray:
@@ -727,6 +749,34 @@ _RAW_KINDS = {
 _KIND_RAW_NAMES = _Names(_RAW_KINDS)
 _KIND_NAMES = _Names({key: NORMALISED.get(name, {}).get(EVENTS[key >> 8], name)
                       for key, name in _RAW_KINDS.items()})
+# The categorical columns of to_pandas(): their names and what _core.columns
+# looks their codes up by.
+_CATEGORICALS = {
+    "event": (_EVENT_NAMES, _core.KEY_EVENT),
+    "endpoint": (_ENDPOINT_NAMES, _core.KEY_ENDPOINT),
+    "kind": (_KIND_NAMES, _core.KEY_EVENT_KIND),
+    "kind_raw": (_KIND_RAW_NAMES, _core.KEY_EVENT_KIND),
+}
+# Per event, whether its id column is <NA> whatever the field holds (0 is <NA>
+# too): task_create keeps a frame in parallel_id (enter_frame).
+_ID_MISSING = {name: np.zeros(1, np.uint8) for name in _ID_COLUMNS}
+_ID_MISSING["parallel_id"] = np.zeros(EVENT_CODES["task_create"] + 2, np.uint8)
+_ID_MISSING["parallel_id"][EVENT_CODES["task_create"]] = 1
+# Argument sources that are one of the two C ints packed in u64b: which half.
+_PLACE_HALVES = {"u64b_lo": 0, "u64b_hi": 1}
+_SCOPE_BEGIN = next(code for code, name in ENDPOINTS.items() if name == "begin")
+
+
+@functools.cache
+def _lacks(users: tuple[str, ...], begins_only: bool) -> tuple[np.ndarray, int]:
+    """The lookup (table, key of _core.columns) of the rows without an argument of
+    these events (``begins_only``: of their begins): 1 for every other event."""
+    codes = [EVENT_CODES[u] for u in users]
+    if begins_only:
+        codes = [code << 8 | _SCOPE_BEGIN for code in codes]
+    table = np.ones(max(codes) + 2, np.uint8)  # the last entry: every key beyond
+    table[codes] = 0
+    return table, _core.KEY_EVENT_ENDPOINT if begins_only else _core.KEY_EVENT
 
 
 def _loaded(segments: list[np.ndarray], pid_runs: list[tuple[int, int]], meta: dict) -> Trace:

@@ -146,9 +146,11 @@ def test_bad_sample_rate_is_refused(programs, tmp_path):
 
 
 def test_frame_fields_decode():
-    """The packing of csrc/omptpy.h ("Frames"), decoded without a runtime: every
-    combination the sampler and task_create write, and version-1 records."""
-    from ompt_py._records import EVENT_CODES, EVENT_DTYPE, decode_frames
+    """The packing of csrc/omptpy.h ("Frames"), decoded by to_pandas without a
+    runtime: every combination the sampler and task_create write, and version-1
+    records."""
+    from ompt_py._records import EVENT_CODES, EVENT_DTYPE, FRAME_COLUMNS
+    from ompt_py.trace import _loaded
 
     sample, create, work = (EVENT_CODES[e] for e in ("sample", "task_create", "work"))
     exit_frame, enter_frame = 0x7FFD_0000_1F40, 0x7FFD_0000_1E80
@@ -162,13 +164,13 @@ def test_frame_fields_decode():
         (create, 0x03 | fp << 2 | fp << 5, exit_frame, 4, enter_frame),
         (work, 0x03, 40, 0, 7),  # other events: never frames
     ]
-    ev = np.zeros(len(rows), EVENT_DTYPE)
+    ev = np.zeros(len(rows), EVENT_DTYPE)  # all at time 0: to_pandas keeps their order
     for i, (code, kind, u64b, u32b, parallel_id) in enumerate(rows):
         ev[i]["event"], ev[i]["kind"], ev[i]["u64b"] = code, kind, u64b
         ev[i]["u32b"], ev[i]["parallel_id"] = u32b, parallel_id
-    out = decode_frames(ev["event"], {name: ev[name] for name in EVENT_DTYPE.names})
-    got = {name: [None if m else int(v) for v, m in zip(values, missing)]
-           for name, (values, missing) in out.items()}
+    trace = _loaded([ev], [(1, len(ev))], {"processes": [{"pid": 1, "config": {}}]})
+    df = trace.to_pandas()
+    got = {name: [None if pd.isna(v) else int(v) for v in df[name]] for name in FRAME_COLUMNS}
     assert got == {
         "exit_frame": [exit_frame, exit_frame, None, exit_frame, None, exit_frame, None],
         "enter_frame": [None, enter_frame, enter_frame, None, None, enter_frame, None],
