@@ -425,6 +425,27 @@ def test_to_pandas_columns_and_dtypes(mixed):
         assert df[c].dtype.kind in "iu", c
 
 
+def test_to_pandas_frame_is_read_only(mixed):
+    """Argument columns share values and masks: a write into one would show in
+    the others, so the frame refuses writes; a copy takes them."""
+    df = mixed.to_pandas()
+    sharing = [c for c in COLUMNS[10:] if df[c].notna().any()]
+    before = {c: df[c].copy() for c in sharing}
+    for column, value in ((sharing[0], 5), (sharing[0], pd.NA), ("parallel_id", 1),
+                          ("event", "flush")):
+        with pytest.raises(ValueError, match="read-only"):
+            df.loc[df.index[0], column] = value
+    for c in sharing:
+        pd.testing.assert_series_equal(df[c], before[c])
+    pd.testing.assert_frame_equal(df, mixed.to_pandas())
+    edited = df.copy()
+    edited.loc[edited.index[0], sharing[0]] = 5
+    assert edited[sharing[0]].iloc[0] == 5
+    df.loc[df.index[0], "time_ns"] = -1  # plain numpy columns share nothing: pandas copies
+    assert df["time_ns"].iloc[0] == -1 and mixed.to_pandas()["time_ns"].iloc[0] >= 0
+    df["time_s"] = df["time_ns"] / 1e9  # new columns are fine
+
+
 def test_to_pandas_names_and_nulls(mixed):
     df = mixed.to_pandas()
     ev = mixed.events
@@ -703,11 +724,18 @@ def window_records(n: int) -> int:
 def test_overflow_in_process(run_traced, policy, zero_copy):
     """README: in memory, records are written in place into the trace (zero
     copy) and the overflow policies do not apply; OMPTPY_ZERO_COPY=0 (the
-    copying memory sink) applies them as the file sink does."""
+    copying memory sink) applies them as the file sink does.  For drop, a
+    blocking handler that sleeps through the burst holds the drainer back (the
+    records it has not taken stay in the buffers), so the buffers overflow
+    whatever CPU the drainer would get."""
     n = 200_000
-    t = trace_of(run_traced, f"w.dispatch({n})", env={
+    body = f"w.dispatch({n})"
+    if policy == "drop":
+        body = ("h = ompt_py.on('dispatch', lambda batch: time.sleep(0.5), block=True)\n"
+                + body + "\nh.remove()")
+    t = trace_of(run_traced, "import time\n" + body, env={
         "OMPTPY_BUFFER_SIZE": "256K", "OMPTPY_DRAIN_MS": "1000", "OMPTPY_OVERFLOW": policy,
-        "OMPTPY_ZERO_COPY": zero_copy})
+        "OMPTPY_ZERO_COPY": zero_copy, "OMPTPY_HANDLER_QUEUE": "64K"})
     (proc,) = t.meta["processes"]
     assert proc["config"]["overflow"] == policy
     assert proc["config"]["zero_copy"] == (zero_copy == "1")
