@@ -319,6 +319,11 @@ class Trace:
         and sample (the innermost task's): exit_frame (where the runtime called
         the task's code), enter_frame (where that code called into the
         runtime), both stack addresses, and their ompt_frame_flag_t.
+
+        The nullable and categorical columns are read-only (the argument
+        columns share their values and masks with each other): assigning into
+        one of their cells raises ValueError; ``df.copy()`` gives a frame to
+        edit in place.  Adding columns works.
         """
         ev, pids = np.ascontiguousarray(self.events), self.pids
         n = len(ev)
@@ -412,6 +417,7 @@ class Trace:
         ranks = self._ranks(frame["pid"].to_numpy())
         if ranks is not None:
             frame.insert(2, "rank", ranks)
+        _read_only(frame)
         return frame
 
     def _ranks(self, pids: np.ndarray) -> pd.arrays.IntegerArray | None:
@@ -749,6 +755,17 @@ _RAW_KINDS = {
 _KIND_RAW_NAMES = _Names(_RAW_KINDS)
 _KIND_NAMES = _Names({key: NORMALISED.get(name, {}).get(EVENTS[key >> 8], name)
                       for key, name in _RAW_KINDS.items()})
+def _read_only(frame: pd.DataFrame) -> None:
+    """Marks the numpy buffers behind every column of ``frame`` read-only, so
+    that writing into one column cannot change another that shares them."""
+    for _, column in frame.items():
+        array = column.array
+        for attr in ("_data", "_mask", "_ndarray", "_codes"):
+            buf = getattr(array, attr, None)
+            if isinstance(buf, np.ndarray):
+                buf.flags.writeable = False
+
+
 # The categorical columns of to_pandas(): their names and what _core.columns
 # looks their codes up by.
 _CATEGORICALS = {
