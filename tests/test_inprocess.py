@@ -725,14 +725,15 @@ def test_overflow_in_process(run_traced, policy, zero_copy):
     """README: in memory, records are written in place into the trace (zero
     copy) and the overflow policies do not apply; OMPTPY_ZERO_COPY=0 (the
     copying memory sink) applies them as the file sink does.  For drop, a
-    blocking handler that sleeps through the burst holds the drainer back (the
-    records it has not taken stay in the buffers), so the buffers overflow
-    whatever CPU the drainer would get."""
+    blocking handler that sleeps through the burst (1 s, on its first batch)
+    holds the drainer back (the records it has not taken stay in the
+    buffers), so the buffers overflow whatever CPU the drainer would get."""
     n = 200_000
     body = f"w.dispatch({n})"
     if policy == "drop":
-        body = ("h = ompt_py.on('dispatch', lambda batch: time.sleep(0.5), block=True)\n"
-                + body + "\nh.remove()")
+        body = ("slept = []\n"
+                "h = ompt_py.on('dispatch', lambda batch: slept or slept.append(time.sleep(1)),"
+                " block=True)\n" + body + "\nh.remove()")
     t = trace_of(run_traced, "import time\n" + body, env={
         "OMPTPY_BUFFER_SIZE": "256K", "OMPTPY_DRAIN_MS": "1000", "OMPTPY_OVERFLOW": policy,
         "OMPTPY_ZERO_COPY": zero_copy, "OMPTPY_HANDLER_QUEUE": "64K"})
