@@ -930,11 +930,13 @@ void omptpy_visit_threads(omptpy_thread_visit fn, void *ctx) {
 int omptpy_buffers_init(const omptpy_config *cfg) {
   B.overflow = cfg->overflow;
   B.drain_ms = cfg->drain_ms;
-  /* In memory with the flush policy, copying a chunk costs a writer no more
-   * than it costs the drainer, and a drainer that takes a CPU from a busy
-   * OpenMP thread stalls its whole team: so the drainer only uses idle CPUs,
-   * and on a saturated machine the writers move their own chunks. */
-  B.idle_drainer = cfg->output[0] == '\0' && cfg->overflow == OMPTPY_OVERFLOW_FLUSH;
+  /* With the flush policy, moving a chunk (a copy, or a write() into the
+   * page cache) costs a writer no more than it costs the drainer, and a
+   * drainer that takes a CPU from a busy OpenMP thread stalls its whole team:
+   * so the drainer only uses idle CPUs, and on a saturated machine the
+   * writers move their own chunks (10^6 tasks to a file on 2 busy CPUs: 0.098
+   * to 0.118 s instead of 0.117 to 0.145 s, min to median). */
+  B.idle_drainer = cfg->overflow == OMPTPY_OVERFLOW_FLUSH;
   B.max_chunks = (uint32_t)(cfg->buffer_bytes / CHUNK_BYTES);
   if (B.max_chunks < 2) B.max_chunks = 2;
   uint32_t need = (cfg->overflow == OMPTPY_OVERFLOW_GROW ? GROW_FACTOR : 1) * B.max_chunks + 1;
