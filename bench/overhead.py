@@ -445,6 +445,26 @@ class RunResult:
     minrec_dropped: int | None = None
 
 
+def write_floor(nbytes: int, reps: int = 3) -> float:
+    """Seconds the kernel takes to write `nbytes` into a new file of the scratch
+    directory's file system in 64 KiB write() calls (what the file sink does
+    with full chunks), min of `reps`, on one CPU: the least that recording to a
+    file adds to recording in memory when the program's threads hold every CPU."""
+    chunk = bytes(64 * 1024)
+    best = float("inf")
+    for _ in range(reps):
+        with scratch_dir() as d:
+            fd = os.open(d / "floor", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                t0 = time.perf_counter()
+                for _ in range(-(-nbytes // len(chunk))):
+                    os.write(fd, chunk)
+                best = min(best, time.perf_counter() - t0)
+            finally:
+                os.close(fd)
+    return best
+
+
 @contextmanager
 def scratch_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="omptpy-bench-"))
@@ -520,6 +540,7 @@ class WorkloadResult:
     omptpy_written: list[int | None] = field(default_factory=list)
     inproc_written: list[int] = field(default_factory=list)  # config f, the timed window
     inproc_dropped: list[int] = field(default_factory=list)
+    write_floor_s: float | None = None  # the trace's bytes written to a file, one CPU
 
     def best(self, cfg: str) -> float | None:
         samples = self.times.get(cfg)
@@ -919,6 +940,13 @@ def report_workload(bench: Bench, res: WorkloadResult) -> None:
         f"   {ratios}; (d-b)/events = {fmt(per_event_ns(res, 'd', 'b'))} ns "
         f"(paused cost beyond an attached null tool)"
     )
+    if res.write_floor_s is not None and res.omptpy_events:
+        print(
+            f"   file floor: writing the trace's {64 * res.omptpy_events / 1e6:.0f} MB to a file "
+            f"here takes {res.write_floor_s:.4f} s of one CPU "
+            f"({res.write_floor_s * NS / res.omptpy_events:.1f} ns/event), the least (e) adds "
+            f"to (f) while the program's threads hold every CPU"
+        )
 
 
 def report_pyroute(py: PyRoute | None, omptpy: OmptPy) -> None:
@@ -987,6 +1015,7 @@ def json_report(
             "ompt_py_written": res.omptpy_written,
             "inproc_written": res.inproc_written,
             "inproc_dropped": res.inproc_dropped,
+            "write_floor_s": res.write_floor_s,
             "recorder_ratio": {cfg: recorder_ratio(res, cfg) for cfg in RECORDING_CONFIGS},
             "configs": {
                 cfg: {
@@ -1109,6 +1138,9 @@ def main(argv: list[str] | None = None) -> int:
         except BenchError as exc:
             log(str(exc))
             return 1
+        for res in bench.results.values():
+            if res.omptpy_events:
+                res.write_floor_s = write_floor(64 * res.omptpy_events)
 
     py: PyRoute | None = None
     if omptpy.available and not args.no_python_route:
