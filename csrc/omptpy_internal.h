@@ -126,7 +126,8 @@ typedef struct omptpy_thread {
   /* Sampling (sampler.c). */
   volatile sig_atomic_t in_tool; /* inside a callback: a sample now would race it */
   uint64_t samples_skipped;
-  timer_t timer;
+  uint64_t sample_index; /* the period of the last sample (periods since the clock's 0) */
+  timer_t timers[2];      /* taking turns, see sampler.c */
   bool has_timer;
   uint64_t drained; /* records moved to the sink */
   int type;         /* ompt_thread_t */

@@ -368,8 +368,10 @@ class Trace:
         not_begin = field["endpoint"] != 1
         absent: dict[np.dtype, pd.arrays.IntegerArray] = {}
         for name, source, users in plan:
-            if source in ("u64b_lo", "u64b_hi"):  # two C ints packed in u64b (little-endian)
-                values = field["u64b"].view(np.int32)[0 if source == "u64b_lo" else 1::2]
+            if source.endswith(("_lo", "_hi")):  # a half of a field (little-endian)
+                whole = field[source[:-3]]
+                half = np.int32 if whole.dtype.itemsize == 8 else np.uint16
+                values = whole.view(half)[source.endswith("_hi")::2]
             elif name in SIGNED_COLUMNS:
                 values = field[source].view(np.int32)
             else:
@@ -520,7 +522,10 @@ class Trace:
         """State samples (OMPTPY_SAMPLE_HZ): time, thread, state (one vocabulary for
         every libomp version: libomp 19's kinds of barrier wait become `wait_barrier`
         and `wait_barrier_implicit`, as libomp 14 and 16 say), state_raw (the
-        runtime's own name), wait id, parallel region and task of the moment, the
+        runtime's own name), missed (the timer periods just before the sample in
+        which the thread had no CPU: the kernel merged their expirations into
+        this sample's signal, and the thread, running none of its code, was in
+        this state all along), wait id, parallel region and task of the moment, the
         interrupted code address (codeptr), the innermost task's frames
         (exit_frame, enter_frame: stack addresses, see to_pandas) and ``where``
         the thread was: ``runtime`` when the task had called into the runtime (its
@@ -533,8 +538,8 @@ class Trace:
         barrier, or undeferred) has its exit frame below that task's."""
         df = self._events_frame()
         s = df.loc[df["event"] == "sample",
-                   ["time_ns", "pid", "thread", "state", "wait_id", "parallel_id", "task_id",
-                    "codeptr", "exit_frame", "enter_frame"]].reset_index(drop=True)
+                   ["time_ns", "pid", "thread", "state", "missed", "wait_id", "parallel_id",
+                    "task_id", "codeptr", "exit_frame", "enter_frame"]].reset_index(drop=True)
         codes = [int(v) for v in s["state"].fillna(-1)]
         s["state"] = pd.Categorical.from_codes(
             np.array([_NORMALISED_STATE_INDEX.get(v, -1) for v in codes], dtype=np.int16),
@@ -549,13 +554,18 @@ class Trace:
         return s
 
     def state_breakdown(self, by: str = "thread", raw: bool = False) -> pd.DataFrame:
-        """Share of each thread's samples in each state (work, barrier waits,
+        """Share of each thread's time in each state (work, barrier waits,
         lock/critical/ordered waits, taskwait/taskgroup, idle, overhead), per thread
         (``by="thread"``) or per parallel region (``by="region"``: samples taken
-        inside it, all threads).  A ``samples`` column gives the counts.  States
-        are named in one vocabulary for every libomp version (samples()["state"]);
-        ``raw=True``: the runtime's own names (libomp 19 tells explicit,
-        worksharing and region-end barrier waits apart)."""
+        inside it, all threads).  Each sample stands for its timer period and the
+        periods the thread missed just before it (samples()["missed"]: it had no
+        CPU, and was in the sampled state then too), so a thread that other
+        processes keep off its CPU more in one state than in another is still
+        measured right.  A ``samples`` column gives the number of samples,
+        ``periods`` the periods they stand for.  States are named in one
+        vocabulary for every libomp version (samples()["state"]); ``raw=True``:
+        the runtime's own names (libomp 19 tells explicit, worksharing and
+        region-end barrier waits apart)."""
         keys = {"thread": ["pid", "thread"], "region": ["pid", "parallel_id"]}.get(by)
         if keys is None:
             raise ValueError(f"by={by!r}: use 'thread' or 'region'")
@@ -563,10 +573,14 @@ class Trace:
         if by == "region":
             s = s[s["parallel_id"].notna()]
         state = "state_raw" if raw else "state"
-        counts = s.groupby([*keys, state], observed=True).size().unstack(state, fill_value=0)
-        counts.columns.name = "state"
-        shares = counts.div(counts.sum(axis=1), axis=0)
-        shares.insert(0, "samples", counts.sum(axis=1))
+        s = s.assign(periods=s["missed"].to_numpy(np.int64, na_value=0) + 1)
+        per_state = s.groupby([*keys, state], observed=True)["periods"].agg(["size", "sum"])
+        periods = per_state["sum"].unstack(state, fill_value=0)
+        periods.columns.name = "state"
+        total = periods.sum(axis=1)
+        shares = periods.div(total, axis=0)
+        shares.insert(0, "samples", per_state["size"].groupby(level=list(range(len(keys)))).sum())
+        shares.insert(1, "periods", total)
         return shares
 
     def user_regions(self) -> pd.DataFrame:
