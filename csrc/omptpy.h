@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define OMPTPY_RECORD_VERSION 2
+#define OMPTPY_RECORD_VERSION 3
 
 /*
  * Field use per event (event = OMPT callback number, see omptpy_ompt.h):
@@ -71,7 +71,11 @@ extern "C" {
  *                   endpoint, task_id = operation id, u64b = target region
  *                   id, u32a = requested number of teams
  *   sample (100, ompt-py's own: OMPTPY_SAMPLE_HZ)
- *                   u32a = ompt_state_t, u64a = wait id, parallel_id and
+ *                   u32a = ompt_state_t in the low 16 bits, in the high 16
+ *                   bits the timer periods the thread missed just before
+ *                   (their expirations merged into this sample's signal
+ *                   while the thread had no CPU; at most 0xFFFF; record
+ *                   version 2 had 0 there), u64a = wait id, parallel_id and
  *                   task_id of the moment, codeptr = interrupted address;
  *                   the innermost task's frame (ompt_get_task_info(0)),
  *                   packed: u64b = exit frame, or the enter frame when

@@ -145,7 +145,8 @@ typedef struct omptpy_thread {
    * take() waits for it to drop to 0 (stored with release). */
   _Atomic int in_tool;
   uint64_t samples_skipped;
-  timer_t timer;
+  uint64_t sample_index; /* the period of the last sample (periods since the clock's 0) */
+  timer_t timers[2];      /* taking turns, see sampler.c */
   bool has_timer;
   uint64_t drained; /* records moved to the sink */
   int type;         /* ompt_thread_t */

@@ -1,13 +1,34 @@
 /*
- * Asynchronous state sampling, as the OMPT design intends: a per-thread POSIX
- * timer (CLOCK_MONOTONIC, so waiting and sleeping threads are sampled too)
- * sends a signal to its thread; the handler calls only the async-signal-safe
+ * Asynchronous state sampling, as the OMPT design intends: per-thread POSIX
+ * timers (CLOCK_MONOTONIC, so waiting and sleeping threads are sampled too)
+ * send a signal to their thread; the handler calls only the async-signal-safe
  * inquiry functions (ompt_get_state, ompt_get_parallel_info,
  * ompt_get_task_info) and writes one sample record into the thread's own
  * buffer.  It never takes the slow path (no lock, no allocation): a sample
  * that finds the thread inside the tool or its chunk full (or its limit
  * lowered by take()) is counted as skipped.  It marks itself in_tool around
- * the write, as a callback does, so take() waits for it.  Off unless OMPTPY_SAMPLE_HZ is set.
+ * the write, as a callback does, so take() waits for it.  Off unless
+ * OMPTPY_SAMPLE_HZ is set.
+ *
+ * Where the time goes (README, "Limits"): on a virtual machine a sample costs
+ * the timer interrupt, and each write of the CPU's timer register, far more
+ * than the handler.  Hence:
+ *  - The expirations fall on multiples of the period (absolute CLOCK_MONOTONIC
+ *    times), as the kernel's tick does: where the period divides the tick's,
+ *    or the tick's divides it, a sample shares the tick's interrupt instead
+ *    of taking one of its own.
+ *  - Two timers per thread take turns (each at twice the period, one period
+ *    apart).  The kernel re-arms a timer when its signal is delivered; with a
+ *    single timer that expiration comes before the next one the CPU's timer
+ *    is programmed for (the tick), so the register is written a second time
+ *    per sample.  The other timer's expiration is due earlier, so it is not.
+ *  - The expirations are numbered by the clock: a sample knows without a
+ *    system call how many periods passed since the last one.  A thread that
+ *    had no CPU (or had the signal blocked) misses periods: the kernel merges
+ *    each timer's expirations into one pending signal.  It ran none of its own
+ *    code meanwhile, so it was in the sampled state all along: the record
+ *    says how many periods it missed (they are also counted as skipped), and
+ *    a signal whose period the last sample already stood for is ignored.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -26,16 +47,18 @@
 #endif
 
 static int sample_signal;
-static long period_ns;
+static uint64_t period_ns;
 
 static void on_sample(int sig, siginfo_t *si, void *ucontext) {
   (void)sig, (void)si;
   omptpy_thread *t = omptpy_tls_thread;
-  if (!t || !omptpy_recording()) return;
-  /* Expirations while this signal was still pending (the thread got no CPU
-   * for more than a period) were merged into it: owed samples, counted. */
-  int merged = t->has_timer ? timer_getoverrun(t->timer) : 0;
-  if (merged > 0) t->samples_skipped += (uint64_t)merged;
+  if (!t) return;
+  uint64_t index = omptpy_monotonic_ns() / period_ns; /* the expiration it stands for */
+  if (index <= t->sample_index) return;
+  uint64_t missed = index - t->sample_index - 1;
+  t->sample_index = index;
+  if (!omptpy_recording()) return;
+  t->samples_skipped += missed;
   if (atomic_load_explicit(&t->in_tool, memory_order_relaxed)) {
     t->samples_skipped++;
     return;
@@ -85,7 +108,7 @@ static void on_sample(int sig, siginfo_t *si, void *ucontext) {
   r->event = OMPTPY_EVENT_SAMPLE;
   r->endpoint = 0;
   r->kind = frame_bits;
-  r->u32a = (uint32_t)state;
+  r->u32a = ((uint32_t)state & 0xFFFF) | (uint32_t)(missed < 0xFFFF ? missed : 0xFFFF) << 16;
   r->u32b = below;
   omptpy_commit(t);
   omptpy_leave(t);
@@ -95,13 +118,17 @@ static void on_sample(int sig, siginfo_t *si, void *ucontext) {
 int omptpy_sampler_init(const omptpy_config *cfg) {
   if (cfg->sample_hz == 0) return 0;
   sample_signal = cfg->sample_signal;
-  period_ns = 1000000000L / (long)cfg->sample_hz;
+  period_ns = 1000000000u / cfg->sample_hz;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_sample;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
   return sigaction(sample_signal, &sa, NULL) == 0 ? 0 : -errno;
+}
+
+static struct timespec timespec_of(uint64_t ns) {
+  return (struct timespec){(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
 }
 
 void omptpy_sampler_thread_start(omptpy_thread *t) {
@@ -111,17 +138,27 @@ void omptpy_sampler_thread_start(omptpy_thread *t) {
   ev.sigev_notify = SIGEV_THREAD_ID;
   ev.sigev_signo = sample_signal;
   ev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
-  if (timer_create(CLOCK_MONOTONIC, &ev, &t->timer) != 0) return;
-  struct itimerspec spec = {{0, period_ns}, {0, period_ns}};
-  if (timer_settime(t->timer, 0, &spec, NULL) != 0) {
-    timer_delete(t->timer);
-    return;
+  t->sample_index = omptpy_monotonic_ns() / period_ns;
+  int made = 0;
+  for (; made < 2; made++) {
+    if (timer_create(CLOCK_MONOTONIC, &ev, &t->timers[made]) != 0) break;
+    struct itimerspec spec = {timespec_of(2 * period_ns),
+                              timespec_of((t->sample_index + 1 + (uint64_t)made) * period_ns)};
+    if (timer_settime(t->timers[made], TIMER_ABSTIME, &spec, NULL) != 0) {
+      timer_delete(t->timers[made]);
+      break;
+    }
   }
-  t->has_timer = true;
+  if (made == 2) {
+    t->has_timer = true;
+  } else if (made == 1) {
+    timer_delete(t->timers[0]);
+  }
 }
 
 void omptpy_sampler_thread_stop(omptpy_thread *t) {
   if (!t->has_timer) return;
-  timer_delete(t->timer);
+  timer_delete(t->timers[0]);
+  timer_delete(t->timers[1]);
   t->has_timer = false;
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-RECORD_VERSION = 2
+RECORD_VERSION = 3
 RECORD_SIZE = 64
 
 # (field, numpy type) in the order of struct omptpy_record.
@@ -281,6 +281,7 @@ KIND_NAMES: dict[str, dict[int, str]] = {
 }
 
 #: Named argument columns of Trace.to_pandas(): column -> (raw field, events using it).
+#: A field's halves (little-endian): u64b_lo/_hi two C ints, u32a_lo/_hi two uint16.
 ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "team_size": ("u32a", ("parallel_begin", "implicit_task")),
     "thread_num": ("u64a", ("implicit_task",)),
@@ -310,7 +311,8 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "hint": ("u32a", ("mutex_acquire", "lock_init")),
     "impl": ("u32b", ("mutex_acquire", "lock_init")),
     "os_tid": ("u64a", ("thread_begin", "thread_end")),
-    "state": ("u32a", ("sample",)),
+    "state": ("u32a_lo", ("sample",)),
+    "missed": ("u32a_hi", ("sample",)),
     "runtime": ("u32a", ("thread_begin",)),
     "command": ("u64a", ("control_tool",)),
     "modifier": ("u64b", ("control_tool",)),

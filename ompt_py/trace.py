@@ -368,7 +368,7 @@ class Trace:
         frame_out = (np.empty(n, np.uint64), np.empty(n, np.uint8), np.empty(n, np.uint8),
                      np.empty(n, bool), np.empty(n, bool), np.empty(n, bool)) if frames else None
         wanted = {"time_ns", "thread", *_ID_COLUMNS, *(["u64b"] if frames else []),
-                  *("u64b" if source in _PLACE_HALVES else source
+                  *(_HALVES[source][0] if source in _HALVES else source
                     for _, source, mask in plan if mask is not None)}
         field = {name: np.empty(n, EVENT_DTYPE[name]) for name in EVENT_DTYPE.names
                  if name in wanted}
@@ -393,14 +393,15 @@ class Trace:
             return absent[dtype]
 
         for name, source, mask in plan:
-            place = source in _PLACE_HALVES  # two C ints packed in u64b (little-endian)
-            dtype = np.dtype(np.int32) if place or name in SIGNED_COLUMNS else EVENT_DTYPE[source]
+            half = _HALVES.get(source)  # a half of a field (little-endian)
+            dtype = (np.dtype(half[2]) if half else np.dtype(np.int32) if name in SIGNED_COLUMNS
+                     else EVENT_DTYPE[source])
             if mask is None:
                 cols[name] = no_values(dtype)
-            elif place:
-                halves = field["u64b"].view(np.int32)
+            elif half:
+                whole, index, _ = half
                 cols[name] = pd.arrays.IntegerArray(
-                    np.ascontiguousarray(halves[_PLACE_HALVES[source]::2]), mask)
+                    np.ascontiguousarray(field[whole].view(dtype)[index::2]), mask)
             else:
                 cols[name] = pd.arrays.IntegerArray(field[source].view(dtype), mask)
         if frame_out is not None:
@@ -541,7 +542,10 @@ class Trace:
         """State samples (OMPTPY_SAMPLE_HZ): time, thread, state (one vocabulary for
         every libomp version: libomp 19's kinds of barrier wait become `wait_barrier`
         and `wait_barrier_implicit`, as libomp 14 and 16 say), state_raw (the
-        runtime's own name), wait id, parallel region and task of the moment, the
+        runtime's own name), missed (the timer periods just before the sample in
+        which the thread had no CPU: the kernel merged their expirations into
+        this sample's signal, and the thread, running none of its code, was in
+        this state all along), wait id, parallel region and task of the moment, the
         interrupted code address (codeptr), the innermost task's frames
         (exit_frame, enter_frame: stack addresses, see to_pandas) and ``where``
         the thread was: ``runtime`` when the task had called into the runtime (its
@@ -554,8 +558,8 @@ class Trace:
         barrier, or undeferred) has its exit frame below that task's."""
         df = self._events_frame()
         s = df.loc[df["event"] == "sample",
-                   ["time_ns", "pid", "thread", "state", "wait_id", "parallel_id", "task_id",
-                    "codeptr", "exit_frame", "enter_frame"]].reset_index(drop=True)
+                   ["time_ns", "pid", "thread", "state", "missed", "wait_id", "parallel_id",
+                    "task_id", "codeptr", "exit_frame", "enter_frame"]].reset_index(drop=True)
         codes = [int(v) for v in s["state"].fillna(-1)]
         s["state"] = pd.Categorical.from_codes(
             np.array([_NORMALISED_STATE_INDEX.get(v, -1) for v in codes], dtype=np.int16),
@@ -570,13 +574,18 @@ class Trace:
         return s
 
     def state_breakdown(self, by: str = "thread", raw: bool = False) -> pd.DataFrame:
-        """Share of each thread's samples in each state (work, barrier waits,
+        """Share of each thread's time in each state (work, barrier waits,
         lock/critical/ordered waits, taskwait/taskgroup, idle, overhead), per thread
         (``by="thread"``) or per parallel region (``by="region"``: samples taken
-        inside it, all threads).  A ``samples`` column gives the counts.  States
-        are named in one vocabulary for every libomp version (samples()["state"]);
-        ``raw=True``: the runtime's own names (libomp 19 tells explicit,
-        worksharing and region-end barrier waits apart)."""
+        inside it, all threads).  Each sample stands for its timer period and the
+        periods the thread missed just before it (samples()["missed"]: it had no
+        CPU, and was in the sampled state then too), so a thread that other
+        processes keep off its CPU more in one state than in another is still
+        measured right.  A ``samples`` column gives the number of samples,
+        ``periods`` the periods they stand for.  States are named in one
+        vocabulary for every libomp version (samples()["state"]); ``raw=True``:
+        the runtime's own names (libomp 19 tells explicit, worksharing and
+        region-end barrier waits apart)."""
         keys = {"thread": ["pid", "thread"], "region": ["pid", "parallel_id"]}.get(by)
         if keys is None:
             raise ValueError(f"by={by!r}: use 'thread' or 'region'")
@@ -584,10 +593,14 @@ class Trace:
         if by == "region":
             s = s[s["parallel_id"].notna()]
         state = "state_raw" if raw else "state"
-        counts = s.groupby([*keys, state], observed=True).size().unstack(state, fill_value=0)
-        counts.columns.name = "state"
-        shares = counts.div(counts.sum(axis=1), axis=0)
-        shares.insert(0, "samples", counts.sum(axis=1))
+        s = s.assign(periods=s["missed"].to_numpy(np.int64, na_value=0) + 1)
+        per_state = s.groupby([*keys, state], observed=True)["periods"].agg(["size", "sum"])
+        periods = per_state["sum"].unstack(state, fill_value=0)
+        periods.columns.name = "state"
+        total = periods.sum(axis=1)
+        shares = periods.div(total, axis=0)
+        shares.insert(0, "samples", per_state["size"].groupby(level=list(range(len(keys)))).sum())
+        shares.insert(1, "periods", total)
         return shares
 
     def user_regions(self) -> pd.DataFrame:
@@ -780,7 +793,12 @@ _ID_MISSING = {name: np.zeros(1, np.uint8) for name in _ID_COLUMNS}
 _ID_MISSING["parallel_id"] = np.zeros(EVENT_CODES["task_create"] + 2, np.uint8)
 _ID_MISSING["parallel_id"][EVENT_CODES["task_create"]] = 1
 # Argument sources that are one of the two C ints packed in u64b: which half.
-_PLACE_HALVES = {"u64b_lo": 0, "u64b_hi": 1}
+# Argument columns that are half of a field (ARGUMENT_COLUMNS): the field, which
+# half (little-endian) and its type.  The u64b halves are the processor and
+# place of implicit-task begins (OMPTPY_PLACE_INFO).
+_HALVES = {"u64b_lo": ("u64b", 0, np.int32), "u64b_hi": ("u64b", 1, np.int32),
+           "u32a_lo": ("u32a", 0, np.uint16), "u32a_hi": ("u32a", 1, np.uint16)}
+_PLACE_HALVES = ("u64b_lo", "u64b_hi")
 _SCOPE_BEGIN = next(code for code, name in ENDPOINTS.items() if name == "begin")
 
 

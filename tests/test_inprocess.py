@@ -375,9 +375,9 @@ COLUMNS = [
     "time_ns", "pid", "thread", "event", "endpoint", "parallel_id", "task_id", "codeptr", "kind",
     "kind_raw", "team_size", "thread_num", "proc_id", "place_num", "flags", "has_dependences",
     "other_task_id", "variable", "dependence_index", "dependence_count", "count", "instance",
-    "chunk_iterations", "wait_id", "hint", "impl", "os_tid", "state", "runtime", "command",
-    "modifier", "message_length", "device_num", "target_id", "target_region_id", "bytes",
-    "src_device", "dest_device", "requested_num_teams", "exit_frame", "enter_frame",
+    "chunk_iterations", "wait_id", "hint", "impl", "os_tid", "state", "missed", "runtime",
+    "command", "modifier", "message_length", "device_num", "target_id", "target_region_id",
+    "bytes", "src_device", "dest_device", "requested_num_teams", "exit_frame", "enter_frame",
     "exit_frame_flags", "enter_frame_flags",
 ]
 

@@ -28,6 +28,10 @@ def test_waiting_thread_is_sampled_at_the_barrier(programs, tmp_path):
     # 1 kHz over about 0.3 s: taken, or skipped because the worker got no CPU
     assert row["samples"] + info["samples_skipped"] >= 200, info
     assert row["samples"] >= 50
+    # the periods it had no CPU for are skipped, and stand with the next sample: the
+    # shares weigh them, or a worker that other processes keep off its CPU more
+    # while it waits (libomp's spin-wait yields) would seem to wait less
+    assert row["samples"] <= row["periods"] <= row["samples"] + info["samples_skipped"]
     # one vocabulary for every version: the wait at an explicit barrier is `wait_barrier`
     assert abs(row["wait_barrier"] - expected) <= 0.10, (row.to_dict(), expected)
     # the runtime's own name: libomp 19 tells explicit barriers apart, 14 and 16 do not
@@ -177,3 +181,30 @@ def test_frame_fields_decode():
         "exit_frame_flags": [0x20, 0x20, None, 0, None, 0x20, None],
         "enter_frame_flags": [None, 0x11, 0x20, 0, None, 0x20, None],
     }
+
+
+def test_missed_periods_weigh_the_states():
+    """A sample also stands for the periods its thread missed just before it (the
+    high half of u32a, csrc/omptpy.h): state_breakdown weighs the states by
+    them.  Decoded without a runtime; record version 2 had 0 there."""
+    from ompt_py._records import EVENT_CODES, EVENT_DTYPE
+    from ompt_py.trace import _loaded
+
+    work, barrier = 0x001, 0x014  # work_parallel, wait_barrier_explicit
+    rows = [(0, work), (0, work), (5, barrier), (0, work), (0xFFFF, 0x101)]
+    ev = np.zeros(len(rows) + 1, EVENT_DTYPE)
+    for i, (missed, state) in enumerate(rows):
+        ev[i]["time_ns"], ev[i]["thread"] = i, 1
+        ev[i]["event"], ev[i]["u32a"] = EVENT_CODES["sample"], state | missed << 16
+    ev[-1]["event"], ev[-1]["u32a"], ev[-1]["time_ns"] = EVENT_CODES["parallel_begin"], 2, 9
+    t = _loaded([ev], [(7, len(ev))], {"processes": []})
+    df = t.to_pandas()
+    assert df["missed"].tolist() == [0, 0, 5, 0, 0xFFFF, pd.NA]
+    assert df["team_size"].tolist()[-1] == 2  # the whole u32a elsewhere
+    s = t.samples()
+    assert s["state_raw"].astype(str).tolist() == [
+        "work_parallel", "work_parallel", "wait_barrier_explicit", "work_parallel", "overhead"]
+    row = t.state_breakdown().loc[(7, 1)]
+    assert (row["samples"], row["periods"]) == (5, 3 + 6 + 0x10000)
+    assert row["wait_barrier"] == 6 / row["periods"]
+    assert row["overhead"] == 0x10000 / row["periods"]
