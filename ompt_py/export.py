@@ -722,6 +722,7 @@ def to_csv(trace: Trace, path: str | os.PathLike) -> None:
     """Writes one CSV row per event, the columns and row order of ``to_pandas()``,
     without building the whole frame: the rows go in time order, a batch at a time."""
     order = np.argsort(trace.events["time_ns"], kind="stable")
+    trace._pids_at(order[:0])  # the pid column, if it needs one, made before the threads read it
     jobs = (lambda p=part: _csv_text(trace, order[p], header=p.start == 0)
             for part in _batches(max(len(order), 1)))
     with _output(path) as out, _Progress(len(order), "csv") as progress:
