@@ -341,18 +341,20 @@ def _optional(values: Any) -> _Column:
 
 
 class _Locations:
-    """The source location of code addresses (Trace.symbolize), as JSON strings."""
+    """The source location of the code addresses of some records (Trace.symbolize),
+    as JSON strings."""
 
     def __init__(self, rec: _Records, rows: np.ndarray) -> None:
         codeptrs = np.unique(rec.ev["codeptr"][rows])
         found = rec.trace.symbolize(codeptrs[codeptrs != 0])
-        self.index = pd.MultiIndex.from_arrays([found["pid"].to_numpy(np.int64),
-                                                found["codeptr"].to_numpy(np.uint64)])
+        self.keys = [analysis.column(found["pid"].to_numpy(np.int32)),
+                     analysis.column(found["codeptr"].to_numpy(np.uint64))]
         self.table = ["null" if pd.isna(loc) else json.dumps(str(loc))
                       for loc in found["location"]]
 
     def column(self, pid: np.ndarray, codeptr: np.ndarray) -> _Column:
-        at = self.index.get_indexer(pd.MultiIndex.from_arrays([pid.astype(np.int64), codeptr]))
+        at = np.empty(len(codeptr), np.intp)
+        _core.find(self.keys, [analysis.column(pid), analysis.column(codeptr)], at)
         return _text(at, self.table)
 
 
