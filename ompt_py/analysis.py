@@ -60,21 +60,14 @@ def column(values: np.ndarray, missing_if_zero: bool = False, table: Any = None)
     return np.ascontiguousarray(values), missing_if_zero, table
 
 
-def partners(keys: pd.DataFrame, is_begin: np.ndarray) -> np.ndarray:
-    """For begin and end rows in time order (``is_begin``: which are begins), the
-    row each one is paired with, or -1: within each distinct row of ``keys`` an
-    end closes the latest open begin (one pass in C)."""
-    partner = np.empty(len(keys), np.intp)
-    _core.pair([column(_group_ids(keys)[0])], column(np.asarray(is_begin, bool)), 1, partner)
-    return partner
-
-
 def _pair(rows: pd.DataFrame, keys: list[str]) -> Intervals:
     """Pairs begin/end rows (time-ordered) that nest within each key; the begin's
-    columns stand for the pair, in the order of the begins.  The other columns
-    are gathered once, at the rows of the pairs."""
+    columns stand for the pair, in the order of the begins.  One pass in C
+    (per key, an end closes the latest open begin); the other columns are
+    gathered once, at the rows of the pairs."""
     is_begin = (rows["endpoint"] == "begin").to_numpy()
-    partner = partners(rows[keys], is_begin)
+    partner = np.empty(len(rows), np.intp)
+    _core.pair([column(_group_ids(rows[keys])[0])], column(is_begin), 1, partner)
     unmatched = partner < 0
     begin_rows = np.flatnonzero(is_begin & ~unmatched)
     times = rows["time_ns"].to_numpy()

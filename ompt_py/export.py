@@ -313,7 +313,7 @@ class _Pairs:
 
 
 def _pair(rec: _Records, rows: np.ndarray, keys: list[tuple], is_begin: np.ndarray) -> _Pairs:
-    """``rows`` (in time order) paired per key (as analysis.partners pairs them)."""
+    """``rows`` (in time order) paired per key, as analysis._pair pairs them."""
     partner = np.empty(len(rows), np.intp)
     _core.pair(keys, analysis.column(is_begin), 1, partner)
     begins = np.flatnonzero(is_begin & (partner >= 0))
