@@ -8,6 +8,7 @@
 #include <Python.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -448,73 +449,566 @@ static PyObject *py_ticks_to_ns(PyObject *m, PyObject *args) {
   Py_RETURN_NONE;
 }
 
-/* pair(groups, begins, ngroups, partner): begin/end pairing in one pass over
- * rows in time order.  groups: int64 in [0, ngroups), a row's key; begins:
- * one byte per row, nonzero for a begin.  Within a key an end closes the
- * latest open begin (the key's stack, kept as links between its rows).
- * Writes partner (intp per row): a begin's end row, an end's begin row, or -1
- * for a begin never closed and an end with no open begin. */
+/* ---- keys, pairing and lookups ---------------------------------------------------------
+ * A row's key is a value from each of a few columns.  A column is an integer
+ * array (1, 2, 4 or 8-byte items, read as unsigned), or one of bytes read
+ * through a table of bytes (value = table[byte], the last entry for bytes
+ * beyond it); Python gives it as the tuple (array, missing_if_zero, table or
+ * None).  Rows with equal keys are found through an open-addressing hash table
+ * of rows. */
+
+enum { MAX_KEYS = 8 };
+
+typedef struct {
+  Py_buffer data, table;
+  int zero_missing; /* a row whose value is 0 has no key (find) */
+} column;
+
+static void column_release(column *c) {
+  if (c->table.obj) PyBuffer_Release(&c->table);
+  if (c->data.obj) PyBuffer_Release(&c->data);
+  memset(c, 0, sizeof *c);
+}
+
+/* Reads a column's spec; *n: its rows (set when negative, else checked). */
+static int column_get(column *c, PyObject *spec, Py_ssize_t *n) {
+  PyObject *data, *table;
+  memset(c, 0, sizeof *c);
+  if (!PyArg_ParseTuple(spec, "OpO", &data, &c->zero_missing, &table)) return -1;
+  if (PyObject_GetBuffer(data, &c->data, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0 ||
+      (table != Py_None && PyObject_GetBuffer(table, &c->table, PyBUF_SIMPLE) < 0)) {
+    column_release(c);
+    return -1;
+  }
+  Py_ssize_t size = c->data.itemsize, rows = size ? c->data.len / size : 0;
+  const char *bad = NULL;
+  if (size != 1 && size != 2 && size != 4 && size != 8)
+    bad = "a column of 1, 2, 4 or 8-byte integers";
+  else if (c->table.obj && (size != 1 || c->table.len < 1))
+    bad = "a table for a column of bytes, not empty";
+  else if (*n >= 0 && rows != *n)
+    bad = "columns of different lengths";
+  if (bad) {
+    PyErr_SetString(PyExc_ValueError, bad);
+    column_release(c);
+    return -1;
+  }
+  *n = rows;
+  return 0;
+}
+
+static uint64_t column_read(const column *c, Py_ssize_t i) {
+  const char *p = (const char *)c->data.buf + i * c->data.itemsize;
+  switch (c->data.itemsize) {
+    case 1: {
+      uint8_t v = *(const uint8_t *)p;
+      if (!c->table.obj) return v;
+      return ((const uint8_t *)c->table.buf)[v < c->table.len ? v : c->table.len - 1];
+    }
+    case 2: { uint16_t v; memcpy(&v, p, 2); return v; }
+    case 4: { uint32_t v; memcpy(&v, p, 4); return v; }
+    default: { uint64_t v; memcpy(&v, p, 8); return v; }
+  }
+}
+
+typedef struct {
+  Py_ssize_t ncol, n;
+  column col[MAX_KEYS];
+} keyset;
+
+static void keyset_release(keyset *k) {
+  for (Py_ssize_t j = 0; j < k->ncol; j++) column_release(&k->col[j]);
+  k->ncol = 0;
+}
+
+/* The columns of a list, all of *n rows (set when negative). */
+static int keyset_get(keyset *k, PyObject *list, Py_ssize_t *n) {
+  k->ncol = 0;
+  if (!PyList_Check(list) || PyList_GET_SIZE(list) < 1 || PyList_GET_SIZE(list) > MAX_KEYS) {
+    PyErr_Format(PyExc_ValueError, "keys: a list of 1 to %d columns", (int)MAX_KEYS);
+    return -1;
+  }
+  for (Py_ssize_t j = 0; j < PyList_GET_SIZE(list); j++) {
+    if (column_get(&k->col[j], PyList_GET_ITEM(list, j), n) < 0) {
+      keyset_release(k);
+      return -1;
+    }
+    k->ncol = j + 1;
+  }
+  k->n = *n;
+  return 0;
+}
+
+/* A row's key, read once: its values, their hash, and whether it has none. */
+typedef struct {
+  uint64_t word[MAX_KEYS], hash;
+  int missing;
+} key;
+
+static void key_read(const keyset *k, Py_ssize_t i, key *out) {
+  uint64_t h = 0x9E3779B97F4A7C15u;
+  out->missing = 0;
+  for (Py_ssize_t j = 0; j < k->ncol; j++) {
+    uint64_t v = column_read(&k->col[j], i);
+    out->word[j] = v;
+    out->missing |= k->col[j].zero_missing && v == 0;
+    h = (h ^ v) * 0xBF58476D1CE4E5B9u;
+    h ^= h >> 31;
+  }
+  out->hash = h;
+}
+
+static int key_matches(const keyset *k, Py_ssize_t row, const key *q) {
+  for (Py_ssize_t j = 0; j < k->ncol; j++)
+    if (column_read(&k->col[j], row) != q->word[j]) return 0;
+  return 1;
+}
+
+/* Slots of (hash, row), row -1 when empty; a power of two of them, at most half used. */
+typedef struct {
+  uint64_t hash;
+  Py_ssize_t row;
+} slot;
+
+typedef struct {
+  slot *slots;
+  Py_ssize_t mask, used;
+} table;
+
+static int table_init(table *t, Py_ssize_t rows) {
+  Py_ssize_t size = 16;
+  while (size < 2 * rows) size *= 2;
+  t->slots = malloc((size_t)size * sizeof *t->slots);
+  t->mask = size - 1;
+  t->used = 0;
+  if (!t->slots) return -1;
+  for (Py_ssize_t s = 0; s < size; s++) t->slots[s].row = -1;
+  return 0;
+}
+
+static void table_free(table *t) { free(t->slots); }
+
+/* The slot holding a row of `keys` with the key q, or the empty slot where it
+ * would go. */
+static Py_ssize_t table_slot(const table *t, const keyset *keys, const key *q) {
+  Py_ssize_t s = (Py_ssize_t)(q->hash & (uint64_t)t->mask);
+  while (t->slots[s].row >= 0 &&
+         !(t->slots[s].hash == q->hash && key_matches(keys, t->slots[s].row, q)))
+    s = (s + 1) & t->mask;
+  return s;
+}
+
+static int table_grow(table *t) {
+  table bigger;
+  if (table_init(&bigger, t->mask + 1) < 0) {
+    table_free(&bigger);
+    return -1;
+  }
+  for (Py_ssize_t s = 0; s <= t->mask; s++) {
+    if (t->slots[s].row < 0) continue;
+    Py_ssize_t d = (Py_ssize_t)(t->slots[s].hash & (uint64_t)bigger.mask);
+    while (bigger.slots[d].row >= 0) d = (d + 1) & bigger.mask;
+    bigger.slots[d] = t->slots[s];
+  }
+  bigger.used = t->used;
+  table_free(t);
+  *t = bigger;
+  return 0;
+}
+
+/* Empties slot s, moving later slots of its probe run back (linear probing). */
+static void table_remove(table *t, Py_ssize_t s) {
+  Py_ssize_t j = s;
+  for (;;) {
+    j = (j + 1) & t->mask;
+    if (t->slots[j].row < 0) break;
+    Py_ssize_t home = (Py_ssize_t)(t->slots[j].hash & (uint64_t)t->mask);
+    /* j's entry may move to s only if its home is not in (s, j] (cyclically). */
+    if (s <= j ? (s < home && home <= j) : (s < home || home <= j)) continue;
+    t->slots[s] = t->slots[j];
+    s = j;
+  }
+  t->slots[s].row = -1;
+  t->used--;
+}
+
+/* pair(keys, begins, begin_value, partner): begin/end pairing in one pass over
+ * rows in time order.  keys: a list of columns (see above); a row is a begin
+ * when its value in the column `begins` is begin_value, else an end.  Within a
+ * key an end closes the latest open begin.  Writes partner (intp per row): a
+ * begin's end row, an end's begin row, or -1 for a begin never closed and an
+ * end with no open begin.  The table holds the keys with open begins (the top
+ * of each one's stack); while a begin is open, its partner entry links to the
+ * begin below it (-2 - row; -1 for none). */
 static PyObject *py_pair(PyObject *m, PyObject *args) {
   (void)m;
-  PyObject *groups, *begins, *partner;
-  Py_ssize_t ngroups;
-  if (!PyArg_ParseTuple(args, "OOnO", &groups, &begins, &ngroups, &partner)) return NULL;
-  Py_buffer g, b, p;
-  PyObject *result = NULL;
-  Py_ssize_t *top = NULL, *below = NULL;
-  if (PyObject_GetBuffer(groups, &g, PyBUF_SIMPLE) < 0) return NULL;
-  if (PyObject_GetBuffer(begins, &b, PyBUF_SIMPLE) < 0) goto release_g;
-  if (PyObject_GetBuffer(partner, &p, PyBUF_WRITABLE) < 0) goto release_b;
-  Py_ssize_t n = g.len / (Py_ssize_t)sizeof(int64_t);
-  if (b.len < n || p.len < n * (Py_ssize_t)sizeof(Py_ssize_t) || ngroups < 0) {
-    PyErr_SetString(PyExc_ValueError, "pair: arrays of different lengths");
+  PyObject *keys_list, *begins_spec, *partner, *result = NULL;
+  unsigned long long begin_value;
+  if (!PyArg_ParseTuple(args, "OOKO", &keys_list, &begins_spec, &begin_value, &partner))
+    return NULL;
+  keyset keys;
+  column begins;
+  Py_buffer p = {0};
+  table t = {0};
+  Py_ssize_t n = -1;
+  if (keyset_get(&keys, keys_list, &n) < 0) return NULL;
+  if (column_get(&begins, begins_spec, &n) < 0) goto release_keys;
+  if (PyObject_GetBuffer(partner, &p, PyBUF_WRITABLE) < 0) goto done;
+  if (p.len != n * (Py_ssize_t)sizeof(Py_ssize_t)) {
+    PyErr_SetString(PyExc_ValueError, "pair: partner has another length");
     goto done;
   }
-  top = malloc(((size_t)ngroups + 1) * sizeof *top);
-  below = malloc(((size_t)n + 1) * sizeof *below);
-  if (!top || !below) {
+  if (table_init(&t, 512) < 0) {
     PyErr_NoMemory();
     goto done;
   }
-  const int64_t *key = g.buf;
-  const unsigned char *is_begin = b.buf;
-  Py_ssize_t *out = p.buf, bad = -1;
+  Py_ssize_t *out = p.buf;
+  int failed = 0;
   Py_BEGIN_ALLOW_THREADS
-  for (Py_ssize_t k = 0; k < ngroups; k++) top[k] = -1;
+  key q;
   for (Py_ssize_t i = 0; i < n; i++) {
-    int64_t k = key[i];
-    if (k < 0 || k >= ngroups) {
-      bad = i;
-      break;
-    }
-    if (is_begin[i]) {
-      below[i] = top[k];
-      top[k] = i;
-      out[i] = -1;
-    } else if (top[k] >= 0) {
-      Py_ssize_t open = top[k];
-      top[k] = below[open];
+    key_read(&keys, i, &q);
+    Py_ssize_t s = table_slot(&t, &keys, &q);
+    if (column_read(&begins, i) == begin_value) {
+      Py_ssize_t below = t.slots[s].row;
+      out[i] = -2 - below;
+      if (below < 0) {
+        t.slots[s].hash = q.hash;
+        t.used++;
+      }
+      t.slots[s].row = i;
+      if (2 * t.used > t.mask && table_grow(&t) < 0) {
+        failed = 1;
+        break;
+      }
+    } else if (t.slots[s].row >= 0) {
+      Py_ssize_t open = t.slots[s].row, below = -2 - out[open];
       out[open] = i;
       out[i] = open;
+      if (below >= 0)
+        t.slots[s].row = below;
+      else
+        table_remove(&t, s);
     } else {
       out[i] = -1;
     }
   }
+  for (Py_ssize_t i = 0; i < n; i++)
+    if (out[i] < -1) out[i] = -1; /* a begin never closed */
   Py_END_ALLOW_THREADS
-  if (bad >= 0) {
-    PyErr_SetString(PyExc_ValueError, "pair: a group number out of range");
+  if (failed) {
+    PyErr_NoMemory();
     goto done;
   }
   result = Py_None;
   Py_INCREF(result);
 done:
-  free(top);
-  free(below);
-  PyBuffer_Release(&p);
-release_b:
-  PyBuffer_Release(&b);
-release_g:
-  PyBuffer_Release(&g);
+  table_free(&t);
+  if (p.obj) PyBuffer_Release(&p);
+  column_release(&begins);
+release_keys:
+  keyset_release(&keys);
+  return result;
+}
+
+/* find(table_keys, query_keys, out[, table_times, query_times]): for each query
+ * row, the first table row with the same keys (lists of as many columns, of the
+ * same sizes); with times (columns of int64, each side in ascending order), the
+ * last table row with the same keys at or before the query's time.  -1 where
+ * there is none, or where a row is missing (a missing_if_zero column reads 0).
+ * out: intp per query row. */
+static PyObject *py_find(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *tk, *qk, *out_obj, *tt = Py_None, *qt = Py_None, *result = NULL;
+  if (!PyArg_ParseTuple(args, "OOO|OO", &tk, &qk, &out_obj, &tt, &qt)) return NULL;
+  keyset tkeys, qkeys = {0};
+  column ttime = {0}, qtime = {0};
+  Py_buffer o = {0};
+  table t = {0};
+  Py_ssize_t nt = -1, nq = -1;
+  int timed = tt != Py_None;
+  if (keyset_get(&tkeys, tk, &nt) < 0) return NULL;
+  if (keyset_get(&qkeys, qk, &nq) < 0) goto done;
+  if (timed && (column_get(&ttime, tt, &nt) < 0 || column_get(&qtime, qt, &nq) < 0)) goto done;
+  if (PyObject_GetBuffer(out_obj, &o, PyBUF_WRITABLE) < 0) goto done;
+  int same = qkeys.ncol == tkeys.ncol &&
+             (!timed || (ttime.data.itemsize == 8 && qtime.data.itemsize == 8));
+  for (Py_ssize_t j = 0; same && j < tkeys.ncol; j++)
+    same = tkeys.col[j].data.itemsize == qkeys.col[j].data.itemsize;
+  if (!same || o.len != nq * (Py_ssize_t)sizeof(Py_ssize_t)) {
+    PyErr_SetString(PyExc_ValueError, "find: keys of other sizes, or out of another length");
+    goto done;
+  }
+  if (table_init(&t, timed ? 512 : nt) < 0) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  Py_ssize_t *out = o.buf;
+  int failed = 0;
+  Py_BEGIN_ALLOW_THREADS
+  /* Untimed: every table row first (the first of equal ones stays); timed: the
+   * rows up to each query's time (the last of equal ones stays). */
+  Py_ssize_t next = 0;
+  key q;
+  for (Py_ssize_t i = 0; i < nq || (!timed && next < nt); i++) {
+    for (; next < nt && (!timed || (i < nq && (int64_t)column_read(&ttime, next) <=
+                                                   (int64_t)column_read(&qtime, i)));
+         next++) {
+      key_read(&tkeys, next, &q);
+      if (q.missing) continue;
+      Py_ssize_t s = table_slot(&t, &tkeys, &q);
+      if (t.slots[s].row < 0) {
+        t.slots[s].hash = q.hash;
+        t.used++;
+      } else if (!timed) {
+        continue;
+      }
+      t.slots[s].row = next;
+      if (2 * t.used > t.mask && table_grow(&t) < 0) {
+        failed = 1;
+        break;
+      }
+    }
+    if (failed || i >= nq) break;
+    key_read(&qkeys, i, &q);
+    out[i] = q.missing ? -1 : t.slots[table_slot(&t, &tkeys, &q)].row;
+  }
+  Py_END_ALLOW_THREADS
+  if (failed) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  result = Py_None;
+  Py_INCREF(result);
+done:
+  table_free(&t);
+  if (o.obj) PyBuffer_Release(&o);
+  column_release(&qtime);
+  column_release(&ttime);
+  keyset_release(&qkeys);
+  keyset_release(&tkeys);
+  return result;
+}
+
+/* format_rows(parts, columns): rows of text, one per row of the columns, each
+ * parts[0] value[0] parts[1] value[1] ... parts[k] (the export's JSON and CSV
+ * lines).  A column is (kind, values, missing, null, table): values an integer
+ * array (1, 2, 4 or 8-byte items, signed or not); missing None or a byte per
+ * row (nonzero: the value is `null`, bytes); table, for FORMAT_TEXT, a tuple of
+ * bytes.  Kinds: */
+enum {
+  FORMAT_NUMBER, /* in decimal */
+  FORMAT_MICROS, /* nanoseconds as microseconds with three decimals: -1234 -> -1.234 */
+  FORMAT_HEX,    /* as a JSON string "0x1f" */
+  FORMAT_TEXT,   /* a code: table[code]; `null` for a code outside the table */
+  FORMAT_KINDS
+};
+
+typedef struct {
+  int kind, is_signed;
+  const void *values;
+  Py_ssize_t itemsize;
+  const unsigned char *missing;
+  const char *null;
+  Py_ssize_t null_len;
+  const char **text;
+  Py_ssize_t *text_len, ntext;
+} format_column;
+
+static const char digit_pairs[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+static char *put_decimal(char *p, uint64_t v) {
+  char tmp[20], *t = tmp + sizeof tmp;
+  while (v >= 100) {
+    t -= 2;
+    memcpy(t, digit_pairs + 2 * (v % 100), 2);
+    v /= 100;
+  }
+  if (v >= 10) {
+    t -= 2;
+    memcpy(t, digit_pairs + 2 * v, 2);
+  } else {
+    *--t = (char)('0' + v);
+  }
+  size_t n = (size_t)(tmp + sizeof tmp - t);
+  memcpy(p, t, n);
+  return p + n;
+}
+
+/* Item i of a column: its magnitude, and whether it is negative. */
+static uint64_t read_item(const format_column *c, Py_ssize_t i, int *negative) {
+  const char *at = (const char *)c->values + c->itemsize * i;
+  int64_t s;
+  switch (c->itemsize) {
+    case 1:
+      s = c->is_signed ? *(const int8_t *)at : *(const uint8_t *)at;
+      break;
+    case 2: {
+      uint16_t v;
+      memcpy(&v, at, 2);
+      s = c->is_signed ? (int16_t)v : v;
+      break;
+    }
+    case 4: {
+      uint32_t v;
+      memcpy(&v, at, 4);
+      s = c->is_signed ? (int32_t)v : (int64_t)v;
+      break;
+    }
+    default: {
+      uint64_t u;
+      memcpy(&u, at, 8);
+      *negative = c->is_signed && (int64_t)u < 0;
+      return *negative ? 0 - u : u;
+    }
+  }
+  *negative = s < 0;
+  return s < 0 ? 0 - (uint64_t)s : (uint64_t)s;
+}
+
+static char *put_value(char *p, const format_column *c, Py_ssize_t i) {
+  if (c->missing && c->missing[i]) {
+    memcpy(p, c->null, (size_t)c->null_len);
+    return p + c->null_len;
+  }
+  int negative;
+  uint64_t u = read_item(c, i, &negative);
+  switch (c->kind) {
+    case FORMAT_NUMBER:
+      if (negative) *p++ = '-';
+      return put_decimal(p, u);
+    case FORMAT_MICROS: {
+      uint64_t mag = u;
+      if (negative) *p++ = '-';
+      p = put_decimal(p, mag / 1000);
+      *p++ = '.';
+      memcpy(p, digit_pairs + 2 * (mag % 1000 / 10), 2);
+      p[2] = (char)('0' + mag % 10);
+      return p + 3;
+    }
+    case FORMAT_HEX: {
+      static const char hex[] = "0123456789abcdef";
+      char tmp[16], *t = tmp + sizeof tmp;
+      do {
+        *--t = hex[u & 15];
+        u >>= 4;
+      } while (u);
+      size_t n = (size_t)(tmp + sizeof tmp - t);
+      memcpy(p, "\"0x", 3);
+      memcpy(p + 3, t, n);
+      p[3 + n] = '"';
+      return p + 4 + n;
+    }
+    default: {
+      const char *text = c->null;
+      Py_ssize_t len = c->null_len;
+      if (!negative && u < (uint64_t)c->ntext) text = c->text[u], len = c->text_len[u];
+      memcpy(p, text, (size_t)len);
+      return p + len;
+    }
+  }
+}
+
+static PyObject *py_format_rows(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *parts, *columns, *result = NULL;
+  if (!PyArg_ParseTuple(args, "O!O!", &PyTuple_Type, &parts, &PyList_Type, &columns)) return NULL;
+  Py_ssize_t ncol = PyList_GET_SIZE(columns);
+  if (ncol < 1 || PyTuple_GET_SIZE(parts) != ncol + 1) {
+    PyErr_SetString(PyExc_ValueError, "format_rows: one column or more, and one part more");
+    return NULL;
+  }
+  format_column *col = PyMem_Calloc((size_t)ncol, sizeof *col);
+  Py_buffer *values = PyMem_Calloc((size_t)ncol, sizeof *values);
+  Py_buffer *missing = PyMem_Calloc((size_t)ncol, sizeof *missing);
+  const char **part = PyMem_Calloc((size_t)ncol + 1, sizeof *part);
+  Py_ssize_t *part_len = PyMem_Calloc((size_t)ncol + 1, sizeof *part_len);
+  Py_ssize_t n = -1, row_bound = 0;
+  if (!col || !values || !missing || !part || !part_len) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t k = 0; k <= ncol; k++) {
+    if (PyBytes_AsStringAndSize(PyTuple_GET_ITEM(parts, k), (char **)&part[k], &part_len[k]) < 0)
+      goto done;
+    row_bound += part_len[k];
+  }
+  for (Py_ssize_t k = 0; k < ncol; k++) {
+    format_column *c = &col[k];
+    PyObject *vals, *miss, *null, *table;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(columns, k), "iOOO!O", &c->kind, &vals, &miss,
+                          &PyBytes_Type, &null, &table))
+      goto done;
+    if (PyObject_GetBuffer(vals, &values[k], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+    if (miss != Py_None && PyObject_GetBuffer(miss, &missing[k], PyBUF_SIMPLE) < 0) goto done;
+    /* The struct format of the items: a letter, lower case for signed integers. */
+    const char *format = values[k].format ? values[k].format : "B";
+    char letter = *format ? format[strlen(format) - 1] : 'B';
+    c->itemsize = values[k].itemsize;
+    c->is_signed = letter == 'b' || letter == 'h' || letter == 'i' || letter == 'l' || letter == 'q';
+    if (n < 0) n = c->itemsize ? values[k].len / c->itemsize : 0;
+    if (c->kind < 0 || c->kind >= FORMAT_KINDS || !strchr("bBhHiIlLqQ?", letter) ||
+        (c->itemsize != 1 && c->itemsize != 2 && c->itemsize != 4 && c->itemsize != 8) ||
+        values[k].len != c->itemsize * n ||
+        (missing[k].obj && missing[k].len < n) || (c->kind == FORMAT_TEXT) != (table != Py_None) ||
+        (table != Py_None && !PyTuple_Check(table))) {
+      PyErr_SetString(PyExc_ValueError, "format_rows: a column of another length or kind");
+      goto done;
+    }
+    c->values = values[k].buf;
+    c->missing = missing[k].obj ? missing[k].buf : NULL;
+    c->null = PyBytes_AS_STRING(null);
+    c->null_len = PyBytes_GET_SIZE(null);
+    Py_ssize_t width = c->kind == FORMAT_MICROS ? 25 : 24;
+    if (table != Py_None) {
+      c->ntext = PyTuple_GET_SIZE(table);
+      c->text = PyMem_Calloc((size_t)c->ntext + 1, sizeof *c->text);
+      c->text_len = PyMem_Calloc((size_t)c->ntext + 1, sizeof *c->text_len);
+      if (!c->text || !c->text_len) {
+        PyErr_NoMemory();
+        goto done;
+      }
+      width = 0;
+      for (Py_ssize_t t = 0; t < c->ntext; t++) {
+        if (PyBytes_AsStringAndSize(PyTuple_GET_ITEM(table, t), (char **)&c->text[t],
+                                    &c->text_len[t]) < 0)
+          goto done;
+        if (c->text_len[t] > width) width = c->text_len[t];
+      }
+    }
+    row_bound += width > c->null_len ? width : c->null_len;
+  }
+  if (n > 0 && row_bound > PY_SSIZE_T_MAX / n) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  result = PyBytes_FromStringAndSize(NULL, n * row_bound);
+  if (!result) goto done;
+  char *start = PyBytes_AS_STRING(result), *p = start;
+  Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t k = 0; k < ncol; k++) {
+      memcpy(p, part[k], (size_t)part_len[k]);
+      p = put_value(p + part_len[k], &col[k], i);
+    }
+    memcpy(p, part[ncol], (size_t)part_len[ncol]);
+    p += part_len[ncol];
+  }
+  Py_END_ALLOW_THREADS if (_PyBytes_Resize(&result, p - start) < 0) result = NULL;
+done:
+  for (Py_ssize_t k = 0; col && values && missing && k < ncol; k++) {
+    PyMem_Free(col[k].text);
+    PyMem_Free(col[k].text_len);
+    if (values[k].obj) PyBuffer_Release(&values[k]);
+    if (missing[k].obj) PyBuffer_Release(&missing[k]);
+  }
+  PyMem_Free(col);
+  PyMem_Free(values);
+  PyMem_Free(missing);
+  PyMem_Free(part);
+  PyMem_Free(part_len);
   return result;
 }
 
@@ -720,8 +1214,16 @@ static PyMethodDef methods[] = {
      "columns(records, order, [(out, offset, size)], [(out, table, key[, offset, size])], "
      "frames): the columns of Trace.to_pandas() in one pass over the records."},
     {"pair", py_pair, METH_VARARGS,
-     "pair(groups, begins, ngroups, partner): begin/end pairing per group in time order; "
-     "partner[i]: the row paired with row i, or -1."},
+     "pair(keys, begins, begin_value, partner): begin/end pairing per key (a list of "
+     "columns) in time order; partner[i]: the row paired with row i, or -1."},
+    {"find", py_find, METH_VARARGS,
+     "find(table_keys, query_keys, out[, table_times, query_times]): per query row, the "
+     "first table row with its keys (with times: the last at or before the query's time), "
+     "or -1."},
+    {"format_rows", py_format_rows, METH_VARARGS,
+     "format_rows(parts, [(kind, values, missing, null, table), ...]): rows of text, each "
+     "parts[0] value parts[1] ... parts[-1]; kinds: 0 a number, 1 nanoseconds as "
+     "microseconds, 2 a hex string, 3 table[code]."},
     {"ticks_to_ns", py_ticks_to_ns, METH_VARARGS,
      "ticks_to_ns(records, first_ticks, first_ns, ns_per_tick, origin_ns): times in place."},
     {"record_layout", py_record_layout, METH_NOARGS, "Version, size and field offsets of a record."},

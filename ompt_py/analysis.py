@@ -15,6 +15,7 @@ really became idle.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -52,15 +53,21 @@ def _group_ids(keys: pd.DataFrame) -> tuple[np.ndarray, int]:
     return ids, count
 
 
+def column(values: np.ndarray, missing_if_zero: bool = False, table: Any = None) -> tuple:
+    """A key column of _core.pair and _core.find: the integers ``values`` (bytes:
+    read through ``table``, bytes too, when given); ``missing_if_zero``: rows
+    where it is 0 have no key (find)."""
+    return np.ascontiguousarray(values), missing_if_zero, table
+
+
 def _pair(rows: pd.DataFrame, keys: list[str]) -> Intervals:
     """Pairs begin/end rows (time-ordered) that nest within each key; the begin's
     columns stand for the pair, in the order of the begins.  One pass in C
     (per key, an end closes the latest open begin); the other columns are
     gathered once, at the rows of the pairs."""
-    group, count = _group_ids(rows[keys])
     is_begin = (rows["endpoint"] == "begin").to_numpy()
     partner = np.empty(len(rows), np.intp)
-    _core.pair(group, is_begin, count, partner)
+    _core.pair([column(_group_ids(rows[keys])[0])], column(is_begin), 1, partner)
     unmatched = partner < 0
     begin_rows = np.flatnonzero(is_begin & ~unmatched)
     times = rows["time_ns"].to_numpy()
@@ -106,26 +113,33 @@ def _find(table: pd.DataFrame, query: pd.DataFrame) -> np.ndarray:
     the same values (columns in the same order); -1 where there is none or where
     a value is missing."""
     both = pd.concat([table.set_axis(query.columns, axis=1), query], ignore_index=True)
-    ids, count = _group_ids(both)
-    ids[both.isna().any(axis=1).to_numpy()] = -1
-    known, wanted = ids[:len(table)], ids[len(table):]
-    first = np.full(count + 1, len(table), np.intp)  # the last entry: missing values
-    rows = np.flatnonzero(known >= 0)
-    np.minimum.at(first, known[rows], rows)
-    first[first == len(table)] = -1
-    return first[wanted]
+    ids = _group_ids(both)[0] + 1
+    ids[both.isna().any(axis=1).to_numpy()] = 0  # no key
+    found = np.empty(len(query), np.intp)
+    n = len(table)
+    _core.find([column(ids[:n], missing_if_zero=True)], [column(ids[n:], missing_if_zero=True)],
+               found)
+    return found
 
 
-def _clamp_to_region(iv: Intervals, regions: pd.DataFrame, pid_col: str = "pid") -> None:
+def clamped_ends(end: np.ndarray, region: np.ndarray, region_end: np.ndarray) -> np.ndarray:
+    """``end`` of intervals, each moved back to the end of its parallel region
+    (``region``: its row in ``region_end``, which is not empty; -1 for none)
+    where it was reported after that."""
+    late = region_end[np.maximum(region, 0)]
+    return np.where((region >= 0) & (end > late), late, end)
+
+
+def _clamp_to_region(iv: Intervals, regions: pd.DataFrame) -> None:
     """Ends reported after their parallel region ended are moved to the region's end."""
     t = iv.table
     if t.empty or regions.empty or "parallel_id" not in t:
         return
-    row = _find(regions[[pid_col, "parallel_id"]], t[[pid_col, "parallel_id"]])
-    region_end = regions["end_ns"].to_numpy(np.int64)[row]
-    late = (row >= 0) & (t["end_ns"].to_numpy() > region_end)
-    if late.any():
-        t.loc[late, "end_ns"] = region_end[late]
+    end = t["end_ns"].to_numpy()
+    keys = ["pid", "parallel_id"]
+    clamped = clamped_ends(end, _find(regions[keys], t[keys]), regions["end_ns"].to_numpy(np.int64))
+    if (clamped != end).any():
+        t["end_ns"] = clamped
         t["duration_ns"] = t["end_ns"] - t["begin_ns"]
 
 
@@ -178,19 +192,37 @@ def task_executions(df: pd.DataFrame) -> pd.DataFrame:
     if sched.empty:
         return pd.DataFrame(columns=["pid", "thread", "task_id", "begin_ns", "end_ns",
                                      "duration_ns", "status"])
-    nxt = sched.groupby(_BASE, sort=False).shift(-1)
+    explicit = df.loc[df["event"] == "task_create", "task_id"].dropna()
+    run, nxt = task_runs(sched[_BASE], sched["task_id"].to_numpy(np.uint64, na_value=0),
+                         sched["other_task_id"].to_numpy(np.uint64, na_value=0),
+                         explicit.to_numpy(np.uint64))
+    time = sched["time_ns"].to_numpy()
     running = pd.DataFrame({
-        "pid": sched["pid"], "thread": sched["thread"],
-        "task_id": sched["other_task_id"], "begin_ns": sched["time_ns"],
-        "end_ns": nxt["time_ns"], "status": nxt["kind"],
-        "_closing": nxt["task_id"],
+        "pid": sched["pid"].to_numpy()[run], "thread": sched["thread"].to_numpy()[run],
+        "task_id": sched["other_task_id"].array[run], "begin_ns": time[run],
+        "end_ns": time[nxt], "status": sched["kind"].array[nxt],
     })
-    ok = running["end_ns"].notna() & (running["_closing"] == running["task_id"])
-    explicit = set(df.loc[df["event"] == "task_create", "task_id"].dropna().astype(np.uint64))
-    running = running[ok & running["task_id"].isin(explicit)].drop(columns="_closing")
-    running["end_ns"] = running["end_ns"].astype(np.int64)
     running["duration_ns"] = running["end_ns"] - running["begin_ns"]
-    return running.reset_index(drop=True)
+    return running
+
+
+def task_runs(threads: pd.DataFrame, prior: np.ndarray, switched_to: np.ndarray,
+              explicit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of task_schedule events in time order (``threads``: their pid and thread;
+    ``prior``, ``switched_to``: the tasks they switch from and to, 0 for none),
+    those after which an explicit task (one of ``explicit``) ran until the next
+    task_schedule of the thread, which switches away from it: their rows, and
+    the rows of those next ones."""
+    group, _ = _group_ids(threads)
+    order = np.argsort(group, kind="stable")  # each thread's switches, in time order
+    same = group[order[1:]] == group[order[:-1]]
+    following = np.full(len(group), -1, np.intp)
+    following[order[:-1][same]] = order[1:][same]
+    run = np.flatnonzero(following >= 0)
+    nxt = following[run]
+    task = switched_to[run]
+    ran = (prior[nxt] == task) & (task != 0) & np.isin(task, explicit)
+    return run[ran], nxt[ran]
 
 
 def thread_time(df: pd.DataFrame, implicit: pd.DataFrame, waits: pd.DataFrame,
@@ -228,18 +260,30 @@ def sync_regions(df: pd.DataFrame, regions: pd.DataFrame | None = None,
     if t.empty:
         t["wait_ns"] = pd.Series(dtype="int64")
         return out
-    # A wait lies inside the region it belongs to: match by thread, kind and time.
     t = t.sort_values("begin_ns", kind="stable").reset_index(drop=True)
     w = waits.sort_values("begin_ns", kind="stable")
     keys = [*_BASE, "kind_raw"]
-    matched = pd.merge_asof(w[[*keys, "begin_ns", "duration_ns"]].rename(
-        columns={"begin_ns": "wait_begin", "duration_ns": "wait_ns"}).sort_values("wait_begin"),
-        t[[*keys, "begin_ns"]].reset_index().sort_values("begin_ns"),
-        left_on="wait_begin", right_on="begin_ns", by=keys, direction="backward")
-    per_region = matched.dropna(subset=["index"]).groupby("index")["wait_ns"].sum()
-    t["wait_ns"] = per_region.reindex(t.index).fillna(0).astype(np.int64).to_numpy()
+    ids, _ = _group_ids(pd.concat([t[keys], w[keys]], ignore_index=True))
+    t["wait_ns"] = waits_per_region(
+        len(t), [column(ids[:len(t)])], column(t["begin_ns"].to_numpy(np.int64)),
+        [column(ids[len(t):])], column(w["begin_ns"].to_numpy(np.int64)),
+        w["duration_ns"].to_numpy(np.int64))
     out.table = t
     return out
+
+
+def waits_per_region(regions: int, region_keys: list[tuple], region_begin: tuple,
+                     wait_keys: list[tuple], wait_begin: tuple, wait_ns: np.ndarray
+                     ) -> np.ndarray:
+    """For each of ``regions`` sync regions (key columns: thread and kind; a column
+    of begin times, in ascending order) the total ``wait_ns`` of the waits (the
+    same columns) inside it: a wait belongs to the region of its keys that began
+    last at or before the wait."""
+    region = np.empty(len(wait_ns), np.intp)
+    _core.find(region_keys, wait_keys, region, region_begin, wait_begin)
+    totals = np.zeros(regions, np.int64)
+    np.add.at(totals, region[region >= 0], wait_ns[region >= 0])
+    return totals
 
 
 def mutex_holds(df: pd.DataFrame) -> pd.DataFrame:
@@ -254,26 +298,46 @@ def region_tree(regions: pd.DataFrame, implicit: pd.DataFrame) -> pd.DataFrame:
     regions started from outside any region of the trace have level 1.
     """
     t = regions.reset_index(drop=True)
-    task = _find(implicit[["pid", "task_id"]], t[["pid", "task_id"]])  # encountering task's row
-    parent = implicit["parallel_id"].array.take(task, allow_fill=True)
-    up = _find(t[["pid", "parallel_id"]], pd.DataFrame({"pid": t["pid"], "parallel_id": parent}))
-    t["parent_id"] = pd.array(np.where(up >= 0, t["parallel_id"].to_numpy()[np.maximum(up, 0)],
-                                       0), dtype="UInt64")
-    t.loc[up < 0, "parent_id"] = pd.NA
+    keys = ["pid", "parallel_id"]
+    t["parent_id"], t["level"], t["team_size"] = region_links(
+        _find(implicit[["pid", "task_id"]], t[["pid", "task_id"]]),
+        _find(t[keys], implicit[keys]), _find(t[keys], t[keys]),
+        t["parallel_id"].to_numpy(np.uint64, na_value=0), implicit["team_size"].array)
+    return t
+
+
+def region_links(task: np.ndarray, region_of: np.ndarray, same: np.ndarray,
+                 parallel_id: np.ndarray, team_size: pd.api.extensions.ExtensionArray
+                 ) -> tuple[pd.api.extensions.ExtensionArray, np.ndarray, np.ndarray]:
+    """The parent_id, level and team_size of region_tree, from lookups (-1: none):
+    per region, the row of the implicit task that encountered it (``task``) and
+    the first region with its pid and parallel_id (``same``); per implicit task,
+    the first region with its pid and parallel_id (``region_of``) and its
+    ``team_size``.  ``parallel_id``: the regions' ids."""
+    up = np.full(len(task), -1, np.intp)  # the parent region's row
+    inside = task >= 0
+    up[inside] = region_of[task[inside]]
+    parent = pd.array(np.where(up >= 0, parallel_id[np.maximum(up, 0)], 0), dtype="UInt64")
+    parent[up < 0] = pd.NA
     # Levels: walk up all chains at once (as many steps as the deepest nesting).
-    level = np.ones(len(t), dtype=np.int64)
+    level = np.ones(len(task), dtype=np.int64)
     cur = up.copy()
-    for _ in range(len(t)):
+    for _ in range(len(task)):
         alive = cur >= 0
         if not alive.any():
             break
         level[alive] += 1
         cur[alive] = up[cur[alive]]
-    t["level"] = level
-    team = implicit.groupby(["pid", "parallel_id"])["team_size"].max().reset_index()
-    at = _find(team[["pid", "parallel_id"]], t[["pid", "parallel_id"]])
-    t["team_size"] = pd.Series(team["team_size"].array.take(at, allow_fill=True)).to_numpy()
-    return t
+    # The team: the largest team_size of the implicit tasks with the region's keys.
+    sizes = team_size.to_numpy(np.int64, na_value=-1)
+    largest = np.full(len(task), -1, np.int64)
+    counted = (region_of >= 0) & (sizes >= 0)
+    np.maximum.at(largest, region_of[counted], sizes[counted])
+    team = np.full(len(task), -1, np.int64)
+    team[same >= 0] = largest[same[same >= 0]]
+    sized = pd.array(np.maximum(team, 0), dtype=team_size.dtype)
+    sized[team < 0] = pd.NA
+    return parent, level, pd.Series(sized).to_numpy()
 
 
 def task_table(df: pd.DataFrame) -> pd.DataFrame:
@@ -319,5 +383,44 @@ def mutex_table(df: pd.DataFrame) -> pd.DataFrame:
     holds = mutex_holds(df).rename(columns={"begin_ns": "acquired_ns", "end_ns": "released_ns",
                                             "duration_ns": "hold_ns"})
     keys = [*_BASE, "wait_id", "acquired_ns"]
-    out = waits.merge(holds[[*keys, "released_ns", "hold_ns"]], on=keys, how="outer")
-    return out.sort_values("acquired_ns", kind="stable").reset_index(drop=True)
+
+    def key_arrays(t: pd.DataFrame) -> list[np.ndarray]:
+        return [t["pid"].to_numpy(), t["thread"].to_numpy(),
+                t["wait_id"].to_numpy(np.uint64, na_value=0), t["acquired_ns"].to_numpy()]
+
+    w, h = acquisitions(key_arrays(waits), key_arrays(holds))
+    out = waits.reindex(w).reset_index(drop=True)  # label -1: a hold without its wait (NaN)
+    for key in keys:  # from either side
+        both = pd.concat([waits[key], holds[key]], ignore_index=True)
+        out[key] = both.array.take(np.where(w >= 0, w, len(waits) + h))
+    held = holds[["released_ns", "hold_ns"]].reindex(h).reset_index(drop=True)
+    out[["released_ns", "hold_ns"]] = held
+    return out
+
+
+def acquisitions(waits: list[np.ndarray], holds: list[np.ndarray]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of mutex_table: an outer join of the waits (acquire -> acquired)
+    and holds (acquired -> released) with the same keys (arrays of pid, thread,
+    wait id and acquired time), as positions in each (-1: none), ordered by the
+    acquired time, then pid, thread and wait id."""
+    n = len(waits[0])
+    keys = [np.concatenate(pair) for pair in zip(waits, holds)]
+    group, count = _group_ids(pd.DataFrame(dict(enumerate(keys)), copy=False))
+    of_wait, of_hold = group[:n], group[n:]
+    holds_of = np.bincount(of_hold, minlength=count)
+    by_group = np.argsort(of_hold, kind="stable")
+    first = np.cumsum(holds_of) - holds_of
+    # Each wait once per hold of its keys (once if none), then the holds without a wait.
+    times = np.maximum(holds_of[of_wait], 1)
+    w = np.repeat(np.arange(n), times)
+    h = np.full(len(w), -1, np.intp)
+    held = holds_of[of_wait[w]] > 0
+    nth = np.arange(len(w)) - np.repeat(np.cumsum(times) - times, times)
+    h[held] = by_group[first[of_wait[w[held]]] + nth[held]]
+    alone = np.flatnonzero(np.bincount(of_wait, minlength=count)[of_hold] == 0)
+    w = np.concatenate([w, np.full(len(alone), -1, np.intp)])
+    h = np.concatenate([h, alone])
+    at = np.where(w >= 0, w, n + h)
+    order = np.lexsort([keys[2][at], keys[1][at], keys[0][at], keys[3][at]])
+    return w[order], h[order]

@@ -1,12 +1,20 @@
 """Exporting a Trace: Perfetto / Chrome trace JSON, CSV and Parquet.
 
 Every exporter streams: rows are formatted and written in batches of
-``BATCH_ROWS`` (Parquet: row groups of ``ROW_GROUP_ROWS``), the text built a
-whole column at a time with pyarrow's compute kernels (one ``json.dumps`` per
-distinct string, never one per row) by a thread per processor, a few batches
-ahead of the writer.  So the memory an export adds to the trace is a few
-batches (and, for Perfetto, the paired tables it is made from, which the
-trace keeps).  On a terminal (stderr) a progress bar shows how far it is.
+``BATCH_ROWS`` (Parquet: row groups of ``ROW_GROUP_ROWS``) by a thread per
+processor, a few batches ahead of the writer.  The text of a batch is written
+in C (``_core.format_rows``: a template whose holes take a column each of
+numbers, times, addresses or names, one ``json.dumps`` per distinct name,
+never one per row).  The Perfetto slices are made from the records, not from
+the trace's tables: per kind of slice, the rows of its events are taken in
+time order and paired in C as analysis.py pairs them (``_core.pair``), and
+what a slice needs beyond its begin's record (its end, a region's parent and
+level, the time waited in a barrier ...) is kept as a few integer arrays; the
+rest is read from the records a batch at a time.  CSV makes ``to_pandas()``
+of one batch at a time.  So the memory an export adds to the trace is a few
+batches and, for Perfetto, those arrays (bench/export.py: about 0.45 times
+the trace's records at 10^7 events).  On a terminal (stderr) a progress bar
+shows how far it is.
 
 ``perfetto``: the JSON Trace Event Format that ui.perfetto.dev and
 chrome://tracing open.  One process per pid (named after its command, and its
@@ -40,26 +48,34 @@ import json
 import os
 import sys
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from . import analysis
-from ._records import RAW_FIELDS
-from .trace import _EVENT_NAMES, _KIND_NAMES, FORMAT, PARQUET_KEY, _kind_keys, _loaded, _totals
+from . import _core, analysis
+from ._records import EVENT_CODES, RAW_FIELDS
+from .trace import (
+    _EVENT_NAMES,
+    _KIND_NAMES,
+    _KIND_RAW_NAMES,
+    FORMAT,
+    PARQUET_KEY,
+    _kind_keys,
+    _loaded,
+    _totals,
+)
 
 if TYPE_CHECKING:
     from .trace import Trace
 
 FORMATS = ("perfetto", "csv", "parquet")
-BATCH_ROWS = 1 << 16  # rows of text formatted at a time
+BATCH_ROWS = 1 << 15  # rows of text formatted at a time
 ROW_GROUP_ROWS = 1 << 20  # rows per Parquet row group
 MAX_THREADS = 4  # formatting batches at once
 _SEP = ",\n"
@@ -110,8 +126,8 @@ def _batches(n: int, size: int | None = None) -> Iterator[slice]:
 
 def _in_order(jobs: Iterable[Callable[[], Any]]) -> Iterator[Any]:
     """The results of ``jobs``, in order, computed by a thread per processor (at
-    most MAX_THREADS; the formatting kernels release the GIL) with at most one
-    job ahead per thread, so that only a few batches are in memory at once."""
+    most MAX_THREADS; the formatting releases the GIL) with at most one job
+    ahead per thread, so that only a few batches are in memory at once."""
     workers = min(len(os.sched_getaffinity(0)), MAX_THREADS)
     with ThreadPoolExecutor(workers) as pool:
         pending: deque = deque()
@@ -123,244 +139,471 @@ def _in_order(jobs: Iterable[Callable[[], Any]]) -> Iterator[Any]:
             yield pending.popleft().result()
 
 
-# ---- JSON text, a column at a time -------------------------------------------------------
+@contextmanager
+def _output(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A file that appears at ``path`` only once written whole: an export that
+    fails half-way leaves nothing (and an older file at ``path`` as it was)."""
+    partial = f"{os.fspath(path)}.partial"
+    try:
+        with open(partial, "wb") as out:
+            yield out
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
 
 
-def _number(values: Any) -> pa.Array:
-    """Integers or booleans as JSON numbers/literals; missing values as null."""
-    arr = pa.array(values, from_pandas=True)
-    if pa.types.is_floating(arr.type):  # whole numbers that a merge made floats
-        arr = pc.cast(arr, pa.int64())
-    return pc.fill_null(pc.cast(arr, pa.string()), "null")
+# ---- rows of text, formatted in C --------------------------------------------------------
+
+_NUMBER, _MICROS, _HEX, _TEXT = range(4)  # the kinds of _core.format_rows
 
 
-def _micros(ns: Any) -> pa.Array:
+class _Column(NamedTuple):
+    """A column of ``_rows``: an integer array, and how to write it."""
+
+    kind: int
+    values: np.ndarray
+    missing: np.ndarray | None = None  # True: the value is null
+    table: tuple[bytes, ...] | None = None  # _TEXT: the text of each code
+
+
+def _flags(missing: Any) -> np.ndarray | None:
+    return None if missing is None else np.ascontiguousarray(missing, bool)
+
+
+def _number(values: Any, missing: Any = None) -> _Column:
+    return _Column(_NUMBER, np.ascontiguousarray(values), _flags(missing))
+
+
+def _id(values: Any) -> _Column:
+    """An id as to_pandas() has it (parallel_id, task_id): null where 0."""
+    values = np.ascontiguousarray(values)
+    return _Column(_NUMBER, values, values == 0)
+
+
+def _micros(ns: Any) -> _Column:
     """Nanoseconds as exact microseconds with three decimals: 1234567 -> 1234.567."""
-    ns = np.asarray(ns, dtype=np.int64)
-    mag = np.abs(ns)
-    text = pc.binary_join_element_wise(
-        _number(mag // 1000), ".", pc.utf8_lpad(_number(mag % 1000), 3, "0"), "")
-    negative = ns < 0
-    if negative.any():
-        text = pc.if_else(pa.array(negative), pc.binary_join_element_wise("-", text, ""), text)
-    return text
+    return _Column(_MICROS, np.ascontiguousarray(ns, np.int64))
 
 
-def _literals(values: Any, render: Callable[[Any], str]) -> pa.Array:
-    """``render`` applied once per distinct value; missing values as null."""
-    codes, uniques = pd.factorize(pd.Series(values))
-    table = pa.array([*(render(u) for u in uniques), "null"])
-    return table.take(pa.array(np.where(codes < 0, len(uniques), codes)))
+def _hex(values: Any, missing: Any = None) -> _Column:
+    """A code address or wait id as a JSON string, "0x1f"."""
+    return _Column(_HEX, np.ascontiguousarray(values), _flags(missing))
 
 
-def _string(values: Any) -> pa.Array:
-    return _literals(values, lambda v: json.dumps(str(v)))
+def _text(codes: Any, table: Iterable[str]) -> _Column:
+    """``table[code]``, written as it is; null for a code outside the table (-1)."""
+    return _Column(_TEXT, np.ascontiguousarray(codes), None, tuple(text.encode() for text in table))
 
 
-def _hex(values: Any) -> pa.Array:
-    return _literals(values, lambda v: f'"{int(v):#x}"')
+def _rows(template: Sequence[str | _Column], null: bytes = b"null") -> bytes:
+    """A row of text per row of the template's columns: the template's strings as
+    they are, the columns' values between them (``null`` where missing)."""
+    parts, columns, text = [], [], ""
+    for piece in template:
+        if isinstance(piece, str):
+            text += piece
+            continue
+        parts.append(text.encode())
+        text = ""
+        columns.append((piece.kind, piece.values, piece.missing, null, piece.table))
+    parts.append(text.encode())
+    return _core.format_rows(tuple(parts), columns)
 
 
-def _join(parts: Sequence[str | pa.Array]) -> pa.Array:
-    return pc.binary_join_element_wise(*parts, "")
+def _json_names(names: Iterable[Any], suffix: str = "") -> list[str]:
+    return [json.dumps(f"{name}{suffix}") for name in names]
 
 
 class _ArrayWriter:
-    """Writes JSON values, each already prefixed with ``_SEP``, as the elements of
-    one array: the text of a batch goes out as the string column's data buffer."""
+    """Writes JSON values, each prefixed with ``_SEP``, as the elements of one array."""
 
     def __init__(self, out: BinaryIO) -> None:
         self.out = out
         self.first = True
 
-    def write(self, texts: pa.Array) -> None:
-        if len(texts) == 0:
+    def write(self, text: bytes) -> None:
+        if not text:
             return
-        assert texts.null_count == 0, "a JSON value with a missing part"
-        width = np.int64 if pa.types.is_large_string(texts.type) else np.int32
-        offsets = np.frombuffer(texts.buffers()[1], dtype=width, count=len(texts) + 1,
-                                offset=np.dtype(width).itemsize * texts.offset)
-        data = memoryview(texts.buffers()[2])[offsets[0]:offsets[-1]]
         if self.first:
-            data = data[len(_SEP):]
+            text = memoryview(text)[len(_SEP):]
             self.first = False
-        self.out.write(data)
+        self.out.write(text)
 
 
-# ---- Perfetto ---------------------------------------------------------------------------
+# ---- Perfetto: the slices, from the records ------------------------------------------------
+
+_BEGIN, _END = 1, 2  # endpoints
+
+
+class _Records:
+    """The records a Perfetto file is made of (``trace.events``), with the event
+    number of each (one contiguous copy, to select by)."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self.ev = np.ascontiguousarray(trace.events)
+        self.codes = np.ascontiguousarray(self.ev["event"])
+        # One process: no pid column (nor key: it would be the same for all).
+        self.pids = None if trace._single_pid() is not None else trace.pids
+
+    def select(self, *events: str, scoped: bool = True) -> np.ndarray:
+        """The rows of these events (``scoped``: only their begins and ends) in time
+        order (stable: at equal times, in the order of the records)."""
+        wanted = self.codes == EVENT_CODES[events[0]]
+        for event in events[1:]:
+            wanted |= self.codes == EVENT_CODES[event]
+        rows = np.flatnonzero(wanted)
+        del wanted
+        if scoped:
+            endpoint = self.ev["endpoint"][rows]
+            rows = rows[(endpoint == _BEGIN) | (endpoint == _END)]
+            del endpoint
+        time = self.time(rows)
+        order = np.argsort(time, kind="stable")
+        del time
+        return rows[order]
+
+    def time(self, rows: np.ndarray) -> np.ndarray:
+        return self.ev["time_ns"][rows]
+
+    def pid(self, rows: np.ndarray | slice) -> np.ndarray:
+        return self.trace._pids_at(rows)
+
+    def field(self, name: str, rows: np.ndarray, missing_if_zero: bool = False,
+              event: str | None = None) -> tuple:
+        """A record field at ``rows`` as a key column (analysis.column); "kind_raw":
+        the kind byte of ``event``, as to_pandas() names it."""
+        if name != "kind_raw":
+            return analysis.column(self.ev[name][rows], missing_if_zero)
+        names = _KIND_RAW_NAMES.codes(_kind_keys(np.full(256, EVENT_CODES[event]), np.arange(256)))
+        return analysis.column(self.ev["kind"][rows], table=names)
+
+    def keys(self, rows: np.ndarray, *fields: str, missing_if_zero: bool = False,
+             event: str | None = None) -> list[tuple]:
+        """Key columns of the records at ``rows``: their pid, then ``fields``."""
+        pid = [] if self.pids is None else [analysis.column(self.pids[rows])]
+        return pid + [self.field(name, rows, missing_if_zero, event) for name in fields]
+
+    def find(self, table: np.ndarray, query: np.ndarray, field: str,
+             query_field: str | None = None) -> np.ndarray:
+        """For each record of ``query`` (rows), the first of ``table`` with its pid and
+        ``field`` (``query_field`` in the query's records), an id (0: none, which
+        matches nothing); -1 where there is none (as analysis._find on to_pandas()
+        columns)."""
+        found = np.empty(len(query), np.intp)
+        _core.find(self.keys(table, field, missing_if_zero=True),
+                   self.keys(query, query_field or field, missing_if_zero=True), found)
+        return found
 
 
 @dataclass
-class _Slices:
-    """Complete slices from the rows of one paired table."""
+class _Pairs:
+    """Begin and end records paired as analysis pairs them, in the order of the
+    begins: the begin's record (``rows``: positions in trace.events), the end's time."""
 
-    cat: str
-    rows: pd.DataFrame
-    begin: str
-    end: str
-    thread: str = "thread"
-    name: str | None = None  # a constant name, else the `kind` column's value and `suffix`
-    suffix: str = ""
-    args: list[tuple[str, str, Callable[[Any], pa.Array]]] = field(default_factory=list)
+    rows: np.ndarray
+    end: np.ndarray
 
-    def texts(self, part: slice) -> pa.Array:
-        rows = self.rows.iloc[part]
-        begin = rows[self.begin].to_numpy(np.int64)
-        end = rows[self.end].to_numpy(np.int64)
-        name = json.dumps(self.name) if self.name else _literals(
-            rows["kind"], lambda kind: json.dumps(f"{kind}{self.suffix}"))
-        parts: list[str | pa.Array] = [
-            f'{_SEP}{{"ph":"X","cat":"{self.cat}","name":', name,
-            ',"pid":', _number(rows["pid"].to_numpy()),
-            ',"tid":', _number(rows[self.thread].to_numpy()),
-            ',"ts":', _micros(begin), ',"dur":', _micros(end - begin), ',"args":{']
-        for i, (key, column, render) in enumerate(self.args):
-            parts += [f'{"," if i else ""}"{key}":', render(rows[column])]
-        parts.append("}}")
-        return _join(parts)
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def take(self, at: np.ndarray) -> _Pairs:
+        return _Pairs(self.rows[at], self.end[at])
 
 
-def _complete(rows: pd.DataFrame, begin: str, end: str) -> pd.DataFrame:
-    """Rows with both times (outer merges leave some without), as integers."""
-    rows = rows[rows[begin].notna() & rows[end].notna()]
-    return rows.astype({begin: np.int64, end: np.int64})
+def _pair(rec: _Records, rows: np.ndarray, keys: list[tuple], is_begin: np.ndarray) -> _Pairs:
+    """``rows`` (in time order) paired per key, as analysis._pair pairs them."""
+    partner = np.empty(len(rows), np.intp)
+    _core.pair(keys, analysis.column(is_begin), 1, partner)
+    begins = np.flatnonzero(is_begin & (partner >= 0))
+    return _Pairs(rows[begins], rec.time(rows[partner[begins]]))
 
 
-class _Tables:
-    """The paired tables a Perfetto file is made of, made in file order by one
-    background thread (those the trace caches are made once per trace): while it
-    makes the next table (pandas, mostly holding the GIL), the slices of the
-    previous ones are formatted (pyarrow kernels, without the GIL) and written."""
-
-    ORDER = ("user", "implicit", "regions", "work", "sync", "waits", "tasks", "mutex")
-
-    def __init__(self, trace: Trace, pool: ThreadPoolExecutor) -> None:
-        make: dict[str, Callable[[], Any]] = {
-            "user": trace.user_regions, "implicit": trace.implicit_tasks,
-            "regions": trace.parallel_regions, "work": trace.work, "sync": trace.sync,
-            "waits": lambda: trace._paired("waits").table, "tasks": lambda: _task_spans(trace),
-            "mutex": trace.mutex}
-        self._made = {name: pool.submit(make[name]) for name in self.ORDER}
-
-    def __getattr__(self, name: str) -> Any:
-        """A table (``spans``, ``flows``: explicit tasks per thread and their flows,
-        see _task_spans), once made."""
-        if name in ("spans", "flows"):
-            return self._made["tasks"].result()[name == "flows"]
-        if name not in self.ORDER:
-            raise AttributeError(name)
-        return self._made[name].result()
+def _scoped(rec: _Records, event: str, *keys: str) -> _Pairs:
+    rows = rec.select(event)
+    return _pair(rec, rows, rec.keys(rows, *keys, event=event), rec.ev["endpoint"][rows] == _BEGIN)
 
 
-def _slice_sources(tables: _Tables) -> Iterator[_Slices]:
-    """The slices of every track, parents before children (the order that keeps
-    slices starting at the same nanosecond nested the right way); each source
-    once its table is made."""
-    ids = [("parallel_id", "parallel_id", _number)]
-    implicit_args = [("task_id", "task_id", _number), *ids,
-                     ("thread_num", "thread_num", _number), ("team_size", "team_size", _number)]
-    source = [("codeptr", "codeptr", _hex), ("location", "location", _string)]
-    mutex_args = [("wait_id", "wait_id", _hex), ("codeptr", "codeptr", _hex)]
-    user = tables.user
-    yield _Slices("user_region", user.assign(kind=user["name"].fillna("(unnamed)")),
-                  "begin_ns", "end_ns", args=[("id", "id", _number), ("level", "level", _number),
-                                              ("codeptr", "codeptr", _hex)])
-    implicit = tables.implicit
-    initial = (implicit["flags"].fillna(0).astype(np.int64) & 1).astype(bool).to_numpy()
-    yield _Slices("implicit_task", implicit[initial], "begin_ns", "end_ns", name="initial task",
-                  args=[("task_id", "task_id", _number)])
-    regions = tables.regions
-    yield _Slices("parallel", regions.assign(kind=pd.Categorical.from_codes(
-                      regions["league"].to_numpy(np.int8), ["parallel region", "teams"])),
-                  "begin_ns", "end_ns", thread="encountering_thread",
-                  args=[*ids, ("parent_id", "parent_id", _number), ("level", "level", _number),
-                        ("team_size", "team_size", _number),
-                        ("requested_team_size", "requested_team_size", _number),
-                        ("invoker", "invoker", _string), *source])
-    yield _Slices("implicit_task", implicit[~initial], "begin_ns", "end_ns",
-                  name="implicit task", args=implicit_args)
-    yield _Slices("work", tables.work, "begin_ns", "end_ns",
-                  args=[("kind_raw", "kind_raw", _string), ("count", "count", _number), *ids,
-                        *source])
-    yield _Slices("sync", tables.sync, "begin_ns", "end_ns",
-                  args=[("kind_raw", "kind_raw", _string), ("wait_ns", "wait_ns", _number), *ids,
-                        ("task_id", "task_id", _number), ("codeptr", "codeptr", _hex)])
-    yield _Slices("sync_wait", tables.waits, "begin_ns", "end_ns", suffix=" wait", args=ids)
-    yield _Slices("task", tables.spans, "begin_ns", "end_ns", name="task",
-                  args=[("task_id", "task_id", _number), ("pieces", "pieces", _number)])
-    mutex = tables.mutex
-    yield _Slices("mutex_wait", _complete(mutex, "acquire_ns", "acquired_ns"),
-                  "acquire_ns", "acquired_ns", suffix=" wait", args=mutex_args)
-    yield _Slices("mutex", _complete(mutex, "acquired_ns", "released_ns"),
-                  "acquired_ns", "released_ns", args=mutex_args)
+def _clamp(rec: _Records, pairs: _Pairs, regions: _Pairs) -> np.ndarray:
+    """Moves ends reported after the end of their parallel region to it; returns
+    the region of each pair (a row of ``regions``, -1 for none)."""
+    region = rec.find(regions.rows, pairs.rows, "parallel_id")
+    if len(regions):
+        pairs.end = analysis.clamped_ends(pairs.end, region, regions.end)
+    return region
 
 
-def _task_spans(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _optional(values: Any) -> _Column:
+    """Integers that may be missing (a column of a pandas table) as numbers or null."""
+    series = pd.Series(values)
+    return _number(series.fillna(0).to_numpy(np.int64), series.isna().to_numpy())
+
+
+class _Locations:
+    """The source location of the code addresses of some records (Trace.symbolize),
+    as JSON strings."""
+
+    def __init__(self, rec: _Records, rows: np.ndarray) -> None:
+        codeptrs = np.unique(rec.ev["codeptr"][rows])
+        found = rec.trace.symbolize(codeptrs[codeptrs != 0])
+        self.keys = [analysis.column(found["pid"].to_numpy(np.int32)),
+                     analysis.column(found["codeptr"].to_numpy(np.uint64))]
+        self.table = ["null" if pd.isna(loc) else json.dumps(str(loc))
+                      for loc in found["location"]]
+
+    def column(self, pid: np.ndarray, codeptr: np.ndarray) -> _Column:
+        at = np.empty(len(codeptr), np.intp)
+        _core.find(self.keys, [analysis.column(pid), analysis.column(codeptr)], at)
+        return _text(at, self.table)
+
+
+class _Source(NamedTuple):
+    """``count`` rows of a table, whose events ``texts(part)`` writes a batch at a time."""
+
+    count: int
+    texts: Callable[[slice], bytes]
+
+
+_Args = list[tuple[str, _Column]]
+
+
+def _complete(cat: str, pid: Any, tid: Any, begin: Any, end: Any, name: str | _Column,
+              args: _Args) -> bytes:
+    """Complete slices ("ph": "X"); ``name``: one for all, or a column."""
+    begin = np.asarray(begin, np.int64)
+    template: list[str | _Column] = [
+        f'{_SEP}{{"ph":"X","cat":"{cat}","name":',
+        json.dumps(name) if isinstance(name, str) else name,
+        ',"pid":', _number(pid), ',"tid":', _number(tid), ',"ts":', _micros(begin),
+        ',"dur":', _micros(np.asarray(end, np.int64) - begin), ',"args":{']
+    for i, (key, column) in enumerate(args):
+        template += [f'{"," if i else ""}"{key}":', column]
+    template.append("}}")
+    return _rows(template)
+
+
+def _slices(rec: _Records, cat: str, pairs: _Pairs,
+            make: Callable[[np.ndarray, slice], tuple[str | _Column, _Args]]) -> _Source:
+    """Slices of paired records, from the process, thread and time of the begin's
+    record: ``make(records of the begins, part)`` gives the name and args of a batch."""
+    def texts(part: slice) -> bytes:
+        rows = pairs.rows[part]
+        records = rec.ev[rows]
+        return _complete(cat, rec.pid(rows), records["thread"], records["time_ns"],
+                         pairs.end[part], *make(records, part))
+    return _Source(len(pairs), texts)
+
+
+def _user_slices(trace: Trace) -> _Source:
+    """ompt_py.region markers, paired by Trace.user_regions."""
+    user = trace.user_regions()
+
+    def texts(part: slice) -> bytes:
+        rows = user.iloc[part]
+        codes, names = pd.factorize(rows["name"].fillna("(unnamed)"))
+        return _complete("user_region", rows["pid"], rows["thread"], rows["begin_ns"],
+                         rows["end_ns"], _text(codes, _json_names(names)),
+                         [("id", _number(rows["id"])), ("level", _number(rows["level"])),
+                          ("codeptr", _hex(rows["codeptr"]))])
+    return _Source(len(user), texts)
+
+
+def _codeptr(records: np.ndarray) -> _Column:
+    return _hex(records["codeptr"], records["codeptr"] == 0)
+
+
+def _kind(records: np.ndarray, suffix: str = "") -> _Column:
+    """to_pandas()'s ``kind`` of each record (and ``suffix``)."""
+    names = _KIND_NAMES.codes(_kind_keys(records["event"], records["kind"]))
+    return _text(names, _json_names(_KIND_NAMES.categories, suffix))
+
+
+def _kind_raw(records: np.ndarray) -> _Column:
+    names = _KIND_RAW_NAMES.codes(_kind_keys(records["event"], records["kind"]))
+    return _text(names, _json_names(_KIND_RAW_NAMES.categories))
+
+
+def _regions(rec: _Records) -> _Pairs:
+    rows = rec.select("parallel_begin", "parallel_end", scoped=False)
+    return _pair(rec, rows, rec.keys(rows, "parallel_id"), rec.ev["endpoint"][rows] == _BEGIN)
+
+
+def _parallel(rec: _Records, regions: _Pairs) -> Iterator[_Source]:
+    """The slices of the initial tasks, the parallel ``regions`` and the implicit
+    tasks (each of these tables needs the other)."""
+    ev = rec.ev
+    implicit = _scoped(rec, "implicit_task", "task_id")
+    region_of = _clamp(rec, implicit, regions)
+    parent, level, team = analysis.region_links(
+        rec.find(implicit.rows, regions.rows, "task_id"), region_of,
+        rec.find(regions.rows, regions.rows, "parallel_id"), ev["parallel_id"][regions.rows],
+        pd.arrays.IntegerArray(ev["u32a"][implicit.rows], np.zeros(len(implicit), bool)))
+    del region_of
+    initial = (ev["u32b"][implicit.rows] & 1).astype(bool)  # flags: the initial task
+    locations = _Locations(rec, regions.rows)
+    yield _slices(rec, "implicit_task", implicit.take(np.flatnonzero(initial)),
+                  lambda r, part: ("initial task", [("task_id", _id(r["task_id"]))]))
+
+    def region(r: np.ndarray, part: slice) -> tuple[_Column, _Args]:
+        flags = r["u32b"]
+        invoker = np.where(flags & 1, 0, np.where(flags & 2, 1, 2))
+        return (_text((flags & 0x40000000) != 0, _json_names(["parallel region", "teams"])),
+                [("parallel_id", _id(r["parallel_id"])),
+                 ("parent_id", _number(parent[part].to_numpy(np.uint64, na_value=0),
+                                     parent[part].isna())),
+                 ("level", _number(level[part])), ("team_size", _optional(team[part])),
+                 ("requested_team_size", _number(r["u32a"])),
+                 ("invoker", _text(invoker, _json_names(["program", "runtime", "unknown"]))),
+                 ("codeptr", _codeptr(r)),
+                 ("location", locations.column(rec.pid(regions.rows[part]), r["codeptr"]))])
+    yield _slices(rec, "parallel", regions, region)
+    yield _slices(rec, "implicit_task", implicit.take(np.flatnonzero(~initial)),
+                  lambda r, part: ("implicit task", [
+                      ("task_id", _id(r["task_id"])), ("parallel_id", _id(r["parallel_id"])),
+                      ("thread_num", _number(r["u64a"])), ("team_size", _number(r["u32a"]))]))
+
+
+def _work(rec: _Records) -> _Source:
+    work = _scoped(rec, "work", "thread", "kind_raw")
+    locations = _Locations(rec, work.rows)
+    return _slices(rec, "work", work, lambda r, part: (_kind(r), [
+        ("kind_raw", _kind_raw(r)), ("count", _number(r["u64a"])),
+        ("parallel_id", _id(r["parallel_id"])), ("codeptr", _codeptr(r)),
+        ("location", locations.column(rec.pid(work.rows[part]), r["codeptr"]))]))
+
+
+def _sync(rec: _Records, regions: _Pairs) -> tuple[_Pairs, _Source, _Source]:
+    """The waits in barriers, taskwait and taskgroup (the counter counts them too),
+    and the slices of those sync regions and of the waits."""
+    waits = _scoped(rec, "sync_region_wait", "thread", "kind_raw")
+    _clamp(rec, waits, regions)
+    sync = _scoped(rec, "sync_region", "thread", "kind_raw")
+    _clamp(rec, sync, regions)
+    wait_ns = analysis.waits_per_region(
+        len(sync), rec.keys(sync.rows, "thread", "kind_raw", event="sync_region"),
+        rec.field("time_ns", sync.rows),
+        rec.keys(waits.rows, "thread", "kind_raw", event="sync_region_wait"),
+        rec.field("time_ns", waits.rows), waits.end - rec.time(waits.rows))
+    return (waits,
+            _slices(rec, "sync", sync, lambda r, part: (_kind(r), [
+                ("kind_raw", _kind_raw(r)), ("wait_ns", _number(wait_ns[part])),
+                ("parallel_id", _id(r["parallel_id"])), ("task_id", _id(r["task_id"])),
+                ("codeptr", _codeptr(r))])),
+            _slices(rec, "sync_wait", waits, lambda r, part: (
+                _kind(r, " wait"), [("parallel_id", _id(r["parallel_id"]))])))
+
+
+def _tasks(rec: _Records) -> tuple[_Source, _Source]:
     """Per thread that ran it, each explicit task from its first start to the end of
     its last piece there (what nests on a thread's stack), and the flows: from each
-    task's creation (pid, creator thread, created_ns) to its first start (thread,
-    begin_ns)."""
-    frame = trace._events_frame()
-    runs = analysis.task_executions(frame)
-    keys = ["pid", "thread", "task_id"]
-    spans = runs.groupby(keys, sort=False).agg(
-        begin_ns=("begin_ns", "min"), end_ns=("end_ns", "max"),
-        pieces=("begin_ns", "size")).reset_index()
-    first = spans.sort_values("begin_ns", kind="stable").drop_duplicates(["pid", "task_id"])
-    created = frame.loc[frame["event"] == "task_create", ["pid", "thread", "time_ns", "task_id"]]
-    flows = created.rename(columns={"thread": "creator_thread", "time_ns": "created_ns"}).merge(
-        first[["pid", "task_id", "thread", "begin_ns"]], on=["pid", "task_id"])
-    return spans.sort_values("begin_ns", kind="stable"), flows
+    task's creation to its first start."""
+    ev = rec.ev
+    rows = rec.select("task_schedule", scoped=False)
+    created = rec.select("task_create", scoped=False)
+    explicit = ev["task_id"][created]
+    run, nxt = analysis.task_runs(
+        pd.DataFrame({"pid": rec.pid(rows), "thread": ev["thread"][rows]}, copy=False),
+        ev["task_id"][rows], ev["u64a"][rows], explicit[explicit != 0])
+    run, end = rows[run], rec.time(rows[nxt])
+    del rows, nxt, explicit
+    # Per (pid, thread, task), numbered in the order of their first pieces (the order
+    # of their starts): the first piece's record, the last end, the pieces.
+    ids = pd.factorize(analysis._group_ids(pd.DataFrame(
+        {"pid": rec.pid(run), "thread": ev["thread"][run], "task": ev["u64a"][run]},
+        copy=False))[0])[0]
+    first = np.unique(ids, return_index=True)[1]
+    last = np.full(len(first), np.iinfo(np.int64).min)
+    np.maximum.at(last, ids, end)
+    pieces = np.bincount(ids)
+    spans = _Pairs(run[first], last)
+    del run, end, ids, first
+    # A flow from each task_create to the first span of its task in its process.
+    target = rec.find(spans.rows, created, "u64a", "task_id")
+    creation, to = created[target >= 0], target[target >= 0]
+
+    def flows(part: slice) -> bytes:
+        """A flow per task (ids 1, 2, ...): its start, then its finish."""
+        rows, span = creation[part], spans.rows[to[part]]
+        ids, pid = _number(np.arange(part.start, part.stop) + 1), _number(rec.pid(rows))
+        return (_rows([f'{_SEP}{{"ph":"s","cat":"task","name":"task","id":', ids, ',"pid":', pid,
+                       ',"tid":', _number(ev["thread"][rows]), ',"ts":', _micros(rec.time(rows)),
+                       "}"])
+                + _rows([f'{_SEP}{{"ph":"f","bp":"e","cat":"task","name":"task","id":', ids,
+                         ',"pid":', pid, ',"tid":', _number(ev["thread"][span]),
+                         ',"ts":', _micros(rec.time(span)), "}"]))
+    return (_slices(rec, "task", spans, lambda r, part: (
+                "task", [("task_id", _number(r["u64a"])), ("pieces", _number(pieces[part]))])),
+            _Source(len(creation), flows))
 
 
-def _flow_texts(flows: pd.DataFrame, part: slice) -> pa.Array:
-    """A flow per task (ids 1, 2, ...): its start, then its finish."""
-    rows = flows.iloc[part]
-    ids = _number(np.arange(part.start, part.stop) + 1)
-    pid = _number(rows["pid"].to_numpy())
-    start = _join([f'{_SEP}{{"ph":"s","cat":"task","name":"task","id":', ids, ',"pid":', pid,
-                   ',"tid":', _number(rows["creator_thread"].to_numpy()),
-                   ',"ts":', _micros(rows["created_ns"]), "}"])
-    finish = _join([f'{_SEP}{{"ph":"f","bp":"e","cat":"task","name":"task","id":', ids,
-                    ',"pid":', pid, ',"tid":', _number(rows["thread"].to_numpy()),
-                    ',"ts":', _micros(rows["begin_ns"]), "}"])
-    return pa.concat_arrays([start, finish])
+def _mutex(rec: _Records) -> tuple[_Pairs, _Source, _Source]:
+    """Lock, critical and ordered acquisitions as Trace.mutex() has them: the waits
+    (acquire -> acquired; the counter counts them too), and the slices of the
+    waits and of the holds (acquired -> released)."""
+    ev = rec.ev
+
+    def paired(opening: str, closing: str) -> _Pairs:
+        rows = rec.select(opening, closing, scoped=False)
+        return _pair(rec, rows, rec.keys(rows, "thread", "u64a"),  # u64a: the wait id
+                     ev["event"][rows] == EVENT_CODES[opening])
+    waits = paired("mutex_acquire", "mutex_acquired")
+    holds = paired("mutex_acquired", "mutex_released")
+    w, h = analysis.acquisitions(
+        [rec.pid(waits.rows), ev["thread"][waits.rows], ev["u64a"][waits.rows], waits.end],
+        [rec.pid(holds.rows), ev["thread"][holds.rows], ev["u64a"][holds.rows],
+         rec.time(holds.rows)])
+    waited = waits.take(w[w >= 0])
+    # A hold has the kind and code address of its wait (null without one).
+    held = holds.take(h[h >= 0])
+    of_hold = w[h >= 0]
+    has = of_hold >= 0
+    wait_of = waits.rows[of_hold[has]]
+    kind = np.full(len(held), -1, np.int64)
+    kind[has] = _KIND_NAMES.codes(_kind_keys(ev["event"][wait_of], ev["kind"][wait_of]))
+    codeptr = np.zeros(len(held), np.uint64)
+    codeptr[has] = ev["codeptr"][wait_of]
+    del w, h, of_hold, has, wait_of
+    return (waited,
+            _slices(rec, "mutex_wait", waited, lambda r, part: (_kind(r, " wait"), [
+                ("wait_id", _hex(r["u64a"])), ("codeptr", _codeptr(r))])),
+            _slices(rec, "mutex", held, lambda r, part: (
+                _text(kind[part], _json_names(_KIND_NAMES.categories)),
+                [("wait_id", _hex(r["u64a"])),
+                 ("codeptr", _hex(codeptr[part], codeptr[part] == 0))])))
 
 
-def _waiting(waits: pd.DataFrame, mutex: pd.DataFrame) -> pd.DataFrame:
-    """Per process and time, how many threads wait in sync regions and for mutexes."""
-    mutex = _complete(mutex, "acquire_ns", "acquired_ns")
-    pid, ts, steps = [], [], []
-    for column, (rows, begin, end) in enumerate(((waits, "begin_ns", "end_ns"),
-                                                 (mutex, "acquire_ns", "acquired_ns"))):
-        for when, step in ((begin, 1), (end, -1)):
-            pid.append(rows["pid"].to_numpy(np.int64))
-            ts.append(rows[when].to_numpy(np.int64))
-            one = np.zeros((len(rows), 2), np.int64)
-            one[:, column] = step
-            steps.append(one)
-    pids, times = np.concatenate(pid), np.concatenate(ts)
-    # By process, then time (stable): a radix sort of the few process numbers
-    # after the time sort is much faster than a lexsort of both.
-    order = np.argsort(times, kind="stable")
-    process = pd.factorize(pids[order], sort=True)[0].astype(np.int32)
-    order = order[np.argsort(process, kind="stable")]
-    pids, times = pids[order], times[order]
+def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs) -> _Source:
+    """A counter per process and time: how many threads wait in sync regions and
+    for mutexes, after each change."""
+    # Every wait's begin and end, by process and time (stable): the begins and
+    # ends of the sync waits, then those of the mutex waits.
+    time = np.concatenate([rec.time(sync.rows), sync.end, rec.time(mutex.rows), mutex.end])
+    order = np.argsort(time, kind="stable")
+    time = time[order]
+    pid = np.concatenate([rec.pid(sync.rows)] * 2 + [rec.pid(mutex.rows)] * 2)[order]
+    if len(pid) and (pid != pid[0]).any():
+        by_process = np.argsort(pid, kind="stable")
+        order, time, pid = order[by_process], time[by_process], pid[by_process]
+        del by_process
     # Every wait adds 1 and removes 1 within its process, so a running sum over the
     # rows sorted by process starts each process at 0.
-    counts = np.concatenate(steps)[order].cumsum(axis=0)
-    last = np.ones(len(pids), bool)  # the count after the last change at each time
-    last[:-1] = (pids[1:] != pids[:-1]) | (times[1:] != times[:-1])
-    return pd.DataFrame({"pid": pids[last], "ts": times[last], "sync": counts[last, 0],
-                         "mutex": counts[last, 1]})
+    counts = []
+    for start, n in ((0, len(sync)), (2 * len(sync), len(mutex))):
+        begins = (order >= start) & (order < start + n)
+        ends = (order >= start + n) & (order < start + 2 * n)
+        counts.append(np.cumsum(begins.view(np.int8) - ends.view(np.int8), dtype=np.int32))
+    del order, begins, ends
+    last = np.ones(len(pid), bool)  # the counts after the last change at each time
+    last[:-1] = (pid[1:] != pid[:-1]) | (time[1:] != time[:-1])
+    pid, time, in_sync, in_mutex = pid[last], time[last], counts[0][last], counts[1][last]
+    del counts, last
 
-
-def _counter_texts(counts: pd.DataFrame, part: slice) -> pa.Array:
-    rows = counts.iloc[part]
-    return _join([f'{_SEP}{{"ph":"C","name":"threads waiting","pid":',
-                  _number(rows["pid"].to_numpy()), ',"ts":', _micros(rows["ts"]),
-                  ',"args":{"sync":', _number(rows["sync"].to_numpy()),
-                  ',"mutex":', _number(rows["mutex"].to_numpy()), "}}"])
+    def texts(part: slice) -> bytes:
+        return _rows([f'{_SEP}{{"ph":"C","name":"threads waiting","pid":', _number(pid[part]),
+                      ',"ts":', _micros(time[part]), ',"args":{"sync":', _number(in_sync[part]),
+                      ',"mutex":', _number(in_mutex[part]), "}}"])
+    return _Source(len(pid), texts)
 
 
 def _process_name(proc: dict) -> str:
@@ -375,10 +618,11 @@ def _metadata(trace: Trace) -> list[dict]:
     """process_name/thread_name (and sort indexes) of every process and thread."""
     procs = {p["pid"]: p for p in trace.meta.get("processes", [])}
     ev = trace.events
-    seen = pd.unique(trace.pids.astype(np.int64) << 32 | ev["thread"].astype(np.int64))
     threads: dict[int, set[int]] = {pid: set() for pid in procs}
-    for key in seen.tolist():
-        threads.setdefault(key >> 32, set()).add(key & 0xFFFFFFFF)
+    for part in _batches(len(ev), 1 << 20):
+        pids = trace._pids_at(part).astype(np.int64)
+        for key in pd.unique(pids << 32 | ev["thread"][part]).tolist():
+            threads.setdefault(key >> 32, set()).add(key & 0xFFFFFFFF)
     out = []
     for i, pid in enumerate(sorted(threads)):
         proc = procs.get(pid, {})
@@ -397,77 +641,90 @@ def _metadata(trace: Trace) -> list[dict]:
     return out
 
 
-def _perfetto_jobs(tables: _Tables, progress: _Progress) -> Iterator[Callable[[], pa.Array]]:
-    """The formatting jobs of the file's events, in file order (the progress bar's
-    total grows as the tables are made)."""
-    for source in _slice_sources(tables):
-        progress.grow(len(source.rows))
-        yield from (lambda s=source, p=part: s.texts(p) for part in _batches(len(source.rows)))
-    flows = tables.flows
-    progress.grow(2 * len(flows))
-    yield from (lambda p=part: _flow_texts(flows, p) for part in _batches(len(flows)))
-    counts = _waiting(tables.waits, tables.mutex)
-    progress.grow(len(counts))
-    yield from (lambda p=part: _counter_texts(counts, p) for part in _batches(len(counts)))
+def _perfetto_sources(trace: Trace) -> Iterator[_Source]:
+    """The file's events after the metadata, in file order: the slices of every
+    track, parents before children (the order that keeps slices starting at the
+    same nanosecond nested the right way), the flows, the counter."""
+    rec = _Records(trace)
+    yield _user_slices(trace)
+    regions = _regions(rec)
+    yield from _parallel(rec, regions)
+    yield _work(rec)
+    waits, sync, sync_waits = _sync(rec, regions)
+    del regions
+    yield sync
+    yield sync_waits
+    spans, flows = _tasks(rec)
+    yield spans
+    mutex_waits, mutex_wait_slices, mutex_hold_slices = _mutex(rec)
+    yield mutex_wait_slices
+    yield mutex_hold_slices
+    yield flows
+    yield _waiting(rec, waits, mutex_waits)
 
 
-@contextmanager
-def _output(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """A file that appears at ``path`` only once written whole: an export that
-    fails half-way leaves nothing (and an older file at ``path`` as it was)."""
-    partial = f"{os.fspath(path)}.partial"
-    try:
-        with open(partial, "wb") as out:
-            yield out
-        os.replace(partial, path)
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
+def _perfetto_jobs(trace: Trace, progress: _Progress
+                   ) -> Iterator[Callable[[], tuple[int, bytes]]]:
+    """The formatting jobs of the file's events, in file order: each gives the rows
+    it wrote and their text (the progress bar's total grows as the tables are made)."""
+    for source in _perfetto_sources(trace):
+        progress.grow(source.count)
+        yield from (lambda s=source, p=part: (p.stop - p.start, s.texts(p))
+                    for part in _batches(source.count))
 
 
 def to_perfetto(trace: Trace, path: str | os.PathLike) -> None:
     """Writes ``trace`` as a Perfetto / Chrome trace (JSON Trace Event Format)."""
     other = {"producer": "ompt-py", "clock": "CLOCK_MONOTONIC, from origin_mono_ns",
              "origin_mono_ns": trace.meta.get("origin_mono_ns")}
-    with ExitStack() as stack:
-        maker = stack.enter_context(ThreadPoolExecutor(1))
-        out = stack.enter_context(_output(path))
-        progress = stack.enter_context(_Progress(0, "perfetto"))
-        tables = _Tables(trace, maker)
-        stack.callback(maker.shutdown, cancel_futures=True)  # on an error: no more tables
+    with _output(path) as out, _Progress(0, "perfetto") as progress:
         out.write(f'{{"otherData":{json.dumps(other)},"traceEvents":[\n'.encode())
         writer = _ArrayWriter(out)
-        writer.write(pa.array([_SEP + json.dumps(m) for m in _metadata(trace)], pa.string()))
-        for texts in _in_order(_perfetto_jobs(tables, progress)):
-            writer.write(texts)
-            progress.update(len(texts))
+        writer.write("".join(_SEP + json.dumps(m) for m in _metadata(trace)).encode())
+        for rows, text in _in_order(_perfetto_jobs(trace, progress)):
+            writer.write(text)
+            progress.update(rows)
         out.write(b"\n]}\n")
 
 
 # ---- CSV ----------------------------------------------------------------------------------
 
 
-def _csv_text(trace: Trace, rows: np.ndarray, header: bool) -> pa.Buffer:
+def _csv_column(values: pd.Series) -> _Column | None:
+    """A column of to_pandas() as CSV fields: names quoted, numbers, missing values
+    empty (None: every value is missing)."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        names = ['"' + str(name).replace('"', '""') + '"' for name in values.cat.categories]
+        return _text(values.cat.codes.to_numpy(), names)
+    if not isinstance(values.dtype, pd.api.extensions.ExtensionDtype):
+        return _number(values.to_numpy())
+    missing = values.isna().to_numpy()
+    if missing.all():
+        return None
+    return _number(values.to_numpy(values.dtype.numpy_dtype, na_value=0), missing)
+
+
+def _csv_text(trace: Trace, rows: np.ndarray, header: bool) -> bytes:
     """The CSV text of some rows of ``trace.events`` (in time order), as they are
     in ``trace.to_pandas()``."""
-    import pyarrow.csv as pa_csv
-
     piece = _loaded([trace.events[rows]], [], trace.meta)
-    piece._pids = trace.pids[rows]
-    table = pa.Table.from_pandas(piece.to_pandas(), preserve_index=False)
-    # Columns without a value in these rows (most event arguments) as null columns:
-    # the same empty fields, written without formatting any number.
-    table = pa.table([pa.nulls(len(c)) if c.null_count == len(c) else c for c in table.columns],
-                     names=table.column_names)
-    sink = pa.BufferOutputStream()
-    pa_csv.write_csv(table, sink, pa_csv.WriteOptions(include_header=header))
-    return sink.getvalue()
+    piece._pids = trace._pids_at(rows)
+    frame = piece.to_pandas()
+    head = (",".join(f'"{name}"' for name in frame.columns) + "\n").encode() if header else b""
+    if not len(frame):
+        return head
+    template: list[str | _Column] = []
+    for i, name in enumerate(frame.columns):
+        column = _csv_column(frame[name])
+        template += ["," if i else "", "" if column is None else column]
+    return head + _rows([*template, "\n"], null=b"")
 
 
 def to_csv(trace: Trace, path: str | os.PathLike) -> None:
     """Writes one CSV row per event, the columns and row order of ``to_pandas()``,
     without building the whole frame: the rows go in time order, a batch at a time."""
     order = np.argsort(trace.events["time_ns"], kind="stable")
+    trace._pids_at(order[:0])  # the pid column, if it needs one, made before the threads read it
     jobs = (lambda p=part: _csv_text(trace, order[p], header=p.start == 0)
             for part in _batches(max(len(order), 1)))
     with _output(path) as out, _Progress(len(order), "csv") as progress:

@@ -284,6 +284,21 @@ class Trace:
             self._pids = np.repeat(pids, [rows for _, rows in self._pid_runs])
         return self._pids
 
+    def _single_pid(self) -> int | None:
+        """The process of every event when the events are of one process and
+        ``pids`` is not made yet (the exports then do without it), else None."""
+        if self._pids is None and len(self._pid_runs) == 1:
+            return self._pid_runs[0][0]
+        return None
+
+    def _pids_at(self, rows: np.ndarray | slice) -> np.ndarray:
+        """``pids[rows]``, without making ``pids`` for the events of one process."""
+        pid = self._single_pid()
+        if pid is None:
+            return self.pids[rows]
+        count = len(range(len(self))[rows]) if isinstance(rows, slice) else len(rows)
+        return np.full(count, pid, np.int32)
+
     @property
     def written(self) -> int:
         return self.meta.get("written", 0)
@@ -607,9 +622,10 @@ class Trace:
         """Regions of user code marked with ``ompt_py.region`` or omptpy_region.h: pid,
         thread, id, name, level (0: outermost), parent_id and parent (name) of the
         enclosing region on the same thread, begin_ns, end_ns, duration_ns, codeptr."""
-        from .regions import user_regions
+        from .regions import REGION, user_regions
 
-        return user_regions(self.events, self.pids, self.meta)
+        markers = np.flatnonzero(self.events["event"] == REGION)
+        return user_regions(self.events[markers], self._pids_at(markers), self.meta)
 
     def mutex(self) -> pd.DataFrame:
         """Lock, nest lock, critical and ordered acquisitions: wait and hold times."""
@@ -734,9 +750,14 @@ class _Names:
     def dtype(self) -> pd.CategoricalDtype:
         return pd.CategoricalDtype(self.categories)
 
+    def codes(self, codes: np.ndarray) -> np.ndarray:
+        """The index of each code's name in ``categories`` (int8; -1: none).  ``codes``:
+        non-negative integers (np.intp ones are indexed without a cast)."""
+        return np.take(self.lookup, codes, mode="clip")
+
     def categorical(self, codes: np.ndarray) -> pd.Categorical:
-        """``codes``: non-negative integers (np.intp ones are indexed without a cast)."""
-        return self.from_codes(np.take(self.lookup, codes, mode="clip"))
+        """``codes``: as for codes()."""
+        return self.from_codes(self.codes(codes))
 
     def from_codes(self, mapped: np.ndarray) -> pd.Categorical:
         """``mapped``: codes already looked up in ``lookup`` (-1: <NA>)."""

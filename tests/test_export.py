@@ -22,12 +22,14 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 
+import numpy as np
 import pandas as pd
 import pytest
 from test_cli import cli, no_traceback, ok
 
 import ompt_py
 from ompt_py import export
+from ompt_py.trace import _loaded
 
 pytestmark = pytest.mark.needs_clang
 
@@ -304,6 +306,47 @@ def test_csv_from_the_cli(trace_file, tmp_path):
     out = tmp_path / "t.csv"
     ok(cli("export", trace_file, "--format", "csv", "-o", out))
     assert len(pd.read_csv(out)) == len(ompt_py.load(trace_file))
+
+
+# ---- how they are made ---------------------------------------------------------------------
+
+
+def test_rows_of_text_from_a_template_and_columns():
+    """The C formatter: numbers of any width and sign, nanoseconds as microseconds,
+    addresses, names from a table, and null (JSON) or nothing (CSV) where missing."""
+    template = ["[", export._number(np.array([-5, 7], np.int8)), ",",
+                export._number(np.array([2**64 - 1, 3], np.uint64)), ",",
+                export._micros(np.array([-1500, 1234567])), ",",
+                export._hex(np.array([0, 255], np.uint64), np.array([True, False])), ",",
+                export._text(np.array([1, -1]), ['"a"', '"b"']), "]\n"]
+    assert export._rows(template) == (b'[-5,18446744073709551615,-1.500,null,"b"]\n'
+                                      b'[7,3,1234.567,"0xff",null]\n')
+    assert export._rows(template, null=b"").splitlines()[1] == b'[7,3,1234.567,"0xff",]'
+
+
+def test_exports_make_no_frame_of_the_trace(trace_file, tmp_path):
+    """Perfetto and CSV stream from the records: to_pandas() of the whole trace and
+    the paired tables are not made (nor kept in the trace)."""
+    t = ompt_py.load(trace_file)
+    t.to_perfetto(tmp_path / "t.json")
+    t.to_csv(tmp_path / "t.csv")
+    assert t._frame is None
+
+
+def test_a_trace_of_one_process_exports_without_a_pid_column(trace, tmp_path):
+    """The events of one process: the exports make no pid column (nor key) and write
+    what they write for the same events with one."""
+    proc = trace.meta["processes"][1]
+    mine = trace.pids == proc["pid"]
+    meta = {**trace.meta, "processes": [proc]}
+    one = _loaded([trace.events[mine]], [(proc["pid"], int(mine.sum()))], meta)
+    with_pids = _loaded([trace.events[mine]], [], meta)
+    with_pids._pids = trace.pids[mine]
+    for fmt in ("perfetto", "csv"):
+        export.export(one, tmp_path / f"one.{fmt}", fmt)
+        export.export(with_pids, tmp_path / f"pids.{fmt}", fmt)
+        assert (tmp_path / f"one.{fmt}").read_bytes() == (tmp_path / f"pids.{fmt}").read_bytes()
+    assert one._pids is None
 
 
 # ---- bad input, empty traces ---------------------------------------------------------------

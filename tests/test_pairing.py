@@ -1,5 +1,5 @@
 """Begin/end pairing (analysis._pair, the C pass _core.pair) and the lookups the
-tables are joined by (analysis._find), on hand-made rows."""
+tables are joined by (analysis._find, the C pass _core.find), on hand-made rows."""
 
 from __future__ import annotations
 
@@ -10,24 +10,53 @@ import pytest
 from ompt_py import _core, analysis
 
 
-def _partners(groups: list[int], begins: list[bool]) -> list[int]:
-    partner = np.empty(len(groups), np.intp)
-    _core.pair(np.array(groups, np.int64), np.array(begins, bool), max(groups) + 1, partner)
+def _partners(keys: list[list[int]], begins: list[bool]) -> list[int]:
+    partner = np.empty(len(begins), np.intp)
+    _core.pair([analysis.column(np.array(k, np.int64)) for k in keys],
+               analysis.column(np.array(begins, bool)), 1, partner)
     return partner.tolist()
 
 
-def test_an_end_closes_the_latest_open_begin_of_its_group():
-    # group 0: begin, begin, end, end (nested); group 1: end first (no begin),
+def test_an_end_closes_the_latest_open_begin_of_its_key():
+    # key 0: begin, begin, end, end (nested); key 1: end first (no begin),
     # then a begin that is never closed.
-    groups = [0, 0, 1, 0, 1, 0]
+    keys = [[0, 0, 1, 0, 1, 0]]
     begins = [True, True, False, False, True, False]
-    assert _partners(groups, begins) == [5, 3, -1, 1, -1, 0]
+    assert _partners(keys, begins) == [5, 3, -1, 1, -1, 0]
 
 
-def test_a_group_number_out_of_range_is_an_error():
-    partner = np.empty(2, np.intp)
-    with pytest.raises(ValueError, match="out of range"):
-        _core.pair(np.array([0, 2], np.int64), np.array([True, False]), 2, partner)
+def test_a_key_is_every_column_and_bytes_can_be_named_through_a_table():
+    # (thread, kind): kind bytes 2 and 3 have one name (0), 7 and 8 none (-1:
+    # the table's last entry, for every byte beyond it).
+    threads = [0, 0, 1, 0, 0, 0]
+    kinds = np.array([2, 3, 3, 7, 8, 2], np.uint8)
+    names = np.array([9, 9, 0, 0, -1], np.int8)
+    partner = np.empty(6, np.intp)
+    _core.pair([analysis.column(np.array(threads, np.uint32)), analysis.column(kinds, table=names)],
+               analysis.column(np.array([1, 0, 0, 1, 0, 0], bool)), 1, partner)
+    assert partner.tolist() == [1, 0, -1, 4, 3, -1]
+    # the bytes themselves: only the first and last rows share a key
+    assert _partners([threads, [2, 3, 3, 7, 8, 2]], [True, False, False, True, False, False]) == [
+        5, -1, -1, -1, -1, 0]
+
+
+def test_columns_of_different_lengths_are_an_error():
+    with pytest.raises(ValueError, match="different lengths"):
+        _core.pair([analysis.column(np.arange(3)), analysis.column(np.arange(4))],
+                   analysis.column(np.ones(3, bool)), 1, np.empty(3, np.intp))
+
+
+def test_find_gives_the_first_row_or_with_times_the_latest_before():
+    table = [analysis.column(np.array([4, 5, 4, 6], np.int64))]
+    query = np.array([4, 6, 4, 0, 5], np.int64)
+    found = np.empty(5, np.intp)
+    _core.find(table, [analysis.column(query, missing_if_zero=True)], found)
+    assert found.tolist() == [0, 3, 0, -1, 1]
+    # each side in time order: the last row of the key at or before the query's time
+    _core.find(table, [analysis.column(query)], found,
+               analysis.column(np.array([1, 2, 3, 4], np.int64)),
+               analysis.column(np.array([2, 3, 5, 5, 9], np.int64)))
+    assert found.tolist() == [0, -1, 2, -1, 1]
 
 
 def _rows(events: list[tuple[int, str, int, int | None]]) -> pd.DataFrame:
