@@ -131,11 +131,15 @@ def test_no_samples_unless_asked(programs, tmp_path):
 
 
 def test_sampling_in_process(run_traced):
+    """Samples in a trace window (50 ms long: the regions alone may end before
+    the first period of 0.5 ms)."""
     t = run_traced("""
+import time
 import ompt_py
 import ompt_work_ext as w
 with ompt_py.trace() as t:
     w.parallel(50)
+    time.sleep(0.05)
 t.save(TRACE_PATH)
 """, env={"OMPTPY_SAMPLE_HZ": "2000"})
     assert len(t.samples()) > 0
