@@ -18,7 +18,6 @@ static inline uint64_t id_of(omptpy_thread *t, ompt_data_t *d) {
 
 static inline uint64_t addr(const void *p) { return (uint64_t)(uintptr_t)p; }
 
-/* Writes every field of the record: chunks are reused, nothing stale may remain. */
 static inline void emit(omptpy_thread *t, int event, int endpoint, int kind, uint64_t codeptr,
                         uint64_t parallel_id, uint64_t task_id, uint64_t u64a, uint64_t u64b,
                         uint32_t u32a, uint32_t u32b) {
@@ -31,18 +30,7 @@ static inline void emit(omptpy_thread *t, int event, int endpoint, int kind, uin
     omptpy_leave(t);
     return;
   }
-  r->time = omptpy_now();
-  r->codeptr = codeptr;
-  r->parallel_id = parallel_id;
-  r->task_id = task_id;
-  r->u64a = u64a;
-  r->u64b = u64b;
-  r->thread = t->index;
-  r->event = (uint16_t)event;
-  r->endpoint = (uint8_t)endpoint;
-  r->kind = (uint8_t)kind;
-  r->u32a = u32a;
-  r->u32b = u32b;
+  omptpy_fill(r, t, event, endpoint, kind, codeptr, parallel_id, task_id, u64a, u64b, u32a, u32b);
   omptpy_commit(t);
   omptpy_native_after(r);
   omptpy_leave(t);

@@ -209,6 +209,25 @@ static inline void omptpy_leave(omptpy_thread *t) {
   atomic_store_explicit(&t->in_tool, 0, memory_order_release);
 }
 
+/* Writes every field of a record (callbacks, sampler): chunks are reused,
+ * nothing stale may remain. */
+static inline void omptpy_fill(omptpy_record *r, const omptpy_thread *t, int event, int endpoint,
+                               int kind, uint64_t codeptr, uint64_t parallel_id, uint64_t task_id,
+                               uint64_t u64a, uint64_t u64b, uint32_t u32a, uint32_t u32b) {
+  r->time = omptpy_now();
+  r->codeptr = codeptr;
+  r->parallel_id = parallel_id;
+  r->task_id = task_id;
+  r->u64a = u64a;
+  r->u64b = u64b;
+  r->thread = t->index;
+  r->event = (uint16_t)event;
+  r->endpoint = (uint8_t)endpoint;
+  r->kind = (uint8_t)kind;
+  r->u32a = u32a;
+  r->u32b = u32b;
+}
+
 static inline void omptpy_commit(omptpy_thread *t) {
   t->pos++;
   atomic_store_explicit(&t->cur->n, t->pos, memory_order_release);

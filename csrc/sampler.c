@@ -97,19 +97,11 @@ static void on_sample(int sig, siginfo_t *si, void *ucontext) {
 #else
   (void)ucontext;
 #endif
-  omptpy_record *r = &t->recs[t->pos];
-  r->time = omptpy_now();
-  r->codeptr = pc;
-  r->parallel_id = parallel ? parallel->value : 0;
-  r->task_id = task ? task->value : 0;
-  r->u64a = wait_id;
-  r->u64b = exit_frame ? exit_frame : enter_frame;
-  r->thread = t->index;
-  r->event = OMPTPY_EVENT_SAMPLE;
-  r->endpoint = 0;
-  r->kind = frame_bits;
-  r->u32a = ((uint32_t)state & 0xFFFF) | (uint32_t)(missed < 0xFFFF ? missed : 0xFFFF) << 16;
-  r->u32b = below;
+  omptpy_fill(&t->recs[t->pos], t, OMPTPY_EVENT_SAMPLE, 0, frame_bits, pc,
+              parallel ? parallel->value : 0, task ? task->value : 0, wait_id,
+              exit_frame ? exit_frame : enter_frame,
+              ((uint32_t)state & 0xFFFF) | (uint32_t)(missed < 0xFFFF ? missed : 0xFFFF) << 16,
+              below);
   omptpy_commit(t);
   omptpy_leave(t);
   errno = saved_errno;
