@@ -616,6 +616,17 @@ static int table_grow(table *t) {
   return 0;
 }
 
+/* Stores `row` in slot s (from table_slot for a key with this hash), taking the
+ * slot if it was empty; grows the table past half full.  -1: out of memory. */
+static int table_set(table *t, Py_ssize_t s, uint64_t hash, Py_ssize_t row) {
+  if (t->slots[s].row < 0) {
+    t->slots[s].hash = hash;
+    t->used++;
+  }
+  t->slots[s].row = row;
+  return 2 * t->used > t->mask ? table_grow(t) : 0;
+}
+
 /* Empties slot s, moving later slots of its probe run back (linear probing). */
 static void table_remove(table *t, Py_ssize_t s) {
   Py_ssize_t j = s;
@@ -670,14 +681,8 @@ static PyObject *py_pair(PyObject *m, PyObject *args) {
     key_read(&keys, i, &q);
     Py_ssize_t s = table_slot(&t, &keys, &q);
     if (column_read(&begins, i) == begin_value) {
-      Py_ssize_t below = t.slots[s].row;
-      out[i] = -2 - below;
-      if (below < 0) {
-        t.slots[s].hash = q.hash;
-        t.used++;
-      }
-      t.slots[s].row = i;
-      if (2 * t.used > t.mask && table_grow(&t) < 0) {
+      out[i] = -2 - t.slots[s].row;
+      if (table_set(&t, s, q.hash, i) < 0) {
         failed = 1;
         break;
       }
@@ -757,14 +762,8 @@ static PyObject *py_find(PyObject *m, PyObject *args) {
       key_read(&tkeys, next, &q);
       if (q.missing) continue;
       Py_ssize_t s = table_slot(&t, &tkeys, &q);
-      if (t.slots[s].row < 0) {
-        t.slots[s].hash = q.hash;
-        t.used++;
-      } else if (!timed) {
-        continue;
-      }
-      t.slots[s].row = next;
-      if (2 * t.used > t.mask && table_grow(&t) < 0) {
+      if (!timed && t.slots[s].row >= 0) continue; /* the first of equal rows stays */
+      if (table_set(&t, s, q.hash, next) < 0) {
         failed = 1;
         break;
       }
