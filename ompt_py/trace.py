@@ -178,6 +178,33 @@ class Trace:
         self._recordable = True
         self.meta: dict[str, Any] = {"format": FORMAT, "processes": []}
 
+    @classmethod
+    def from_records(cls, events: np.ndarray, meta: dict[str, Any] | None = None,
+                     pids: np.ndarray | int | None = None) -> Trace:
+        """A loaded trace of ``events`` (a structured array of EVENT_DTYPE, times in
+        nanoseconds from the trace's origin) and its metadata ``meta`` (as
+        ``Trace.meta``; default: none).  ``pids``: the process of every row (an
+        int), of each row (an array), or None: the one process of ``meta`` (0
+        when it has none)."""
+        if events.dtype != EVENT_DTYPE:
+            raise TypeError(f"events must have the dtype ompt_py.records.EVENT_DTYPE, "
+                            f"not {events.dtype}")
+        meta = meta if meta is not None else {"format": FORMAT, "processes": []}
+        t = cls()
+        t._recordable = False
+        t._segments, t.meta = [events], meta
+        if pids is None:
+            procs = meta.get("processes", [])
+            pids = procs[0]["pid"] if len(procs) == 1 else 0
+        if isinstance(pids, (int, np.integer)):
+            t._pid_runs = [(int(pids), len(events))]
+        else:
+            pids = np.asarray(pids, dtype=np.int32)
+            if len(pids) != len(events):
+                raise ValueError(f"pids has {len(pids)} rows, events {len(events)}")
+            t._pid_runs, t._pids = [], pids
+        return t
+
     # ---- recording -------------------------------------------------------
 
     def start(self) -> Trace:
