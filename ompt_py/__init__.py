@@ -14,10 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import doctor
-from ._attach import TOOL_PATH, RuntimeInfo, runtime_info, status
-from ._runtime import mapped_runtimes
-from .control import control
 from .errors import (
     AttachError,
     ConfigError,
@@ -27,11 +23,15 @@ from .errors import (
     OmptPyError,
     TraceFileError,
 )
-from .handlers import Handler, active_handlers, off, on
-from .handlers import drain as drain_handlers
-from .handlers import stats as handler_stats
-from .native import NativeHandler, include_dir, native_handler
-from .regions import region, region_names
+from .live.attach import TOOL_PATH, RuntimeInfo, runtime_info, status
+from .live.control import control
+from .live.doctor import doctor
+from .live.handlers import Handler, active_handlers, off, on
+from .live.handlers import drain as drain_handlers
+from .live.handlers import stats as handler_stats
+from .live.markers import region, region_names
+from .live.native import NativeHandler, include_dir, native_handler, ns_per_tick
+from .live.runtime import mapped_runtimes
 from .trace import Trace, load, trace
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ __all__ = [
     "load",
     "mapped_runtimes",
     "native_handler",
+    "ns_per_tick",
     "off",
     "on",
     "region",
@@ -79,6 +80,6 @@ def tool_path() -> str:
 
 def load_ipython_extension(ipython: InteractiveShell) -> None:
     """``%load_ext ompt_py``: the ``%%ompt`` cell magic (ompt_py.magic; needs IPython)."""
-    from .magic import load_ipython_extension as load
+    from .presentation.magic import load_ipython_extension as load
 
     load(ipython)

@@ -454,7 +454,7 @@ def region_events(ev: np.ndarray, parallel_ids) -> np.ndarray:
 
 def summary(ev: np.ndarray) -> str:
     """Readable event counts, for assertion messages."""
-    import ompt_py._records as rec
+    import ompt_py.records as rec
 
     lines = []
     for (e, ep, k), n in sorted(counts(ev).items()):

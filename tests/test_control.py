@@ -245,8 +245,7 @@ def test_region_header_in_a_program_without_python(scripting, tmp_path):
 def test_user_regions_pairing_rules():
     """Pairing without a program: ends close the innermost open region of their
     name (id 0: the innermost one); the rest is counted, not paired wrongly."""
-    from ompt_py._records import EVENT_DTYPE
-    from ompt_py.regions import user_regions
+    from ompt_py.records import EVENT_DTYPE
 
     # thread 0: a(1) b(2) end(b) end(a) ; end(a) without begin ; c(3) d(4) end(c): d unmatched
     # thread 1: a(1) end(NULL)
@@ -256,7 +255,7 @@ def test_user_regions_pairing_rules():
     ev["event"] = REGION
     ev["thread"], ev["endpoint"], ev["u64a"], ev["time_ns"] = zip(*rows)
     meta = {"processes": [{"pid": 9, "region_names": ["a", "b", "c", "d"]}]}
-    t = user_regions(ev[::-1].copy(), np.full(len(rows), 9, np.int32), meta)
+    t = ompt_py.Trace.from_records(ev[::-1].copy(), meta, np.full(len(rows), 9)).user_regions()
     assert t.attrs == {"unmatched_begins": 1, "unmatched_ends": 1}
     got = [(r.thread, r.name, r.level, None if pd.isna(r.parent) else r.parent, r.begin_ns,
             r.duration_ns) for r in t.itertuples()]

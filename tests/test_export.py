@@ -28,8 +28,11 @@ import pytest
 from test_cli import cli, no_traceback, ok
 
 import ompt_py
-from ompt_py import export
-from ompt_py.trace import _loaded
+from ompt_py import io as export
+from ompt_py.analysis import cache, tables
+from ompt_py.io import csv as csv_export
+from ompt_py.io import perfetto as perfetto_export
+from ompt_py.io import streaming
 
 pytestmark = pytest.mark.needs_clang
 
@@ -288,7 +291,7 @@ def test_perfetto_of_several_saved_processes_from_the_cli(trace_file, tmp_path):
 
 
 def test_csv_round_trip(trace, tmp_path, monkeypatch):
-    monkeypatch.setattr(export, "BATCH_ROWS", 100)  # several batches, and a header once
+    monkeypatch.setattr(streaming, "BATCH_ROWS", 100)  # several batches, and a header once
     path = tmp_path / "t.csv"
     trace.to_csv(path)
     frame = trace.to_pandas()
@@ -314,14 +317,14 @@ def test_csv_from_the_cli(trace_file, tmp_path):
 def test_rows_of_text_from_a_template_and_columns():
     """The C formatter: numbers of any width and sign, nanoseconds as microseconds,
     addresses, names from a table, and null (JSON) or nothing (CSV) where missing."""
-    template = ["[", export._number(np.array([-5, 7], np.int8)), ",",
-                export._number(np.array([2**64 - 1, 3], np.uint64)), ",",
-                export._micros(np.array([-1500, 1234567])), ",",
-                export._hex(np.array([0, 255], np.uint64), np.array([True, False])), ",",
-                export._text(np.array([1, -1]), ['"a"', '"b"']), "]\n"]
-    assert export._rows(template) == (b'[-5,18446744073709551615,-1.500,null,"b"]\n'
+    template = ["[", streaming.number(np.array([-5, 7], np.int8)), ",",
+                streaming.number(np.array([2**64 - 1, 3], np.uint64)), ",",
+                streaming.micros(np.array([-1500, 1234567])), ",",
+                streaming.hexadecimal(np.array([0, 255], np.uint64), np.array([True, False])), ",",
+                streaming.named(np.array([1, -1]), ['"a"', '"b"']), "]\n"]
+    assert streaming.render_rows(template) == (b'[-5,18446744073709551615,-1.500,null,"b"]\n'
                                       b'[7,3,1234.567,"0xff",null]\n')
-    assert export._rows(template, null=b"").splitlines()[1] == b'[7,3,1234.567,"0xff",]'
+    assert streaming.render_rows(template, null=b"").splitlines()[1] == b'[7,3,1234.567,"0xff",]'
 
 
 def test_exports_make_no_frame_of_the_trace(trace_file, tmp_path):
@@ -330,7 +333,8 @@ def test_exports_make_no_frame_of_the_trace(trace_file, tmp_path):
     t = ompt_py.load(trace_file)
     t.to_perfetto(tmp_path / "t.json")
     t.to_csv(tmp_path / "t.csv")
-    assert t._frame is None
+    assert not cache.made(t, tables.frame)
+    assert not cache.made(t, tables.region_intervals)
 
 
 def test_a_trace_of_one_process_exports_without_a_pid_column(trace, tmp_path):
@@ -339,14 +343,13 @@ def test_a_trace_of_one_process_exports_without_a_pid_column(trace, tmp_path):
     proc = trace.meta["processes"][1]
     mine = trace.pids == proc["pid"]
     meta = {**trace.meta, "processes": [proc]}
-    one = _loaded([trace.events[mine]], [(proc["pid"], int(mine.sum()))], meta)
-    with_pids = _loaded([trace.events[mine]], [], meta)
-    with_pids._pids = trace.pids[mine]
+    one = ompt_py.Trace.from_records(trace.events[mine], meta, proc["pid"])
+    with_pids = ompt_py.Trace.from_records(trace.events[mine], meta, trace.pids[mine])
     for fmt in ("perfetto", "csv"):
         export.export(one, tmp_path / f"one.{fmt}", fmt)
         export.export(with_pids, tmp_path / f"pids.{fmt}", fmt)
         assert (tmp_path / f"one.{fmt}").read_bytes() == (tmp_path / f"pids.{fmt}").read_bytes()
-    assert one._pids is None
+    assert one.single_pid == proc["pid"]
 
 
 # ---- bad input, empty traces ---------------------------------------------------------------
@@ -381,7 +384,8 @@ def test_failed_export_leaves_no_file(trace_file, tmp_path, monkeypatch, fmt):
     def fail(*args, **kwargs):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(export, "_metadata" if fmt == "perfetto" else "_csv_text", fail)
+    monkeypatch.setattr(*((perfetto_export, "_metadata") if fmt == "perfetto"
+                          else (csv_export, "_csv_text")), fail)
     with pytest.raises(RuntimeError, match="disk on fire"):
         export.export(t, out, fmt)
     assert out.read_text() == "older"
@@ -419,7 +423,7 @@ def test_process_without_events_exports(run_traced, tmp_path):
     events = json.loads((tmp_path / "p.json").read_text())["traceEvents"]
     assert {e["ph"] for e in events} == {"M"}
     assert [e["args"]["name"] for e in events if e["name"] == "process_name"] == [
-        export._process_name(proc)]
+        perfetto_export._process_name(proc)]
     t.to_csv(tmp_path / "p.csv")
     assert len(pd.read_csv(tmp_path / "p.csv")) == 0
     t.save(tmp_path / "ds")

@@ -16,7 +16,7 @@ import pytest
 from conftest import EV, run_python
 
 import ompt_py
-from ompt_py._records import EVENT_DTYPE
+from ompt_py.records import EVENT_DTYPE
 
 pytestmark = pytest.mark.needs_clang
 

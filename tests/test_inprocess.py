@@ -50,7 +50,7 @@ from conftest import (
 )
 
 import ompt_py
-from ompt_py import _records as rec
+from ompt_py import records as rec
 
 pytestmark = [pytest.mark.needs_clang, pytest.mark.any_libomp]
 

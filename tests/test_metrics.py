@@ -19,9 +19,8 @@ import pytest
 from conftest import run_with_tool
 
 import ompt_py
-from ompt_py import metrics
-from ompt_py._records import EVENT_CODES
-from ompt_py.trace import _loaded
+from ompt_py.analysis import metrics, tables
+from ompt_py.records import EVENT_CODES
 
 pytestmark = pytest.mark.needs_clang
 
@@ -46,7 +45,7 @@ def printed(stdout: str, key: str) -> list[float]:
 def subset(t: ompt_py.Trace, keep: np.ndarray, meta: dict | None = None) -> ompt_py.Trace:
     """The trace with only the events where ``keep`` (one process)."""
     (pid,) = np.unique(t.pids)
-    return _loaded([t.events[keep]], [(int(pid), int(keep.sum()))], meta or t.meta)
+    return ompt_py.Trace.from_records(t.events[keep], meta or t.meta, int(pid))
 
 
 def without(t: ompt_py.Trace, *events: str) -> ompt_py.Trace:
@@ -146,7 +145,7 @@ def test_utilisation_over_time(skewed):
     states = ["busy_ns", "barrier_wait_ns", "sync_wait_ns", "lock_wait_ns", "idle_ns"]
     assert (u[states].sum(axis=1) == u["end_ns"] - u["begin_ns"]).all()
     assert (u[states] >= 0).all().all()
-    totals = metrics.thread_totals(t)
+    totals = t.thread_states()
     by_thread = u.groupby("thread")[states].sum().reset_index()
     assert (by_thread[states].to_numpy() == totals[states].to_numpy()).all()
     # Over time, on the program's clock: thread 0 works b0 from its start, then
@@ -201,7 +200,7 @@ def test_task_duration_histogram(programs, tmp_path):
     # Tasks run inside the barrier of `single`: their time is busy, not waiting.
     ran = metrics.task_runs(t)["run_ns"].sum()
     assert ran == pytest.approx(measured.sum(), rel=0.05)
-    assert metrics.thread_totals(t)["busy_ns"].sum() >= ran
+    assert t.thread_states()["busy_ns"].sum() >= ran
     assert hist["task_share"].sum() == pytest.approx(1.0)
     custom = t.task_granularity(bins=[5e4, 5e5, 5e6, 5e7])
     assert custom["tasks"].tolist() == np.histogram(measured, [5e4, 5e5, 5e6, 5e7])[0].tolist()
@@ -232,7 +231,7 @@ def test_lock_hold_and_wait_times(programs, tmp_path):
     assert lock.wait_total_ns > 0 and lock.wait_max_ns >= lock.wait_p95_ns
     assert lock.location and lock.wait_id == t.mutex()["wait_id"].iloc[0]
     # the threads' time waiting for it is in their states
-    totals = metrics.thread_totals(t)
+    totals = t.thread_states()
     assert totals["lock_wait_ns"].sum() == pytest.approx(lock.wait_total_ns, rel=0.01)
 
 
@@ -301,12 +300,12 @@ def test_empty_trace(skewed):
 def test_single_thread_trace(programs, tmp_path):
     # Regions of one thread have no barrier: no sync_region events at all.
     t, stdout = traced(programs, tmp_path / "raw", "skewed", 200, 5, OMP_THREAD_LIMIT="1")
-    assert "sync_region_wait" not in metrics.present_events(t)
+    assert "sync_region_wait" not in tables.present_events(t)
     region = loop_region(t)
     assert region["threads"] == 1 and region["imbalance"] == 1.0 and region["lost_ns"] == 0
     assert region["barrier_wait_share"] == 0
     assert region["busy_mean_ns"] == pytest.approx(printed(stdout, "busy_ns")[0], rel=0.05)
-    totals = metrics.thread_totals(t)
+    totals = t.thread_states()
     assert totals["thread"].tolist() == [0]
     assert len(t.plot_timeline().axes[0].collections) == 1
     assert "1 thread(s)" in str(t.summary())

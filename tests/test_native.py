@@ -92,7 +92,7 @@ for i in range(64):
         slots[str(st.codeptr[i])] = {{"count": st.count[i], "total": st.total[i],
                                      "bins": {{k: st.bins[i][k] for k in range(64)
                                               if st.bins[i][k]}}}}
-print(json.dumps({{"slots": slots, "lost": st.lost, "ns_per_tick": ompt_py.native.ns_per_tick()}}))
+print(json.dumps({{"slots": slots, "lost": st.lost, "ns_per_tick": ompt_py.ns_per_tick()}}))
 """
 
 
@@ -134,7 +134,7 @@ def test_histogram_equals_the_one_from_the_trace(omp_ext, scripting, tmp_path):
 
 def test_histogram_in_clock_ticks(omp_ext, scripting, tmp_path):
     # the default clock (the TSC where invariant): durations in ticks, converted
-    # with ompt_py.native.ns_per_tick()
+    # with ompt_py.ns_per_tick()
     path = tmp_path / "t.parquet"
     out, _ = run(histogram_snippet(path), omp_ext, scripting)
     expected = trace_histogram(ompt_py.load(path).parallel_regions())

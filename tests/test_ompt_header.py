@@ -123,8 +123,8 @@ def test_values_and_layouts_match_omp_tools_h(decls, tmp_path):
 
 
 def test_callback_numbers_match_records_module(decls):
-    """ompt_py._records.EVENTS names the callbacks with the header's numbers."""
-    from ompt_py import _records
+    """ompt_py.records.EVENTS names the callbacks with the header's numbers."""
+    from ompt_py import records as _records
 
     text = _strip_comments(HEADER.read_text())
     values = {name: int(v) for name, v in re.findall(r"(ompt_callback_\w+)\s*=\s*(\d+)", text)}

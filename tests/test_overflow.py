@@ -50,7 +50,7 @@ def check_accounting(t, proc):
     assert t.meta["written"] == proc["written"] and t.meta["dropped"] == proc["dropped"]
     # whatever was kept is intact: known events, time order per thread,
     # each loop iteration at most once
-    assert set(t.events["event"].tolist()) <= set(ompt_py._records.EVENTS)
+    assert set(t.events["event"].tolist()) <= set(ompt_py.records.EVENTS)
     for _, rows in per_thread(t.events).items():
         assert np.all(np.diff(rows["time_ns"]) >= 0)
     d = select(t.events, "dispatch")

@@ -7,13 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ompt_py import _core, analysis
+from ompt_py import _core
+from ompt_py.analysis import pairing
 
 
 def _partners(keys: list[list[int]], begins: list[bool]) -> list[int]:
     partner = np.empty(len(begins), np.intp)
-    _core.pair([analysis.column(np.array(k, np.int64)) for k in keys],
-               analysis.column(np.array(begins, bool)), 1, partner)
+    _core.pair([pairing.column(np.array(k, np.int64)) for k in keys],
+               pairing.column(np.array(begins, bool)), 1, partner)
     return partner.tolist()
 
 
@@ -32,8 +33,8 @@ def test_a_key_is_every_column_and_bytes_can_be_named_through_a_table():
     kinds = np.array([2, 3, 3, 7, 8, 2], np.uint8)
     names = np.array([9, 9, 0, 0, -1], np.int8)
     partner = np.empty(6, np.intp)
-    _core.pair([analysis.column(np.array(threads, np.uint32)), analysis.column(kinds, table=names)],
-               analysis.column(np.array([1, 0, 0, 1, 0, 0], bool)), 1, partner)
+    _core.pair([pairing.column(np.array(threads, np.uint32)), pairing.column(kinds, table=names)],
+               pairing.column(np.array([1, 0, 0, 1, 0, 0], bool)), 1, partner)
     assert partner.tolist() == [1, 0, -1, 4, 3, -1]
     # the bytes themselves: only the first and last rows share a key
     assert _partners([threads, [2, 3, 3, 7, 8, 2]], [True, False, False, True, False, False]) == [
@@ -42,20 +43,20 @@ def test_a_key_is_every_column_and_bytes_can_be_named_through_a_table():
 
 def test_columns_of_different_lengths_are_an_error():
     with pytest.raises(ValueError, match="different lengths"):
-        _core.pair([analysis.column(np.arange(3)), analysis.column(np.arange(4))],
-                   analysis.column(np.ones(3, bool)), 1, np.empty(3, np.intp))
+        _core.pair([pairing.column(np.arange(3)), pairing.column(np.arange(4))],
+                   pairing.column(np.ones(3, bool)), 1, np.empty(3, np.intp))
 
 
 def test_find_gives_the_first_row_or_with_times_the_latest_before():
-    table = [analysis.column(np.array([4, 5, 4, 6], np.int64))]
+    table = [pairing.column(np.array([4, 5, 4, 6], np.int64))]
     query = np.array([4, 6, 4, 0, 5], np.int64)
     found = np.empty(5, np.intp)
-    _core.find(table, [analysis.column(query, missing_if_zero=True)], found)
+    _core.find(table, [pairing.column(query, missing_if_zero=True)], found)
     assert found.tolist() == [0, 3, 0, -1, 1]
     # each side in time order: the last row of the key at or before the query's time
-    _core.find(table, [analysis.column(query)], found,
-               analysis.column(np.array([1, 2, 3, 4], np.int64)),
-               analysis.column(np.array([2, 3, 5, 5, 9], np.int64)))
+    _core.find(table, [pairing.column(query)], found,
+               pairing.column(np.array([1, 2, 3, 4], np.int64)),
+               pairing.column(np.array([2, 3, 5, 5, 9], np.int64)))
     assert found.tolist() == [0, -1, 2, -1, 1]
 
 
@@ -74,7 +75,7 @@ def test_pairs_in_begin_order_with_the_unmatched_counted():
                   (6, "begin", 0, None),  # a missing key value is a key of its own
                   (7, "end", 1, 9), (8, "end", 0, None), (9, "end", 1, 8),
                   (10, "begin", 0, 7)])  # never ends
-    iv = analysis._pair(rows, ["thread", "kind"])
+    iv = pairing.pair_rows(rows, ["thread", "kind"])
     assert iv.table[["begin_ns", "end_ns", "duration_ns"]].to_numpy().tolist() == [
         [5, 9, 4], [5, 7, 2], [6, 8, 2]]
     assert iv.table["kind"].tolist() == [8, 9, pd.NA]
@@ -87,4 +88,4 @@ def test_find_matches_rows_by_every_column_and_never_a_missing_value():
     table = pd.DataFrame({"pid": [1, 1, 2, 1], "id": pd.array([10, 11, 10, 10], dtype="UInt64")})
     query = pd.DataFrame({"p": [2, 1, 1, 3, 1],
                           "q": pd.array([10, 10, None, 10, 11], dtype="UInt64")})
-    assert analysis._find(table, query).tolist() == [2, 0, -1, -1, 1]
+    assert pairing.find(table, query).tolist() == [2, 0, -1, -1, 1]

@@ -17,7 +17,7 @@ import pytest
 from conftest import clean_env, run_with_tool
 
 import ompt_py
-from ompt_py import metrics
+from ompt_py.analysis import states, tables
 
 pytestmark = pytest.mark.needs_clang
 
@@ -78,7 +78,8 @@ def test_timeline_of_many_intervals_is_quick(programs, tmp_path):
     r = run_with_tool([programs.parallel, "30000"], tmp_path / "raw")
     assert r.returncode == 0, r.stderr
     t = ompt_py.load(tmp_path / "raw")
-    intervals = len(metrics.intervals(t, "implicit")) + len(metrics.intervals(t, "waits"))
+    intervals = (len(states.closed(t, tables.implicit_intervals))
+                 + len(states.closed(t, tables.wait_intervals)))
     assert intervals > 100_000
     started = time.perf_counter()
     fig = t.plot_timeline()
@@ -94,7 +95,7 @@ def test_state_bars(skewed):
     (ax,) = fig.axes
     assert legend(ax) == STATES
     assert len(ax.patches) == 2 * len(STATES)  # one bar per thread and state
-    totals = metrics.thread_totals(skewed)
+    totals = skewed.thread_states()
     widths = np.array([p.get_width() for p in ax.patches]).reshape(len(STATES), 2)
     span = (skewed.events["time_ns"].max() - skewed.events["time_ns"].min()) / 1e6
     assert widths.sum(axis=0) == pytest.approx([span, span])  # every thread: the whole trace

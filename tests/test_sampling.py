@@ -143,7 +143,8 @@ with ompt_py.trace() as t:
 t.save(TRACE_PATH)
 """, env={"OMPTPY_SAMPLE_HZ": "2000"})
     assert len(t.samples()) > 0
-    assert set(t.samples()["state"].dropna().astype(str)) <= set(ompt_py._records.STATES.values())
+    assert set(t.samples()["state"].dropna().astype(str)) <= set(
+        ompt_py.records.OMPT_STATES.values())
 
 
 def test_bad_sample_rate_is_refused(programs, tmp_path):
@@ -157,8 +158,7 @@ def test_frame_fields_decode():
     """The packing of csrc/omptpy.h ("Frames"), decoded by to_pandas without a
     runtime: every combination the sampler and task_create write, and version-1
     records."""
-    from ompt_py._records import EVENT_CODES, EVENT_DTYPE, FRAME_COLUMNS
-    from ompt_py.trace import _loaded
+    from ompt_py.records import EVENT_CODES, EVENT_DTYPE, FRAME_COLUMNS
 
     sample, create, work = (EVENT_CODES[e] for e in ("sample", "task_create", "work"))
     exit_frame, enter_frame = 0x7FFD_0000_1F40, 0x7FFD_0000_1E80
@@ -176,7 +176,7 @@ def test_frame_fields_decode():
     for i, (code, kind, u64b, u32b, parallel_id) in enumerate(rows):
         ev[i]["event"], ev[i]["kind"], ev[i]["u64b"] = code, kind, u64b
         ev[i]["u32b"], ev[i]["parallel_id"] = u32b, parallel_id
-    trace = _loaded([ev], [(1, len(ev))], {"processes": [{"pid": 1, "config": {}}]})
+    trace = ompt_py.Trace.from_records(ev, pids=1, meta={"processes": [{"pid": 1, "config": {}}]})
     df = trace.to_pandas()
     got = {name: [None if pd.isna(v) else int(v) for v in df[name]] for name in FRAME_COLUMNS}
     assert got == {
@@ -191,8 +191,7 @@ def test_missed_periods_weigh_the_states():
     """A sample also stands for the periods its thread missed just before it (the
     high half of u32a, csrc/omptpy.h): state_breakdown weighs the states by
     them.  Decoded without a runtime; record version 2 had 0 there."""
-    from ompt_py._records import EVENT_CODES, EVENT_DTYPE
-    from ompt_py.trace import _loaded
+    from ompt_py.records import EVENT_CODES, EVENT_DTYPE
 
     work, barrier = 0x001, 0x014  # work_parallel, wait_barrier_explicit
     rows = [(0, work), (0, work), (5, barrier), (0, work), (0xFFFF, 0x101)]
@@ -201,7 +200,7 @@ def test_missed_periods_weigh_the_states():
         ev[i]["time_ns"], ev[i]["thread"] = i, 1
         ev[i]["event"], ev[i]["u32a"] = EVENT_CODES["sample"], state | missed << 16
     ev[-1]["event"], ev[-1]["u32a"], ev[-1]["time_ns"] = EVENT_CODES["parallel_begin"], 2, 9
-    t = _loaded([ev], [(7, len(ev))], {"processes": []})
+    t = ompt_py.Trace.from_records(ev, pids=7, meta={"processes": []})
     df = t.to_pandas()
     assert df["missed"].tolist() == [0, 0, 5, 0, 0xFFFF, pd.NA]
     assert df["team_size"].tolist()[-1] == 2  # the whole u32a elsewhere

@@ -16,13 +16,26 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from . import metrics
+from ..analysis import metrics, tables
+from ..analysis.cache import per_trace
+from ..analysis.states import (
+    STATE_COLUMNS,
+    THREAD_STATES,
+    closed,
+    in_regions,
+    key_pid_thread,
+    thread_key,
+    thread_totals,
+    to_int,
+)
+from ..analysis.states import threads as thread_keys
+from ..units import format_ns
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from .trace import Trace
+    from ..trace import Trace
 
 #: Colours of the states (also used for the timeline's waits).
 STATE_COLOURS = {"busy": "#55a868", "barrier_wait": "#c44e52", "sync_wait": "#e377c2",
@@ -74,17 +87,17 @@ def _axes(ax: Axes | None, width: float, height: float) -> tuple[Figure, Axes]:
 
 
 def _lane_labels(keys: np.ndarray) -> list[str]:
-    pid, thread = metrics._key_pid_thread(keys)
+    pid, thread = key_pid_thread(keys)
     several = len(np.unique(pid)) > 1
     return [f"pid {p} thread {t}" if several else f"thread {t}"
             for p, t in zip(pid.tolist(), thread.tolist())]
 
 
 def _select_threads(trace: Trace, threads: Any) -> np.ndarray:
-    keys = metrics._threads(trace)
+    keys = thread_keys(trace)
     if threads is None:
         return keys
-    pid, thread = metrics._key_pid_thread(keys)
+    pid, thread = key_pid_thread(keys)
     wanted = np.zeros(len(keys), dtype=bool)
     for t in threads:
         if isinstance(t, tuple):
@@ -98,26 +111,23 @@ def _select_threads(trace: Trace, threads: Any) -> np.ndarray:
     return keys[wanted]
 
 
+@per_trace
 def timeline_intervals(trace: Trace) -> pd.DataFrame:
     """What the timeline draws, one row per interval: thread key (pid << 32 |
     thread), begin_ns, end_ns, label, colour, bottom, top (within the lane), layer
     (drawing order: regions, work, waits, tasks, locks held)."""
-    return trace._cached("plots.timeline", lambda df: _timeline_intervals(trace))
-
-
-def _timeline_intervals(trace: Trace) -> pd.DataFrame:
-    implicit = metrics._in_regions(metrics.intervals(trace, "implicit"))
-    work = metrics._work(trace)
-    waits = metrics.intervals(trace, "waits")
-    mutex = metrics._mutex(trace)
-    pieces = metrics._pieces(trace)
+    implicit = in_regions(closed(trace, tables.implicit_intervals))
+    work = tables.work_intervals(trace).table
+    waits = closed(trace, tables.wait_intervals)
+    mutex = tables.mutex(trace)
+    pieces = tables.task_pieces(trace)
     parts: list[pd.DataFrame] = []
 
     def add(layer: int, t: pd.DataFrame, begin: str, end: str, label: Any, colour: Any,
             bottom: float, top: float) -> None:
         parts.append(pd.DataFrame({
-            "key": metrics._thread_key(t["pid"], t["thread"]),
-            "begin_ns": metrics._int(t[begin]), "end_ns": metrics._int(t[end]),
+            "key": thread_key(t["pid"], t["thread"]),
+            "begin_ns": to_int(t[begin]), "end_ns": to_int(t[end]),
             "label": label, "colour": colour, "bottom": bottom, "top": top, "layer": layer}))
 
     add(0, implicit, "begin_ns", "end_ns", *_REGION)
@@ -205,13 +215,13 @@ def timeline(trace: Trace, start_ns: int | None = None, end_ns: int | None = Non
 
 def states(trace: Trace, ax: Axes | None = None) -> Figure:
     """Stacked bars: each thread's time busy, waiting (barrier, taskwait/taskgroup,
-    lock) and idle over the whole trace (see metrics.thread_totals)."""
-    totals = metrics.thread_totals(trace)
+    lock) and idle over the whole trace (see ompt_py.analysis.thread_totals)."""
+    totals = thread_totals(trace)
     fig, ax = _axes(ax, 10, 1.2 + 0.4 * max(len(totals), 1))
-    keys = metrics._thread_key(totals["pid"], totals["thread"])
+    keys = thread_key(totals["pid"], totals["thread"])
     y = np.arange(len(totals))
     left = np.zeros(len(totals))
-    for column in metrics.STATE_COLUMNS:
+    for column in STATE_COLUMNS:
         state = column[:-3]
         ms = totals[column].to_numpy(np.float64) / 1e6
         ax.barh(y, ms, left=left, color=STATE_COLOURS[state], label=state.replace("_", " "))
@@ -236,7 +246,7 @@ def task_durations(trace: Trace, ax: Axes | None = None) -> Figure:
     ax.set_ylabel("tasks")
     a = hist.attrs
     share = a["creation_overhead_share"]
-    ax.set_title(f"{a['ran']:,} explicit tasks, median {metrics.format_ns(a['median_busy_ns'])}; "
+    ax.set_title(f"{a['ran']:,} explicit tasks, median {format_ns(a['median_busy_ns'])}; "
                  f"creation overhead {'-' if np.isnan(share) else f'{100 * share:.1f} %'}")
     return fig
 
@@ -257,7 +267,7 @@ def imbalance(trace: Trace, ax: Axes | None = None, top: int = 10) -> Figure:
         return fig
     y = rows["rank"].to_numpy() * 0.5 + np.arange(len(rows))  # a gap between regions
     left = np.zeros(len(rows))
-    for state in metrics.STATES:
+    for state in THREAD_STATES:
         ms = rows[f"{state}_ns"].to_numpy(np.float64) / 1e6
         ax.barh(y, ms, left=left, color=STATE_COLOURS[state], label=state.replace("_", " "))
         left += ms
@@ -265,7 +275,7 @@ def imbalance(trace: Trace, ax: Axes | None = None, top: int = 10) -> Figure:
     for r in regions.itertuples():
         at = y[rows["rank"].to_numpy() == r.Index]
         where = r.location if isinstance(r.location, str) else f"region {r.parallel_id}"
-        ax.annotate(f"{where}: {r.imbalance:.2f}x, {metrics.format_ns(r.lost_ns)} lost",
+        ax.annotate(f"{where}: {r.imbalance:.2f}x, {format_ns(r.lost_ns)} lost",
                     xy=(0, at.min() - 0.45), fontsize="small", va="bottom",
                     annotation_clip=False)
     ax.invert_yaxis()
@@ -284,7 +294,7 @@ def png_data_uri(fig: Figure, dpi: int = 100) -> str:
 
 def overview(trace: Trace, start_ns: int | None = None, end_ns: int | None = None) -> Figure:
     """The timeline above the per-thread state breakdown, in one Figure."""
-    lanes = max(len(metrics._threads(trace)), 1)
+    lanes = max(len(thread_keys(trace)), 1)
     fig = _new_figure(13, 2.5 + 0.8 * lanes)
     top, bottom = fig.subplots(2, 1, height_ratios=[2, 1])
     timeline(trace, start_ns=start_ns, end_ns=end_ns, ax=top)

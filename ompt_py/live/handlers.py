@@ -4,7 +4,7 @@ OMPT callbacks run on the runtime's threads without the GIL, often while
 the thread that holds the GIL waits in the same parallel region, so no
 Python ever runs in them.  Instead the tool copies the records that pass
 the handlers' C filters (event kinds, thread indices, a code address range)
-into a bounded queue (csrc/tap.c) while it drains the threads' buffers, and
+into a bounded queue (csrc/tool/tap.c) while it drains the threads' buffers, and
 one thread of ours, the dispatcher, takes them out in batches: it waits in
 C with the GIL released, and calls the handlers with the GIL, never on an
 OpenMP thread.  Records reach the queue at most about ``delay`` after they
@@ -34,9 +34,10 @@ from typing import Any, Union
 
 import numpy as np
 
-from . import _attach, _core
-from ._records import EVENT_CODES, EVENT_DTYPE, EVENTS
-from .errors import AttachError, HandlerWarning
+from .. import _core
+from ..errors import AttachError, HandlerWarning
+from ..records import EVENT_CODES, EVENT_DTYPE, EVENTS
+from . import attach
 
 DEFAULT_DELAY = 0.05  # seconds from an event to its handler, at most (about)
 MAX_FILTERS = 16  # csrc/omptpy_api.h OMPTPY_TAP_MAX_FILTERS
@@ -199,11 +200,12 @@ class Handler:
 def _frame(ev: np.ndarray) -> Any:
     """A batch as a pandas frame (the columns of Trace.to_pandas; time_ns is
     CLOCK_MONOTONIC nanoseconds)."""
-    from .trace import _loaded
+    from ..meta import FORMAT
+    from ..trace import Trace  # the facade above this layer: imported when first needed
 
-    meta = {"format": 1,
+    meta = {"format": FORMAT,
             "processes": [{"pid": os.getpid(), "rank": None, "config": _config()}]}
-    return _loaded([ev], [(os.getpid(), len(ev))], meta).to_pandas()
+    return Trace.from_records(ev, meta).to_pandas()
 
 
 _config_cache: dict = {}
@@ -211,7 +213,7 @@ _config_cache: dict = {}
 
 def _config() -> dict:
     if not _config_cache:
-        _config_cache.update(_attach.meta()["config"])
+        _config_cache.update(attach.meta()["config"])
     return _config_cache
 
 
@@ -288,7 +290,7 @@ def active_handlers() -> list[Handler]:
 
 def check_usable() -> None:
     """Raise ConfigError or AttachError when the tool cannot deliver events here."""
-    _attach.check_config()
+    attach.check_config()
     if not _config()["enabled"]:
         raise AttachError("the ompt-py tool is switched off (OMPTPY_TOOL=off), so no handler "
                           "would get events; unset OMPTPY_TOOL before Python starts")

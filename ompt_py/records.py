@@ -1,14 +1,21 @@
-"""The record layout and the names of OMPT's enumerations.
+"""The record layout and the names of OMPT's enumerations: the vocabulary every
+layer shares (base layer: imports only the C extension).
 
 The numpy dtype is built from the offsets the C extension reports, and the
 module refuses to load when they differ from what this file expects: a
-record layout change must bump OMPTPY_RECORD_VERSION in csrc/omptpy.h.
-Names are applied here, never in C.
+record layout change must bump OMPTPY_RECORD_VERSION in csrc/include/omptpy.h.
+Names are applied here, never in C: the categorical names of ``to_pandas()``
+(``EVENT_NAMES``, ``KIND_NAMES_CAT``...) are made once here for every layer.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+import pandas as pd
+
+from . import _core
 
 RECORD_VERSION = 3
 RECORD_SIZE = 64
@@ -111,8 +118,10 @@ EVENTS: dict[int, str] = {
     101: "region",  # ompt-py's own: a user-code region marker (ompt_py.region, omptpy_region.h)
 }
 
-#: ompt_state_t (OpenMP 5.2, 19.4.4.27): what a sampled thread was doing.
-STATES: dict[int, str] = {
+#: ompt_state_t (OpenMP 5.2, 19.4.4.27): what a sampled thread was doing (the
+#: runtime's states; ompt-py's derived thread states are
+#: ompt_py.analysis.states.THREAD_STATES).
+OMPT_STATES: dict[int, str] = {
     0x000: "work_serial",
     0x001: "work_parallel",
     0x002: "work_reduction",
@@ -152,7 +161,11 @@ NORMALISED_STATES: dict[str, str] = {
 }
 EVENT_CODES: dict[str, int] = {name: code for code, name in EVENTS.items()}
 
-ENDPOINTS: dict[int, str] = {1: "begin", 2: "end", 3: "beginend"}
+#: ompt_scope_endpoint_t, and the OMPT flag bits the analyses read (from the C headers).
+SCOPE_BEGIN, SCOPE_END, SCOPE_BEGINEND = 1, 2, 3
+TASK_INITIAL = 0x1
+PARALLEL_INVOKER_PROGRAM, PARALLEL_INVOKER_RUNTIME, PARALLEL_LEAGUE = 0x1, 0x2, 0x40000000
+ENDPOINTS: dict[int, str] = {SCOPE_BEGIN: "begin", SCOPE_END: "end", SCOPE_BEGINEND: "beginend"}
 
 THREAD_TYPES = {1: "initial", 2: "worker", 3: "other", 4: "unknown"}
 SYNC_KINDS = {
@@ -338,3 +351,84 @@ SIGNED_COLUMNS = frozenset({"device_num", "src_device", "dest_device"})
 #: the events that have them.
 FRAME_COLUMNS = ("exit_frame", "enter_frame", "exit_frame_flags", "enter_frame_flags")
 FRAME_EVENTS = ("task_create", "sample")
+
+
+check_layout(_core.record_layout())
+
+
+# ---- names as categoricals (to_pandas(), the exports, Parquet) ------------------------
+
+
+class Names:
+    """Integer codes -> a categorical whose categories are every name the code
+    can have, in every trace: frames of several traces concatenate as categoricals."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.categories = sorted(set(names.values()))
+        index = {name: i for i, name in enumerate(self.categories)}
+        # One entry more than the codes need: every code beyond the table (a
+        # newer runtime's enum value) reads it, clipped, and becomes <NA>.
+        self.lookup = np.full(max(names) + 2, -1, dtype=np.int8)
+        for code, name in names.items():
+            self.lookup[code] = index[name]
+
+    @functools.cached_property
+    def dtype(self) -> pd.CategoricalDtype:
+        return pd.CategoricalDtype(self.categories)
+
+    def codes(self, codes: np.ndarray) -> np.ndarray:
+        """The index of each code's name in ``categories`` (int8; -1: none).  ``codes``:
+        non-negative integers (np.intp ones are indexed without a cast)."""
+        return np.take(self.lookup, codes, mode="clip")
+
+    def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        """``codes``: as for codes()."""
+        return self.from_codes(self.codes(codes))
+
+    def from_codes(self, mapped: np.ndarray) -> pd.Categorical:
+        """``mapped``: codes already looked up in ``lookup`` (-1: <NA>)."""
+        return pd.Categorical.from_codes(mapped, dtype=self.dtype)
+
+
+def kind_keys(codes: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+    """The keys of KIND_CATEGORIES and KIND_RAW_CATEGORIES: event number << 8 | kind byte."""
+    keys = codes.astype(np.intp)
+    keys <<= 8
+    keys |= kinds
+    return keys
+
+
+#: to_pandas()'s ``event`` and ``endpoint``.
+EVENT_CATEGORIES = Names(EVENTS)
+ENDPOINT_CATEGORIES = Names(ENDPOINTS)
+# `kind` is named by the enumeration of its event: keyed by event << 8 | kind.
+_RAW_KINDS = {
+    code << 8 | value: name
+    for code, event in EVENTS.items()
+    for value, name in KIND_NAMES.get(event, {}).items()
+}
+#: to_pandas()'s ``kind_raw`` (the runtime's names) and ``kind`` (one vocabulary
+#: for every libomp version), by kind_keys().
+KIND_RAW_CATEGORIES = Names(_RAW_KINDS)
+KIND_CATEGORIES = Names({key: NORMALISED.get(name, {}).get(EVENTS[key >> 8], name)
+                         for key, name in _RAW_KINDS.items()})
+#: Sampled states (ompt_state_t): the runtime's names and the normalised ones.
+STATE_RAW_CATEGORIES = Names(OMPT_STATES)
+STATE_CATEGORIES = Names({code: NORMALISED_STATES.get(name, name)
+                          for code, name in OMPT_STATES.items()})
+#: The work states of ompt_state_t (a thread running its own code or the runtime's).
+WORK_STATES = tuple(code for code, name in OMPT_STATES.items() if name.startswith("work_"))
+
+
+def to_events(records: np.ndarray, first: dict, last: dict | None, tick_ns_estimate: float,
+              origin_ns: int) -> np.ndarray:
+    """Raw records (RAW_DTYPE) -> events (EVENT_DTYPE), in place: ticks become
+    nanoseconds from ``origin_ns`` on the line through the clock anchors
+    ``first`` and ``last`` (``{"ticks", "mono_ns"}``; the tool's estimate of the
+    tick's length when ``last`` is None or too close)."""
+    if last is not None and last["ticks"] - first["ticks"] > 1_000_000:
+        scale = (last["mono_ns"] - first["mono_ns"]) / (last["ticks"] - first["ticks"])
+    else:
+        scale = tick_ns_estimate
+    _core.ticks_to_ns(records, first["ticks"], first["mono_ns"], scale, origin_ns)
+    return records.view(EVENT_DTYPE)

@@ -31,9 +31,9 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.core.pylabtools import print_figure
 from IPython.display import Image, display
 
-from .errors import AttachError, ConfigError
+from ..errors import AttachError, ConfigError
+from ..trace import Trace, load, trace
 from .plots import display_in_ipython
-from .trace import Trace, load, trace
 
 DEFAULT_VARIABLE = "_ompt"
 

@@ -62,9 +62,10 @@ def _run_command(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from . import _attach, _runtime, tool_path
-    from .errors import TraceFileError
-    from .trace import load
+    from .. import tool_path
+    from ..errors import TraceFileError
+    from ..live import attach, runhook, runtime
+    from ..trace import load
 
     command = _run_command(args)
     out_dir = os.path.dirname(os.path.abspath(args.output))
@@ -81,9 +82,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         os.environ["OMPTPY_BUFFER_SIZE"] = args.buffer_size
     if args.overflow:
         os.environ["OMPTPY_OVERFLOW"] = args.overflow
-    _attach.check_environment()
+    attach.check_environment()
     env = dict(os.environ)
-    libomp = _runtime.launcher_libomp(args.runtime or env.get("OMPTPY_RUNTIME"))
+    libomp = runtime.launcher_libomp(args.runtime or env.get("OMPTPY_RUNTIME"))
     if libomp:  # libgomp-built code runs on libomp, in the command and its children
         env["LD_PRELOAD"] = ":".join([libomp, *(p for p in env.get("LD_PRELOAD", "").split(":")
                                                 if p and p != libomp)])
@@ -94,9 +95,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     env["OMPTPY_OUTPUT"] = os.path.abspath(raw_dir)
     env.pop("OMPTPY_TOOL", None)
     # Python processes of the command finish their files also when they end
-    # through os._exit or SIGTERM (multiprocessing workers): see _runhook.py.
+    # through os._exit or SIGTERM (multiprocessing workers): see live/runhook.py.
     site_dir = tempfile.mkdtemp(prefix="ompt-py-site-")
-    shutil.copyfile(os.path.join(os.path.dirname(__file__), "_runhook.py"),
+    shutil.copyfile(runhook.__file__,
                     os.path.join(site_dir, "sitecustomize.py"))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (site_dir, env.get("PYTHONPATH")) if p)
     # The terminal's Ctrl-C reaches the command; we wait for it and still save.
@@ -138,7 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from . import doctor
+    from ..live import doctor
 
     if not args.target and not args.module:
         print(doctor.report(), end="")
@@ -155,14 +156,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         run = f"runpy.run_path({target[0]!r}, run_name='__main__')"
         argv = target
     code = ("import ompt_py, atexit, runpy, sys\n"
-            "atexit.register(lambda: print(ompt_py.doctor.report(), end='', file=sys.stderr))\n"
+            "atexit.register(lambda: print(ompt_py.doctor(), end='', file=sys.stderr))\n"
             f"sys.argv = {argv!r}\n{run}\n")
     return subprocess.call([sys.executable, "-c", code])
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .export import export
-    from .trace import load
+    from ..io import export
+    from ..trace import load
 
     trace = load(args.trace)
     try:
@@ -177,8 +178,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from ..trace import load
     from .report import render, render_html
-    from .trace import load
 
     trace = load(args.trace)
     print(render(trace, top=args.top), end="")
@@ -200,7 +201,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    from .export import FORMATS
+    from ..io import EXPORT_FORMATS
 
     p = argparse.ArgumentParser(
         prog="ompt-py", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
@@ -253,7 +254,7 @@ def parser() -> argparse.ArgumentParser:
         "file, or a directory: a dataset partitioned by process, pid=N/part-0.parquet).")
     exp.add_argument("trace", help="a trace file (.parquet), dataset or raw directory, or "
                      ".omptraw file")
-    exp.add_argument("--format", required=True, choices=FORMATS, help="what to write")
+    exp.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="what to write")
     exp.add_argument("-o", "--output", required=True, help="the file (or dataset directory)")
     exp.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     exp.set_defaults(func=cmd_export)
@@ -272,7 +273,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     import warnings
 
-    from .errors import OmptPyError
+    from ..errors import OmptPyError
 
     args = parser().parse_args(argv)
     # An invalid OMPTPY_* variable is reported once, as an error, by the command.

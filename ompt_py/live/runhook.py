@@ -3,7 +3,7 @@
 ``ompt-py run`` copies this file as ``sitecustomize.py`` into a temporary
 directory put first on PYTHONPATH, so every Python process the command starts
 (multiprocessing workers included) runs it at start-up; imported as
-``ompt_py._runhook`` it does nothing.  Standard library only: the command may
+``ompt_py.live.runhook`` it does nothing.  Standard library only: the command may
 run any Python 3.
 
 The tool (libomptpy.so, loaded by libomp) writes what it still holds, and the

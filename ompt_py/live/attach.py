@@ -16,17 +16,16 @@ import sys
 import warnings
 from dataclasses import dataclass
 
-from . import _core, _runtime
-from ._records import check_layout
-from ._runtime import mapped_runtimes
-from .errors import AttachError, ConfigError
+from .. import _core
+from ..errors import AttachError, ConfigError
+from . import runtime
+from .runtime import mapped_runtimes
 
-check_layout(_core.record_layout())
 
 def _user_stacklevel() -> int:
     """The stacklevel that points a warning at the user's `import ompt_py`, past this
     package's modules and importlib's frames."""
-    package = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     level, frame = 1, sys._getframe(1).f_back
     while frame is not None:
         name = frame.f_code.co_filename
@@ -48,16 +47,16 @@ def _config_message(error: str) -> str:
 
 
 # The tool reads OMPTPY_* now; with an invalid value it stays off in this process.
-_config_error = _core.init()
-if _config_error is not None:
-    warnings.warn(f"ompt_py is off: {_config_message(_config_error)}",
+CONFIG_ERROR = _core.init()
+if CONFIG_ERROR is not None:
+    warnings.warn(f"ompt_py is off: {_config_message(CONFIG_ERROR)}",
                   stacklevel=_user_stacklevel())
 
 
 def check_config() -> None:
     """Raise ConfigError when the OMPTPY_* variables read at import were invalid."""
-    if _config_error is not None:
-        raise ConfigError(_config_message(_config_error))
+    if CONFIG_ERROR is not None:
+        raise ConfigError(_config_message(CONFIG_ERROR))
 
 
 def check_environment() -> None:
@@ -80,9 +79,9 @@ _put_tool_first()
 # The runtime fallback (OMPTPY_RUNTIME): LLVM libomp into the global scope
 # before libgomp-linked modules are imported.
 try:
-    FALLBACK = _runtime.apply()
+    FALLBACK = runtime.apply()
 except ConfigError as e:
-    FALLBACK = _runtime.Fallback("invalid", error=str(e))
+    FALLBACK = runtime.Fallback("invalid", error=str(e))
     warnings.warn(f"ompt_py: {e}", stacklevel=_user_stacklevel())
 if FALLBACK.early_gnu_modules:
     warnings.warn(
@@ -230,7 +229,7 @@ def status() -> dict:
             for rt in m["runtimes"]
         ],
         "mapped_runtimes": [{"path": r.path, "family": r.family} for r in mapped_runtimes()],
-        "modules": _runtime.module_links(),
+        "modules": runtime.module_links(),
         "fallback": {
             "policy": FALLBACK.policy,
             "libomp": FALLBACK.libomp,
@@ -239,7 +238,7 @@ def status() -> dict:
             "error": FALLBACK.error,
         },
         "config": m["config"],
-        "config_error": _config_error,
+        "config_error": CONFIG_ERROR,
         "clock": m["clock"],
         "pid": m["pid"],
     }

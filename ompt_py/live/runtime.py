@@ -27,11 +27,12 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ._elf import needed
-from .errors import ConfigError
+from ..elf import needed
+from ..errors import ConfigError
 
 POLICIES = ("auto", "bundled", "system", "off")
-BUNDLED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime", "libomp.so.5")
+BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runtime",
+                       "libomp.so.5")
 
 _LLVM = re.compile(r"^lib(omp|iomp5)(-[\w.]+)?\.so(\.\d+)*$")
 _GNU = re.compile(r"^libgomp(-[0-9a-f]+)?\.so(\.\d+)*$")

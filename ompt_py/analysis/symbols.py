@@ -20,7 +20,7 @@ import subprocess
 import numpy as np
 import pandas as pd
 
-from ._elf import build_id
+from ..elf import build_id
 
 _SYMBOLIZERS = ["llvm-symbolizer", *(f"llvm-symbolizer-{v}" for v in range(25, 13, -1))]
 

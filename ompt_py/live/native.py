@@ -29,9 +29,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from . import _attach, _core
-from ._records import EVENTS, RAW_FIELDS
-from .errors import NativeHandlerError
+from .. import _core
+from ..errors import NativeHandlerError
+from ..records import EVENTS, RAW_FIELDS
+from . import attach
 from .handlers import EventsArg, check_usable, event_codes, event_mask
 
 _C_TYPES = {"<u8": "uint64_t", "<i8": "int64_t", "<u4": "uint32_t", "<u2": "uint16_t",
@@ -43,7 +44,7 @@ _modules: dict[str, ModuleType] = {}
 def include_dir() -> str:
     """The directory of ompt-py's public C headers: ``omptpy.h`` (the record, for native
     handlers) and ``omptpy_region.h`` (region markers for C/C++ extensions)."""
-    return str(Path(__file__).resolve().parent / "include")
+    return str(Path(__file__).resolve().parents[1] / "include")
 
 
 def record_cdef() -> str:
@@ -167,7 +168,7 @@ def ns_per_tick() -> float:
     """Nanoseconds per clock tick, for the raw times native handlers see (``r->time``):
     1.0 with OMPTPY_CLOCK=monotonic, else measured from the tool's start to now, as
     traces convert their times."""
-    meta = _attach.meta()
+    meta = attach.meta()
     if meta["clock"] != "tsc":
         return 1.0
     first, last = meta["start_anchor"], json.loads(_core.stats())["anchor"]

@@ -1,31 +1,26 @@
-"""The terminal report of `ompt-py report`: what ran, how long, who waited."""
+"""The report of `ompt-py report`: what ran, how long, who waited; as text for the
+terminal and as one HTML page."""
 
 from __future__ import annotations
 
 import io
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from . import analysis, metrics
-from .trace import Trace
+from ..analysis import summary, tables
+from ..analysis.states import THREAD_STATES, thread_totals
+from ..errors import MissingEventsError
+from ..units import format_ns
 
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.3f}"
-
-
-def _us(ns: float) -> str:
-    return f"{ns / 1e3:,.1f}"
+if TYPE_CHECKING:
+    from ..trace import Trace
 
 
 def _stats(durations: pd.Series) -> dict:
-    return {
-        "count": len(durations),
-        "total ms": _ms(durations.sum()),
-        "mean us": _us(durations.mean()) if len(durations) else "-",
-        "p50 us": _us(durations.median()) if len(durations) else "-",
-        "max us": _us(durations.max()) if len(durations) else "-",
-    }
+    return {"count": len(durations), "total": format_ns(durations.sum()),
+            "mean": format_ns(durations.mean()), "p50": format_ns(durations.median()),
+            "max": format_ns(durations.max())}
 
 
 def _table(rows: list[dict] | pd.DataFrame) -> str:
@@ -40,9 +35,9 @@ def render(trace: Trace, top: int = 10) -> str:
     """The whole report as text."""
     out = io.StringIO()
     meta = trace.meta
-    df = trace._events_frame()  # the frame and pairings summary() below uses too
+    df = tables.frame(trace)  # the frame and pairings summary() below uses too
     span = (df["time_ns"].max() - df["time_ns"].min()) if len(df) else 0
-    out.write(f"ompt-py trace: {len(df):,} events over {_ms(span)} ms, "
+    out.write(f"ompt-py trace: {len(df):,} events over {format_ns(span)}, "
               f"{len(meta['processes'])} process(es)\n")
     for p in meta["processes"]:
         rt = ", ".join(sorted({r["version"] for r in p["runtimes"]})) or "no runtime attached"
@@ -60,20 +55,20 @@ def render(trace: Trace, top: int = 10) -> str:
     if len(df):
         # The short answers of Trace.summary() (what the HTML report details).
         out.write("\nAnswers\n")
-        for line in metrics.summary(trace, top=top).headline()[1:]:
+        for line in summary.summary(trace, top=top).headline()[1:]:
             out.write(f"  {line}\n")
 
     out.write("\nEvents\n")
     counts = df["event"].value_counts()
     out.write(_table([{"event": e, "count": int(c)} for e, c in counts.items() if c]))
 
-    regions = trace._paired("regions")
-    implicit = trace._paired("implicit")
-    waits = trace._paired("waits")
-    work = analysis.work(df)
-    masked = analysis.masked(df)
-    tasks = analysis.task_executions(df)
-    mutex = analysis.mutex_waits(df)
+    regions = tables.region_intervals(trace)
+    implicit = tables.implicit_intervals(trace)
+    waits = tables.wait_intervals(trace)
+    work = tables.work_intervals(trace)
+    masked = tables.masked_intervals(trace)
+    pieces = tables.task_pieces(trace)
+    mutex = tables.mutex_waits(trace)
 
     out.write("\nConstructs (time between begin and end)\n")
     rows = [{"construct": "parallel region", **_stats(regions.table["duration_ns"])},
@@ -86,8 +81,8 @@ def render(trace: Trace, top: int = 10) -> str:
         rows.append({"construct": f"wait for {kind}", **_stats(g["duration_ns"])})
     if not masked.table.empty:
         rows.append({"construct": "masked", **_stats(masked.table["duration_ns"])})
-    if not tasks.empty:
-        rows.append({"construct": "explicit task (running)", **_stats(tasks["duration_ns"])})
+    if not pieces.empty:
+        rows.append({"construct": "explicit task (running)", **_stats(pieces["duration_ns"])})
     out.write(_table(rows))
 
     unmatched = [(name, iv.unmatched_begins, iv.unmatched_ends)
@@ -101,7 +96,7 @@ def render(trace: Trace, top: int = 10) -> str:
                   + "; ".join(f"{n}: {b} begins, {e} ends" for n, b, e in unmatched) + "\n")
 
     out.write(f"\nParallel regions by source location (top {top} by total time)\n")
-    r = trace.parallel_regions()
+    r = tables.parallel_regions(trace)
     if r.empty:
         out.write("  (none)\n")
     else:
@@ -113,27 +108,36 @@ def render(trace: Trace, top: int = 10) -> str:
         out.write(_table([{
             "pid": int(x.pid),
             "location": x.location if isinstance(x.location, str) else "-",
-            "regions": int(x.count), "total ms": _ms(x.total), "mean us": _us(x.mean),
+            "regions": int(x.count), "total": format_ns(x.total), "mean": format_ns(x.mean),
             "team size": int(x.team) if pd.notna(x.team) else "-",
             "invoker": x.invoker,
         } for x in by_site.itertuples()]))
 
-    out.write("\nThreads (inside parallel regions: busy versus waiting)\n")
-    tt = analysis.thread_time(df, implicit.table, waits.table, mutex)
-    written = {(p["pid"], t["thread"]): t for p in meta["processes"] for t in p["threads"]}
+    out.write("\nThreads (busy and waiting: the thread states of Trace.summary())\n")
+    out.write(_threads(trace))
+    return out.getvalue()
+
+
+def _threads(trace: Trace) -> str:
+    """Per thread: its time busy and waiting (the thread states), and its records."""
+    written = {(p["pid"], t["thread"]): t for p in trace.meta["processes"] for t in p["threads"]}
+    try:
+        totals = thread_totals(trace)
+    except MissingEventsError as e:
+        return f"  (no thread states: {e})\n"
     rows = []
-    for x in tt.itertuples():
+    for x in totals.itertuples():
         th = written.get((x.pid, x.thread), {})
-        inside = x.in_regions_ns
+        waiting = sum(getattr(x, f"{s}_ns") for s in THREAD_STATES[1:])
+        working = x.busy_ns + waiting
         rows.append({
             "pid": int(x.pid), "thread": int(x.thread), "type": th.get("type", "?"),
-            "in regions ms": _ms(inside), "busy ms": _ms(x.busy_ns),
-            "waiting ms": _ms(x.waiting_ns),
-            "waiting %": f"{100 * x.waiting_ns / inside:.1f}" if inside else "-",
-            "written": th.get("written", int(x.events)), "dropped": th.get("dropped", 0),
+            "busy": format_ns(x.busy_ns), "waiting": format_ns(waiting),
+            "waiting %": f"{100 * waiting / working:.1f}" if working else "-",
+            "idle": format_ns(x.idle_ns),
+            "written": th.get("written", "-"), "dropped": th.get("dropped", "-"),
         })
-    out.write(_table(rows))
-    return out.getvalue()
+    return _table(rows)
 
 
 _HTML_STYLE = """
@@ -147,7 +151,7 @@ img { max-width: 100%; }
 
 def render_html(trace: Trace, top: int = 10, title: str = "") -> str:
     """One self-contained HTML page: the processes, the summary tables
-    (ompt_py.metrics.Summary) and the plots as embedded PNG images."""
+    (ompt_py.analysis.summary.Summary) and the plots as embedded PNG images."""
     import html
 
     from . import plots
@@ -155,17 +159,17 @@ def render_html(trace: Trace, top: int = 10, title: str = "") -> str:
     def image(fig: plots.Figure) -> str:
         return f"<img src='{plots.png_data_uri(fig)}'>"
 
-    summary = metrics.summary(trace, top=top)
+    answers = summary.summary(trace, top=top)
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
              f"<title>ompt-py report {html.escape(title)}</title><style>{_HTML_STYLE}</style>"
              f"</head><body><h1>ompt-py report {html.escape(title)}</h1>",
-             "<h2>Processes</h2>", metrics.processes(trace).to_html(index=False, border=0),
-             "<h2>Summary</h2>", summary._repr_html_()]
+             "<h2>Processes</h2>", summary.processes(trace).to_html(index=False, border=0),
+             "<h2>Summary</h2>", answers._repr_html_()]
     if len(trace):
         parts += ["<h2>Timeline and thread states</h2>", image(plots.overview(trace))]
-    if summary.regions is not None and len(summary.regions):
+    if answers.regions is not None and len(answers.regions):
         parts += ["<h2>Load imbalance</h2>", image(plots.imbalance(trace, top=top))]
-    if summary.tasks is not None:
+    if answers.tasks is not None:
         parts += ["<h2>Task durations</h2>", image(plots.task_durations(trace))]
     parts.append("</body></html>\n")
     return "\n".join(parts)

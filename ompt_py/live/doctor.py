@@ -4,15 +4,16 @@ not, why, and what to do."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
-from . import _attach, _runtime
+from . import attach, runtime
 
 
 def findings() -> dict:
     """What the report is made of: runtimes, which module links which, problems."""
-    runtimes = _runtime.mapped_runtimes()
+    runtimes = runtime.mapped_runtimes()
     problems = []
-    fb = _attach.FALLBACK
+    fb = attach.FALLBACK
     if fb.error:
         problems.append(f"runtime fallback: {fb.error}")
     if fb.early_gnu_modules:
@@ -25,23 +26,23 @@ def findings() -> dict:
     if len(llvm) > 1:
         dup_ok = os.environ.get("KMP_DUPLICATE_LIB_OK", "").upper() in ("TRUE", "1")
         if not dup_ok:
-            problems.append(_attach.duplicate_runtimes_message(llvm))
-        elif _attach.FALLBACK.how == "loaded":
+            problems.append(attach.duplicate_runtimes_message(llvm))
+        elif attach.FALLBACK.how == "loaded":
             problems.append(
                 "several LLVM/Intel OpenMP runtimes with KMP_DUPLICATE_LIB_OK, and the fallback "
                 "put one into the global scope, where it takes over the calls of copies not "
                 "loaded with RTLD_DEEPBIND: run with OMPTPY_RUNTIME=off"
             )
-    if _attach._config_error:
-        problems.append(f"configuration: {_attach._config_error}")
-    st = _attach.status()
+    if attach.CONFIG_ERROR:
+        problems.append(f"configuration: {attach.CONFIG_ERROR}")
+    st = attach.status()
     return {
         "tool_path": st["tool_path"],
         "attached": st["attached"],
         "attached_runtimes": [r["path"] for r in st["runtimes"] if r["initialized"]],
         "fallback": st["fallback"],
-        "bundled_libomp": _runtime.BUNDLED if os.path.exists(_runtime.BUNDLED) else None,
-        "system_libomp": _runtime.system_libomp(),
+        "bundled_libomp": runtime.BUNDLED if os.path.exists(runtime.BUNDLED) else None,
+        "system_libomp": runtime.system_libomp(),
         "mapped_runtimes": [{"path": r.path, "family": r.family} for r in runtimes],
         "modules": st["modules"],
         "problems": problems,
@@ -49,8 +50,11 @@ def findings() -> dict:
 
 
 def report() -> str:
-    """The findings as text."""
-    f = findings()
+    """The findings as text (what ``ompt-py doctor`` prints)."""
+    return _text(findings())
+
+
+def _text(f: dict) -> str:
     fb = f["fallback"]
     lines = [
         f"ompt-py tool: {f['tool_path']}",
@@ -72,3 +76,27 @@ def report() -> str:
     else:
         lines.append("no problems found")
     return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Diagnosis:
+    """What ``ompt_py.doctor()`` found (``findings``: the facts, ``problems``: what
+    stops tracing, each with what to do); shows as the report."""
+
+    findings: dict
+
+    @property
+    def problems(self) -> list[str]:
+        return self.findings["problems"]
+
+    def __str__(self) -> str:
+        return _text(self.findings)
+
+    __repr__ = __str__
+
+
+def doctor() -> Diagnosis:
+    """Can this process be traced, and if not, why and what to do: the OpenMP
+    runtimes mapped, which module links which, the runtime fallback, and the
+    problems found.  Shows as text (``print(ompt_py.doctor())``)."""
+    return Diagnosis(findings())

@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._records import RAW_DTYPE, RECORD_SIZE
-from .errors import TraceFileError
+from .. import meta as trace_meta
+from ..errors import TraceFileError
+from ..records import RAW_DTYPE, RECORD_SIZE, to_events
+from . import Parts
 
 MAGIC = 0x5450504F
 BLOCK_META, BLOCK_RECORDS, BLOCK_STATS = 1, 2, 3
@@ -116,3 +118,35 @@ def list_dir(directory: str) -> list[str]:
     except OSError as e:
         raise TraceFileError(f"cannot list {directory}: {e.strerror}") from e
     return [os.path.join(directory, n) for n in names]
+
+
+def load(paths: list[str], source: str) -> Parts:
+    """The trace of the raw files ``paths`` (one per process; ``source`` names them
+    in errors), on one time axis whose origin is the earliest process start."""
+    if not paths:
+        raise TraceFileError(
+            f"{source} holds no trace files (*{SUFFIX}): no process in the run "
+            "started an OpenMP runtime with OMPT support (LLVM libomp)."
+        )
+    procs = [read(p) for p in paths]
+    origin = min(p.meta["start_anchor"]["mono_ns"] for p in procs)
+    segments, pids, entries = [], [], []
+    for p in procs:
+        last = p.stats[-1] if p.stats else None
+        events = to_events(p.records, p.meta["start_anchor"], last["anchor"] if last else None,
+                           p.meta["tick_ns_estimate"], origin)
+        segments.append(events)
+        pids.append((p.meta["pid"], len(events)))
+        threads = trace_meta.thread_rows(last) if last else []
+        entries.append(
+            trace_meta.process_entry(
+                p.meta, last, threads,
+                complete=any(s["final"] for s in p.stats),
+                modules=trace_meta.modules(p.meta, *p.stats),
+                truncated=p.truncated,
+                source=p.path,
+            )
+        )
+        if not threads:  # killed before any counters were written: count what is there
+            entries[-1]["written"] = len(events)
+    return Parts(segments, trace_meta.trace_meta(entries, origin), pids)

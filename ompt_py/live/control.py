@@ -12,7 +12,8 @@ initialises a runtime as a side effect.  The command is recorded as a
 
 from __future__ import annotations
 
-from . import _attach, _core
+from .. import _core
+from . import attach
 
 #: omp_control_tool's standard commands (OpenMP 5.2, 3.14).
 COMMANDS = {"start": 1, "pause": 2, "flush": 3, "end": 4}
@@ -47,5 +48,5 @@ def control(command: str | int, modifier: int = 0) -> int:
         raise TypeError(f"command must be a name or an int, not {type(command).__name__}")
     if not isinstance(modifier, int) or isinstance(modifier, bool) or not 0 <= modifier < 1 << 64:
         raise ValueError(f"modifier must be an int from 0 to 2**64-1, not {modifier!r}")
-    _attach.check_config()
+    attach.check_config()
     return _core.control_tool(code, modifier)

@@ -1,0 +1,19 @@
+"""Analysis: what a trace means.
+
+* ``pairing``: begin/end pairing and the relations between paired tables, in C
+  (``_core.pair``, ``_core.find``), shared with the Perfetto export.
+* ``tables``: one row per construct instance (``Trace.parallel_regions()``,
+  ``tasks()``, ``sync()``, ``mutex()``, ``user_regions()`` ...) and the
+  symbols of code addresses (``symbols``).
+* ``states``: the thread states (busy, barrier/sync/lock wait, idle): the one
+  definition of busy.
+* ``samples``: the runtime's sampled states.
+* ``metrics``: constructs, imbalance, task granularity, lock contention,
+  utilisation; ``summary``: the answers together.
+* ``cache``: the derived tables of each trace, made once.
+
+Modules here take a Trace (``ompt_py.trace``, imported only for type
+checking) and import only the base modules (``records``, ``meta``,
+``units``, ``errors``, ``elf``) and each other; never live collection, input/output or
+presentation.
+"""

@@ -1,0 +1,61 @@
+"""What the analyses derive from a trace, made once per trace.
+
+The events frame, the paired tables and the analyses built on them are made
+on first use and kept in one ``Derived`` object per trace, until the trace's
+events change (``Trace.revision``: a trace still recording grows at each
+``stop()``).  A function marked ``@per_trace`` is computed once per trace and
+arguments; its cache key is the function itself, so every derived table is
+named by the function that makes it.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from ..trace import Trace
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Derived:
+    """The values derived from one revision of a trace's events."""
+
+    def __init__(self, revision: int) -> None:
+        self.revision = revision
+        self.values: dict[tuple, Any] = {}
+
+
+_DERIVED: weakref.WeakKeyDictionary[Trace, Derived] = weakref.WeakKeyDictionary()
+
+
+def derived(trace: Trace) -> Derived:
+    """The derived values of ``trace`` (a new, empty set once its events changed)."""
+    d = _DERIVED.get(trace)
+    if d is None or d.revision != trace.revision:
+        d = _DERIVED[trace] = Derived(trace.revision)
+    return d
+
+
+def per_trace(fn: F) -> F:
+    """``fn(trace, *args)`` computed once per trace and ``args`` (hashable)."""
+
+    @functools.wraps(fn)
+    def cached(trace: Trace, *args: Any) -> Any:
+        values = derived(trace).values
+        key = (fn, args)
+        if key not in values:
+            values[key] = fn(trace, *args)
+        return values[key]
+
+    return cached  # type: ignore[return-value]
+
+
+def made(trace: Trace, fn: Callable[..., Any]) -> bool:
+    """Whether the ``@per_trace`` function ``fn`` was computed for ``trace`` (its
+    current events), for any arguments."""
+    fn = getattr(fn, "__wrapped__", fn)
+    return any(key[0] is fn for key in derived(trace).values)

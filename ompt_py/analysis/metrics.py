@@ -1,0 +1,420 @@
+"""Answers from a trace: where the time goes, which parallel region is imbalanced,
+whether tasks are too small, who waits for which lock, how busy each thread was
+over time.
+
+Every analysis returns a pandas DataFrame (times in nanoseconds), computed with
+numpy and pandas over whole columns, from the paired tables (``tables``) and
+the thread states (``states``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+from pandas.api.types import union_categoricals
+
+from ..records import EVENT_CODES, TASK_INITIAL
+from ..units import format_ns
+from . import tables
+from .cache import per_trace
+from .states import (
+    STATE_COLUMNS,
+    THREAD_STATES,
+    closed,
+    cumulative,
+    in_regions,
+    key_pid_thread,
+    overlap,
+    require,
+    require_states,
+    task_waits,
+    thread_key,
+    thread_states,
+    threads,
+    to_int,
+)
+
+if TYPE_CHECKING:
+    from ..trace import Trace
+
+_STAT_COLUMNS = ["count", "total_ns", "mean_ns", "p50_ns", "p95_ns", "max_ns"]
+
+
+# ---- per construct and per source location ---------------------------------------------------
+
+
+
+@per_trace
+def construct_instances(trace: Trace) -> pd.DataFrame:
+    """One row per construct instance: construct, kind, pid, thread, codeptr,
+    parallel_id, begin_ns, duration_ns.  Instances without a code address of their
+    own (implicit tasks, a worker's implicit barrier) take their region's."""
+    regions = tables.region_intervals(trace).table
+    implicit = tables.implicit_intervals(trace).table
+    sync = tables.sync_intervals(trace).table
+    work = tables.work_intervals(trace).table
+    masked = tables.masked_intervals(trace).table
+    mutex = tables.mutex(trace)
+    pieces = tables.task_pieces(trace)
+    created = tables.created(trace)
+    names: list[str] = []
+    kinds: list[pd.Categorical] = []
+    columns: dict[str, list[np.ndarray]] = {c: [] for c in (
+        "pid", "thread", "codeptr", "parallel_id", "begin_ns", "duration_ns")}
+
+    def add(construct: str, kind: pd.Categorical, t: pd.DataFrame, duration: pd.Series,
+            begin: pd.Series, codeptr: pd.Series | None = None,
+            parallel_id: pd.Series | None = None) -> None:
+        n = len(t)
+        names.append(construct)
+        kinds.append(kind)
+        columns["pid"].append(to_int(t["pid"]))
+        columns["thread"].append(to_int(t["thread"]) if "thread" in t else np.full(n, -1))
+        columns["codeptr"].append(to_int(codeptr, np.uint64) if codeptr is not None
+                                  else np.zeros(n, np.uint64))
+        columns["parallel_id"].append(to_int(parallel_id, np.uint64) if parallel_id is not None
+                                      else np.zeros(n, np.uint64))
+        columns["begin_ns"].append(np.asarray(begin, dtype=np.int64))
+        columns["duration_ns"].append(np.asarray(duration, dtype=np.float64))
+
+    def one(kind: str, n: int) -> pd.Categorical:
+        return pd.Categorical.from_codes(np.zeros(n, np.int8), [kind])
+
+    def named(values: pd.Series) -> pd.Categorical:
+        cat = values.astype("category").array
+        return pd.Categorical.from_codes(cat.codes, list(cat.categories))  # one category dtype
+
+    add("parallel region", pd.Categorical.from_codes(regions["league"].to_numpy(np.int8),
+                                                     ["team", "league"]),
+        regions, regions["duration_ns"], regions["begin_ns"], regions["codeptr"],
+        regions["parallel_id"])
+    add("implicit task", pd.Categorical.from_codes(
+        (to_int(implicit["flags"]) & TASK_INITIAL).astype(np.int8), ["implicit", "initial"]),
+        implicit, implicit["duration_ns"], implicit["begin_ns"], None, implicit["parallel_id"])
+    add("work", named(work["kind_raw"]), work, work["duration_ns"], work["begin_ns"],
+        work["codeptr"], work["parallel_id"])
+    add("sync", named(sync["kind_raw"]), sync, sync["duration_ns"], sync["begin_ns"],
+        sync["codeptr"], sync["parallel_id"])
+    if len(mutex):
+        waited, held = mutex[mutex["wait_ns"].notna()], mutex[mutex["hold_ns"].notna()]
+        add("mutex wait", named(waited["kind"]), waited, waited["wait_ns"],
+            waited["acquire_ns"], waited["codeptr"])
+        add("mutex hold", named(held["kind"]), held, held["hold_ns"], held["acquired_ns"],
+            held["codeptr"])
+    add("masked", one("masked", len(masked)), masked, masked["duration_ns"], masked["begin_ns"],
+        masked["codeptr"], masked["parallel_id"])
+    if len(pieces):
+        runs = pieces.groupby(["pid", "task_id"], sort=False).agg(
+            thread=("thread", "first"), begin_ns=("begin_ns", "min"),
+            duration_ns=("duration_ns", "sum")).reset_index()
+        runs = runs.merge(created[["pid", "task_id", "codeptr"]].drop_duplicates(
+            ["pid", "task_id"]), on=["pid", "task_id"], how="left")
+        add("task", one("explicit", len(runs)), runs, runs["duration_ns"], runs["begin_ns"],
+            runs["codeptr"])
+    user = tables.user_regions(trace)
+    if len(user):  # ompt_py.region / omptpy_region.h: the kind is the region's name
+        add("user region", named(user["name"]), user, user["duration_ns"], user["begin_ns"],
+            user["codeptr"])
+    sizes = [len(k) for k in kinds]
+    out = pd.DataFrame({
+        "construct": pd.Categorical.from_codes(np.repeat(np.arange(len(names)), sizes), names),
+        "kind": union_categoricals(kinds),
+        **{c: np.concatenate(v) for c, v in columns.items()},
+    })
+    # No code address of its own: the region's.
+    no_code = (out["codeptr"].to_numpy() == 0) & (out["parallel_id"].to_numpy() != 0)
+    if no_code.any() and len(regions):
+        where = pd.Series(to_int(regions["codeptr"], np.uint64),
+                          index=pd.MultiIndex.from_arrays([to_int(regions["pid"]),
+                                                           to_int(regions["parallel_id"],
+                                                                np.uint64)]))
+        where = where[~where.index.duplicated()]
+        idx = pd.MultiIndex.from_arrays([out["pid"].to_numpy()[no_code],
+                                         out["parallel_id"].to_numpy()[no_code]])
+        filled = where.reindex(idx).fillna(0).to_numpy(np.uint64)
+        codeptr = out["codeptr"].to_numpy().copy()
+        codeptr[no_code] = filled
+        out["codeptr"] = codeptr
+    return out
+
+
+def _group_stats(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    g = frame.groupby(keys, observed=True, sort=False, dropna=False)["duration_ns"]
+    stats = g.agg(["count", "sum", "mean", "max"]).rename(
+        columns={"sum": "total_ns", "mean": "mean_ns", "max": "max_ns"})
+    stats["p50_ns"], stats["p95_ns"] = g.quantile(0.5), g.quantile(0.95)
+    return stats[_STAT_COLUMNS].sort_values("total_ns", ascending=False).reset_index()
+
+
+def constructs(trace: Trace, by: str = "construct") -> pd.DataFrame:
+    """Count, total, mean, p50, p95 and max time per construct and kind (``by=
+    "construct"``), or per construct, kind and source location (``by="source"``).
+
+    Constructs: ``parallel region`` (team or league), ``implicit task`` (initial
+    or implicit), ``work`` (by the runtime's kind: loop_static, single_executor,
+    ...), ``sync`` (barrier kinds, taskwait, taskgroup: from entry to exit,
+    including tasks run while waiting), ``mutex wait`` and ``mutex hold`` (lock,
+    critical, ordered ...), ``masked``, ``task`` (time an explicit task ran,
+    all its pieces).  Sorted by total time.
+    """
+    if by not in ("construct", "source"):
+        raise ValueError(f"by={by!r}: use 'construct' or 'source'")
+    inst = construct_instances(trace)
+    if by == "construct":
+        return _group_stats(inst, ["construct", "kind"])
+    # Symbolise each (pid, code address) once, then give every instance its row's.
+    places = inst[["pid", "codeptr"]]
+    which = places.groupby(["pid", "codeptr"], sort=False).ngroup().to_numpy()
+    first = np.zeros(which.max() + 1 if len(which) else 0, dtype=np.int64)
+    first[which] = np.arange(len(which))
+    unique = places.iloc[first].reset_index(drop=True)
+    code = unique["codeptr"].to_numpy()
+    src = tables.with_source(trace, unique.assign(codeptr=pd.arrays.IntegerArray(code, code == 0)))
+    keys = ["construct", "kind", "pid", "location"]
+    located = inst.assign(location=pd.Categorical(src["location"].to_numpy(object)[which]))
+    stats = _group_stats(located, keys)
+    func = pd.DataFrame({"pid": src["pid"], "location": src["location"],
+                         "function": src["function"]}).drop_duplicates(["pid", "location"])
+    out = stats.merge(func, on=["pid", "location"], how="left")
+    return out[[*keys, "function", *_STAT_COLUMNS]]
+
+
+# ---- load imbalance per parallel region --------------------------------------------------------
+
+
+
+@per_trace
+def region_threads(trace: Trace) -> pd.DataFrame:
+    """One row per implicit task of a parallel region: pid, parallel_id, thread,
+    thread_num, begin_ns, end_ns, duration_ns, complete (False: cut off by the
+    trace window, see intervals) and its time in each state (busy_ns,
+    barrier_wait_ns, sync_wait_ns, lock_wait_ns, idle_ns)."""
+    require_states(trace, "imbalance()")
+    it = in_regions(closed(trace, tables.implicit_intervals))
+    out = it[["pid", "parallel_id", "thread", "thread_num", "begin_ns", "end_ns",
+              "duration_ns", "complete"]].reset_index(drop=True)
+    times = overlap(thread_states(trace), thread_key(out["pid"], out["thread"]),
+                     to_int(out["begin_ns"]), to_int(out["end_ns"]))
+    for i, s in enumerate(THREAD_STATES):
+        out[f"{s}_ns"] = times[:, i]
+    out["idle_ns"] = out["duration_ns"] - times.sum(axis=1)
+    return out
+
+
+def imbalance(trace: Trace, per_thread: bool = False) -> pd.DataFrame:
+    """Load imbalance per parallel region: ``imbalance`` = max over mean busy time
+    of the region's implicit tasks (1.0: perfectly balanced; with n threads at most
+    n), ``lost_ns`` = what the threads waited for the busiest one (sum of max - busy),
+    ``barrier_wait_share`` = time waiting at barriers over the implicit tasks' time,
+    ``wait_share`` the same for every wait (barriers, taskwait/taskgroup, locks).
+    Busy time excludes waits but includes the tasks a thread ran while waiting.
+
+    A region the trace window cut off is listed with ``complete`` False and
+    measured up to the end of the trace; one whose implicit tasks all lie
+    outside the window has no figures (NaN).  ``per_thread=True``: one row per
+    implicit task (region_threads), with its busy and waiting shares.
+    """
+    rt = region_threads(trace)
+    if per_thread:
+        dur = rt["duration_ns"].where(rt["duration_ns"] > 0)
+        return rt.assign(busy_share=rt["busy_ns"] / dur,
+                         barrier_wait_share=rt["barrier_wait_ns"] / dur)
+    waiting = rt["barrier_wait_ns"] + rt["sync_wait_ns"] + rt["lock_wait_ns"]
+    per = rt.assign(_waiting=waiting).groupby(["pid", "parallel_id"], sort=False).agg(
+        threads=("thread", "size"), busy_mean_ns=("busy_ns", "mean"),
+        busy_min_ns=("busy_ns", "min"), busy_max_ns=("busy_ns", "max"),
+        busy_total_ns=("busy_ns", "sum"), tasks_ns=("duration_ns", "sum"),
+        barrier_wait_ns=("barrier_wait_ns", "sum"), wait_ns=("_waiting", "sum"))
+    paired = tables.region_intervals(trace)
+    regions = tables.with_source(trace, closed(trace, tables.region_intervals)[[
+        "pid", "parallel_id", "begin_ns", "duration_ns", "requested_team_size", "codeptr",
+        "complete"]])
+    out = regions.merge(per.reset_index(), on=["pid", "parallel_id"], how="left")
+    mean = out["busy_mean_ns"].where(out["busy_mean_ns"] > 0)
+    tasks = out["tasks_ns"].where(out["tasks_ns"] > 0)
+    out["imbalance"] = out["busy_max_ns"] / mean
+    out["lost_ns"] = out["threads"] * out["busy_max_ns"] - out["busy_total_ns"]
+    out["barrier_wait_share"] = out["barrier_wait_ns"] / tasks
+    out["wait_share"] = out["wait_ns"] / tasks
+    out.attrs.update(unmatched_begins=paired.unmatched_begins,
+                     unmatched_ends=paired.unmatched_ends)
+    return out.drop(columns=["busy_total_ns", "tasks_ns"])
+
+
+# ---- tasks -------------------------------------------------------------------------------------
+
+
+def _decade_edges(lo: float, hi: float) -> np.ndarray:
+    first = math.floor(math.log10(max(lo, 1)))
+    last = max(math.floor(math.log10(max(hi, 1))) + 1, first + 1)
+    return 10.0 ** np.arange(first, last + 1)
+
+
+def task_runs(trace: Trace) -> pd.DataFrame:
+    """One row per explicit task that ran: pid, task_id, run_ns (time it was the
+    task its thread ran, all pieces), wait_ns (of that, waiting in its own taskwait
+    or taskgroup) and busy_ns (the rest: its own work)."""
+    require(trace, "task_granularity()", ["task_schedule"], ["task_create"])
+    keys = ["pid", "task_id"]
+    runs = tables.task_pieces(trace).groupby(keys, sort=False)["duration_ns"].sum()
+    runs = runs.rename("run_ns")
+    tw = task_waits(trace)
+    waited = (tw["end_ns"] - tw["begin_ns"]).groupby([tw["pid"], tw["task_id"]]).sum()
+    out = runs.reset_index()
+    idx = pd.MultiIndex.from_arrays([to_int(out["pid"]), to_int(out["task_id"], np.uint64)])
+    out["wait_ns"] = waited.reindex(idx).fillna(0).to_numpy(np.int64)
+    out["busy_ns"] = out["run_ns"] - out["wait_ns"]
+    return out
+
+
+def creation_cost(trace: Trace) -> float:
+    """Estimated time to create one explicit task: the median gap between two
+    task_create events of one thread and parent with nothing else recorded between
+    them (back-to-back creations).  NaN when no such pair exists."""
+    ev, pids = trace.events, trace.pids
+    at = np.flatnonzero(ev["event"] == EVENT_CODES["task_create"])
+    at = at[at > 0]
+    # events holds each thread's records in order: the one before a record of
+    # the same thread is that thread's previous record.
+    before = at - 1
+    pair = ((ev["event"][before] == EVENT_CODES["task_create"])
+            & (ev["thread"][before] == ev["thread"][at]) & (pids[before] == pids[at])
+            & (ev["u64a"][before] == ev["u64a"][at]))  # the parent task (other_task_id)
+    gaps = ev["time_ns"][at[pair]] - ev["time_ns"][before[pair]]
+    return float(np.median(gaps)) if len(gaps) else float("nan")
+
+
+def task_granularity(trace: Trace, bins: int | Sequence[float] | None = None) -> pd.DataFrame:
+    """Histogram of explicit task durations (each task's own work: busy_ns of
+    task_runs) on log bins: lo_ns, hi_ns, label, tasks, task_share, busy_ns,
+    time_share.  ``bins``: None (one bin per decade), a number of log-spaced bins
+    over the range, or the edges in nanoseconds.
+
+    ``attrs``: ``tasks`` (created), ``ran``, ``outside_bins``, ``median_busy_ns``,
+    ``create_ns`` (the estimated cost of creating one task, see creation_cost) and
+    ``creation_overhead_share`` = tasks x create_ns / (that + the tasks' busy time):
+    near 1 when tasks are too small for what creating them costs.
+    """
+    busy = task_runs(trace)["busy_ns"].to_numpy(np.float64)
+    if bins is None or isinstance(bins, (int, np.integer)):
+        lo, hi = (float(busy.min()), float(busy.max())) if len(busy) else (1.0, 1.0)
+        if not len(busy):
+            edges = np.empty(1)  # no tasks, no bins
+        elif bins is None:
+            edges = _decade_edges(lo, hi)
+        else:
+            edges = np.geomspace(max(lo, 1), max(hi, lo + 1, 2) * (1 + 1e-9), int(bins) + 1)
+    else:
+        edges = np.asarray(bins, dtype=np.float64)
+        if edges.ndim != 1 or len(edges) < 2 or (np.diff(edges) <= 0).any():
+            raise ValueError("bins: give increasing edges in nanoseconds (at least two)")
+    which = np.searchsorted(edges, busy, side="right") - 1
+    inside = (which >= 0) & (which < len(edges) - 1)
+    counts = np.bincount(which[inside], minlength=len(edges) - 1)
+    times = np.bincount(which[inside], weights=busy[inside], minlength=len(edges) - 1)
+    total = busy.sum()
+    out = pd.DataFrame({
+        "lo_ns": edges[:-1], "hi_ns": edges[1:],
+        "label": [f"{format_ns(a)} - {format_ns(b)}"
+                  for a, b in zip(edges[:-1], edges[1:])],
+        "tasks": counts,
+        "task_share": counts / len(busy) if len(busy) else np.zeros(len(counts)),
+        "busy_ns": times,
+        "time_share": times / total if total > 0 else np.zeros(len(counts)),
+    })
+    create = creation_cost(trace)
+    n_created = len(tables.created(trace))
+    overhead = n_created * create
+    out.attrs.update({
+        "tasks": n_created, "ran": len(busy), "outside_bins": int((~inside).sum()),
+        "median_busy_ns": float(np.median(busy)) if len(busy) else float("nan"),
+        "create_ns": create,
+        "creation_overhead_share": float(overhead / (overhead + total))
+        if n_created and not math.isnan(create) else float("nan"),
+    })
+    return out
+
+
+# ---- locks and critical sections -----------------------------------------------------------
+
+
+def lock_contention(trace: Trace) -> pd.DataFrame:
+    """Per lock, critical section or ordered region (pid, kind, wait_id): acquisitions,
+    threads, wait time (total, mean, p95, max), hold time (total, mean, p50, max), the
+    thread that held it longest and its share of the hold time, and the source
+    location where it was most often taken.  Sorted by total wait."""
+    require(trace, "lock_contention()", ["mutex_acquire", "mutex_acquired", "mutex_released"],
+            ["mutex_acquire", "mutex_acquired", "mutex_released"])
+    m = tables.mutex(trace)
+    keys = ["pid", "kind", "wait_id"]
+    columns = [*keys, "acquisitions", "threads", "wait_total_ns", "wait_mean_ns", "wait_p95_ns",
+               "wait_max_ns", "hold_total_ns", "hold_mean_ns", "hold_p50_ns", "hold_max_ns",
+               "top_holder",
+               "top_holder_share", "codeptr", "function", "location"]
+    if m.empty:
+        return pd.DataFrame(columns=columns)
+    m = m.assign(kind=m["kind"].astype(str))
+    g = m.groupby(keys, sort=False)
+    out = g.agg(acquisitions=("thread", "size"), threads=("thread", "nunique"),
+                wait_total_ns=("wait_ns", "sum"), wait_mean_ns=("wait_ns", "mean"),
+                wait_max_ns=("wait_ns", "max"), hold_total_ns=("hold_ns", "sum"),
+                hold_mean_ns=("hold_ns", "mean"), hold_max_ns=("hold_ns", "max"))
+    out["wait_p95_ns"] = g["wait_ns"].quantile(0.95)
+    out["hold_p50_ns"] = g["hold_ns"].median()
+    held = m.groupby([*keys, "thread"], sort=False)["hold_ns"].sum().reset_index()
+    held = held.sort_values("hold_ns", ascending=False, kind="stable").drop_duplicates(keys)
+    held = held.set_index(keys)
+    out["top_holder"] = held["thread"]
+    out["top_holder_share"] = held["hold_ns"] / out["hold_total_ns"].where(
+        out["hold_total_ns"] > 0)
+    sites = m.groupby([*keys, "codeptr"], sort=False).size().rename("n").reset_index()
+    sites = sites.sort_values("n", ascending=False, kind="stable").drop_duplicates(keys)
+    out["codeptr"] = sites.set_index(keys)["codeptr"]
+    out = tables.with_source(trace, out.reset_index())
+    return out[columns].sort_values("wait_total_ns", ascending=False).reset_index(drop=True)
+
+
+# ---- thread utilisation over time ----------------------------------------------------------
+
+
+def _nice(ns: float) -> int:
+    """1, 2 or 5 times a power of ten, at least ns (and at least 1)."""
+    if ns <= 1:
+        return 1
+    p = 10 ** math.floor(math.log10(ns))
+    return int(next(m * p for m in (1, 2, 5, 10) if m * p >= ns))
+
+
+def utilisation(trace: Trace, bin_ns: int | None = None) -> pd.DataFrame:
+    """Per thread and time bin: busy_ns, barrier_wait_ns, sync_wait_ns, lock_wait_ns,
+    idle_ns (they add up to the bin's length), with the bin's begin_ns/end_ns.
+    ``bin_ns``: the bin width (default: the span over about 100 bins, rounded)."""
+    require_states(trace, "utilisation()")
+    columns = ["pid", "thread", "begin_ns", "end_ns", *STATE_COLUMNS]
+    t = trace.events["time_ns"]
+    if not len(t):
+        return pd.DataFrame(columns=columns)
+    start, stop = int(t.min()), int(t.max())
+    span = max(stop - start, 1)
+    if bin_ns is not None and bin_ns <= 0:
+        raise ValueError(f"bin_ns={bin_ns}: give a positive width in nanoseconds")
+    width = int(bin_ns) if bin_ns else _nice(span / 100)
+    n_bins = max(math.ceil(span / width), 1)
+    edges = np.minimum(start + width * np.arange(n_bins + 1, dtype=np.int64), start + span)
+    keys = threads(trace)
+    cum = cumulative(thread_states(trace), len(THREAD_STATES), np.repeat(keys, n_bins + 1),
+                     np.tile(edges, len(keys)))
+    per = np.diff(cum.reshape(len(keys), n_bins + 1, len(THREAD_STATES)), axis=1)
+    per = per.reshape(-1, len(THREAD_STATES))
+    pid, thread = key_pid_thread(np.repeat(keys, n_bins))
+    out = pd.DataFrame({"pid": pid, "thread": thread,
+                        "begin_ns": np.tile(edges[:-1], len(keys)),
+                        "end_ns": np.tile(edges[1:], len(keys))})
+    for i, s in enumerate(THREAD_STATES):
+        out[f"{s}_ns"] = per[:, i]
+    out["idle_ns"] = (out["end_ns"] - out["begin_ns"]) - per.sum(axis=1)
+    return out

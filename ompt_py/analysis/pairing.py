@@ -1,0 +1,266 @@
+"""Begin/end pairing, and the relations between paired tables: one
+implementation (C, ``_core.pair`` and ``_core.find``) for the tables
+(``tables``), the Perfetto export (``ompt_py.io.perfetto``, on record fields)
+and the regions of user code.
+
+Scoped OMPT events nest per thread.  Pairing keeps that order: within one
+key (process, thread, event, kind ...) an end closes the latest open begin.
+An end with no begin before it (its begin came before the trace window) and
+a begin with no end (its end comes after the window) are kept and counted
+as unmatched, never paired wrongly or dropped silently.
+
+libomp reports a worker's implicit-barrier end and implicit-task end only
+when the worker is released for the next parallel region; those intervals
+are clamped to the end of their parallel region (``clamped_ends``), which is
+when the worker really became idle.
+
+Functions here work on arrays (key columns, rows, times), so that a table
+made from a pandas frame and a slice made from raw records pair alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import _core
+
+
+@dataclass
+class Intervals:
+    """Paired intervals of one kind of construct, and what could not be paired."""
+
+    table: pd.DataFrame  # one row per matched begin/end: begin_ns, end_ns, duration_ns, ...
+    unmatched_begins: int
+    unmatched_ends: int
+    open: pd.DataFrame | None = None  # the unmatched begins (columns of table, no end)
+
+    def counted(self) -> pd.DataFrame:
+        """The table with the unmatched counts in its attrs (as the Trace's tables give it)."""
+        table = self.table.reset_index(drop=True)
+        table.attrs["unmatched_begins"] = self.unmatched_begins
+        table.attrs["unmatched_ends"] = self.unmatched_ends
+        return table
+
+
+def group_ids(keys: pd.DataFrame) -> tuple[np.ndarray, int]:
+    """A number in [0, count) per distinct row of ``keys`` (missing values are a
+    value of their own), and count."""
+    ids = np.zeros(len(keys), np.int64)
+    count = 1
+    for name in keys:
+        codes, uniques = pd.factorize(keys[name], use_na_sentinel=False)
+        if count * len(uniques) >= 1 << 62:  # renumber before the product overflows
+            ids, seen = pd.factorize(ids)
+            count = len(seen)
+        ids = ids * len(uniques) + codes
+        count *= len(uniques)
+    if count > len(ids):  # numbers as many as the rows at most (the pairing's stacks)
+        ids, seen = pd.factorize(ids)
+        count = len(seen)
+    return ids, count
+
+
+def column(values: np.ndarray, missing_if_zero: bool = False, table: Any = None) -> tuple:
+    """A key column of _core.pair and _core.find: the integers ``values`` (bytes:
+    read through ``table``, bytes too, when given); ``missing_if_zero``: rows
+    where it is 0 have no key (find)."""
+    return np.ascontiguousarray(values), missing_if_zero, table
+
+
+
+
+@dataclass
+class Pairs:
+    """What ``pair`` found, as rows of its input: each matched begin (in the order
+    of the begins) and its end; the begins never closed; how many ends closed
+    nothing; and, when asked for, each row's enclosing begin (-1: none)."""
+
+    begins: np.ndarray
+    ends: np.ndarray
+    open: np.ndarray
+    unmatched_ends: int
+    enclosing: np.ndarray | None = None
+
+
+def pair(keys: list[tuple], is_begin: np.ndarray, tags: tuple | None = None,
+         enclosing: bool = False) -> Pairs:
+    """Begin/end rows in time order, paired in one pass in C: within a key (columns
+    made by ``column``) an end closes the latest open begin.  ``tags`` (a column):
+    an end closes the latest open begin of its key with its tag (a tag of 0 on an
+    end matches any), and the begins opened after that one are dropped as never
+    closed.  ``enclosing``: also give, for each begin, the begin that was the
+    latest open one of its key when it opened."""
+    is_begin = np.ascontiguousarray(is_begin, bool)
+    partner = np.empty(len(is_begin), np.intp)
+    outer = np.empty(len(is_begin), np.intp) if enclosing else None
+    _core.pair(keys, column(is_begin), 1, partner, tags, outer)
+    matched = partner >= 0
+    begins = np.flatnonzero(is_begin & matched)
+    return Pairs(begins, partner[begins], np.flatnonzero(is_begin & ~matched),
+                 int(np.count_nonzero(~is_begin & ~matched)), outer)
+
+
+def pair_rows(rows: pd.DataFrame, keys: list[str]) -> Intervals:
+    """Pairs begin/end rows of a frame (time-ordered, an ``endpoint`` column) that
+    nest within each key; the begin's columns stand for the pair, in the order of
+    the begins; the other columns are gathered once, at the rows of the pairs."""
+    is_begin = (rows["endpoint"] == "begin").to_numpy()
+    found = pair([column(group_ids(rows[keys])[0])], is_begin)
+    times = rows["time_ns"].to_numpy()
+    table = _begin_rows(rows, found.begins)
+    table["end_ns"] = times[found.ends]
+    table["duration_ns"] = table["end_ns"] - table["begin_ns"]
+    return Intervals(table, unmatched_begins=len(found.open),
+                     unmatched_ends=found.unmatched_ends, open=_begin_rows(rows, found.open))
+
+
+def _begin_rows(rows: pd.DataFrame, at: np.ndarray) -> pd.DataFrame:
+    """The rows at positions ``at``, without their endpoint, time_ns as begin_ns."""
+    out = rows.drop(columns="endpoint").take(at).rename(columns={"time_ns": "begin_ns"})
+    return out.set_axis(pd.RangeIndex(len(out)))
+
+
+def find(table: pd.DataFrame, query: pd.DataFrame) -> np.ndarray:
+    """For each row of ``query``, the position of the first row of ``table`` with
+    the same values (columns in the same order); -1 where there is none or where
+    a value is missing."""
+    both = pd.concat([table.set_axis(query.columns, axis=1), query], ignore_index=True)
+    ids = group_ids(both)[0] + 1
+    ids[both.isna().any(axis=1).to_numpy()] = 0  # no key
+    found = np.empty(len(query), np.intp)
+    n = len(table)
+    _core.find([column(ids[:n], missing_if_zero=True)], [column(ids[n:], missing_if_zero=True)],
+               found)
+    return found
+
+
+def clamped_ends(end: np.ndarray, region: np.ndarray, region_end: np.ndarray) -> np.ndarray:
+    """``end`` of intervals, each moved back to the end of its parallel region
+    (``region``: its row in ``region_end``, which is not empty; -1 for none)
+    where it was reported after that."""
+    late = region_end[np.maximum(region, 0)]
+    return np.where((region >= 0) & (end > late), late, end)
+
+
+
+
+def clamp_to_region(iv: Intervals, regions: pd.DataFrame) -> None:
+    """Ends reported after their parallel region ended are moved to the region's end."""
+    t = iv.table
+    if t.empty or regions.empty or "parallel_id" not in t:
+        return
+    end = t["end_ns"].to_numpy()
+    keys = ["pid", "parallel_id"]
+    clamped = clamped_ends(end, find(regions[keys], t[keys]), regions["end_ns"].to_numpy(np.int64))
+    if (clamped != end).any():
+        t["end_ns"] = clamped
+        t["duration_ns"] = t["end_ns"] - t["begin_ns"]
+
+
+def task_runs(threads: pd.DataFrame, prior: np.ndarray, switched_to: np.ndarray,
+              explicit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Of task_schedule events in time order (``threads``: their pid and thread;
+    ``prior``, ``switched_to``: the tasks they switch from and to, 0 for none),
+    those after which an explicit task (one of ``explicit``) ran until the next
+    task_schedule of the thread, which switches away from it: their rows, and
+    the rows of those next ones."""
+    group, _ = group_ids(threads)
+    order = np.argsort(group, kind="stable")  # each thread's switches, in time order
+    same = group[order[1:]] == group[order[:-1]]
+    following = np.full(len(group), -1, np.intp)
+    following[order[:-1][same]] = order[1:][same]
+    run = np.flatnonzero(following >= 0)
+    nxt = following[run]
+    task = switched_to[run]
+    ran = (prior[nxt] == task) & (task != 0) & np.isin(task, explicit)
+    return run[ran], nxt[ran]
+
+
+
+
+def waits_per_region(regions: int, region_keys: list[tuple], region_begin: tuple,
+                     wait_keys: list[tuple], wait_begin: tuple, wait_ns: np.ndarray
+                     ) -> np.ndarray:
+    """For each of ``regions`` sync regions (key columns: thread and kind; a column
+    of begin times, in ascending order) the total ``wait_ns`` of the waits (the
+    same columns) inside it: a wait belongs to the region of its keys that began
+    last at or before the wait."""
+    region = np.empty(len(wait_ns), np.intp)
+    _core.find(region_keys, wait_keys, region, region_begin, wait_begin)
+    totals = np.zeros(regions, np.int64)
+    np.add.at(totals, region[region >= 0], wait_ns[region >= 0])
+    return totals
+
+
+
+
+def nesting_levels(up: np.ndarray) -> np.ndarray:
+    """How many rows are above each row, ``up`` giving each row's parent row (-1:
+    none): all chains walked at once, as many steps as the deepest nesting."""
+    level = np.zeros(len(up), dtype=np.int64)
+    cur = up.copy()
+    for _ in range(len(up)):
+        alive = cur >= 0
+        if not alive.any():
+            break
+        level[alive] += 1
+        cur[alive] = up[cur[alive]]
+    return level
+
+
+def region_links(task: np.ndarray, region_of: np.ndarray, same: np.ndarray,
+                 parallel_id: np.ndarray, team_size: pd.api.extensions.ExtensionArray
+                 ) -> tuple[pd.api.extensions.ExtensionArray, np.ndarray, np.ndarray]:
+    """The parent_id, level and team_size of region_tree, from lookups (-1: none):
+    per region, the row of the implicit task that encountered it (``task``) and
+    the first region with its pid and parallel_id (``same``); per implicit task,
+    the first region with its pid and parallel_id (``region_of``) and its
+    ``team_size``.  ``parallel_id``: the regions' ids."""
+    up = np.full(len(task), -1, np.intp)  # the parent region's row
+    inside = task >= 0
+    up[inside] = region_of[task[inside]]
+    parent = pd.array(np.where(up >= 0, parallel_id[np.maximum(up, 0)], 0), dtype="UInt64")
+    parent[up < 0] = pd.NA
+    level = nesting_levels(up) + 1
+    # The team: the largest team_size of the implicit tasks with the region's keys.
+    sizes = team_size.to_numpy(np.int64, na_value=-1)
+    largest = np.full(len(task), -1, np.int64)
+    counted = (region_of >= 0) & (sizes >= 0)
+    np.maximum.at(largest, region_of[counted], sizes[counted])
+    team = np.full(len(task), -1, np.int64)
+    team[same >= 0] = largest[same[same >= 0]]
+    sized = pd.array(np.maximum(team, 0), dtype=team_size.dtype)
+    sized[team < 0] = pd.NA
+    return parent, level, pd.Series(sized).to_numpy()
+
+
+def acquisitions(waits: list[np.ndarray], holds: list[np.ndarray]
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of mutex_table: an outer join of the waits (acquire -> acquired)
+    and holds (acquired -> released) with the same keys (arrays of pid, thread,
+    wait id and acquired time), as positions in each (-1: none), ordered by the
+    acquired time, then pid, thread and wait id."""
+    n = len(waits[0])
+    keys = [np.concatenate(pair) for pair in zip(waits, holds)]
+    group, count = group_ids(pd.DataFrame(dict(enumerate(keys)), copy=False))
+    of_wait, of_hold = group[:n], group[n:]
+    holds_of = np.bincount(of_hold, minlength=count)
+    by_group = np.argsort(of_hold, kind="stable")
+    first = np.cumsum(holds_of) - holds_of
+    # Each wait once per hold of its keys (once if none), then the holds without a wait.
+    times = np.maximum(holds_of[of_wait], 1)
+    w = np.repeat(np.arange(n), times)
+    h = np.full(len(w), -1, np.intp)
+    held = holds_of[of_wait[w]] > 0
+    nth = np.arange(len(w)) - np.repeat(np.cumsum(times) - times, times)
+    h[held] = by_group[first[of_wait[w[held]]] + nth[held]]
+    alone = np.flatnonzero(np.bincount(of_wait, minlength=count)[of_hold] == 0)
+    w = np.concatenate([w, np.full(len(alone), -1, np.intp)])
+    h = np.concatenate([h, alone])
+    at = np.where(w >= 0, w, n + h)
+    order = np.lexsort([keys[2][at], keys[1][at], keys[0][at], keys[3][at]])
+    return w[order], h[order]

@@ -1,0 +1,335 @@
+"""Thread states: at any moment a thread is in one state, derived from the paired
+tables by a sweep over each thread's intervals.  The one definition of "busy"
+that every analysis, the report and the plots use.
+
+* ``busy``: in a parallel region (an implicit task other than the initial
+  one) or running an explicit task, and not waiting;
+* ``barrier_wait``: waiting in a barrier (any kind);
+* ``sync_wait``: waiting in taskwait, taskgroup or a reduction;
+* ``lock_wait``: waiting for a lock, critical section or ordered region;
+* ``idle``: none of these (a worker in the runtime's pool, or the initial
+  thread running serial code).
+
+A thread waiting in a barrier or taskwait runs other tasks meanwhile: that
+time is the tasks' (busy), not waiting.  So a wait owned by the implicit task
+counts only while no explicit task runs, and a taskwait of an explicit task
+only while that task itself is the one running (from task_schedule switches).
+(The runtime's own states, sampled, are ``ompt_py.records.OMPT_STATES``.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from ..errors import MissingEventsError
+from ..records import EVENT_CODES, SCOPE_BEGIN, TASK_INITIAL
+from . import tables
+from .cache import per_trace
+from .pairing import Intervals, clamp_to_region
+
+if TYPE_CHECKING:
+    from ..trace import Trace
+
+#: ompt-py's thread states other than idle, in the order of the state columns.
+THREAD_STATES = ("busy", "barrier_wait", "sync_wait", "lock_wait")
+STATE_COLUMNS = [f"{s}_ns" for s in THREAD_STATES] + ["idle_ns"]
+_BUSY, _BARRIER, _SYNC, _LOCK = range(len(THREAD_STATES))
+
+_USABLE_LEVELS = ("always", "sometimes", "sometimes_paired")
+
+
+# ---- events an analysis needs -------------------------------------------------------------
+
+
+def threads(trace: Trace) -> np.ndarray:
+    """The thread keys (pid << 32 | thread) of the trace, sorted."""
+    return np.sort(pd.unique(thread_key(trace.pids, trace.events["thread"])))
+
+
+#: Stands, in ``when`` of require, for implicit tasks of teams of several threads
+#: (a region run by one thread has no barrier).
+TEAM = "implicit_task (of a team of 2 or more threads)"
+# What the thread states need: (events, when the trace has any of these).
+_STATE_NEEDS = ((["implicit_task"], ["parallel_begin"]), (["sync_region_wait"], [TEAM]),
+                (["task_schedule"], ["task_create"]), (["mutex_acquired"], ["mutex_acquire"]))
+
+
+@per_trace
+def _triggers(trace: Trace) -> set[str]:
+    found = tables.present_events(trace)
+    ev = trace.events
+    begins = (ev["event"] == EVENT_CODES["implicit_task"]) & (ev["endpoint"] == SCOPE_BEGIN)
+    return found | {TEAM} if (ev["u32a"][begins] > 1).any() else found  # u32a: team_size
+
+
+def require(trace: Trace, analysis_name: str, needs: Iterable[str], when: Iterable[str]) -> None:
+    """Raise MissingEventsError when the trace holds any of the events ``when``
+    (so the analysis has something to answer about; or TEAM) but none of some of
+    ``needs``."""
+    present = _triggers(trace)
+    triggers = sorted(set(when) & present)
+    missing = tuple(e for e in needs if e not in present)
+    if not triggers or not missing:
+        return
+    refused = sorted({
+        f"{e} ({rt.get('callbacks', {}).get(e, 'not registered')})"
+        for p in trace.meta.get("processes", []) for rt in p.get("runtimes", [])
+        for e in missing if rt.get("callbacks", {}).get(e) not in _USABLE_LEVELS
+    })
+    if refused:
+        why = ("the runtime did not accept these callbacks: " + ", ".join(refused)
+               + " (levels from t.meta['processes'][i]['runtimes'][j]['callbacks'])")
+    else:
+        why = (f"the runtime accepted the callbacks, so the records were lost "
+               f"({trace.dropped:,} dropped) or filtered out of the trace")
+    raise MissingEventsError(
+        f"{analysis_name} needs {', '.join(missing)} events, and this trace has none although "
+        f"it has {', '.join(triggers)} events: {why}.  Trace the program again on a runtime "
+        "that reports them (LLVM libomp 14 or later does), with no records dropped "
+        "(OMPTPY_OVERFLOW=flush); constructs() works without them.",
+        missing,
+    )
+
+
+def require_states(trace: Trace, analysis_name: str) -> None:
+    """The events the thread states are made of (see thread_states)."""
+    for needs, when in _STATE_NEEDS:
+        require(trace, analysis_name, needs, when)
+
+
+# ---- vectorised interval machinery -------------------------------------------------------
+
+
+@dataclass
+class Segments:
+    """Disjoint time segments per group, sorted by (group, begin), each with a state."""
+
+    group: np.ndarray  # int64
+    begin: np.ndarray  # int64
+    end: np.ndarray  # int64
+    state: np.ndarray  # int8
+
+
+def thread_key(pid: Iterable, thread: Iterable) -> np.ndarray:
+    """One int64 per (pid, thread)."""
+    p = np.asarray(pid, dtype=np.int64)
+    t = np.asarray(thread, dtype=np.int64)
+    return (p << 32) | t
+
+
+def key_pid_thread(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return (key >> 32).astype(np.int64), (key & 0xFFFFFFFF).astype(np.int64)
+
+
+def sweep(group: np.ndarray, begin: np.ndarray, end: np.ndarray, layer: np.ndarray,
+           classify: Callable[[Callable[[int], np.ndarray]], np.ndarray]) -> Segments:
+    """Cuts each group's time at every interval boundary and classifies the pieces.
+
+    ``classify(depth)`` gets a function giving, for a layer, how many of its
+    intervals are open over each piece, and returns each piece's state (-1: no
+    segment).  Adjacent pieces of one group and state are merged.
+    """
+    n = len(group)
+    if n == 0:
+        return Segments(*(np.empty(0, np.int64) for _ in range(3)), np.empty(0, np.int8))
+    g = np.concatenate([group, group])
+    t = np.concatenate([begin, end])
+    order = np.lexsort((t, g))
+    g, t = g[order], t[order]
+    lay = np.concatenate([layer, layer])[order]
+    delta = np.where(order < n, 1, -1).astype(np.int32)
+
+    def depth(k: int) -> np.ndarray:
+        # Every group opens and closes as many intervals as it has: the running
+        # sum over all groups is each group's own count.
+        return np.cumsum(np.where(lay == k, delta, 0), dtype=np.int32)
+
+    state = classify(depth)
+    keep = (g[:-1] == g[1:]) & (t[1:] > t[:-1]) & (state[:-1] >= 0)
+    sg, sb, se, ss = g[:-1][keep], t[:-1][keep], t[1:][keep], state[:-1][keep]
+    if not len(sg):
+        return Segments(sg, sb, se, ss)
+    new = np.ones(len(sg), dtype=bool)
+    new[1:] = (sg[1:] != sg[:-1]) | (ss[1:] != ss[:-1]) | (sb[1:] != se[:-1])
+    first = np.flatnonzero(new)
+    last = np.append(first[1:] - 1, len(sg) - 1)
+    return Segments(sg[first], sb[first], se[last], ss[first])
+
+
+def cumulative(seg: Segments, n_states: int, group: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Time each group spent in each state before each time: shape (len(t), n_states)."""
+    n, m = len(seg.group), len(group)
+    out = np.zeros((m, n_states), dtype=np.int64)
+    if n == 0 or m == 0:
+        return out
+    order = np.lexsort((np.concatenate([np.zeros(n, np.int8), np.ones(m, np.int8)]),
+                        np.concatenate([seg.begin, t]), np.concatenate([seg.group, group])))
+    is_seg = order < n
+    # The last segment at or before each position (segments are in sorted order).
+    last = np.maximum.accumulate(np.where(is_seg, order, -1))
+    query = order[~is_seg] - n
+    idx = np.empty(m, dtype=np.int64)
+    idx[query] = last[~is_seg]
+    first = np.searchsorted(seg.group, group, side="left")
+    safe = np.maximum(idx, 0)
+    valid = (idx >= 0) & (seg.group[safe] == group)
+    length = seg.end - seg.begin
+    inside = np.clip(t - seg.begin[safe], 0, length[safe])
+    for s in range(n_states):
+        cum = np.concatenate([[0], np.cumsum(np.where(seg.state == s, length, 0))])
+        before = np.where(valid, cum[safe] + np.where(seg.state[safe] == s, inside, 0),
+                          cum[first])
+        out[:, s] = before - cum[first]
+    return out
+
+
+def overlap(seg: Segments, group: np.ndarray, begin: np.ndarray,
+            end: np.ndarray) -> np.ndarray:
+    """Time in each state within each [begin, end) of a group: shape (len(begin), states)."""
+    m = len(group)
+    both = cumulative(seg, len(THREAD_STATES), np.concatenate([group, group]),
+                      np.concatenate([begin, end]))
+    return both[m:] - both[:m]
+
+
+# ---- intervals the trace window cut off -------------------------------------------------------
+
+
+def to_int(series: pd.Series, dtype: type = np.int64) -> np.ndarray:
+    """A column as integers, missing values as 0."""
+    return series.to_numpy(dtype=dtype, na_value=0)
+
+
+@per_trace
+def closed(trace: Trace, paired: Callable[[Trace], Intervals]) -> pd.DataFrame:
+    """The table of ``paired`` (tables.region_intervals, implicit_intervals or
+    wait_intervals) plus the intervals the trace window cut off (begun, never
+    ended), closed at the last event of their process, or at the end of their
+    parallel region if that ended; ``complete`` tells them apart."""
+    iv = paired(trace)
+    opened = iv.open
+    if opened is None or opened.empty:
+        return iv.table.assign(complete=True)
+    if paired is tables.region_intervals:
+        opened = opened.rename(columns={"team_size": "requested_team_size"})
+    last = pd.Series(trace.events["time_ns"]).groupby(trace.pids).max()
+    opened = opened.assign(end_ns=last.reindex(to_int(opened["pid"])).to_numpy(np.int64))
+    opened["duration_ns"] = opened["end_ns"] - opened["begin_ns"]
+    if paired is not tables.region_intervals:
+        cut = Intervals(opened, 0, 0)
+        clamp_to_region(cut, closed(trace, tables.region_intervals))
+        opened = cut.table
+    return pd.concat([iv.table.assign(complete=True), opened.assign(complete=False)],
+                     ignore_index=True)
+
+
+def in_regions(implicit: pd.DataFrame) -> pd.DataFrame:
+    """Implicit tasks of parallel regions (not the initial task of a thread)."""
+    return implicit[(to_int(implicit["flags"]) & TASK_INITIAL) == 0]
+
+
+# ---- the states ------------------------------------------------------------------------------
+
+
+def _explicit_owned(trace: Trace) -> np.ndarray:
+    """Which rows of closed(trace, wait_intervals) belong to explicit tasks (taskwait in a task)."""
+    waits = closed(trace, tables.wait_intervals)
+    explicit = np.unique(to_int(tables.created(trace)["task_id"], np.uint64))
+    return np.isin(to_int(waits["task_id"], np.uint64), explicit)
+
+
+@per_trace
+def task_waits(trace: Trace) -> pd.DataFrame:
+    """When explicit tasks waited (taskwait, taskgroup) while being the task their
+    thread ran: pid, thread, task_id, begin_ns, end_ns."""
+    waits = closed(trace, tables.wait_intervals)
+    pieces = tables.task_pieces(trace)
+    cols = ["pid", "thread", "task_id"]
+    mine = waits.loc[_explicit_owned(trace), [*cols, "begin_ns", "end_ns"]]
+    own = pieces[pieces["task_id"].isin(pd.unique(mine["task_id"]))] if len(mine) else pieces[:0]
+    keys = pd.concat([mine[cols], own[cols]], ignore_index=True)
+    if not len(keys):
+        return pd.DataFrame({c: pd.Series(dtype=np.int64) for c in [*cols, "begin_ns", "end_ns"]})
+    # A task's wait counts while the task runs: its waits intersected with its
+    # own executions, per (thread, task).
+    gid = keys.groupby(cols, sort=False).ngroup().to_numpy(np.int64)
+    seg = sweep(gid,
+                np.concatenate([to_int(mine["begin_ns"]), to_int(own["begin_ns"])]),
+                np.concatenate([to_int(mine["end_ns"]), to_int(own["end_ns"])]),
+                np.repeat([0, 1], [len(mine), len(own)]),
+                lambda depth: np.where((depth(0) > 0) & (depth(1) > 0), 0, -1).astype(np.int8))
+    row = np.zeros(gid.max() + 1, np.int64)
+    row[gid] = np.arange(len(gid))  # a row of each group, for its pid, thread and task
+    at = row[seg.group]
+    return pd.DataFrame({"pid": to_int(keys["pid"])[at], "thread": to_int(keys["thread"])[at],
+                         "task_id": to_int(keys["task_id"], np.uint64)[at],
+                         "begin_ns": seg.begin, "end_ns": seg.end})
+
+
+@per_trace
+def thread_states(trace: Trace) -> Segments:
+    """Per thread (group = pid << 32 | thread), disjoint segments in the states of
+    THREAD_STATES; the time between them is idle."""
+    implicit = in_regions(closed(trace, tables.implicit_intervals))
+    waits = closed(trace, tables.wait_intervals)
+    pieces = tables.task_pieces(trace)
+    mutex = tables.mutex(trace)
+    by_task = _explicit_owned(trace)
+    barrier = waits["kind"].astype(str).str.startswith("barrier").to_numpy()
+    tw = task_waits(trace)
+
+    locked = mutex.dropna(subset=["acquire_ns", "acquired_ns"]) if len(mutex) else mutex
+    region, piece, bar, sync, xwait, lock = range(6)
+    parts = [
+        (region, implicit["pid"], implicit["thread"], implicit["begin_ns"], implicit["end_ns"]),
+        (piece, pieces["pid"], pieces["thread"], pieces["begin_ns"], pieces["end_ns"]),
+        (bar, *(waits.loc[~by_task & barrier, c] for c in ("pid", "thread", "begin_ns",
+                                                          "end_ns"))),
+        (sync, *(waits.loc[~by_task & ~barrier, c] for c in ("pid", "thread", "begin_ns",
+                                                            "end_ns"))),
+        (xwait, tw["pid"], tw["thread"], tw["begin_ns"], tw["end_ns"]),
+        (lock, locked["pid"], locked["thread"], locked["acquire_ns"], locked["acquired_ns"]),
+    ]
+    group = np.concatenate([thread_key(p[1], p[2]) for p in parts])
+    begin = np.concatenate([np.asarray(p[3], dtype=np.int64) for p in parts])
+    end = np.concatenate([np.asarray(p[4], dtype=np.int64) for p in parts])
+    layer = np.repeat([p[0] for p in parts], [len(p[1]) for p in parts])
+
+    def classify(depth: Callable[[int], np.ndarray]) -> np.ndarray:
+        state = np.full(len(group) * 2, -1, dtype=np.int8)
+        state[depth(region) > 0] = _BUSY
+        state[depth(sync) > 0] = _SYNC
+        state[depth(bar) > 0] = _BARRIER
+        running = depth(piece) > 0
+        state[running] = _BUSY
+        state[running & (depth(xwait) > 0)] = _SYNC
+        state[depth(lock) > 0] = _LOCK
+        return state
+
+    return sweep(group, begin, end, layer, classify)
+
+
+def thread_totals(trace: Trace) -> pd.DataFrame:
+    """Per thread over the whole trace: time in each state (busy_ns, barrier_wait_ns,
+    sync_wait_ns, lock_wait_ns, idle_ns) and busy_share, the busy part of the
+    time not idle."""
+    require_states(trace, "thread_totals()")
+    keys = threads(trace)
+    seg = thread_states(trace)
+    row = np.searchsorted(keys, seg.group)
+    totals = np.zeros((len(keys), len(THREAD_STATES)), dtype=np.int64)
+    np.add.at(totals, (row, seg.state), seg.end - seg.begin)
+    pid, thread = key_pid_thread(keys)
+    out = pd.DataFrame({"pid": pid, "thread": thread})
+    for i, s in enumerate(THREAD_STATES):
+        out[f"{s}_ns"] = totals[:, i]
+    t = trace.events["time_ns"]
+    out["idle_ns"] = (int(t.max() - t.min()) if len(t) else 0) - totals.sum(axis=1)
+    working = totals.sum(axis=1)
+    out["busy_share"] = out["busy_ns"] / np.where(working > 0, working, np.nan)
+    return out

@@ -1,0 +1,213 @@
+"""The summary of a trace: the main answers together (``Trace.summary()``), the
+overview that a Trace shows in Jupyter, and tables made readable."""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from ..errors import MissingEventsError
+from ..units import format_ns
+from . import metrics, tables
+from .states import STATE_COLUMNS, thread_totals
+from .states import threads as thread_keys
+
+if TYPE_CHECKING:
+    from ..trace import Trace
+
+
+def readable(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy for display: *_ns columns as durations, shares as percentages."""
+    out = frame.copy()
+    for c in out.columns:
+        name = str(c)
+        if name.endswith("_ns"):
+            out[c] = [format_ns(v) for v in out[c].astype("float64")]
+            out = out.rename(columns={c: name[:-3]})
+        elif name.endswith("share"):
+            out[c] = [("-" if pd.isna(v) else f"{100 * v:.1f} %") for v in out[c]]
+        elif name == "imbalance":
+            out[c] = [("-" if pd.isna(v) else f"{v:.2f}x") for v in out[c]]
+    return out
+
+
+@dataclass
+class Summary:
+    """The main answers about a trace, as tables (pandas DataFrames, times in ns).
+
+    ``overview``: what the trace holds; ``constructs`` and ``sources``: time per
+    construct and per source location; ``threads``: each thread's time per state;
+    ``regions``: the most imbalanced parallel regions (by time lost); ``tasks``:
+    task durations (histogram, creation overhead in attrs); ``locks``: lock and
+    critical section contention.  A table is None where the trace has nothing of
+    the kind; ``notes`` says what could not be computed and why.
+    """
+
+    overview: dict
+    constructs: pd.DataFrame
+    sources: pd.DataFrame
+    threads: pd.DataFrame | None
+    regions: pd.DataFrame | None
+    tasks: pd.DataFrame | None
+    locks: pd.DataFrame | None
+    notes: list[str] = field(default_factory=list)
+
+    def sections(self) -> list[tuple[str, pd.DataFrame]]:
+        """(title, display table) per section, in order."""
+        out = [("Time per construct", self.constructs), ("Time per source location",
+                                                         self.sources)]
+        if self.threads is not None:
+            out.append(("Threads: time per state", self.threads))
+        if self.regions is not None:
+            out.append(("Parallel regions: load imbalance (most time lost first)",
+                        self.regions))
+        if self.tasks is not None:
+            out.append(("Explicit tasks: duration histogram", self.tasks))
+        if self.locks is not None:
+            out.append(("Locks and critical sections: contention", self.locks))
+        return [(title, readable(t)) for title, t in out]
+
+    def headline(self) -> list[str]:
+        """The overview and the short answers, one line each."""
+        o = self.overview
+        lines = [f"{o['events']:,} events over {format_ns(o['span_ns'])}, "
+                 f"{o['processes']} process(es), {o['threads']} thread(s); records written "
+                 f"{o['written']:,}, dropped {o['dropped']:,}"]
+        if self.threads is not None and len(self.threads):
+            t = self.threads[STATE_COLUMNS].sum()
+            inside = t.sum() - t["idle_ns"]
+            if inside > 0:
+                lines.append(f"threads were busy {100 * t['busy_ns'] / inside:.1f} % of the "
+                             f"time they spent in parallel regions and tasks; waiting at "
+                             f"barriers {100 * t['barrier_wait_ns'] / inside:.1f} %, in "
+                             f"taskwait/taskgroup {100 * t['sync_wait_ns'] / inside:.1f} %, "
+                             f"for locks {100 * t['lock_wait_ns'] / inside:.1f} %")
+        if self.regions is not None and len(self.regions):
+            r = self.regions.iloc[0]
+            lines.append(f"most time lost to imbalance: region at {_where(r['location'])} "
+                         f"({r['imbalance']:.2f}x, {format_ns(r['lost_ns'])} lost)")
+        if self.tasks is not None:
+            a = self.tasks.attrs
+            lines.append(f"{a['tasks']:,} explicit tasks, median duration "
+                         f"{format_ns(a['median_busy_ns'])}; creating one costs about "
+                         f"{format_ns(a['create_ns'])} "
+                         f"({_percent(a['creation_overhead_share'])} of task time)")
+        if self.locks is not None and len(self.locks):
+            k = self.locks.iloc[0]
+            lines.append(f"most waited-for {k['kind']}: {_where(k['location'])} "
+                         f"({format_ns(k['wait_total_ns'])} waited over "
+                         f"{k['acquisitions']:,} acquisitions)")
+        return lines
+
+    def __str__(self) -> str:
+        parts = ["ompt-py summary", *("  " + line for line in self.headline())]
+        parts += ["  note: " + n for n in self.notes]
+        for title, table in self.sections():
+            body = table.to_string(index=False) if len(table) else "(none)"
+            parts += ["", title, *("  " + line for line in body.splitlines())]
+        return "\n".join(parts) + "\n"
+
+    def _repr_html_(self) -> str:
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in self.headline())
+        notes = "".join(f"<li><i>{html.escape(n)}</i></li>" for n in self.notes)
+        body = [f"<div class='ompt-py-summary'><h3>ompt-py summary</h3><ul>{items}{notes}</ul>"]
+        for title, table in self.sections():
+            body.append(f"<h4>{html.escape(title)}</h4>")
+            body.append(table.to_html(index=False, border=0) if len(table) else "<p>(none)</p>")
+        body.append("</div>")
+        return "\n".join(body)
+
+
+def _where(location: object) -> str:
+    return location if isinstance(location, str) else "(no source location)"
+
+
+def _percent(share: float) -> str:
+    return "-" if share is None or math.isnan(share) else f"{100 * share:.1f} %"
+
+
+def overview(trace: Trace) -> dict:
+    """Counts of the trace: events, processes, threads, span, written, dropped."""
+    t = trace.events["time_ns"]
+    threads = len(thread_keys(trace))
+    return {"events": len(t), "processes": len(trace.meta.get("processes", [])),
+            "threads": threads, "span_ns": int(t.max() - t.min()) if len(t) else 0,
+            "written": trace.written, "dropped": trace.dropped}
+
+
+def summary(trace: Trace, top: int = 10) -> Summary:
+    """The main analyses together (see Summary); ``top`` rows per ranked table."""
+    notes = []
+
+    def attempt(build: Callable[[], pd.DataFrame | None]) -> pd.DataFrame | None:
+        try:
+            return build()
+        except MissingEventsError as e:
+            notes.append(str(e))
+            return None
+
+    present = tables.present_events(trace)
+    threads = attempt(lambda: thread_totals(trace))
+    regions = attempt(lambda: metrics.imbalance(trace).sort_values("lost_ns", ascending=False)
+                      .head(top)[["location", "begin_ns", "duration_ns", "complete", "threads",
+                                  "imbalance", "lost_ns", "barrier_wait_share", "wait_share"]]
+                      if "parallel_begin" in present else None)
+    tasks = attempt(lambda: metrics.task_granularity(trace) if "task_create" in present else None)
+    if tasks is not None:
+        attrs = tasks.attrs
+        tasks = tasks[tasks["tasks"] > 0].drop(columns=["lo_ns", "hi_ns"])
+        tasks.attrs = attrs
+    locks = attempt(lambda: metrics.lock_contention(trace).head(top)[
+        ["kind", "location", "acquisitions", "threads", "wait_total_ns", "wait_p95_ns",
+         "hold_total_ns", "hold_mean_ns", "top_holder", "top_holder_share"]]
+        if present & {"mutex_acquire", "mutex_acquired"} else None)
+    sources = metrics.constructs(trace, by="source")
+    sources = sources[sources["construct"] != "implicit task"].head(top)
+    for name, iv in (("parallel", tables.region_intervals(trace)),
+                     ("implicit_task", tables.implicit_intervals(trace)),
+                     ("sync_region_wait", tables.wait_intervals(trace))):
+        if iv.unmatched_begins or iv.unmatched_ends:
+            notes.append(f"{name}: {iv.unmatched_begins} begins and {iv.unmatched_ends} ends "
+                         "whose other half lies outside the trace window: not in the construct "
+                         "times; begun intervals count up to the end of the trace in the "
+                         "thread states and imbalance")
+    return Summary(overview(trace), metrics.constructs(trace), sources.drop(columns="pid"), threads,
+                   regions, tasks, locks, notes)
+
+
+
+
+def processes(trace: Trace) -> pd.DataFrame:
+    """One row per process: pid, command, threads, written, dropped, runtime."""
+    rows = []
+    for p in trace.meta.get("processes", []):
+        runtime = ", ".join(sorted({r["version"] for r in p.get("runtimes", [])})) or "-"
+        rows.append({"pid": p["pid"], "command": " ".join(p.get("argv", []))[:80],
+                     "threads": len(p.get("threads", [])), "written": p.get("written", 0),
+                     "dropped": p.get("dropped", 0), "runtime": runtime})
+    return pd.DataFrame(rows, columns=["pid", "command", "threads", "written", "dropped",
+                                       "runtime"])
+
+
+def html_overview(trace: Trace, top: int = 5, max_events: int = 2_000_000) -> str:
+    """HTML for Trace._repr_html_: processes, counts, span and the top constructs
+    (computed only up to ``max_events`` events, to keep display quick)."""
+    if trace.recording:
+        return "<b>ompt_py.Trace</b>: recording (stop() it to see the events)"
+    o = overview(trace)
+    parts = [f"<b>ompt_py.Trace</b>: {o['events']:,} events over {format_ns(o['span_ns'])}, "
+             f"{o['processes']} process(es), {o['threads']} thread(s), records written "
+             f"{o['written']:,}, dropped {o['dropped']:,}",
+             processes(trace).to_html(index=False, border=0)]
+    if 0 < o["events"] <= max_events:
+        top_constructs = readable(metrics.constructs(trace).head(top))
+        parts.append("<p>Top constructs by total time (t.summary() for more):</p>"
+                     + top_constructs.to_html(index=False, border=0))
+    elif o["events"]:
+        parts.append("<p>t.summary(), t.constructs(), t.plot_timeline(): the answers.</p>")
+    return "\n".join(parts)

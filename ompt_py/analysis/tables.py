@@ -1,0 +1,411 @@
+"""The tables of a trace: one row per construct instance, paired from its events.
+
+``Trace.parallel_regions()``, ``implicit_tasks()``, ``tasks()``, ``work()``,
+``sync()``, ``mutex()``, ``task_graph()`` and ``user_regions()`` are these
+functions.  Each is made from the trace's events frame (``frame``), once per
+trace (``cache.per_trace``), and pairs begins and ends with ``pairing``.
+Begins or ends that could not be paired (outside the trace window) are counted
+in the table's ``attrs``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from ..records import (
+    EVENT_CODES,
+    PARALLEL_INVOKER_PROGRAM,
+    PARALLEL_INVOKER_RUNTIME,
+    PARALLEL_LEAGUE,
+    SCOPE_BEGIN,
+)
+from . import pairing, symbols
+from .cache import per_trace
+from .pairing import Intervals, clamp_to_region, column, find, pair, pair_rows
+
+if TYPE_CHECKING:
+    from ..trace import Trace
+
+_BASE = ["pid", "thread"]
+
+
+@per_trace
+def frame(trace: Trace) -> pd.DataFrame:
+    """``trace.to_pandas()``, made once for every table and analysis of the trace."""
+    return trace.to_pandas()
+
+
+# ---- pairing the events of a frame ---------------------------------------------------------
+
+
+def _scoped(df: pd.DataFrame, event: str, keys: list[str], columns: list[str]) -> Intervals:
+    chosen = (df["event"] == event).to_numpy() & df["endpoint"].isin(["begin", "end"]).to_numpy()
+    return pair_rows(df.loc[chosen, ["time_ns", "endpoint", *keys, *columns]], keys)
+
+
+@per_trace
+def region_intervals(trace: Trace) -> Intervals:
+    """parallel_begin/parallel_end pairs, one per region."""
+    df = frame(trace)
+    rows = df.loc[
+        df["event"].isin(["parallel_begin", "parallel_end"]),
+        ["time_ns", "endpoint", "pid", "parallel_id", "thread", "task_id", "codeptr",
+         "team_size", "flags"],
+    ]
+    out = pair_rows(rows, ["pid", "parallel_id"])
+    t = out.table.rename(columns={"team_size": "requested_team_size"})
+    # Who started the region: the program's own code (gcc-built code on libomp
+    # calls GOMP_parallel) or the runtime on its behalf (clang-built code).
+    flags = t["flags"].fillna(0).astype(np.int64)
+    t["invoker"] = np.where(flags & PARALLEL_INVOKER_PROGRAM, "program",
+                            np.where(flags & PARALLEL_INVOKER_RUNTIME, "runtime", "unknown"))
+    t["league"] = (flags & PARALLEL_LEAGUE) != 0  # a teams construct's league, not a team
+    out.table = t
+    return out
+
+
+@per_trace
+def implicit_intervals(trace: Trace) -> Intervals:
+    """Implicit tasks, their late ends clamped to their region's end."""
+    out = _scoped(frame(trace), "implicit_task", ["pid", "task_id"],
+                  ["thread", "parallel_id", "team_size", "thread_num", "flags"])
+    clamp_to_region(out, region_intervals(trace).table)
+    return out
+
+
+@per_trace
+def wait_intervals(trace: Trace) -> Intervals:
+    """Time threads spent waiting in barriers, taskwait and taskgroup (sync_region_wait)."""
+    out = _scoped(frame(trace), "sync_region_wait", [*_BASE, "kind_raw"],
+                  ["kind", "parallel_id", "task_id"])
+    clamp_to_region(out, region_intervals(trace).table)
+    return out
+
+
+@per_trace
+def sync_intervals(trace: Trace) -> Intervals:
+    """Barriers, taskwait, taskgroup per thread (sync_region), with the time spent
+    waiting inside each (sync_region_wait) as ``wait_ns``."""
+    out = _scoped(frame(trace), "sync_region", [*_BASE, "kind_raw"],
+                  ["kind", "parallel_id", "task_id", "codeptr"])
+    waits = wait_intervals(trace).table
+    clamp_to_region(out, region_intervals(trace).table)
+    t = out.table
+    if t.empty:
+        t["wait_ns"] = pd.Series(dtype="int64")
+        return out
+    t = t.sort_values("begin_ns", kind="stable").reset_index(drop=True)
+    w = waits.sort_values("begin_ns", kind="stable")
+    keys = [*_BASE, "kind_raw"]
+    ids, _ = pairing.group_ids(pd.concat([t[keys], w[keys]], ignore_index=True))
+    t["wait_ns"] = pairing.waits_per_region(
+        len(t), [column(ids[:len(t)])], column(t["begin_ns"].to_numpy(np.int64)),
+        [column(ids[len(t):])], column(w["begin_ns"].to_numpy(np.int64)),
+        w["duration_ns"].to_numpy(np.int64))
+    out.table = t
+    return out
+
+
+@per_trace
+def work_intervals(trace: Trace) -> Intervals:
+    return _scoped(frame(trace), "work", [*_BASE, "kind_raw"],
+                   ["kind", "parallel_id", "codeptr", "count"])
+
+
+@per_trace
+def masked_intervals(trace: Trace) -> Intervals:
+    return _scoped(frame(trace), "masked", _BASE, ["parallel_id", "codeptr"])
+
+
+def _mutex_intervals(df: pd.DataFrame, opening: str, closing: str) -> pd.DataFrame:
+    """From one mutex event to the next (per thread and wait id), as intervals."""
+    rows = df.loc[df["event"].isin([opening, closing]),
+                  ["time_ns", "event", "pid", "thread", "kind", "wait_id", "codeptr"]].copy()
+    rows["endpoint"] = np.where(rows["event"] == opening, "begin", "end")
+    return pair_rows(rows.drop(columns="event"), [*_BASE, "wait_id"]).table
+
+
+@per_trace
+def mutex_waits(trace: Trace) -> pd.DataFrame:
+    """acquire -> acquired per thread and wait id: how long each lock/critical was waited for."""
+    return _mutex_intervals(frame(trace), "mutex_acquire", "mutex_acquired")
+
+
+def _mutex_holds(trace: Trace) -> pd.DataFrame:
+    """acquired -> released per thread and wait id: how long each lock/critical was held."""
+    return _mutex_intervals(frame(trace), "mutex_acquired", "mutex_released")
+
+
+@per_trace
+def task_pieces(trace: Trace) -> pd.DataFrame:
+    """Intervals in which an explicit task ran on a thread, from task_schedule switches.
+
+    After task_schedule(prior, status, next) the thread runs `next` until its
+    next task_schedule; a task that yields runs in several pieces.
+    """
+    df = frame(trace)
+    sched = df.loc[df["event"] == "task_schedule",
+                   ["time_ns", "pid", "thread", "task_id", "other_task_id", "kind"]]
+    if sched.empty:
+        return pd.DataFrame(columns=["pid", "thread", "task_id", "begin_ns", "end_ns",
+                                     "duration_ns", "status"])
+    explicit = df.loc[df["event"] == "task_create", "task_id"].dropna()
+    run, nxt = pairing.task_runs(sched[_BASE], sched["task_id"].to_numpy(np.uint64, na_value=0),
+                                 sched["other_task_id"].to_numpy(np.uint64, na_value=0),
+                                 explicit.to_numpy(np.uint64))
+    time = sched["time_ns"].to_numpy()
+    running = pd.DataFrame({
+        "pid": sched["pid"].to_numpy()[run], "thread": sched["thread"].to_numpy()[run],
+        "task_id": sched["other_task_id"].array[run], "begin_ns": time[run],
+        "end_ns": time[nxt], "status": sched["kind"].array[nxt],
+    })
+    running["duration_ns"] = running["end_ns"] - running["begin_ns"]
+    return running
+
+
+@per_trace
+def created(trace: Trace) -> pd.DataFrame:
+    """task_create rows: pid, creator thread, time, task, parent, code address."""
+    df = frame(trace)
+    return df.loc[df["event"] == "task_create",
+                  ["pid", "thread", "time_ns", "task_id", "other_task_id", "codeptr"]
+                  ].reset_index(drop=True)
+
+
+# ---- the tables of Trace ------------------------------------------------------------------------
+
+
+@per_trace
+def symbol_cache(trace: Trace) -> dict[int, pd.DataFrame]:
+    """The code addresses symbolized so far, per process (grows with symbolize())."""
+    return {}
+
+
+def symbolize(trace: Trace, codeptrs: Any = None, pid: int | None = None) -> pd.DataFrame:
+    """Source of code addresses: pid, codeptr, module, offset, function, file,
+    line, location ("file:line", or function, or module+offset) and how it was
+    found.  By default every codeptr of the trace; cached."""
+    known_by_pid = symbol_cache(trace)
+    frames = []
+    for proc in trace.meta.get("processes", []):
+        if pid is not None and proc["pid"] != pid:
+            continue
+        known = known_by_pid.get(proc["pid"])
+        if codeptrs is None:
+            wanted = np.unique(trace.events["codeptr"][trace.pids == proc["pid"]])
+        else:
+            wanted = np.unique(np.asarray(codeptrs, dtype=np.uint64))
+        if known is not None:
+            wanted = np.setdiff1d(wanted, known["codeptr"].to_numpy(np.uint64))
+        if len(wanted):
+            found = symbols.resolve(symbols.Modules(proc.get("modules", [])), wanted)
+            found.insert(0, "pid", proc["pid"])
+            known = found if known is None else pd.concat([known, found], ignore_index=True)
+            known_by_pid[proc["pid"]] = known
+        if known is not None:
+            frames.append(known)
+    out = pd.concat(frames, ignore_index=True) if frames else symbols.resolve(
+        symbols.Modules([]), np.empty(0, np.uint64)).assign(pid=pd.Series(dtype=int))
+    if codeptrs is not None:
+        out = out[out["codeptr"].isin(np.asarray(codeptrs, dtype=np.uint64).tolist())]
+    return out.reset_index(drop=True)
+
+
+def with_source(trace: Trace, table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with the function and location of its pid and codeptr columns."""
+    if table.empty:
+        return table.assign(function=pd.Series(dtype=object),
+                            location=pd.Series(dtype=object))
+    src = symbolize(trace, table["codeptr"].dropna().to_numpy(np.uint64))
+    src = src[["pid", "codeptr", "function", "location"]]
+    key = table["codeptr"].astype("float64").fillna(0).astype(np.uint64)
+    merged = table.assign(_cp=key).merge(
+        src.rename(columns={"codeptr": "_cp"}), on=["pid", "_cp"], how="left")
+    return merged.drop(columns="_cp")
+
+
+def parallel_regions(trace: Trace) -> pd.DataFrame:
+    """Parallel regions: pid, parallel_id, parent_id, level (1: outermost), begin_ns,
+    end_ns, duration_ns, requested and actual team size, invoker (program or
+    runtime), league, flags, codeptr, the encountering thread and task, and the
+    function and location of the code address.
+
+    A region's parent is the region of the implicit task that encountered it;
+    regions started from outside any region of the trace have level 1.
+    """
+    regions = region_intervals(trace)
+    implicit = implicit_intervals(trace).table
+    t = regions.table.reset_index(drop=True)
+    keys = ["pid", "parallel_id"]
+    t["parent_id"], t["level"], t["team_size"] = pairing.region_links(
+        find(implicit[["pid", "task_id"]], t[["pid", "task_id"]]),
+        find(t[keys], implicit[keys]), find(t[keys], t[keys]),
+        t["parallel_id"].to_numpy(np.uint64, na_value=0), implicit["team_size"].array)
+    t = t.rename(columns={"thread": "encountering_thread", "task_id": "encountering_task_id"})
+    columns = ["pid", "parallel_id", "parent_id", "level", "begin_ns", "end_ns",
+               "duration_ns", "requested_team_size", "team_size", "invoker", "league", "flags",
+               "codeptr", "encountering_thread", "encountering_task_id"]
+    return Intervals(with_source(trace, t[columns]), regions.unmatched_begins,
+                     regions.unmatched_ends).counted()
+
+
+def implicit_tasks(trace: Trace) -> pd.DataFrame:
+    """Implicit tasks, one per thread and region (ends reported late by libomp for
+    workers are moved to the end of their region)."""
+    return implicit_intervals(trace).counted()
+
+
+def work(trace: Trace) -> pd.DataFrame:
+    """Worksharing constructs per thread (loops, sections, single, ...) with counts."""
+    iv = work_intervals(trace)
+    return Intervals(with_source(trace, iv.table), iv.unmatched_begins,
+                     iv.unmatched_ends).counted()
+
+
+def sync(trace: Trace) -> pd.DataFrame:
+    """Barriers, taskwait and taskgroup per thread, with the time spent waiting."""
+    return sync_intervals(trace).counted()
+
+
+def tasks(trace: Trace) -> pd.DataFrame:
+    """One row per explicit task: creation, first start, completion, run time, dependences."""
+    df = frame(trace)
+    made = df.loc[df["event"] == "task_create",
+                  ["pid", "task_id", "other_task_id", "thread", "time_ns", "flags",
+                   "has_dependences", "codeptr"]].rename(
+        columns={"other_task_id": "parent_id", "thread": "creator_thread",
+                 "time_ns": "created_ns"})
+    runs = task_pieces(trace)
+    agg = runs.groupby(["pid", "task_id"]).agg(
+        first_start_ns=("begin_ns", "min"), end_ns=("end_ns", "max"),
+        run_ns=("duration_ns", "sum"), pieces=("duration_ns", "size"),
+        threads=("thread", lambda s: sorted(set(s.tolist()))))
+    done = df.loc[(df["event"] == "task_schedule") & (df["kind_raw"] == "complete"),
+                  ["pid", "task_id", "time_ns"]].rename(columns={"time_ns": "completed_ns"})
+    deps = df.loc[df["event"] == "dependences", ["pid", "task_id", "variable", "kind"]]
+    dep_lists = deps.groupby(["pid", "task_id"]).apply(
+        lambda g: list(zip(g["variable"].tolist(), g["kind"].astype(str).tolist())),
+        include_groups=False).rename("dependences") if not deps.empty else None
+    out = made.merge(agg.reset_index(), on=["pid", "task_id"], how="left")
+    out = out.merge(done.drop_duplicates(["pid", "task_id"]), on=["pid", "task_id"], how="left")
+    if dep_lists is not None:
+        out = out.merge(dep_lists.reset_index(), on=["pid", "task_id"], how="left")
+    else:
+        out["dependences"] = None
+    out["dependences"] = [d if isinstance(d, list) else [] for d in out["dependences"]]
+    return out.reset_index(drop=True)
+
+
+def task_graph(trace: Trace) -> pd.DataFrame:
+    """The task dependence graph as edges (task_dependence events): source -> sink."""
+    df = frame(trace)
+    e = df.loc[df["event"] == "task_dependence", ["pid", "task_id", "other_task_id", "time_ns"]]
+    return e.rename(columns={"task_id": "source_id", "other_task_id": "sink_id"}).reset_index(
+        drop=True)
+
+
+@per_trace
+def mutex(trace: Trace) -> pd.DataFrame:
+    """One row per acquisition of a lock, nest lock, critical or ordered: when it was
+    asked for, got and given back, ``wait_ns`` and ``hold_ns``."""
+    waits = mutex_waits(trace).rename(columns={"begin_ns": "acquire_ns",
+                                               "end_ns": "acquired_ns", "duration_ns": "wait_ns"})
+    holds = _mutex_holds(trace).rename(columns={"begin_ns": "acquired_ns",
+                                                "end_ns": "released_ns", "duration_ns": "hold_ns"})
+    keys = [*_BASE, "wait_id", "acquired_ns"]
+
+    def key_arrays(t: pd.DataFrame) -> list[np.ndarray]:
+        return [t["pid"].to_numpy(), t["thread"].to_numpy(),
+                t["wait_id"].to_numpy(np.uint64, na_value=0), t["acquired_ns"].to_numpy()]
+
+    w, h = pairing.acquisitions(key_arrays(waits), key_arrays(holds))
+    out = waits.reindex(w).reset_index(drop=True)  # label -1: a hold without its wait (NaN)
+    for key in keys:  # from either side
+        both = pd.concat([waits[key], holds[key]], ignore_index=True)
+        out[key] = both.array.take(np.where(w >= 0, w, len(waits) + h))
+    held = holds[["released_ns", "hold_ns"]].reindex(h).reset_index(drop=True)
+    out[["released_ns", "hold_ns"]] = held
+    return out
+
+
+# ---- regions of user code (ompt_py.region, omptpy_region.h) ------------------------------------
+
+_REGION = EVENT_CODES["region"]
+USER_REGION_COLUMNS = ["pid", "thread", "id", "name", "level", "parent_id", "parent", "begin_ns",
+                       "end_ns", "duration_ns", "codeptr"]
+
+
+@per_trace
+def user_regions(trace: Trace) -> pd.DataFrame:
+    """The region markers of a trace paired per process and thread: pid, thread, id,
+    name, level (0: outermost), parent_id and parent (name) of the enclosing
+    region on the same thread, begin_ns, end_ns, duration_ns, codeptr.
+
+    An end closes the innermost open region of its name (the innermost one
+    when it has no name: a name id of 0); regions opened above it without an
+    end of their own, and ends that close nothing (their begin was outside the
+    trace window), are counted in ``attrs["unmatched_begins"]`` and
+    ``["unmatched_ends"]``; such a region is not in the table, though its
+    children name it as their parent.  Ids number the begins by process,
+    thread and time.
+    """
+    ev = trace.events
+    rows = np.flatnonzero(ev["event"] == _REGION)
+    pids = trace.pids_at(rows)
+    order = np.lexsort((ev["time_ns"][rows], ev["thread"][rows], pids))
+    markers, pids = ev[rows[order]], pids[order]
+    is_begin = markers["endpoint"] == SCOPE_BEGIN
+    found = pair([column(pids), column(markers["thread"])], is_begin,
+                 tags=column(markers["u64a"]), enclosing=True)
+    # Ids and levels over every begin, closed or not (a child names an unclosed parent).
+    begin_rows = np.flatnonzero(is_begin)
+    number = np.full(len(markers), -1, np.intp)
+    number[begin_rows] = np.arange(len(begin_rows))
+    outer = found.enclosing[begin_rows]
+    up = np.where(outer >= 0, number[np.maximum(outer, 0)], -1)
+    level = pairing.nesting_levels(up)
+    names = _marker_names(trace.meta, pids, markers["u64a"])
+    b = found.begins
+    at = number[b]
+    parent = up[at]
+    table = pd.DataFrame({
+        "pid": pids[b].astype(np.int64),
+        "thread": markers["thread"][b].astype(np.int64),
+        "id": at.astype(np.int64),
+        "name": names[b],
+        "level": level[at],
+        "parent_id": pd.arrays.IntegerArray(np.maximum(parent, 0).astype(np.int64), parent < 0),
+        "parent": np.where(parent >= 0, names[begin_rows[np.maximum(parent, 0)]], None),
+        "begin_ns": markers["time_ns"][b],
+        "end_ns": markers["time_ns"][found.ends],
+        "codeptr": markers["codeptr"][b],
+    })
+    table["duration_ns"] = table["end_ns"] - table["begin_ns"]
+    table = table[USER_REGION_COLUMNS].sort_values(["pid", "begin_ns", "thread", "level"],
+                                                   kind="stable").reset_index(drop=True)
+    table.attrs["unmatched_begins"] = len(found.open)
+    table.attrs["unmatched_ends"] = found.unmatched_ends
+    return table
+
+
+def _marker_names(meta: dict, pids: np.ndarray, name_ids: np.ndarray) -> np.ndarray:
+    """The name of each marker (None for id 0 or an id the metadata lacks), from its
+    process's interned names (``meta["processes"][i]["region_names"]``, id 1 first)."""
+    out = np.full(len(pids), None, dtype=object)
+    for proc in meta.get("processes", []):
+        mine = pids == proc["pid"]
+        table = np.array([None, *proc.get("region_names", [])], dtype=object)
+        ids = name_ids[mine].astype(np.int64)
+        out[mine] = table[np.where(ids < len(table), ids, 0)]
+    return out
+
+
+@per_trace
+def present_events(trace: Trace) -> set[str]:
+    """Names of the events the trace holds at least once."""
+    counts = np.bincount(trace.events["event"]) if len(trace) else np.zeros(0, np.int64)
+    names = {code: name for name, code in EVENT_CODES.items()}
+    return {names[c] for c in np.flatnonzero(counts).tolist() if c in names}

@@ -1,0 +1,62 @@
+"""The CSV export (``Trace.to_csv``, ``ompt-py export --format csv``): one row per
+event, the columns and row order of ``Trace.to_pandas()``, made a batch at a
+time (``to_pandas()`` of the batch's rows) and written by C (streaming.rows)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from .streaming import Column, Progress, batches, in_order, named, number, output, render_rows
+
+if TYPE_CHECKING:
+    from ..trace import Trace
+
+
+
+
+
+def _csv_column(values: pd.Series) -> Column | None:
+    """A column of to_pandas() as CSV fields: names quoted, numbers, missing values
+    empty (None: every value is missing)."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        names = ['"' + str(name).replace('"', '""') + '"' for name in values.cat.categories]
+        return named(values.cat.codes.to_numpy(), names)
+    if not isinstance(values.dtype, pd.api.extensions.ExtensionDtype):
+        return number(values.to_numpy())
+    missing = values.isna().to_numpy()
+    if missing.all():
+        return None
+    return number(values.to_numpy(values.dtype.numpy_dtype, na_value=0), missing)
+
+
+def _csv_text(trace: Trace, rows: np.ndarray, header: bool) -> bytes:
+    """The CSV text of some rows of ``trace.events`` (in time order), as they are
+    in ``trace.to_pandas()``."""
+    frame = type(trace).from_records(trace.events[rows], trace.meta,
+                                     trace.pids_at(rows)).to_pandas()
+    head = (",".join(f'"{name}"' for name in frame.columns) + "\n").encode() if header else b""
+    if not len(frame):
+        return head
+    template: list[str | Column] = []
+    for i, name in enumerate(frame.columns):
+        column = _csv_column(frame[name])
+        template += ["," if i else "", "" if column is None else column]
+    return head + render_rows([*template, "\n"], null=b"")
+
+
+def write(trace: Trace, path: str | os.PathLike) -> None:
+    """Writes one CSV row per event, the columns and row order of ``to_pandas()``,
+    without building the whole frame: the rows go in time order, a batch at a time."""
+    order = np.argsort(trace.events["time_ns"], kind="stable")
+    trace.pids_at(order[:0])  # the pid column, if it needs one, made before the threads read it
+    jobs = (lambda p=part: _csv_text(trace, order[p], header=p.start == 0)
+            for part in batches(max(len(order), 1)))
+    with output(path) as out, Progress(len(order), "csv") as progress:
+        for part, text in zip(batches(max(len(order), 1)), in_order(jobs)):
+            out.write(text)
+            progress.update(part.stop - part.start)
+

@@ -1,0 +1,79 @@
+"""Recording this process's events into a trace: the windows of ``ompt_py.trace()``.
+
+A window starts by dropping what the tool recorded outside any window and
+switching recording on; it stops by switching it off, flushing every thread's
+buffer and taking the records (zero copy: the trace memory itself), whose
+times become nanoseconds from the trace's origin.  The trace's metadata counts
+the records written and dropped per thread over all its windows.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+
+from .. import _core
+from ..meta import modules, process_entry, thread_rows, trace_meta
+from ..records import RAW_DTYPE, to_events
+from . import attach
+
+
+class Recorder:
+    """The windows of one in-process trace: the counters at the start of the
+    current window, the threads seen so far, the trace's clock origin."""
+
+    def __init__(self) -> None:
+        self.before: dict[int, tuple[int, int]] = {}
+        self.threads: dict[int, dict] = {}
+        self.origin: int | None = None
+        self.start_realtime: int | None = None
+
+    def start(self) -> None:
+        """Open a window (AttachError when the runtime cannot be observed)."""
+        attach.ensure_attachable()
+        _core.flush()
+        _core.take()  # drop what was recorded outside any trace window
+        stats = json.loads(_core.stats())
+        self.before = {t["thread"]: (t["written"], t["dropped"]) for t in stats["threads"]}
+        if self.origin is None:
+            self.origin = stats["anchor"]["mono_ns"]
+            self.start_realtime = stats["realtime_ns"]
+        _core.set_recording(True)
+
+    def stop(self) -> tuple[np.ndarray, int, dict]:
+        """Close the window: its events (EVENT_DTYPE), this process's pid and the
+        trace's metadata, all windows counted."""
+        _core.set_recording(False)
+        _core.flush()
+        records = _core.take()
+        stats = json.loads(_core.stats())
+        meta = attach.meta()
+        events = to_events(np.frombuffer(records, RAW_DTYPE), meta["start_anchor"],
+                           stats["anchor"], meta["tick_ns_estimate"], self.origin)
+        for row in thread_rows(stats, self.before):
+            prev = self.threads.get(row["thread"])
+            if prev:
+                prev["written"] += row["written"]
+                prev["dropped"] += row["dropped"]
+            else:
+                self.threads[row["thread"]] = row
+        threads = sorted(self.threads.values(), key=lambda r: r["thread"])
+        if not any(rt["initialized"] for rt in meta["runtimes"]):
+            warnings.warn(
+                "no OpenMP runtime attached to ompt_py during this trace, so it is empty: "
+                "the code that ran used no OpenMP, or a runtime without OMPT (GNU libgomp)",
+                stacklevel=3,
+            )
+        fb = attach.FALLBACK
+        proc = process_entry(meta, stats, threads, complete=True, truncated=False,
+                             source="in-process", modules=modules(meta, stats),
+                             fallback={"policy": fb.policy, "libomp": fb.libomp, "how": fb.how,
+                                       "early_gnu_modules": fb.early_gnu_modules})
+        proc["start_realtime_ns"] = self.start_realtime
+        return events, meta["pid"], trace_meta([proc], self.origin)
+
+    def forked(self) -> None:
+        """In a child made by fork(): the tool emptied its buffers; so do the windows."""
+        self.before, self.threads = {}, {}

@@ -1,0 +1,105 @@
+"""A trace's metadata (``Trace.meta``), made from the tool's own documents.
+
+The tool describes its process in a META document when it starts and in
+STATS documents as it goes (counters per thread, clock anchors, modules): in
+the raw files' blocks, or through ``_core.meta()``/``_core.stats()`` in
+process.  This module turns them into the trace's metadata, one entry per
+process, for the in-process recorder (ompt_py.live) and the raw-file reader
+(ompt_py.io) alike.  Base layer: imports only the record vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .records import THREAD_TYPES
+
+#: The version of the trace metadata's layout (``meta["format"]``), kept in Parquet files.
+FORMAT = 1
+
+
+def thread_rows(stats: dict, before: dict[int, tuple[int, int]] | None = None) -> list[dict]:
+    """One row per thread of a STATS document: its type, runtime, OS thread id and
+    the records written and dropped (since ``before``: counts per thread at a
+    window's start; threads with nothing new are left out)."""
+    rows = []
+    for th in stats["threads"]:
+        w0, d0 = (before or {}).get(th["thread"], (0, 0))
+        written, dropped = th["written"] - w0, th["dropped"] - d0
+        if before is not None and th["thread"] in before and not (written or dropped):
+            continue
+        rows.append(
+            {
+                "thread": th["thread"],
+                "type": THREAD_TYPES.get(th["type"], str(th["type"])),
+                "runtime": th.get("runtime", 0),
+                "tid": th["tid"],
+                "written": written,
+                "dropped": dropped,
+                "samples_skipped": th.get("samples_skipped", 0),
+            }
+        )
+    return sorted(rows, key=lambda r: r["thread"])
+
+
+def modules(*docs: dict | None) -> list[dict]:
+    """The union of the module lists of several meta/stats documents."""
+    seen: dict[tuple, dict] = {}
+    for doc in docs:
+        for m in (doc or {}).get("modules", []):
+            seen.setdefault((m["path"], m["start"], m["end"]), m)
+    return list(seen.values())
+
+
+def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
+                  **extra: Any) -> dict:
+    """The trace metadata of one process, from its META document, its latest
+    STATS document and its thread rows; ``extra``: more keys."""
+    keep = ("pid", "ppid", "hostname", "exe", "argv", "ld_preload", "clock", "config",
+            "runtimes")
+    entry = {k: meta[k] for k in keep}
+    # The latest state of each runtime: the meta is written once, when the trace starts.
+    states = (last_stats or {}).get("runtime_states", [])
+    entry["runtimes"] = [{**rt, **(states[i] if i < len(states) else {})}
+                         for i, rt in enumerate(meta["runtimes"])]
+    entry["tool"] = {
+        "start_tool_calls": meta["start_tool_calls"],
+        "declined": meta["declined"],
+        "record_version": meta["record_version"],
+    }
+    rank = meta.get("rank", -1)  # -1: no launcher rank variable (or an older tool)
+    entry["rank"] = rank if rank >= 0 else None
+    entry["start_realtime_ns"] = meta["start_realtime_ns"]
+    entry["stop_realtime_ns"] = last_stats["realtime_ns"] if last_stats else None
+    entry["threads"] = threads
+    entry["written"] = sum(t["written"] for t in threads)
+    entry["dropped"] = sum(t["dropped"] for t in threads)
+    entry["sink_lost"] = last_stats["sink_lost"] if last_stats else 0
+    entry["buffer_bytes"] = last_stats["buffer_bytes"] if last_stats else None
+    # Region names grow as the run goes: the longest list is the latest.
+    entry["region_names"] = max(meta.get("region_names", []),
+                                (last_stats or {}).get("region_names", []), key=len)
+    entry.update(extra)
+    return entry
+
+
+def trace_meta(processes: list[dict], origin_mono_ns: int | None) -> dict:
+    """The metadata of a trace of these processes, with its written/dropped totals."""
+    return {"format": FORMAT, "origin_mono_ns": origin_mono_ns, "processes": processes,
+            "written": sum(p["written"] for p in processes),
+            "dropped": sum(p["dropped"] for p in processes)}
+
+
+def ranks(meta: dict, pids: np.ndarray) -> pd.arrays.IntegerArray | None:
+    """The job rank of the process of each of ``pids`` (``<NA>`` where the process
+    had none); None when no process of the trace had a rank."""
+    known = {p["pid"]: p.get("rank") for p in meta.get("processes", [])}
+    if all(r is None for r in known.values()):
+        return None
+    keys = np.array(sorted(known), dtype=np.int64)
+    values = np.array([-1 if known[k] is None else known[k] for k in keys], dtype=np.int32)
+    found = values[np.minimum(np.searchsorted(keys, pids), len(keys) - 1)]
+    return pd.arrays.IntegerArray(found, found < 0)

@@ -1,0 +1,20 @@
+"""Durations written for people: the one formatting of nanoseconds that the
+summary, the report, the plots and the task histogram's labels share."""
+
+from __future__ import annotations
+
+import math
+
+_UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3))
+
+
+def format_ns(ns: float | None) -> str:
+    """A duration in readable units: ``1.5 ms``, ``250 us``, ``12 ns`` (three
+    significant digits, whole units from 100 up); ``-`` for a missing value."""
+    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
+        return "-"
+    a = abs(ns)
+    for unit, scale in _UNITS:
+        if a >= scale:
+            return f"{ns / scale:,.3g} {unit}" if a < 100 * scale else f"{ns / scale:,.0f} {unit}"
+    return f"{ns:,.0f} ns"
