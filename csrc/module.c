@@ -643,60 +643,83 @@ static void table_remove(table *t, Py_ssize_t s) {
   t->used--;
 }
 
-/* pair(keys, begins, begin_value, partner): begin/end pairing in one pass over
- * rows in time order.  keys: a list of columns (see above); a row is a begin
- * when its value in the column `begins` is begin_value, else an end.  Within a
- * key an end closes the latest open begin.  Writes partner (intp per row): a
- * begin's end row, an end's begin row, or -1 for a begin never closed and an
- * end with no open begin.  The table holds the keys with open begins (the top
- * of each one's stack); while a begin is open, its partner entry links to the
- * begin below it (-2 - row; -1 for none). */
+/* pair(keys, begins, begin_value, partner[, tags, enclosing]): begin/end
+ * pairing in one pass over rows in time order.  keys: a list of columns (see
+ * above); a row is a begin when its value in the column `begins` is
+ * begin_value, else an end.  Within a key an end closes the latest open begin;
+ * with `tags` (a column, or None), the latest open begin with the end's tag (a
+ * tag of 0 on an end matches any), and the begins opened after that one are
+ * dropped, never closed.  Writes partner (intp per row): a begin's end row, an
+ * end's begin row, or -1 for a begin never closed and an end with no open
+ * begin; and `enclosing` (intp per row, or None): for a begin, the latest open
+ * begin of its key when it opened (-1: none), -1 for an end.  The table holds
+ * the keys with open begins (the top of each one's stack); while a begin is
+ * open, its partner entry links to the begin below it (-2 - row; -1 for none). */
 static PyObject *py_pair(PyObject *m, PyObject *args) {
   (void)m;
-  PyObject *keys_list, *begins_spec, *partner, *result = NULL;
+  PyObject *keys_list, *begins_spec, *partner, *tags_spec = Py_None, *enclosing = Py_None;
+  PyObject *result = NULL;
   unsigned long long begin_value;
-  if (!PyArg_ParseTuple(args, "OOKO", &keys_list, &begins_spec, &begin_value, &partner))
+  if (!PyArg_ParseTuple(args, "OOKO|OO", &keys_list, &begins_spec, &begin_value, &partner,
+                        &tags_spec, &enclosing))
     return NULL;
   keyset keys;
-  column begins;
-  Py_buffer p = {0};
+  column begins, tags = {0};
+  Py_buffer p = {0}, e = {0};
   table t = {0};
   Py_ssize_t n = -1;
+  int tagged = tags_spec != Py_None;
   if (keyset_get(&keys, keys_list, &n) < 0) return NULL;
   if (column_get(&begins, begins_spec, &n) < 0) goto release_keys;
+  if (tagged && column_get(&tags, tags_spec, &n) < 0) goto release_begins;
   if (PyObject_GetBuffer(partner, &p, PyBUF_WRITABLE) < 0) goto done;
-  if (p.len != n * (Py_ssize_t)sizeof(Py_ssize_t)) {
-    PyErr_SetString(PyExc_ValueError, "pair: partner has another length");
+  if (enclosing != Py_None && PyObject_GetBuffer(enclosing, &e, PyBUF_WRITABLE) < 0) goto done;
+  if (p.len != n * (Py_ssize_t)sizeof(Py_ssize_t) ||
+      (e.obj && e.len != n * (Py_ssize_t)sizeof(Py_ssize_t))) {
+    PyErr_SetString(PyExc_ValueError, "pair: partner or enclosing has another length");
     goto done;
   }
   if (table_init(&t, 512) < 0) {
     PyErr_NoMemory();
     goto done;
   }
-  Py_ssize_t *out = p.buf;
+  Py_ssize_t *out = p.buf, *outer = e.obj ? e.buf : NULL;
   int failed = 0;
   Py_BEGIN_ALLOW_THREADS
   key q;
   for (Py_ssize_t i = 0; i < n; i++) {
     key_read(&keys, i, &q);
-    Py_ssize_t s = table_slot(&t, &keys, &q);
+    Py_ssize_t s = table_slot(&t, &keys, &q), top = t.slots[s].row;
+    if (outer) outer[i] = -1;
     if (column_read(&begins, i) == begin_value) {
-      out[i] = -2 - t.slots[s].row;
+      out[i] = -2 - top;
+      if (outer) outer[i] = top;
       if (table_set(&t, s, q.hash, i) < 0) {
         failed = 1;
         break;
       }
-    } else if (t.slots[s].row >= 0) {
-      Py_ssize_t open = t.slots[s].row, below = -2 - out[open];
-      out[open] = i;
-      out[i] = open;
-      if (below >= 0)
-        t.slots[s].row = below;
-      else
-        table_remove(&t, s);
-    } else {
-      out[i] = -1;
+      continue;
     }
+    /* The begin this end closes: the top, or the latest with the end's tag. */
+    Py_ssize_t open = top;
+    uint64_t tag = tagged ? column_read(&tags, i) : 0;
+    while (tag && open >= 0 && column_read(&tags, open) != tag) open = -2 - out[open];
+    if (open < 0) {
+      out[i] = -1;
+      continue;
+    }
+    for (Py_ssize_t above = top; above != open;) { /* dropped: never closed */
+      Py_ssize_t below = -2 - out[above];
+      out[above] = -1;
+      above = below;
+    }
+    Py_ssize_t below = -2 - out[open];
+    out[open] = i;
+    out[i] = open;
+    if (below >= 0)
+      t.slots[s].row = below;
+    else
+      table_remove(&t, s);
   }
   for (Py_ssize_t i = 0; i < n; i++)
     if (out[i] < -1) out[i] = -1; /* a begin never closed */
@@ -709,7 +732,10 @@ static PyObject *py_pair(PyObject *m, PyObject *args) {
   Py_INCREF(result);
 done:
   table_free(&t);
+  if (e.obj) PyBuffer_Release(&e);
   if (p.obj) PyBuffer_Release(&p);
+  if (tagged) column_release(&tags);
+release_begins:
   column_release(&begins);
 release_keys:
   keyset_release(&keys);
