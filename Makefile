@@ -50,6 +50,8 @@ bench: setup
 	$(BIN)/python bench/overhead.py
 	$(BIN)/python bench/fallback.py
 	$(BIN)/python bench/analysis.py
+	$(BIN)/python bench/handlers.py
+	$(BIN)/python bench/export.py
 
 setup: system-deps $(STAMP)
 

@@ -188,6 +188,7 @@ def sampling(rounds: int, configs: dict[str, tuple[str, str | None, str | None]]
 
 def tables(regions: int) -> dict:
     import ompt_py
+    from ompt_py.analysis import tables as derived  # the frame the tables share
 
     with tempfile.TemporaryDirectory() as out:
         run_program([str(DRIVER), "regions", str(regions)], tool_env(out), "regions trace")
@@ -198,7 +199,7 @@ def tables(regions: int) -> dict:
         for name in ("to_pandas", "parallel_regions", "implicit_tasks", "work", "sync", "mutex",
                      "tasks", "task_graph"):
             t0 = time.perf_counter()
-            getattr(t, "_events_frame" if name == "to_pandas" else name)()
+            derived.frame(t) if name == "to_pandas" else getattr(t, name)()
             timings[name] = time.perf_counter() - t0
         total = time.perf_counter() - start
         answers = {}

@@ -73,7 +73,7 @@ def _size(path: Path) -> int:
 def one(what: str, trace_dir: str, out: str) -> None:
     """In the child: load, export as `what` twice, print the figures as JSON."""
     import ompt_py
-    from ompt_py.export import export
+    from ompt_py.io import export
 
     t0 = time.perf_counter()
     trace = ompt_py.load(trace_dir)
