@@ -33,14 +33,17 @@ from conftest import (
     END,
     GCC,
     LIBOMP,
+    PROGRAMS,
     PYTHON,
     REPO,
     SYNC_BARRIER_IMPLICIT_PARALLEL,
     WORK_LOOP_DYNAMIC,
     build_extension,
     clean_env,
+    cli,
     compile_program,
     n_of,
+    ok,
     region_events,
     run_python,
     select,
@@ -53,7 +56,7 @@ from ompt_py import _runtime, analysis
 
 pytestmark = pytest.mark.needs_gcc
 
-GOMP = Path(__file__).resolve().parent / "programs" / "gomp"
+GOMP = PROGRAMS / "gomp"
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
 PY_INCLUDE = sysconfig.get_paths()["include"]
 
@@ -375,16 +378,6 @@ def test_scikit_learn_on_libomp(tmp_path):
 
 
 # ---- 4. a gcc-built executable under ompt-py run -------------------------------------------
-
-
-def cli(*args, env=None, cwd=None, timeout=120):
-    return subprocess.run([PYTHON, "-m", "ompt_py", *map(str, args)], env=clean_env(env),
-                          cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
-def ok(r):
-    assert r.returncode == 0, f"exit {r.returncode}\n--- stdout\n{r.stdout}--- stderr\n{r.stderr}"
-    return r
 
 
 def _results(stdout: str) -> tuple[dict[str, str], str]:

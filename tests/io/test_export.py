@@ -25,7 +25,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pandas as pd
 import pytest
-from test_cli import cli, no_traceback, ok
+from conftest import cli, no_traceback, ok
 
 import ompt_py
 from ompt_py import export

@@ -17,40 +17,24 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import OVERFLOW_POLICIES, clean_env, n_of, parallel_records, unmatched_scopes
+from conftest import (
+    CONSOLE_SCRIPT,
+    OVERFLOW_POLICIES,
+    cli,
+    n_of,
+    no_traceback,
+    ok,
+    parallel_records,
+    unmatched_scopes,
+)
 
 import ompt_py
 
 pytestmark = pytest.mark.needs_clang
-
-CONSOLE_SCRIPT = Path(sys.executable).parent / "ompt-py"
-
-
-def cli(*args, cwd=None, env=None, path=(), timeout=120, script=False):
-    """Runs ``python -m ompt_py ARGS`` (or the ompt-py console script) in a clean environment."""
-    full = clean_env(env)
-    if path:
-        full["PYTHONPATH"] = os.pathsep.join(map(str, path))
-    cmd = [str(CONSOLE_SCRIPT)] if script else [sys.executable, "-m", "ompt_py"]
-    return subprocess.run([*cmd, *map(str, args)], cwd=cwd, env=full, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def ok(r):
-    assert r.returncode == 0, f"exit {r.returncode}\n--- stdout\n{r.stdout}--- stderr\n{r.stderr}"
-    return r
-
-
-def no_traceback(r):
-    assert "Traceback (most recent call last)" not in r.stderr, r.stderr
-
 
 # ---- run ----------------------------------------------------------------------------
 

@@ -24,8 +24,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.dataset as ds
 import pytest
-from conftest import n_of, parallel_records
-from test_cli import cli, no_traceback, ok
+from conftest import cli, n_of, no_traceback, ok, parallel_records
 
 import ompt_py
 
