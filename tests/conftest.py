@@ -15,6 +15,13 @@ Rules the helpers enforce:
 * libomp reports a worker's implicit-barrier end and implicit-task end only
   when the worker is released for the next region (or at shutdown).  Helpers
   here pair ends with begins by task id and per-thread nesting.
+* The folders: tool/ (the C tool under OpenMP programs) and live/ (recording
+  from Python) run programs; notebooks/ runs kernels.  analysis/, io/ and
+  presentation/ run nothing: they read the traces stored in tests/data
+  (``load_stored``; tests/data/README.md, made by tests/data/make_traces.py)
+  or make synthetic ones (``ompt_py.Trace.from_records``), so they need no
+  compiler and no OpenMP runtime.  Collection refuses a test there that asks
+  for a build (``STORED_ONLY``).
 """
 
 from __future__ import annotations
@@ -119,6 +126,8 @@ EV = {
     "mutex_acquired": 27,
     "dispatch": 32,
     "control_tool": 11,
+    "sample": 100,
+    "region": 101,
 }
 BEGIN, END = 1, 2
 TASK_INITIAL, TASK_IMPLICIT, TASK_EXPLICIT = 0x1, 0x2, 0x4
@@ -169,6 +178,26 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "any_libomp: runs on the libomp of OMPTPY_TEST_LIBOMP too (other tests "
         "skip when it is set)"
     )
+
+
+# The folders whose tests read stored traces only, and what they may not use.
+STORED_ONLY = ("analysis", "io", "presentation")
+_BUILD_FIXTURES = {"programs", "omp_ext", "scripting", "gomp_ext", "run_traced"}
+_BUILD_MARKERS = ("needs_clang", "needs_gcc", "any_libomp")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wrong = []
+    for item in items:
+        if item.path.parent.parent == TESTS and item.path.parent.name in STORED_ONLY:
+            builds = sorted(_BUILD_FIXTURES & set(getattr(item, "fixturenames", ())))
+            marks = [m for m in _BUILD_MARKERS if item.get_closest_marker(m)]
+            if builds or marks:
+                wrong.append(f"{item.nodeid}: {', '.join(builds + marks)}")
+    if wrong:
+        raise pytest.UsageError(
+            f"tests in tests/{{{','.join(STORED_ONLY)}}} run on stored traces (tests/data) and "
+            "need no toolchain; these ask for one:\n  " + "\n  ".join(wrong))
 
 
 def _toolchain_missing() -> str | None:
@@ -363,6 +392,90 @@ def run_with_tool(cmd: list[str], outdir: Path, timeout: float = 60, **env: str)
     outdir.mkdir(parents=True, exist_ok=True)
     return subprocess.run(cmd, env=tool_env(outdir, **env), capture_output=True, text=True,
                           timeout=timeout)
+
+
+# ---- stored traces (tests/data) -------------------------------------------------
+
+DATA = TESTS / "data"
+
+
+def stored_path(name: str) -> Path:
+    """tests/data/NAME, or NAME.parquet there (README.md lists them)."""
+    for path in (DATA / name, DATA / f"{name}.parquet"):
+        if path.exists():
+            return path
+    pytest.fail(f"there is no stored trace {name} in {DATA}: make it with "
+                f"`python tests/data/make_traces.py {name}`")
+
+
+def load_stored(name: str):
+    """The stored trace NAME, through the public reader (ompt_py.load)."""
+    import ompt_py
+
+    return ompt_py.load(stored_path(name))
+
+
+def stored_output(name: str) -> str:
+    """What the program (or snippet) of the stored trace NAME printed: NAME.out."""
+    return (DATA / f"{name}.out").read_text()
+
+
+def printed(stdout: str, key: str) -> list[float]:
+    """The numbers of the line ``KEY n1 n2 ...`` a program printed."""
+    line = next(line for line in stdout.splitlines() if line.startswith(key + " "))
+    return [float(x) for x in line.split()[1:]]
+
+
+#: The runtimes (libomp major versions) of the traces stored twice: tests that ran
+#: on both under `make test` (any_libomp) read both.
+STORED_RUNTIMES = (19, 16)
+
+
+# ---- snippets (the live tests run them; tests/data/make_traces.py stores their traces) --
+
+#: Tasks, loops, critical/lock and regions recorded in-process; ``t`` is the trace.
+MIXED_SNIPPET = """\
+import ompt_py
+import ompt_work_ext as w
+with ompt_py.trace() as t:
+    w.tasks(5)
+    w.loops(8)
+    w.critical(3)
+    w.parallel(1)
+"""
+
+#: Region markers nested from Python (decorator, threads) and C (scripting_ext),
+#: seen by a handler too; saves the trace to TRACE_PATH and prints what the
+#: handler got, the interned names and the markers in the trace (JSON).
+REGION_MARKERS_SNIPPET = """\
+import json, threading
+import numpy as np
+import ompt_py
+import ompt_work_ext as w
+import scripting_ext as s
+handled = []
+ompt_py.on("region", handled.append)
+
+@ompt_py.region("deco")
+def work():
+    w.parallel(1)
+
+with ompt_py.trace() as t:
+    with ompt_py.region("outer"):
+        with ompt_py.region("inner"):
+            w.parallel(1)
+        work()
+    work()
+    s.c_regions(2)
+    worker = threading.Thread(target=lambda: ompt_py.region("py_thread").__enter__().__exit__())
+    worker.start()
+    worker.join()
+assert ompt_py.drain_handlers()
+t.save(TRACE_PATH)
+ev = np.concatenate(handled)
+print(json.dumps({"handled": len(ev), "names": ompt_py.region_names(),
+                  "trace_markers": int((t.events["event"] == 101).sum())}))
+"""
 
 
 # ---- the command line ---------------------------------------------------------
