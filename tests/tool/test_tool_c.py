@@ -640,6 +640,27 @@ def test_output_dir_missing_is_reported(programs, tmp_path):
     assert "ompt-py" in r.stderr and str(missing) in r.stderr
 
 
+def test_place_info_at_implicit_task_begin(programs, tmp_path):
+    out = tmp_path / "raw"
+    r = run_with_tool([programs.parallel, "3"], out, OMPTPY_PLACE_INFO="on",
+                      OMP_PLACES="cores", OMP_PROC_BIND="close")
+    assert r.returncode == 0, r.stderr
+    df = ompt_py.load(out).to_pandas()
+    it = df[df["event"] == "implicit_task"]
+    begins = it[it["endpoint"] == "begin"]
+    in_regions = begins[begins["team_size"] == 2]
+    assert len(in_regions) == 6
+    # bound close to the cores: thread i of each team runs in place i
+    assert (in_regions["place_num"] == in_regions["thread_num"]).all()
+    assert (in_regions["proc_id"] >= 0).all()
+    assert in_regions.groupby("thread_num")["proc_id"].nunique().eq(1).all()  # stays bound
+    assert it.loc[it["endpoint"] == "end", ["proc_id", "place_num"]].isna().all().all()
+    # without the switch there is nothing to show
+    out2 = tmp_path / "raw2"
+    run_with_tool([programs.parallel, "1"], out2)
+    assert ompt_py.load(out2).to_pandas()["proc_id"].isna().all()
+
+
 # ---- other tools, abnormal ends ---------------------------------------------------------
 
 
