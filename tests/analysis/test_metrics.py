@@ -7,6 +7,10 @@ Expected values come from the design of each workload (the loop gives thread
 1 four times thread 0's work: imbalance 4w / 2.5w = 1.6), checked within 10%;
 where a busy machine can stretch the work itself, the program's own
 measurement is the reference as well.
+
+The traces are stored (tests/data/known-*.parquet, with what the program
+printed in known-*.out): tests/data/make_traces.py made them with the arguments
+below on a quiet machine.
 """
 
 from __future__ import annotations
@@ -16,14 +20,11 @@ import re
 
 import numpy as np
 import pytest
-from conftest import run_with_tool
+from conftest import load_stored, printed, stored_output
 
 import ompt_py
 from ompt_py import metrics
 from ompt_py._records import EVENT_CODES
-from ompt_py.trace import _loaded
-
-pytestmark = pytest.mark.needs_clang
 
 UNIT_US, N = 1000, 40  # skewed loop: thread 0 has N units (40 ms), thread 1 4N (160 ms)
 W_NS = UNIT_US * N * 1000
@@ -31,22 +32,22 @@ SHORT_US, LONG_US = 200, 2000  # tasks of 200 us and 2 ms
 HOLD_US, TAKES = 500, 40  # each of 2 threads holds the lock 40 times for 500 us
 
 
-def traced(programs, out, *args, **env) -> tuple[ompt_py.Trace, str]:
-    """known ARGS under the tool: the trace and what the program printed."""
-    r = run_with_tool([programs.known, *map(str, args)], out, **env)
-    assert r.returncode == 0, r.stderr
-    return ompt_py.load(out), r.stdout
-
-
-def printed(stdout: str, key: str) -> list[float]:
-    line = next(line for line in stdout.splitlines() if line.startswith(key + " "))
-    return [float(x) for x in line.split()[1:]]
+def known(name: str, *args: object) -> tuple[ompt_py.Trace, str]:
+    """The stored trace known-NAME (of `known ARGS`) and what the program printed."""
+    t = load_stored(f"known-{name}")
+    (proc,) = t.meta["processes"]
+    assert proc["argv"][1:] == [str(a) for a in args], "made with other arguments"
+    try:
+        out = stored_output(f"known-{name}")
+    except FileNotFoundError:
+        out = ""
+    return t, out
 
 
 def subset(t: ompt_py.Trace, keep: np.ndarray, meta: dict | None = None) -> ompt_py.Trace:
     """The trace with only the events where ``keep`` (one process)."""
     (pid,) = np.unique(t.pids)
-    return _loaded([t.events[keep]], [(int(pid), int(keep.sum()))], meta or t.meta)
+    return ompt_py.Trace.from_records(t.events[keep], meta or t.meta, pids=int(pid))
 
 
 def without(t: ompt_py.Trace, *events: str) -> ompt_py.Trace:
@@ -62,8 +63,8 @@ def loop_region(t: ompt_py.Trace):
 class Skewed:
     """A run of ``known skewed``: the trace and what the threads measured themselves."""
 
-    def __init__(self, programs, raw, schedule: str) -> None:
-        self.trace, stdout = traced(programs, raw, "skewed", UNIT_US, N, OMP_SCHEDULE=schedule)
+    def __init__(self, name: str) -> None:
+        self.trace, stdout = known(name, "skewed", UNIT_US, N)
         self.start = printed(stdout, "start_ns")  # CLOCK_MONOTONIC, as the trace's clock
         self.busy = printed(stdout, "busy_ns")
 
@@ -86,15 +87,12 @@ class Skewed:
 
 
 @pytest.fixture(scope="module")
-def skewed(programs, tmp_path_factory) -> dict[str, Skewed]:
-    """The skewed loop under static (tried up to three times for a run as designed:
-    the machine is shared) and under dynamic scheduling."""
-    for _ in range(3):
-        static = Skewed(programs, tmp_path_factory.mktemp("static"), "static")
-        if static.as_designed():
-            break
-    return {"static": static,
-            "dynamic": Skewed(programs, tmp_path_factory.mktemp("dynamic"), "dynamic,1")}
+def skewed() -> dict[str, Skewed]:
+    """The skewed loop under static (a run as designed: make_traces.py tried until the
+    machine let it) and under dynamic,1 scheduling."""
+    static = Skewed("skewed-static")
+    assert static.as_designed(), "tests/data/known-skewed-static.parquet: remake it"
+    return {"static": static, "dynamic": Skewed("skewed-dynamic")}
 
 
 # ---- known behaviour -------------------------------------------------------------------------
@@ -179,14 +177,16 @@ def test_constructs_per_construct_and_per_source(skewed):
     s = t.constructs(by="source")
     rows = s[(s["construct"] == "work") & (s["kind"] == "loop_static")]
     (row,) = rows.itertuples()
-    assert "skewed" in row.function and row.count == 2  # known.c's skewed()
+    # one source location (known.c's skewed(): the function's name needs the binary,
+    # tests/tool/test_attribution.py)
+    assert row.count == 2
     assert row.total_ns == loop["total_ns"]
     # every instance is counted once whatever the grouping
     assert s["count"].sum() == c["count"].sum()
 
 
-def test_task_duration_histogram(programs, tmp_path):
-    t, stdout = traced(programs, tmp_path / "raw", "tasks", 20, SHORT_US, 10, LONG_US)
+def test_task_duration_histogram():
+    t, stdout = known("tasks", "tasks", 20, SHORT_US, 10, LONG_US)
     measured = np.array(printed(stdout, "task_ns"))
     hist = t.task_granularity()
     assert hist.attrs["tasks"] == hist.attrs["ran"] == 30
@@ -211,14 +211,14 @@ def test_task_duration_histogram(programs, tmp_path):
     # Tasks of hundreds of microseconds cost next to nothing to create; empty
     # tasks cost about as much to create as to run.
     long_share = hist.attrs["creation_overhead_share"]
-    small, _ = traced(programs, tmp_path / "small", "tasks", 2000, 0, 0, 0)
+    small, _ = known("tasks-empty", "tasks", 2000, 0, 0, 0)
     tiny = small.task_granularity().attrs
     assert 0 < long_share < 0.01
     assert tiny["create_ns"] > 0 and tiny["creation_overhead_share"] > 20 * long_share
 
 
-def test_lock_hold_and_wait_times(programs, tmp_path):
-    t, stdout = traced(programs, tmp_path / "raw", "lock", TAKES, HOLD_US)
+def test_lock_hold_and_wait_times():
+    t, stdout = known("lock", "lock", TAKES, HOLD_US)
     (held,) = printed(stdout, "held_ns")
     lc = t.lock_contention()
     (lock,) = lc[lc["kind"] == "lock"].itertuples()
@@ -255,7 +255,7 @@ def test_summary_and_html(skewed):
 # ---- bad input ----------------------------------------------------------------------------
 
 
-def test_missing_events_are_named(skewed, programs, tmp_path):
+def test_missing_events_are_named(skewed):
     t = skewed["static"].trace
     lacking = without(t, "sync_region_wait")
     for analysis in (lacking.imbalance, lacking.utilisation):
@@ -275,10 +275,10 @@ def test_missing_events_are_named(skewed, programs, tmp_path):
     refused = subset(t, t.events["event"] != EVENT_CODES["sync_region_wait"], meta)
     with pytest.raises(ompt_py.MissingEventsError, match=r"sync_region_wait \(never\)"):
         refused.imbalance()
-    tasks, _ = traced(programs, tmp_path / "tasks", "tasks", 4, 10, 0, 0)
+    tasks, _ = known("tasks-few", "tasks", 4, 10, 0, 0)
     with pytest.raises(ompt_py.MissingEventsError, match="task_schedule"):
         without(tasks, "task_schedule").task_granularity()
-    lock, _ = traced(programs, tmp_path / "lock", "lock", 2, 10)
+    lock, _ = known("lock-few", "lock", 2, 10)
     with pytest.raises(ompt_py.MissingEventsError, match="mutex_released"):
         without(lock, "mutex_released").lock_contention()
 
@@ -298,9 +298,10 @@ def test_empty_trace(skewed):
         assert plot().axes
 
 
-def test_single_thread_trace(programs, tmp_path):
-    # Regions of one thread have no barrier: no sync_region events at all.
-    t, stdout = traced(programs, tmp_path / "raw", "skewed", 200, 5, OMP_THREAD_LIMIT="1")
+def test_single_thread_trace():
+    # Regions of one thread have no barrier: no sync_region events at all
+    # (OMP_THREAD_LIMIT=1).
+    t, stdout = known("skewed-one-thread", "skewed", 200, 5)
     assert "sync_region_wait" not in metrics.present_events(t)
     region = loop_region(t)
     assert region["threads"] == 1 and region["imbalance"] == 1.0 and region["lost_ns"] == 0
