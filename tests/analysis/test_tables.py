@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from conftest import STORED_RUNTIMES, load_stored, stored_output
 
-pytestmark = pytest.mark.parametrize(
+on_both = pytest.mark.parametrize(
     "runtime", [pytest.param(v, id=f"libomp{v}") for v in STORED_RUNTIMES])
 
 
@@ -19,6 +19,7 @@ def stored(name, runtime):
     return load_stored(f"{name}-libomp{runtime}")
 
 
+@on_both
 def test_nested_regions_have_parents_and_levels(runtime):
     t = stored("nested", runtime)
     r = t.parallel_regions()
@@ -39,6 +40,7 @@ def test_nested_regions_have_parents_and_levels(runtime):
     assert sorted(per_region.reindex(r["parallel_id"]).tolist()) == [2, 2, 2]
 
 
+@on_both
 def test_contended_lock_waits_add_up_to_the_blocked_time(runtime):
     t = stored("contended", runtime)  # contended 200 50
     measured = float(stored_output(f"contended-libomp{runtime}").split()[1])
@@ -52,6 +54,7 @@ def test_contended_lock_waits_add_up_to_the_blocked_time(runtime):
     assert abs(waited - measured) <= 0.10 * measured, (waited, measured)
 
 
+@on_both
 def test_tasks_and_their_dependence_graph(runtime):
     t = stored("deps", runtime)
     tasks = t.tasks().sort_values("created_ns").reset_index(drop=True)
@@ -65,6 +68,7 @@ def test_tasks_and_their_dependence_graph(runtime):
     assert edges == {(a, c), (b, c), (c, d)}
 
 
+@on_both
 def test_sync_waits_lie_within_their_barriers(runtime):
     t = stored("barrier", runtime)  # barrier 3
     s = t.sync()
@@ -74,6 +78,7 @@ def test_sync_waits_lie_within_their_barriers(runtime):
     assert ((s["wait_ns"] >= 0) & (s["wait_ns"] <= s["duration_ns"])).all()
 
 
+@on_both
 def test_unmatched_ends_of_an_in_process_window_are_counted(runtime):
     # The window ends right after a region: the worker's implicit-task end comes
     # with the next region, outside the window (`with ompt_py.trace(): w.parallel(2)`).
@@ -83,6 +88,7 @@ def test_unmatched_ends_of_an_in_process_window_are_counted(runtime):
     assert len(t.parallel_regions()) == 2
 
 
+@on_both
 def test_teams_league_and_nesting(runtime):
     t = stored("teams", runtime)
     r = t.parallel_regions()
@@ -98,3 +104,13 @@ def test_teams_league_and_nesting(runtime):
     assert not r.loc[r["parallel_id"] != league.parallel_id, "league"].any()
 
 
+def test_regions_of_gcc_built_code_on_libomp():
+    """The tables take what gcc-built code shows on libomp (the runtime fallback):
+    tests/programs/gomp/gomp_prog.c 7 90 under ompt-py run (the run itself:
+    tests/live/test_fallback.py)."""
+    regions = 7
+    t = load_stored("gomp-prog")
+    assert t.meta["processes"][0]["argv"][1:] == [str(regions), "90"]
+    regions_table = t.parallel_regions()
+    assert len(regions_table) == regions + 3
+    assert set(regions_table["invoker"]) == {"program"}

@@ -37,9 +37,7 @@ from conftest import (
     GCC,
     LLVM_LIB,
     PROGRAMS,
-    PYTHON,
     REPO,
-    clean_env,
     compile_program,
     run_with_tool,
     unmatched_scopes,
@@ -290,15 +288,3 @@ def test_one_vocabulary_across_versions(traced, old, program):
     every = [str(e) for e in now.df["event"].unique()
              if e not in ("dispatch", "thread_begin", "thread_end")]
     assert shape(then.df, every) == shape(now.df, every)
-
-
-@pytest.mark.parametrize("old", OLD, ids=lambda v: f"libomp{v}")
-def test_report_on_an_old_runtime(traced, old):
-    run = traced("dynamic", old)
-    r = subprocess.run([PYTHON, "-m", "ompt_py", "report", str(run.outdir)], env=clean_env(),
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}{r.stderr}"
-    assert "Traceback" not in r.stderr
-    assert "work: loop" in r.stdout
-    assert "barrier_implicit" in r.stdout
-    assert str(run.proc.args[0]) in r.stdout  # the process's executable
