@@ -1,46 +1,55 @@
 """The plots (ompt_py.plots through Trace.plot_*) and `ompt-py report --plot/--html`.
 
 Figures are drawn on matplotlib's Agg canvas in the pytest process (no OpenMP
-here); the traces come from programs run under the tool in subprocesses.
+here), from stored traces of tests/programs/known.c (tests/data/plots-*) and a
+synthetic one of many regions.
 """
 
 from __future__ import annotations
 
 import base64
 import re
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
-from conftest import clean_env, run_with_tool
+from conftest import cli, load_stored, stored_path
 
 import ompt_py
 from ompt_py import metrics
-
-pytestmark = pytest.mark.needs_clang
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STATES = ["busy", "barrier wait", "sync wait", "lock wait", "idle"]
 
 
-def traced(programs, out, *args, **env) -> ompt_py.Trace:
-    r = run_with_tool([programs.known, *map(str, args)], out, **env)
-    assert r.returncode == 0, r.stderr
-    return ompt_py.load(out)
+@pytest.fixture(scope="module")
+def skewed() -> ompt_py.Trace:
+    """Warm-up region, then a static loop where thread 1 has 4 x thread 0's work
+    (known skewed 500 20, OMP_SCHEDULE=static)."""
+    return load_stored("plots-skewed")
 
 
 @pytest.fixture(scope="module")
-def skewed(programs, tmp_path_factory) -> ompt_py.Trace:
-    """Warm-up region, then a static loop where thread 1 has 4 x thread 0's work."""
-    return traced(programs, tmp_path_factory.mktemp("skewed"), "skewed", 500, 20,
-                  OMP_SCHEDULE="static")
+def tasks() -> ompt_py.Trace:
+    """known tasks 12 200 6 2000: 12 tasks of 200 us and 6 of 2 ms."""
+    return load_stored("plots-tasks")
 
 
-@pytest.fixture(scope="module")
-def tasks(programs, tmp_path_factory) -> ompt_py.Trace:
-    return traced(programs, tmp_path_factory.mktemp("tasks"), "tasks", 12, 200, 6, 2000)
+def many_regions(copies: int) -> ompt_py.Trace:
+    """The 300 regions of the stored raw file of `parallel 300`, one after another
+    ``copies`` times: each copy later than the last, with ids of its own."""
+    t = ompt_py.load(stored_path("parallel-300.omptraw"))
+    ev = t.events
+    span = int(ev["time_ns"].max()) + 1000
+    step = int(max(ev["parallel_id"].max(), ev["task_id"].max())) + 1
+    parts = []
+    for k in range(copies):
+        part = ev.copy()
+        part["time_ns"] += k * span
+        for field in ("parallel_id", "task_id"):
+            part[field][part[field] != 0] += np.uint64(k * step)
+        parts.append(part)
+    return ompt_py.Trace.from_records(np.concatenate(parts), t.meta)
 
 
 def legend(ax) -> list[str]:
@@ -74,10 +83,8 @@ def test_timeline_lanes_layers_and_window(skewed):
         skewed.plot_timeline(start_ns=end, end_ns=start)
 
 
-def test_timeline_of_many_intervals_is_quick(programs, tmp_path):
-    r = run_with_tool([programs.parallel, "30000"], tmp_path / "raw")
-    assert r.returncode == 0, r.stderr
-    t = ompt_py.load(tmp_path / "raw")
+def test_timeline_of_many_intervals_is_quick(tmp_path):
+    t = many_regions(100)  # 30000 regions of 2 threads, as `parallel 30000`
     intervals = len(metrics.intervals(t, "implicit")) + len(metrics.intervals(t, "waits"))
     assert intervals > 100_000
     started = time.perf_counter()
@@ -135,16 +142,10 @@ def test_plots_draw_into_given_axes(skewed, tasks):
     assert len(fig.axes) == 4
 
 
-def report(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ompt_py", "report", *map(str, args)],
-                          env=clean_env(), capture_output=True, text=True, timeout=120)
-
-
-def test_report_writes_plot_and_html(programs, tmp_path):
-    trace = tmp_path / "demo.parquet"
-    traced(programs, tmp_path / "raw", "tasks", 12, 200, 6, 2000).save(trace)
+def test_report_writes_plot_and_html(tmp_path):
+    trace = stored_path("plots-tasks")
     png, page = tmp_path / "out.png", tmp_path / "out.html"
-    r = report(trace, "--plot", png, "--html", page)
+    r = cli("report", trace, "--plot", png, "--html", page)
     assert r.returncode == 0, r.stderr
     assert "Constructs (time between begin and end)" in r.stdout  # the text report as before
     assert png.read_bytes().startswith(PNG_MAGIC)
@@ -159,13 +160,13 @@ def test_report_writes_plot_and_html(programs, tmp_path):
     assert all(base64.b64decode(i).startswith(PNG_MAGIC) for i in images)
     assert "src='http" not in html and 'src="http' not in html  # self-contained
     # an unwritable destination is an error that says so
-    r = report(trace, "--plot", tmp_path / "missing" / "x.png")
+    r = cli("report", trace, "--plot", tmp_path / "missing" / "x.png")
     assert r.returncode == 1 and "cannot write" in r.stderr
     assert "Traceback" not in r.stderr
 
 
 def test_report_help_names_the_outputs():
-    r = report("--help")
+    r = cli("report", "--help")
     assert r.returncode == 0
     assert "--plot FILE" in r.stdout and "--html FILE" in r.stdout
 
