@@ -1,5 +1,5 @@
 """Reading trace files: raw per-process files (OMPTPY_OUTPUT) and Parquet,
-whole, truncated, corrupt or missing."""
+whole, truncated, corrupt or missing: a stored raw file, cut and damaged."""
 
 from __future__ import annotations
 
@@ -13,11 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import parallel_records, run_with_tool
+from conftest import parallel_records, stored_path
 
 import ompt_py
-
-pytestmark = pytest.mark.needs_clang
 
 HEADER = struct.Struct("<IIQ")
 MAGIC = 0x5450504F
@@ -38,14 +36,11 @@ def blocks(data: bytes) -> list[tuple[int, int, int]]:
 
 
 @pytest.fixture(scope="module")
-def raw_file(programs, tmp_path_factory) -> bytes:
-    """The bytes of one complete raw file: `parallel 300`, several records blocks."""
-    out = tmp_path_factory.mktemp("rawsrc")
-    # 1 ms drains so that the records come in more than one block
-    r = run_with_tool([programs.parallel, str(N_REGIONS)], out, OMPTPY_DRAIN_MS="1")
-    assert r.returncode == 0, r.stderr
-    (name,) = os.listdir(out)
-    return (out / name).read_bytes()
+def raw_file() -> bytes:
+    """The bytes of one complete raw file: `parallel 300` under the tool, drained every
+    millisecond (OMPTPY_DRAIN_MS=1) so that the records come in more than one block
+    (stored: tests/data/parallel-300.omptraw)."""
+    return stored_path("parallel-300.omptraw").read_bytes()
 
 
 @pytest.fixture
