@@ -12,9 +12,11 @@ creation to its first start, and a "threads waiting" counter per process.
 CSV: the rows and columns of ``to_pandas()``.  An unknown format is an error
 that lists the formats; an empty trace exports valid files.
 
-The trace: ``ompt-py run`` over tests/programs/mixed.c (nested tasks with
-taskwait, loops, critical sections and a lock, a nested region) twice, the
-second process with a job rank, run to the end so that everything pairs.
+The trace (stored: tests/data/export-mixed.parquet): ``ompt-py run`` over
+tests/programs/mixed.c (nested tasks with taskwait, loops, critical sections and
+a lock, a nested region) twice, the second process with a job rank, run to the
+end so that everything pairs.  ``ompt-py run`` then ``ompt-py export`` live:
+tests/live/test_end_to_end.py.
 """
 
 from __future__ import annotations
@@ -25,15 +27,10 @@ from collections import Counter, defaultdict
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import cli, no_traceback, ok
+from conftest import cli, load_stored, no_traceback, ok, stored_path
 
 import ompt_py
 from ompt_py import export
-from ompt_py.trace import _loaded
-
-pytestmark = pytest.mark.needs_clang
-
-RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
 
 
 def ns(us: float) -> int:
@@ -42,12 +39,9 @@ def ns(us: float) -> int:
 
 
 @pytest.fixture(scope="module")
-def trace_file(programs, tmp_path_factory):
-    out = tmp_path_factory.mktemp("export") / "mixed.parquet"
-    env = {v: "" for v in RANK_VARIABLES}
-    ok(cli("run", "-o", out, "--", "bash", "-c",
-           f"{programs.mixed} 6 && OMPI_COMM_WORLD_RANK=7 {programs.mixed} 3", env=env))
-    return out
+def trace_file():
+    """``mixed 6`` and ``OMPI_COMM_WORLD_RANK=7 mixed 3`` under one ``ompt-py run``."""
+    return stored_path("export-mixed")
 
 
 @pytest.fixture(scope="module")
@@ -339,9 +333,8 @@ def test_a_trace_of_one_process_exports_without_a_pid_column(trace, tmp_path):
     proc = trace.meta["processes"][1]
     mine = trace.pids == proc["pid"]
     meta = {**trace.meta, "processes": [proc]}
-    one = _loaded([trace.events[mine]], [(proc["pid"], int(mine.sum()))], meta)
-    with_pids = _loaded([trace.events[mine]], [], meta)
-    with_pids._pids = trace.pids[mine]
+    one = ompt_py.Trace.from_records(trace.events[mine], meta, pids=proc["pid"])
+    with_pids = ompt_py.Trace.from_records(trace.events[mine], meta, pids=trace.pids[mine])
     for fmt in ("perfetto", "csv"):
         export.export(one, tmp_path / f"one.{fmt}", fmt)
         export.export(with_pids, tmp_path / f"pids.{fmt}", fmt)
@@ -403,16 +396,10 @@ def test_empty_trace_exports_valid_files(tmp_path):
     assert list((tmp_path / "e-dataset").iterdir()) == []
 
 
-def test_process_without_events_exports(run_traced, tmp_path):
-    """A trace window in which OpenMP did nothing: one process, no events."""
-    t = run_traced("""
-        import ompt_py
-        import ompt_work_ext as w
-        w.max_threads()  # the runtime starts, with the tool
-        with ompt_py.trace() as t:
-            pass
-        t.save(TRACE_PATH)
-    """)
+def test_process_without_events_exports(tmp_path):
+    """A trace window in which OpenMP did nothing: one process, no events (stored:
+    ``w.max_threads()``, then ``with ompt_py.trace() as t: pass``)."""
+    t = load_stored("inprocess-empty")
     (proc,) = t.meta["processes"]
     assert len(t) == 0
     t.to_perfetto(tmp_path / "p.json")
@@ -426,3 +413,16 @@ def test_process_without_events_exports(run_traced, tmp_path):
     assert [p.name for p in (tmp_path / "ds").iterdir()] == [f"pid={proc['pid']}"]
     back = ompt_py.load(tmp_path / "ds")
     assert len(back) == 0 and back.meta["processes"] == t.meta["processes"]
+
+
+def test_user_regions_are_slices_on_their_threads(tmp_path):
+    """Region markers of omptpy_region.h (tests/programs/handlers/regions_prog.c 3
+    under the tool; the regions themselves: tests/analysis/test_user_regions.py)."""
+    t = load_stored("regions-prog")
+    regions = t.user_regions()
+    t.to_perfetto(tmp_path / "trace.json")
+    doc = json.loads((tmp_path / "trace.json").read_text())
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    slices = [e for e in events if e.get("cat") == "user_region"]
+    assert sorted((e["name"], e["tid"]) for e in slices) == sorted(
+        zip(regions["name"], regions["thread"].astype(int)))
