@@ -17,7 +17,6 @@ import subprocess
 from collections import Counter
 
 import numpy as np
-import pandas as pd
 import pytest
 from conftest import (
     BEGIN,
@@ -27,6 +26,7 @@ from conftest import (
     END,
     EV,
     LIBOMP_VERSION,
+    MIXED_SNIPPET,
     MUTEX_CRITICAL,
     MUTEX_LOCK,
     OVERFLOW_POLICIES,
@@ -50,7 +50,6 @@ from conftest import (
 )
 
 import ompt_py
-from ompt_py import _records as rec
 
 pytestmark = [pytest.mark.needs_clang, pytest.mark.any_libomp]
 
@@ -369,33 +368,19 @@ with a:
     assert r.stdout.startswith("refused:"), r.stdout
 
 
-# ---- pandas and files ----------------------------------------------------------------
-
-COLUMNS = [
-    "time_ns", "pid", "thread", "event", "endpoint", "parallel_id", "task_id", "codeptr", "kind",
-    "kind_raw", "team_size", "thread_num", "proc_id", "place_num", "flags", "has_dependences",
-    "other_task_id", "variable", "dependence_index", "dependence_count", "count", "instance",
-    "chunk_iterations", "wait_id", "hint", "impl", "os_tid", "state", "missed", "runtime",
-    "command", "modifier", "message_length", "device_num", "target_id", "target_region_id",
-    "bytes", "src_device", "dest_device", "requested_num_teams", "exit_frame", "enter_frame",
-    "exit_frame_flags", "enter_frame_flags",
-]
+# ---- saved traces ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def mixed(tmp_path_factory, omp_ext):
+def test_saved_trace_is_the_recorded_one(omp_ext):
     """A trace of tasks, loops, critical/lock and regions, recorded in-process and
-    saved; the snippet also checks its own to_pandas against the loaded file's."""
-    path = tmp_path_factory.mktemp("mixed") / "mixed.parquet"
-    r = run_python(PROLOGUE + f"""
-import json, numpy as np, pandas as pd
-with ompt_py.trace() as t:
-    w.tasks(5)
-    w.loops(8)
-    w.critical(3)
-    w.parallel(1)
-t.save({str(path)!r})
-u = ompt_py.load({str(path)!r})
+    saved: the loaded file is what was recorded, and it records no more (its
+    columns and names: tests/io/test_pandas.py, on stored traces of this snippet)."""
+    r = run_python(MIXED_SNIPPET + """
+import json, os, tempfile
+import numpy as np, pandas as pd
+path = os.path.join(tempfile.mkdtemp(), "mixed.parquet")
+t.save(path)
+u = ompt_py.load(path)
 assert u.events.dtype == t.events.dtype
 assert np.array_equal(u.events, t.events)
 assert np.array_equal(u.pids, t.pids)
@@ -407,108 +392,6 @@ except ompt_py.OmptPyError:
     print("loaded trace refuses to record")
 """, path=[omp_ext])
     assert "loaded trace refuses to record" in r.stdout
-    return ompt_py.load(path)
-
-
-def test_to_pandas_columns_and_dtypes(mixed):
-    df = mixed.to_pandas()
-    assert list(df.columns) == COLUMNS
-    assert len(df) == len(mixed.events)
-    assert df["time_ns"].dtype == np.int64
-    assert df["time_ns"].is_monotonic_increasing
-    assert df["pid"].dtype.kind == "i"
-    assert df["thread"].dtype.kind in "iu"
-    for c in ("event", "endpoint", "kind", "kind_raw"):
-        assert isinstance(df[c].dtype, pd.CategoricalDtype), c
-    for c in COLUMNS[5:8] + COLUMNS[10:]:
-        assert isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype), c
-        assert df[c].dtype.kind in "iu", c
-
-
-def test_to_pandas_frame_is_read_only(mixed):
-    """Argument columns share values and masks: a write into one would show in
-    the others, so the frame refuses writes; a copy takes them."""
-    df = mixed.to_pandas()
-    sharing = [c for c in COLUMNS[10:] if df[c].notna().any()]
-    before = {c: df[c].copy() for c in sharing}
-    for column, value in ((sharing[0], 5), (sharing[0], pd.NA), ("parallel_id", 1),
-                          ("event", "flush")):
-        with pytest.raises(ValueError, match="read-only"):
-            df.loc[df.index[0], column] = value
-    for c in sharing:
-        pd.testing.assert_series_equal(df[c], before[c])
-    pd.testing.assert_frame_equal(df, mixed.to_pandas())
-    edited = df.copy()
-    edited.loc[edited.index[0], sharing[0]] = 5
-    assert edited[sharing[0]].iloc[0] == 5
-    df.loc[df.index[0], "time_ns"] = -1  # plain numpy columns share nothing: pandas copies
-    assert df["time_ns"].iloc[0] == -1 and mixed.to_pandas()["time_ns"].iloc[0] >= 0
-    df["time_s"] = df["time_ns"] / 1e9  # new columns are fine
-
-
-def test_to_pandas_names_and_nulls(mixed):
-    df = mixed.to_pandas()
-    ev = mixed.events
-    names = set(df["event"].astype(str))
-    assert {"parallel_begin", "parallel_end", "implicit_task", "task_create", "task_schedule",
-            "work", "dispatch", "sync_region", "sync_region_wait", "mutex_acquire",
-            "mutex_acquired", "mutex_released", "lock_init", "lock_destroy"} <= names
-    assert set(df["endpoint"].dropna().astype(str)) == {"begin", "end"}
-    # events without endpoint have NaN there
-    assert df.loc[df["event"] == "task_create", "endpoint"].isna().all()
-    assert df.loc[df["event"] == "parallel_begin", "endpoint"].eq("begin").all()
-    kinds = set(df["kind_raw"].dropna().astype(str))
-    # the runtime's own names: libomp 14 and 16 have no schedule in the work type
-    # and one implicit barrier kind
-    own = ({"loop_dynamic", "loop_static", "barrier_implicit_parallel"} if LIBOMP_VERSION >= 19
-           else {"loop", "barrier_implicit"})
-    assert own | {"critical", "lock", "complete", "switch", "ws_loop_chunk",
-                  "single_executor"} <= kinds
-    if LIBOMP_VERSION < 19:
-        assert not {"loop_dynamic", "loop_static", "barrier_implicit_parallel"} & kinds
-    # one vocabulary across runtime versions in `kind`; the runtime's own in `kind_raw`
-    normalised = set(df["kind"].dropna().astype(str))
-    assert {"loop", "barrier_implicit", "critical", "single_executor"} <= normalised
-    assert not {"loop_dynamic", "loop_static", "barrier_implicit_parallel"} & normalised
-    loops = df[df["event"] == "work"]
-    assert (loops["kind"] == "loop").sum() == loops["kind_raw"].astype(str).str.startswith(
-        "loop").sum()
-    # the named counts agree with the raw records
-    assert (df["event"] == "task_create").sum() == n_of(ev, "task_create") == 5
-    loop_kind = WORK_LOOP_DYNAMIC if LIBOMP_VERSION >= 19 else WORK_LOOP
-    dyn = df[(df["event"] == "work") & (df["kind_raw"] == rec.WORK_TYPES[loop_kind])]
-    assert len(dyn) == n_of(ev, "work", kind=loop_kind) > 0
-    # argument columns are set exactly for the events that have them
-    has_team = df["team_size"].notna()
-    assert set(df.loc[has_team, "event"].astype(str)) == {"parallel_begin", "implicit_task"}
-    assert df.loc[df["event"] == "parallel_begin", "team_size"].eq(2).all()
-    assert set(df.loc[df["thread_num"].notna(), "event"].astype(str)) == {"implicit_task"}
-    assert set(df.loc[df["count"].notna(), "event"].astype(str)) == {"work"}
-    assert set(df.loc[df["chunk_iterations"].notna(), "event"].astype(str)) == {"dispatch"}
-    assert set(df.loc[df["wait_id"].notna(), "event"].astype(str)) == {
-        "mutex_acquire", "mutex_acquired", "mutex_released", "lock_init", "lock_destroy"}
-    assert set(df.loc[df["other_task_id"].notna(), "event"].astype(str)) <= {
-        "task_create", "task_schedule"}
-    loops = df[(df["event"] == "work") & (df["endpoint"] == "begin")
-               & df["kind_raw"].isin(["loop_static", "loop_dynamic", "loop"])]
-    assert loops["count"].eq(8).all() and len(loops) == 4
-    # ids: 0 in the record is <NA> in the frame; task_create has no parallel id (its
-    # record keeps the encountering task's enter frame there)
-    no_region = (ev["parallel_id"] == 0) | (ev["event"] == EV["task_create"])
-    assert df["parallel_id"].isna().sum() == int(no_region.sum())
-    assert (ev[ev["event"] == EV["task_create"]]["parallel_id"] != 0).all()
-    assert df.loc[df["event"] == "task_create", "parallel_id"].isna().all()
-    assert df["pid"].nunique() == 1
-
-
-def test_parquet_round_trip_in_pytest_process(mixed, tmp_path):
-    path = tmp_path / "again.parquet"
-    mixed.save(path)
-    again = ompt_py.load(path)
-    assert np.array_equal(again.events, mixed.events)
-    assert np.array_equal(again.pids, mixed.pids)
-    assert again.meta == mixed.meta
-    pd.testing.assert_frame_equal(again.to_pandas(), mixed.to_pandas())
 
 
 # ---- status and attach errors -------------------------------------------------------------
