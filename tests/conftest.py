@@ -478,6 +478,30 @@ print(json.dumps({"handled": len(ev), "names": ompt_py.region_names(),
 """
 
 
+# ---- job ranks -------------------------------------------------------------------
+
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+NO_RANK = dict.fromkeys(RANK_VARIABLES, "")
+
+#: Processes of `parallel N` told apart by their N, each with rank variables and the
+#: rank they make: ``ompt-py run`` of them all in one shell (tests/data/ranks/).
+RANKS = [  # (variables, N, expected rank)
+    ("OMPI_COMM_WORLD_RANK=0", 1, 0),
+    ("PMI_RANK=1", 2, 1),
+    ("PMIX_RANK=2", 3, 2),
+    ("SLURM_PROCID=3", 4, 3),
+    ("", 5, None),
+    ("SLURM_PROCID=x", 6, None),  # not a number: no rank
+    ("OMPI_COMM_WORLD_RANK=4 SLURM_PROCID=9", 7, 4),  # Open MPI's first
+]
+
+
+def by_regions(trace):
+    """{number of parallel regions: pid}: which process is which."""
+    return {n_of(trace.events[trace.pids == p["pid"]], "parallel_begin"): p["pid"]
+            for p in trace.meta["processes"]}
+
+
 # ---- the command line ---------------------------------------------------------
 
 CONSOLE_SCRIPT = Path(sys.executable).parent / "ompt-py"

@@ -43,8 +43,7 @@ import ompt_py  # noqa: E402
 
 CACHE = h.REPO / ".cache" / "libomp"
 COMPAT = h.PROGRAMS / "compat" / "dispatch_deinit.c"
-RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
-NO_RANK = dict.fromkeys(RANK_VARIABLES, "")
+NO_RANK = h.NO_RANK  # no rank variable from this environment
 PASSIVE = {"OMP_WAIT_POLICY": "passive"}  # as tests/live/test_fallback.py
 
 
@@ -345,16 +344,11 @@ def _report_incomplete(b: Builds, work: Path) -> None:
 
 
 # Several processes (tests/io/test_datasets.py): `parallel N` per process, ranks from
-# the variables of each (the table of tests/io/test_datasets.py, RANKS).
-RANKS = [("OMPI_COMM_WORLD_RANK=0", 1), ("PMI_RANK=1", 2), ("PMIX_RANK=2", 3),
-         ("SLURM_PROCID=3", 4), ("", 5), ("SLURM_PROCID=x", 6),
-         ("OMPI_COMM_WORLD_RANK=4 SLURM_PROCID=9", 7)]
-
-
+# the variables of each (conftest.RANKS).
 @trace("ranks")
 def _ranks(b: Builds, work: Path) -> None:
     """ompt-py run -o ranks/ over a shell running `parallel` 7 times: a dataset."""
-    script = "; ".join(f"{env} {b.program('parallel')} {n}" for env, n in RANKS)
+    script = "; ".join(f"{env} {b.program('parallel')} {n}" for env, n, _ in h.RANKS)
     ompt_py_run(["-o", str(fresh_dir(DATA / "ranks")), "--", "bash", "-c", script], **NO_RANK)
 
 
