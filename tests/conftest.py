@@ -26,6 +26,7 @@ Rules the helpers enforce:
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -182,7 +183,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # The folders whose tests read stored traces only, and what they may not use.
 STORED_ONLY = ("analysis", "io", "presentation")
-_BUILD_FIXTURES = {"programs", "omp_ext", "scripting", "gomp_ext", "run_traced"}
+_BUILD_FIXTURES = {"programs", "omp_ext", "scripting", "gomp_ext", "stream_lib",
+                   "run_traced"}
 _BUILD_MARKERS = ("needs_clang", "needs_gcc", "any_libomp")
 
 
@@ -292,6 +294,19 @@ def omp_ext(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def stream_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """libstream.so for ctypes: tests/programs/lib/stream.c (run(n) runs regions of a
+    dynamic,1 loop until stop()), built with clang-19 -fopenmp -shared -fPIC."""
+    if why := _toolchain_missing():
+        pytest.skip(why)
+    out = tmp_path_factory.mktemp("stream") / "libstream.so"
+    _run_checked([CLANG, "-O2", "-fopenmp", "-shared", "-fPIC", "-Wall", "-Werror",
+                  str(PROGRAMS / "lib" / "stream.c"), *map(str, COMPAT_SOURCES), "-o", str(out)],
+                 "libstream.so")
+    return out
+
+
+@pytest.fixture(scope="session")
 def scripting(tmp_path_factory: pytest.TempPathFactory) -> Programs:
     """The scripting-callback tests' code (tests/programs/handlers/), built with clang-19
     -fopenmp -I <ompt_py.include_dir()>: ``scripting.ext`` is the directory of the
@@ -363,6 +378,26 @@ def run_python(code: str, env: dict[str, str] | None = None, *, path: list | Non
         pytest.fail(f"python subprocess exited with {r.returncode}\n--- stdout\n{r.stdout}"
                     f"--- stderr\n{r.stderr}")
     return r
+
+
+#: The start of the scripting tests' snippets (handlers, native handlers, control):
+#: ompt_py and the extensions ompt_work_ext (``w``) and scripting_ext (``s``).
+SCRIPTING_PROLOGUE = """
+import json, sys, threading, time
+import numpy as np
+import ompt_py
+import ompt_work_ext as w
+import scripting_ext as s
+"""
+
+
+def run_scripting(code: str, omp_ext: Path, scripting: Programs,
+                  env: dict[str, str] | None = None, timeout: float = 120):
+    """Runs SCRIPTING_PROLOGUE + ``code`` in a fresh python with both extensions
+    importable: (the JSON the snippet printed last, the CompletedProcess)."""
+    r = run_python(SCRIPTING_PROLOGUE + code, env, path=[omp_ext, scripting.ext],
+                   timeout=timeout)
+    return json.loads(r.stdout.strip().splitlines()[-1]), r
 
 
 @pytest.fixture

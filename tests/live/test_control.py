@@ -6,7 +6,6 @@ Python) in traces and in handlers.
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
@@ -15,7 +14,7 @@ from conftest import (
     REGION_MARKERS_SNIPPET,
     clean_env,
     n_of,
-    run_python,
+    run_scripting,
     run_with_tool,
     select,
 )
@@ -24,20 +23,12 @@ import ompt_py
 
 pytestmark = pytest.mark.needs_clang
 
-PROLOGUE = """
-import json, sys, threading, time
-import numpy as np
-import ompt_py
-import ompt_work_ext as w
-import scripting_ext as s
-"""
+
 START, PAUSE, FLUSH = 1, 2, 3
 REGION = 101
 
 
-def run(code: str, omp_ext, scripting, env: dict | None = None):
-    r = run_python(PROLOGUE + code, env, path=[omp_ext, scripting.ext])
-    return json.loads(r.stdout.strip().splitlines()[-1]), r
+run = run_scripting  # (the JSON the snippet printed last, the CompletedProcess)
 
 
 def test_omp_control_tool_from_a_c_extension(omp_ext, scripting, tmp_path):

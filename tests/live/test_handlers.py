@@ -9,30 +9,19 @@ while OpenMP threads run) and tests/programs/handlers/scripting_ext.c.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-from conftest import EV, run_python
+from conftest import EV, run_scripting
 
 import ompt_py
 from ompt_py._records import EVENT_DTYPE
 
 pytestmark = pytest.mark.needs_clang
 
-PROLOGUE = """
-import json, sys, time
-import numpy as np
-import ompt_py
-import ompt_work_ext as w
-import scripting_ext as s
-"""
 
 
-def run(code: str, omp_ext, scripting, env: dict | None = None, timeout: float = 120):
-    """(the JSON the snippet printed last, the CompletedProcess)."""
-    r = run_python(PROLOGUE + code, env, path=[omp_ext, scripting.ext], timeout=timeout)
-    return json.loads(r.stdout.strip().splitlines()[-1]), r
+
+run = run_scripting  # (the JSON the snippet printed last, the CompletedProcess)
 
 
 def test_task_create_handler_receives_exactly_n_events(omp_ext, scripting, tmp_path):

@@ -13,15 +13,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from collections import Counter
 
 import numpy as np
 import pytest
 from conftest import (
     BEGIN,
-    CLANG,
-    COMPAT_SOURCES,
     DISPATCH_WS_LOOP_CHUNK,
     END,
     EV,
@@ -30,7 +27,6 @@ from conftest import (
     MUTEX_CRITICAL,
     MUTEX_LOCK,
     OVERFLOW_POLICIES,
-    PROGRAMS,
     REGION_BARRIER,
     RUNTIME_LIBOMP,
     TASK_COMPLETE,
@@ -250,14 +246,11 @@ t.save(TRACE_PATH)
     assert t.meta["written"] == len(t.events) and t.meta["dropped"] == 0
 
 
-def test_windows_toggled_while_openmp_threads_run(tmp_path):
+def test_windows_toggled_while_openmp_threads_run(stream_lib):
     """Closing a window while OpenMP threads are inside callbacks (dynamic loops
     run from another Python thread): the callbacks stay registered (libomp
     cannot take one back safely), the process survives, every window is whole."""
-    lib = tmp_path / "libstream.so"
-    subprocess.run([CLANG, "-O2", "-fopenmp", "-shared", "-fPIC", "-Wall", "-Werror",
-                    str(PROGRAMS / "lib" / "stream.c"), *map(str, COMPAT_SOURCES), "-o", str(lib)],
-                   check=True)
+    lib = stream_lib
     r = run_python(f"""
 import ctypes, json, threading, time
 import ompt_py

@@ -7,24 +7,18 @@ tests/programs/ext/ompt_work_ext.c and tests/programs/handlers/scripting_ext.c.
 
 from __future__ import annotations
 
-import json
+import functools
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CSRC, run_python
+from conftest import CSRC, run_scripting
 
 import ompt_py
 
 pytestmark = pytest.mark.needs_clang
 
-PROLOGUE = """
-import json, sys, threading, time
-import numpy as np
-import ompt_py
-import ompt_work_ext as w
-import scripting_ext as s
-"""
+
 
 #: The README's example: per source location (codeptr), the number of parallel
 #: regions, their total duration and a histogram of durations (bin k: [2^k, 2^(k+1))
@@ -69,9 +63,7 @@ void handle(const omptpy_record *r, struct hist *h) {
 """
 
 
-def run(code: str, omp_ext, scripting, env: dict | None = None, timeout: float = 180):
-    r = run_python(PROLOGUE + code, env, path=[omp_ext, scripting.ext], timeout=timeout)
-    return json.loads(r.stdout.strip().splitlines()[-1]), r
+run = functools.partial(run_scripting, timeout=180)
 
 
 def histogram_snippet(trace_path) -> str:

@@ -7,30 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import CLANG, run_python
+from conftest import run_python
 
 pytestmark = pytest.mark.needs_clang
 
-# Parallel regions of dynamic,1 loops until stop() is called: run() is called
-# through ctypes, which releases the GIL, so the windows open and close while
-# the OpenMP threads write.
-STREAM_C = r"""
-static volatile int stop_flag;
-void stop(void) { stop_flag = 1; }
-long run(long n) {
-  long regions = 0;
-  while (!stop_flag) {
-#pragma omp parallel num_threads(2)
-    {
-#pragma omp for schedule(dynamic, 1)
-      for (long i = 0; i < n; i++) __asm__ volatile("" ::: "memory");
-    }
-    regions++;
-  }
-  return regions;
-}
-"""
-
+# The windows open and close while the OpenMP threads of tests/programs/lib/stream.c
+# (conftest's stream_lib) write: its run() is called through ctypes, which releases
+# the GIL.
 WINDOWS = r"""
 import ctypes, json, threading, time
 import numpy as np
@@ -93,19 +76,6 @@ assert ompt_py.drain_handlers(timeout=60)
 assert seen[0] > 0
 print(json.dumps(out))
 """
-
-
-@pytest.fixture(scope="module")
-def stream_lib(tmp_path_factory: pytest.TempPathFactory):
-    import subprocess
-
-    d = tmp_path_factory.mktemp("stream")
-    src = d / "stream.c"
-    src.write_text(STREAM_C)
-    lib = d / "libstream.so"
-    subprocess.run([CLANG, "-O2", "-fopenmp", "-shared", "-fPIC", str(src), "-o", str(lib)],
-                   check=True)
-    return lib
 
 
 @pytest.mark.parametrize("env", [{}, {"OMPTPY_SAMPLE_HZ": "2000"}, {"OMPTPY_ZERO_COPY": "0"}],

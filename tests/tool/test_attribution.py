@@ -5,6 +5,8 @@ which must be there: with and without debug information, gone, or rebuilt since.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import compile_program, run_with_tool
 
@@ -23,15 +25,22 @@ int main(void) {
 """
 
 
-@pytest.mark.any_libomp
-@pytest.mark.parametrize("debug", [True, False])
-def test_source_attribution(tmp_path, debug):
-    src = tmp_path / "where.c"
+def traced_source(tmp_path, name: str, flags) -> tuple[Path, Path, Path]:
+    """SOURCE as NAME.c, built with FLAGS and run under the tool: (source, program,
+    raw directory)."""
+    src = tmp_path / f"{name}.c"
     src.write_text(SOURCE)
-    exe = compile_program(src, tmp_path / "where", flags=["-g"] if debug else ["-s"])
+    exe = compile_program(src, tmp_path / name, flags=flags)
     out = tmp_path / "raw"
     r = run_with_tool([exe], out)
     assert r.returncode == 0, r.stderr
+    return src, exe, out
+
+
+@pytest.mark.any_libomp
+@pytest.mark.parametrize("debug", [True, False])
+def test_source_attribution(tmp_path, debug):
+    src, exe, out = traced_source(tmp_path, "where", ["-g"] if debug else ["-s"])
     t = ompt_py.load(out)
     (region,) = t.parallel_regions().itertuples()
     src_rows = t.symbolize([region.codeptr])
@@ -50,12 +59,7 @@ def test_source_attribution(tmp_path, debug):
 
 @pytest.mark.any_libomp
 def test_attribution_of_a_trace_whose_binary_is_gone(tmp_path):
-    src = tmp_path / "gone.c"
-    src.write_text(SOURCE)
-    exe = compile_program(src, tmp_path / "gone", flags=["-g"])
-    out = tmp_path / "raw"
-    r = run_with_tool([exe], out)
-    assert r.returncode == 0, r.stderr
+    _, exe, out = traced_source(tmp_path, "gone", ["-g"])
     exe.unlink()
     t = ompt_py.load(out)
     (region,) = t.parallel_regions().itertuples()
@@ -68,12 +72,7 @@ def test_attribution_of_a_trace_whose_binary_is_gone(tmp_path):
 
 @pytest.mark.any_libomp
 def test_attribution_of_a_trace_whose_binary_changed(tmp_path):
-    src = tmp_path / "changed.c"
-    src.write_text(SOURCE)
-    exe = compile_program(src, tmp_path / "changed", flags=["-g"])
-    out = tmp_path / "raw"
-    r = run_with_tool([exe], out)
-    assert r.returncode == 0, r.stderr
+    src, exe, out = traced_source(tmp_path, "changed", ["-g"])
     # rebuilt from other code: another build id, other addresses
     src.write_text("static int pad[64];\n" + SOURCE.replace("x += 1;", "x += 1 + pad[0];"))
     compile_program(src, exe, flags=["-g"])
