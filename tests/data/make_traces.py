@@ -1,6 +1,6 @@
 """Makes the stored traces of tests/data (README.md lists them).
 
-    python tests/data/make_traces.py            # every trace
+    python tests/data/make_traces.py            # every trace but format-v1
     python tests/data/make_traces.py NAME ...   # these (a name, or a prefix: known-)
     python tests/data/make_traces.py --list
 
@@ -198,14 +198,15 @@ def fresh_dir(path: Path) -> Path:
 class Spec:
     name: str
     make: Callable[[Builds, Path], None]
+    default: bool = True  # made when no name is given
 
 
 SPECS: list[Spec] = []
 
 
-def trace(name: str):
+def trace(name: str, default: bool = True):
     def register(make: Callable[[Builds, Path], None]):
-        SPECS.append(Spec(name, make))
+        SPECS.append(Spec(name, make, default))
         return make
 
     return register
@@ -373,7 +374,7 @@ def _regions_inprocess(b: Builds, work: Path) -> None:
 @trace("regions-prog")
 def _regions_prog(b: Builds, work: Path) -> None:
     _, prog = b.scripting()
-    keep("regions-prog", *under_tool([prog, "3"], work))
+    keep("regions-prog", under_tool([prog, "3"], work)[0])
 
 
 # gcc-built code on libomp (the runtime fallback) and on older runtimes
@@ -381,8 +382,7 @@ def _regions_prog(b: Builds, work: Path) -> None:
 def _gomp_prog(b: Builds, work: Path) -> None:
     """tests/programs/gomp/gomp_prog.c (gcc) 7 regions 90 iterations under ompt-py run."""
     prog = b.gcc_program(h.PROGRAMS / "gomp" / "gomp_prog.c")
-    out = ompt_py_run(["-o", str(parquet("gomp-prog")), "--", prog, "7", "90"], **PASSIVE)
-    (DATA / "gomp-prog.out").write_text(out)
+    ompt_py_run(["-o", str(parquet("gomp-prog")), "--", prog, "7", "90"], **PASSIVE)
 
 
 def _versions_trace(version: int) -> None:
@@ -394,7 +394,7 @@ def _versions_trace(version: int) -> None:
         if not lib.exists():
             sys.exit(f"make_traces: {lib} is missing: run `make old-runtimes`")
         prog = b.gcc_program(h.PROGRAMS / "versions" / "dynamic.c")
-        keep(name, *under_tool([prog], work, LD_PRELOAD=str(lib.resolve())))
+        keep(name, under_tool([prog], work, LD_PRELOAD=str(lib.resolve()))[0])
 
     SPECS.append(Spec(name, make))
 
@@ -403,11 +403,12 @@ for _version in (14, 16):
     _versions_trace(_version)
 
 
-@trace("format-v1")
+@trace("format-v1", default=False)
 def _format_v1(b: Builds, work: Path) -> None:
     """Today's formats, for readers of tomorrow (tests/io/test_format_v1.py): the raw
     files of one run of two processes (parallel 2; critical 2 with a rank), the
-    Parquet file and the dataset Trace.save makes of them."""
+    Parquet file and the dataset Trace.save makes of them.  Made once: only when
+    named, and then tests/io/test_format_v1.py needs the new values."""
     base = fresh_dir(DATA / "format-v1")
     raw = base / "raw"
     raw.mkdir(parents=True)
@@ -432,10 +433,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the traces and exit")
     args = parser.parse_args(argv)
     if args.list:
-        print("\n".join(s.name for s in SPECS))
+        print("\n".join(s.name + ("" if s.default else "  (only when named)") for s in SPECS))
         return 0
-    chosen = [s for s in SPECS if not args.names
-              or any(s.name == n or s.name.startswith(n) for n in args.names)]
+    chosen = [s for s in SPECS if (s.default if not args.names else
+              any(s.name == n or s.name.startswith(n) for n in args.names))]
     if not chosen:
         parser.error(f"no trace is called {' or '.join(args.names)} (see --list)")
     if os.environ.get("OMPTPY_TEST_LIBOMP"):
