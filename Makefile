@@ -3,7 +3,7 @@
 # Set-up: Debian packages clang-19 and libomp-19-dev (apt-get, as root or via
 # sudo), a virtual environment in .venv, ompt-py installed into it.
 # make old-runtimes (part of make test): libomp 14 and 16 unpacked into
-# .cache/libomp/N for tests/test_versions.py (they conflict with libomp5-19, so
+# .cache/libomp/N for tests/tool/test_versions.py (they conflict with libomp5-19, so
 # they are never installed); without them those tests are skipped.
 # make test-old-libomp (part of make test): the host-side tests (marked
 # any_libomp) once more, every traced process on libomp $(OLD_TEST_LIBOMP)
@@ -93,7 +93,7 @@ old-runtimes:
 	  fi; \
 	  if [ ! -e $$dest/libomp.so.5 ]; then \
 	    sed 's/^/  /' $$tmp/log 2>/dev/null | grep -v '^  W: Download is performed unsandboxed' || true; \
-	    echo "Could not fetch libomp $$v: the libomp $$v tests of tests/test_versions.py will be skipped"; \
+	    echo "Could not fetch libomp $$v: the libomp $$v tests of tests/tool/test_versions.py will be skipped"; \
 	  fi; \
 	  rm -rf $$tmp; \
 	done; true

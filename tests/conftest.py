@@ -15,10 +15,18 @@ Rules the helpers enforce:
 * libomp reports a worker's implicit-barrier end and implicit-task end only
   when the worker is released for the next region (or at shutdown).  Helpers
   here pair ends with begins by task id and per-thread nesting.
+* The folders: tool/ (the C tool under OpenMP programs) and live/ (recording
+  from Python) run programs; notebooks/ runs kernels.  analysis/, io/ and
+  presentation/ run nothing: they read the traces stored in tests/data
+  (``load_stored``; tests/data/README.md, made by tests/data/make_traces.py)
+  or make synthetic ones (``ompt_py.Trace.from_records``), so they need no
+  compiler and no OpenMP runtime.  Collection refuses a test there that asks
+  for a build (``STORED_ONLY``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -119,6 +127,8 @@ EV = {
     "mutex_acquired": 27,
     "dispatch": 32,
     "control_tool": 11,
+    "sample": 100,
+    "region": 101,
 }
 BEGIN, END = 1, 2
 TASK_INITIAL, TASK_IMPLICIT, TASK_EXPLICIT = 0x1, 0x2, 0x4
@@ -169,6 +179,27 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "any_libomp: runs on the libomp of OMPTPY_TEST_LIBOMP too (other tests "
         "skip when it is set)"
     )
+
+
+# The folders whose tests read stored traces only, and what they may not use.
+STORED_ONLY = ("analysis", "io", "presentation")
+_BUILD_FIXTURES = {"programs", "omp_ext", "scripting", "gomp_ext", "stream_lib",
+                   "run_traced"}
+_BUILD_MARKERS = ("needs_clang", "needs_gcc", "any_libomp")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wrong = []
+    for item in items:
+        if item.path.parent.parent == TESTS and item.path.parent.name in STORED_ONLY:
+            builds = sorted(_BUILD_FIXTURES & set(getattr(item, "fixturenames", ())))
+            marks = [m for m in _BUILD_MARKERS if item.get_closest_marker(m)]
+            if builds or marks:
+                wrong.append(f"{item.nodeid}: {', '.join(builds + marks)}")
+    if wrong:
+        raise pytest.UsageError(
+            f"tests in tests/{{{','.join(STORED_ONLY)}}} run on stored traces (tests/data) and "
+            "need no toolchain; these ask for one:\n  " + "\n  ".join(wrong))
 
 
 def _toolchain_missing() -> str | None:
@@ -263,6 +294,19 @@ def omp_ext(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def stream_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """libstream.so for ctypes: tests/programs/lib/stream.c (run(n) runs regions of a
+    dynamic,1 loop until stop()), built with clang-19 -fopenmp -shared -fPIC."""
+    if why := _toolchain_missing():
+        pytest.skip(why)
+    out = tmp_path_factory.mktemp("stream") / "libstream.so"
+    _run_checked([CLANG, "-O2", "-fopenmp", "-shared", "-fPIC", "-Wall", "-Werror",
+                  str(PROGRAMS / "lib" / "stream.c"), *map(str, COMPAT_SOURCES), "-o", str(out)],
+                 "libstream.so")
+    return out
+
+
+@pytest.fixture(scope="session")
 def scripting(tmp_path_factory: pytest.TempPathFactory) -> Programs:
     """The scripting-callback tests' code (tests/programs/handlers/), built with clang-19
     -fopenmp -I <ompt_py.include_dir()>: ``scripting.ext`` is the directory of the
@@ -336,6 +380,26 @@ def run_python(code: str, env: dict[str, str] | None = None, *, path: list | Non
     return r
 
 
+#: The start of the scripting tests' snippets (handlers, native handlers, control):
+#: ompt_py and the extensions ompt_work_ext (``w``) and scripting_ext (``s``).
+SCRIPTING_PROLOGUE = """
+import json, sys, threading, time
+import numpy as np
+import ompt_py
+import ompt_work_ext as w
+import scripting_ext as s
+"""
+
+
+def run_scripting(code: str, omp_ext: Path, scripting: Programs,
+                  env: dict[str, str] | None = None, timeout: float = 120):
+    """Runs SCRIPTING_PROLOGUE + ``code`` in a fresh python with both extensions
+    importable: (the JSON the snippet printed last, the CompletedProcess)."""
+    r = run_python(SCRIPTING_PROLOGUE + code, env, path=[omp_ext, scripting.ext],
+                   timeout=timeout)
+    return json.loads(r.stdout.strip().splitlines()[-1]), r
+
+
 @pytest.fixture
 def run_traced(tmp_path: Path, omp_ext: Path):
     """run_traced(code, env=None) -> loaded Trace.
@@ -363,6 +427,138 @@ def run_with_tool(cmd: list[str], outdir: Path, timeout: float = 60, **env: str)
     outdir.mkdir(parents=True, exist_ok=True)
     return subprocess.run(cmd, env=tool_env(outdir, **env), capture_output=True, text=True,
                           timeout=timeout)
+
+
+# ---- stored traces (tests/data) -------------------------------------------------
+
+DATA = TESTS / "data"
+
+
+def stored_path(name: str) -> Path:
+    """tests/data/NAME, or NAME.parquet there (README.md lists them)."""
+    for path in (DATA / name, DATA / f"{name}.parquet"):
+        if path.exists():
+            return path
+    pytest.fail(f"there is no stored trace {name} in {DATA}: make it with "
+                f"`python tests/data/make_traces.py {name}`")
+
+
+def load_stored(name: str):
+    """The stored trace NAME, through the public reader (ompt_py.load)."""
+    import ompt_py
+
+    return ompt_py.load(stored_path(name))
+
+
+def stored_output(name: str) -> str:
+    """What the program (or snippet) of the stored trace NAME printed: NAME.out."""
+    return (DATA / f"{name}.out").read_text()
+
+
+def printed(stdout: str, key: str) -> list[float]:
+    """The numbers of the line ``KEY n1 n2 ...`` a program printed."""
+    line = next(line for line in stdout.splitlines() if line.startswith(key + " "))
+    return [float(x) for x in line.split()[1:]]
+
+
+#: The runtimes (libomp major versions) of the traces stored twice: tests that ran
+#: on both under `make test` (any_libomp) read both.
+STORED_RUNTIMES = (19, 16)
+
+
+# ---- snippets (the live tests run them; tests/data/make_traces.py stores their traces) --
+
+#: Tasks, loops, critical/lock and regions recorded in-process; ``t`` is the trace.
+MIXED_SNIPPET = """\
+import ompt_py
+import ompt_work_ext as w
+with ompt_py.trace() as t:
+    w.tasks(5)
+    w.loops(8)
+    w.critical(3)
+    w.parallel(1)
+"""
+
+#: Region markers nested from Python (decorator, threads) and C (scripting_ext),
+#: seen by a handler too; saves the trace to TRACE_PATH and prints what the
+#: handler got, the interned names and the markers in the trace (JSON).
+REGION_MARKERS_SNIPPET = """\
+import json, threading
+import numpy as np
+import ompt_py
+import ompt_work_ext as w
+import scripting_ext as s
+handled = []
+ompt_py.on("region", handled.append)
+
+@ompt_py.region("deco")
+def work():
+    w.parallel(1)
+
+with ompt_py.trace() as t:
+    with ompt_py.region("outer"):
+        with ompt_py.region("inner"):
+            w.parallel(1)
+        work()
+    work()
+    s.c_regions(2)
+    worker = threading.Thread(target=lambda: ompt_py.region("py_thread").__enter__().__exit__())
+    worker.start()
+    worker.join()
+assert ompt_py.drain_handlers()
+t.save(TRACE_PATH)
+ev = np.concatenate(handled)
+print(json.dumps({"handled": len(ev), "names": ompt_py.region_names(),
+                  "trace_markers": int((t.events["event"] == 101).sum())}))
+"""
+
+
+# ---- job ranks -------------------------------------------------------------------
+
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+NO_RANK = dict.fromkeys(RANK_VARIABLES, "")
+
+#: Processes of `parallel N` told apart by their N, each with rank variables and the
+#: rank they make: ``ompt-py run`` of them all in one shell (tests/data/ranks/).
+RANKS = [  # (variables, N, expected rank)
+    ("OMPI_COMM_WORLD_RANK=0", 1, 0),
+    ("PMI_RANK=1", 2, 1),
+    ("PMIX_RANK=2", 3, 2),
+    ("SLURM_PROCID=3", 4, 3),
+    ("", 5, None),
+    ("SLURM_PROCID=x", 6, None),  # not a number: no rank
+    ("OMPI_COMM_WORLD_RANK=4 SLURM_PROCID=9", 7, 4),  # Open MPI's first
+]
+
+
+def by_regions(trace):
+    """{number of parallel regions: pid}: which process is which."""
+    return {n_of(trace.events[trace.pids == p["pid"]], "parallel_begin"): p["pid"]
+            for p in trace.meta["processes"]}
+
+
+# ---- the command line ---------------------------------------------------------
+
+CONSOLE_SCRIPT = Path(sys.executable).parent / "ompt-py"
+
+
+def cli(*args, cwd=None, env=None, path=(), timeout=120, script=False):
+    """Runs ``python -m ompt_py ARGS`` (or the ompt-py console script) in a clean environment."""
+    full = clean_env(env)
+    if path:
+        full["PYTHONPATH"] = os.pathsep.join(map(str, path))
+    cmd = [str(CONSOLE_SCRIPT)] if script else [sys.executable, "-m", "ompt_py"]
+    return subprocess.run([*cmd, *map(str, args)], cwd=cwd, env=full, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def ok(r):
+    assert r.returncode == 0, f"exit {r.returncode}\n--- stdout\n{r.stdout}--- stderr\n{r.stderr}"
+    return r
+
+
+def no_traceback(r):
+    assert "Traceback (most recent call last)" not in r.stderr, r.stderr
 
 
 # ---- trace analysis ----------------------------------------------------------

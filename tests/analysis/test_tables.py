@@ -1,0 +1,116 @@
+"""The paired tables of a Trace: one row per instance, parents and nesting,
+wait and hold times, task dependences; unmatched begins and ends counted.
+
+On stored traces (tests/data) of libomp 19 and 16: the programs of
+tests/programs under the tool, and an in-process window.  Source attribution
+and place info need the program itself: tests/tool/test_attribution.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import STORED_RUNTIMES, load_stored, stored_output
+
+on_both = pytest.mark.parametrize(
+    "runtime", [pytest.param(v, id=f"libomp{v}") for v in STORED_RUNTIMES])
+
+
+def stored(name, runtime):
+    return load_stored(f"{name}-libomp{runtime}")
+
+
+@on_both
+def test_nested_regions_have_parents_and_levels(runtime):
+    t = stored("nested", runtime)
+    r = t.parallel_regions()
+    assert r.attrs == {"unmatched_begins": 0, "unmatched_ends": 0}
+    outer = r[r["level"] == 1]
+    inner = r[r["level"] == 2]
+    assert len(outer) == 1 and len(inner) == 2
+    assert outer["parent_id"].isna().all()
+    assert (inner["parent_id"] == outer["parallel_id"].iloc[0]).all()
+    assert (r["requested_team_size"] == 2).all() and (r["team_size"] == 2).all()
+    assert (r["invoker"] == "runtime").all()  # clang-built code
+    assert (r["begin_ns"] <= r["end_ns"]).all()
+    for row in inner.itertuples():  # an inner region lies within its parent
+        assert outer["begin_ns"].iloc[0] <= row.begin_ns and row.end_ns <= outer["end_ns"].iloc[0]
+    # each region has its implicit tasks, one per thread of the team
+    it = t.implicit_tasks()
+    per_region = it[it["team_size"] == 2].groupby("parallel_id").size()
+    assert sorted(per_region.reindex(r["parallel_id"]).tolist()) == [2, 2, 2]
+
+
+@on_both
+def test_contended_lock_waits_add_up_to_the_blocked_time(runtime):
+    t = stored("contended", runtime)  # contended 200 50
+    measured = float(stored_output(f"contended-libomp{runtime}").split()[1])
+    m = t.mutex()
+    locks = m[m["kind"] == "lock"]
+    assert len(locks) == 400
+    assert locks["wait_ns"].notna().all() and locks["hold_ns"].notna().all()
+    assert (locks["wait_ns"] >= 0).all() and (locks["hold_ns"] >= 45_000).all()
+    waited = float(locks["wait_ns"].sum())
+    assert measured > 1e6, "the threads were expected to contend"
+    assert abs(waited - measured) <= 0.10 * measured, (waited, measured)
+
+
+@on_both
+def test_tasks_and_their_dependence_graph(runtime):
+    t = stored("deps", runtime)
+    tasks = t.tasks().sort_values("created_ns").reset_index(drop=True)
+    assert len(tasks) == 4
+    a, b, c, d = tasks["task_id"].tolist()
+    assert [len(x) for x in tasks["dependences"]] == [1, 1, 3, 1]
+    assert tasks["has_dependences"].eq(1).all()
+    assert tasks["completed_ns"].notna().all() and tasks["run_ns"].gt(0).all()
+    assert (tasks["first_start_ns"] >= tasks["created_ns"]).all()
+    edges = set(zip(t.task_graph()["source_id"], t.task_graph()["sink_id"]))
+    assert edges == {(a, c), (b, c), (c, d)}
+
+
+@on_both
+def test_sync_waits_lie_within_their_barriers(runtime):
+    t = stored("barrier", runtime)  # barrier 3
+    s = t.sync()
+    assert s.attrs["unmatched_begins"] == 0 and s.attrs["unmatched_ends"] == 0
+    explicit = s[s["kind"] == "barrier_explicit"]
+    assert len(explicit) == 2 * 3
+    assert ((s["wait_ns"] >= 0) & (s["wait_ns"] <= s["duration_ns"])).all()
+
+
+@on_both
+def test_unmatched_ends_of_an_in_process_window_are_counted(runtime):
+    # The window ends right after a region: the worker's implicit-task end comes
+    # with the next region, outside the window (`with ompt_py.trace(): w.parallel(2)`).
+    t = stored("window", runtime)
+    it = t.implicit_tasks()
+    assert it.attrs["unmatched_begins"] >= 1
+    assert len(t.parallel_regions()) == 2
+
+
+@on_both
+def test_teams_league_and_nesting(runtime):
+    t = stored("teams", runtime)
+    r = t.parallel_regions()
+    assert r.attrs == {"unmatched_begins": 0, "unmatched_ends": 0}
+    assert r["parallel_id"].is_unique
+    (league,) = r[r["league"]].itertuples()
+    assert league.level == 1 and league.requested_team_size == 2
+    # each team is a region of the league; each opens its own parallel region inside
+    teams = r[r["parent_id"] == league.parallel_id]
+    assert len(teams) == 2 and (teams["level"] == 2).all()
+    inner = r[r["parent_id"].isin(teams["parallel_id"])]
+    assert len(inner) == 2 and (inner["level"] == 3).all()
+    assert not r.loc[r["parallel_id"] != league.parallel_id, "league"].any()
+
+
+def test_regions_of_gcc_built_code_on_libomp():
+    """The tables take what gcc-built code shows on libomp (the runtime fallback):
+    tests/programs/gomp/gomp_prog.c 7 90 under ompt-py run (the run itself:
+    tests/live/test_fallback.py)."""
+    regions = 7
+    t = load_stored("gomp-prog")
+    assert t.meta["processes"][0]["argv"][1:] == [str(regions), "90"]
+    regions_table = t.parallel_regions()
+    assert len(regions_table) == regions + 3
+    assert set(regions_table["invoker"]) == {"program"}

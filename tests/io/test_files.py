@@ -1,0 +1,265 @@
+"""Reading trace files: raw per-process files (OMPTPY_OUTPUT) and Parquet,
+whole, truncated, corrupt or missing: a stored raw file, cut and damaged."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import parallel_records, stored_path
+
+import ompt_py
+
+HEADER = struct.Struct("<IIQ")
+MAGIC = 0x5450504F
+META, RECORDS, STATS = 1, 2, 3
+N_REGIONS = 300
+
+
+def blocks(data: bytes) -> list[tuple[int, int, int]]:
+    """(offset, type, length) of each block of a raw file."""
+    out, off = [], 0
+    while off < len(data):
+        magic, kind, length = HEADER.unpack_from(data, off)
+        assert magic == MAGIC
+        out.append((off, kind, length))
+        off += HEADER.size + length
+    assert off == len(data)
+    return out
+
+
+@pytest.fixture(scope="module")
+def raw_file() -> bytes:
+    """The bytes of one complete raw file: `parallel 300` under the tool, drained every
+    millisecond (OMPTPY_DRAIN_MS=1) so that the records come in more than one block
+    (stored: tests/data/parallel-300.omptraw)."""
+    return stored_path("parallel-300.omptraw").read_bytes()
+
+
+@pytest.fixture
+def write(tmp_path):
+    def write(data: bytes, name: str = "ompt-1234-0.omptraw"):
+        d = tmp_path / "raw"
+        d.mkdir(exist_ok=True)
+        p = d / name
+        p.write_bytes(data)
+        return p
+
+    return write
+
+
+def records_of(data: bytes) -> np.ndarray:
+    """Every record of a raw file, in file order (raw bytes, 64 each)."""
+    parts = [data[o + 16: o + 16 + n] for o, k, n in blocks(data) if k == RECORDS]
+    return np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(-1, 64)
+
+
+def event_bytes(t) -> np.ndarray:
+    """The records of a loaded trace without the time field (converted on load)."""
+    return t.events.view(np.uint8).reshape(-1, 64)[:, 8:]
+
+
+def test_complete_raw_file(raw_file, write):
+    bl = blocks(raw_file)
+    assert bl[0][1] == META
+    assert sum(1 for b in bl if b[1] == RECORDS) >= 2
+    assert bl[-1][1] == STATS
+    p = write(raw_file)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = ompt_py.load(p)  # a single .omptraw file
+        u = ompt_py.load(p.parent)  # its directory
+    assert len(t.events) == parallel_records(N_REGIONS) == len(u.events)
+    (proc,) = t.meta["processes"]
+    assert proc["complete"] is True and proc["truncated"] is False
+    assert np.array_equal(event_bytes(t), records_of(raw_file)[:, 8:])
+
+
+@pytest.mark.parametrize("where", ["records", "header", "stats"])
+def test_truncated_raw_file_keeps_complete_part(raw_file, write, where):
+    bl = blocks(raw_file)
+    recs = [b for b in bl if b[1] == RECORDS]
+    all_records = records_of(raw_file)
+    if where == "records":
+        # cut in the middle of a record of the second records block
+        off, _, length = recs[1]
+        cut = off + 16 + (length // 64 // 2) * 64 + 30
+        keep = recs[0][2] // 64 + (length // 64 // 2)
+    elif where == "header":
+        # cut 10 bytes into the header of the second records block
+        cut = recs[1][0] + 10
+        keep = recs[0][2] // 64
+    else:
+        # cut inside the last (stats) block: every record is there
+        off, _, length = bl[-1]
+        cut = off + 16 + length // 2
+        keep = len(all_records)
+    p = write(raw_file[:cut])
+    with pytest.warns(UserWarning, match="complete part"):
+        t = ompt_py.load(p)
+    assert len(t.events) == keep
+    assert np.array_equal(event_bytes(t), all_records[:keep, 8:])
+    (proc,) = t.meta["processes"]
+    assert proc["truncated"] is True
+    if where != "stats":
+        assert proc["complete"] is False
+
+
+def test_raw_file_without_stats_counts_records(raw_file, write):
+    bl = blocks(raw_file)
+    first_stats = next(b for b in bl if b[1] == STATS)
+    t = ompt_py.load(write(raw_file[: first_stats[0]]))  # ends exactly before a block
+    (proc,) = t.meta["processes"]
+    assert proc["complete"] is False
+    assert proc["written"] == len(t.events) > 0
+
+
+def _patched(data: bytes, offset: int, new: bytes) -> bytes:
+    return data[:offset] + new + data[offset + len(new):]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["first_magic", "later_magic", "block_type", "records_length", "meta_json", "empty",
+     "record_size"],
+)
+def test_corrupt_raw_file(raw_file, write, damage):
+    bl = blocks(raw_file)
+    recs = [b for b in bl if b[1] == RECORDS]
+    if damage == "first_magic":
+        data = _patched(raw_file, 0, b"XXXX")
+    elif damage == "later_magic":
+        data = _patched(raw_file, recs[1][0], b"XXXX")
+    elif damage == "block_type":
+        data = _patched(raw_file, recs[0][0] + 4, struct.pack("<I", 99))
+    elif damage == "records_length":
+        # a records block whose length is not whole records (and the file cut to match)
+        off = recs[0][0]
+        data = raw_file[:off] + HEADER.pack(MAGIC, RECORDS, 100) + raw_file[off + 16: off + 116]
+    elif damage == "meta_json":
+        data = _patched(raw_file, 16, b"{{{{")
+    elif damage == "empty":
+        data = b""
+    else:
+        meta = json.loads(raw_file[16: 16 + bl[0][2]])
+        meta["record_size"] = 72
+        body = json.dumps(meta).encode()
+        data = HEADER.pack(MAGIC, META, len(body)) + body + raw_file[16 + bl[0][2]:]
+    p = write(data)
+    with pytest.raises(ompt_py.TraceFileError) as e:
+        ompt_py.load(p)
+    assert str(p) in str(e.value)
+    with pytest.raises(ompt_py.TraceFileError):
+        ompt_py.load(p.parent)
+
+
+def test_good_and_corrupt_file_in_one_directory(raw_file, write):
+    write(raw_file, "ompt-1-0.omptraw")
+    p = write(_patched(raw_file, 0, b"XXXX"), "ompt-2-0.omptraw")
+    with pytest.raises(ompt_py.TraceFileError, match=str(p)):
+        ompt_py.load(p.parent)
+
+
+# ---- Parquet --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def parquet_file(raw_file, tmp_path_factory) -> bytes:
+    d = tmp_path_factory.mktemp("pq")
+    (d / "ompt-7-0.omptraw").write_bytes(raw_file)
+    t = ompt_py.load(d)
+    t.save(d / "t.parquet")
+    return (d / "t.parquet").read_bytes()
+
+
+def test_parquet_round_trip_of_raw(parquet_file, raw_file, tmp_path):
+    p = tmp_path / "t.parquet"
+    p.write_bytes(parquet_file)
+    t = ompt_py.load(p)
+    assert len(t.events) == parallel_records(N_REGIONS)
+    assert np.array_equal(event_bytes(t), records_of(raw_file)[:, 8:])
+    assert t.meta["processes"][0]["complete"] is True
+
+
+@pytest.mark.parametrize("damage", ["truncated", "half", "footer", "garbage", "empty"])
+def test_bad_parquet(parquet_file, tmp_path, damage):
+    data = {
+        "truncated": parquet_file[:-100],
+        "half": parquet_file[: len(parquet_file) // 2],
+        "footer": parquet_file[:-8] + b"\xff\xff\xff\x7fPAR1",
+        "garbage": b"this is not a parquet file\n" * 10,
+        "empty": b"",
+    }[damage]
+    p = tmp_path / "bad.parquet"
+    p.write_bytes(data)
+    with pytest.raises(ompt_py.TraceFileError) as e:
+        ompt_py.load(p)
+    assert str(p) in str(e.value)
+
+
+def test_parquet_that_is_not_a_trace(tmp_path):
+    p = tmp_path / "other.parquet"
+    pq.write_table(pa.table({"a": [1, 2, 3]}), p)
+    with pytest.raises(ompt_py.TraceFileError, match="not an ompt-py trace"):
+        ompt_py.load(p)
+
+
+def test_parquet_with_missing_columns(parquet_file, tmp_path):
+    src = tmp_path / "t.parquet"
+    src.write_bytes(parquet_file)
+    table = pq.read_table(src)
+    p = tmp_path / "fewer.parquet"
+    pq.write_table(table.drop(["codeptr"]), p)
+    with pytest.raises(ompt_py.TraceFileError, match="codeptr"):
+        ompt_py.load(p)
+
+
+# ---- missing ---------------------------------------------------------------------------------
+
+
+def test_nonexistent_path(tmp_path):
+    for p in (tmp_path / "nope.parquet", tmp_path / "nope", tmp_path / "nope.omptraw"):
+        with pytest.raises(ompt_py.TraceFileError, match="does not exist"):
+            ompt_py.load(p)
+
+
+def test_directory_without_trace_files(tmp_path):
+    d = tmp_path / "empty"
+    d.mkdir()
+    with pytest.raises(ompt_py.TraceFileError):
+        ompt_py.load(d)
+    (d / "notes.txt").write_text("not a trace")
+    (d / "ompt-1-0.omptraw.tmp").write_bytes(b"")
+    with pytest.raises(ompt_py.TraceFileError):
+        ompt_py.load(d)
+
+
+def test_unreadable_file(raw_file, write):
+    if os.geteuid() == 0:
+        pytest.skip("root reads files whatever their mode")
+    p = write(raw_file)
+    p.chmod(0)
+    try:
+        with pytest.raises(ompt_py.TraceFileError):
+            ompt_py.load(p)
+    finally:
+        p.chmod(0o644)
+
+
+def test_directory_of_two_runs(raw_file, tmp_path):
+    d = tmp_path / "two"
+    d.mkdir()
+    for name in ("ompt-100-0.omptraw", "ompt-200-0.omptraw"):
+        (d / name).write_bytes(raw_file)
+    t = ompt_py.load(d)
+    assert len(t.events) == 2 * parallel_records(N_REGIONS)
+    assert len(t.meta["processes"]) == 2
+    assert t.meta["written"] == 2 * parallel_records(N_REGIONS)
+    shutil.rmtree(d)

@@ -1,0 +1,264 @@
+"""The command line's ``ompt-py run`` (also ``python -m ompt_py run``); ``ompt-py report``
+and ``--help``: tests/presentation/test_report.py.
+
+Spec: ``ompt-py run [-o OUT.parquet] [--buffer-size SIZE] [--overflow
+flush|drop|grow] [--keep-raw DIR] (SCRIPT.py ARGS | -m MODULE ARGS | --
+COMMAND ARGS)`` runs the command with the tool attached (child processes
+included, each keyed by pid), writes OUT (default ompt-trace.parquet) and
+exits with the command's exit code.  ``ompt-py report TRACE`` prints a
+summary: counts and time per construct, per parallel region, per-thread busy
+vs waiting, written and dropped records.  ``--help`` states the attach rule
+(import ompt_py first).
+
+The traced programs run to the end under the tool, so shutdown reports every
+pending end and counts are exact.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import textwrap
+
+import numpy as np
+import pytest
+from conftest import (
+    CONSOLE_SCRIPT,
+    OVERFLOW_POLICIES,
+    cli,
+    n_of,
+    no_traceback,
+    ok,
+    parallel_records,
+    unmatched_scopes,
+)
+
+import ompt_py
+
+pytestmark = pytest.mark.needs_clang
+
+# ---- run ----------------------------------------------------------------------------
+
+
+def test_run_command(programs, tmp_path):
+    out = tmp_path / "out.parquet"
+    ok(cli("run", "-o", out, "--", programs.parallel, "5"))
+    t = ompt_py.load(out)
+    (proc,) = t.meta["processes"]
+    assert proc["argv"] == [programs.parallel, "5"]
+    assert n_of(t.events, "parallel_begin") == 5
+    assert len(t.events) == parallel_records(5)
+    assert proc["written"] == parallel_records(5) and proc["dropped"] == 0
+    assert unmatched_scopes(t.events, t.pids) == []
+
+
+def test_run_console_script(programs, tmp_path):
+    assert CONSOLE_SCRIPT.exists(), f"{CONSOLE_SCRIPT} is not installed"
+    out = tmp_path / "out.parquet"
+    ok(cli("run", "-o", out, "--", programs.parallel, "2", script=True))
+    assert n_of(ompt_py.load(out).events, "parallel_begin") == 2
+
+
+def test_run_default_output_name(programs, tmp_path):
+    ok(cli("run", "--", programs.parallel, "2", cwd=tmp_path))
+    t = ompt_py.load(tmp_path / "ompt-trace.parquet")
+    assert n_of(t.events, "parallel_begin") == 2
+
+
+def test_run_program_output_passes_through(programs, tmp_path):
+    r = ok(cli("run", "-o", tmp_path / "o.parquet", "--", "bash", "-c",
+               f"echo hello-out; echo hello-err >&2; {programs.parallel} 1"))
+    assert "hello-out" in r.stdout
+    assert "hello-err" in r.stderr
+
+
+def test_run_python_script(tmp_path, omp_ext):
+    script = tmp_path / "work.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        import ompt_work_ext as w
+        print("argv", sys.argv[1:])
+        w.parallel(3)
+        w.tasks(7)
+    """))
+    out = tmp_path / "out.parquet"
+    r = ok(cli("run", "-o", out, script, "a", "--b", path=[omp_ext]))
+    assert "argv ['a', '--b']" in r.stdout
+    t = ompt_py.load(out)
+    assert n_of(t.events, "parallel_begin") == 4
+    assert n_of(t.events, "task_create") == 7
+    assert unmatched_scopes(t.events, t.pids) == []
+
+
+def test_run_module(tmp_path, omp_ext):
+    pkg = tmp_path / "mods"
+    pkg.mkdir()
+    (pkg / "omp_mod.py").write_text(textwrap.dedent("""
+        import sys
+        import ompt_work_ext as w
+        print("argv", sys.argv[1:])
+        w.parallel(int(sys.argv[1]))
+    """))
+    out = tmp_path / "out.parquet"
+    r = ok(cli("run", "-o", out, "-m", "omp_mod", "4", path=[omp_ext, pkg]))
+    assert "argv ['4']" in r.stdout
+    t = ompt_py.load(out)
+    assert n_of(t.events, "parallel_begin") == 4
+
+
+def test_run_child_processes_keyed_by_pid(programs, tmp_path):
+    out = tmp_path / "out.parquet"
+    ok(cli("run", "-o", out, "--", "bash", "-c",
+           f"{programs.parallel} 2; {programs.parallel} 3"))
+    t = ompt_py.load(out)
+    procs = t.meta["processes"]
+    assert len(procs) == 2  # bash runs no OpenMP: no trace of its own
+    assert len(set(np.unique(t.pids).tolist())) == 2
+    by_n = {}
+    for p in procs:
+        mine = t.events[t.pids == p["pid"]]
+        by_n[n_of(mine, "parallel_begin")] = (p, mine)
+    assert set(by_n) == {2, 3}
+    for n, (p, mine) in by_n.items():
+        assert len(mine) == parallel_records(n) == p["written"]
+        assert p["dropped"] == 0
+    assert t.meta["written"] == parallel_records(2) + parallel_records(3)
+
+
+def test_run_fork_child(programs, tmp_path):
+    out = tmp_path / "out.parquet"
+    ok(cli("run", "-o", out, "--", programs.forker, "1", "2"))
+    t = ompt_py.load(out)
+    assert len(t.meta["processes"]) == 2
+    counts = sorted(n_of(t.events[t.pids == p["pid"]], "parallel_begin")
+                    for p in t.meta["processes"])
+    assert counts == [2, 2]  # child: 2; parent: 1 before + 1 after the fork
+
+
+@pytest.mark.parametrize("code", [0, 3, 42])
+def test_run_exit_code_of_command(programs, tmp_path, code):
+    out = tmp_path / "out.parquet"
+    r = cli("run", "-o", out, "--", "bash", "-c", f"{programs.parallel} 1; exit {code}")
+    assert r.returncode == code, r.stderr
+    # the trace is written whatever the exit code
+    assert n_of(ompt_py.load(out).events, "parallel_begin") == 1
+
+
+def test_run_command_killed_by_signal(programs, tmp_path):
+    out = tmp_path / "out.parquet"
+    r = cli("run", "-o", out, "--", "bash", "-c", f"{programs.parallel} 1; kill -TERM $$")
+    # like a shell (128 + signal number), or by the same signal
+    assert r.returncode in (128 + 15, -15), r.returncode
+    assert n_of(ompt_py.load(out).events, "parallel_begin") == 1
+
+
+def test_run_exit_code_of_script(tmp_path, omp_ext):
+    script = tmp_path / "fail.py"
+    script.write_text("import sys, ompt_work_ext as w\nw.parallel(1)\nsys.exit(5)\n")
+    out = tmp_path / "out.parquet"
+    r = cli("run", "-o", out, script, path=[omp_ext])
+    assert r.returncode == 5, r.stderr
+    assert n_of(ompt_py.load(out).events, "parallel_begin") == 1
+
+
+def test_run_missing_command(tmp_path):
+    r = cli("run", "-o", tmp_path / "o.parquet", "--", str(tmp_path / "no-such-program"))
+    assert r.returncode != 0
+    no_traceback(r)
+
+
+def test_run_buffer_options(programs, tmp_path):
+    out = tmp_path / "out.parquet"
+    ok(cli("run", "-o", out, "--buffer-size", "256K", "--overflow", "grow", "--",
+           programs.many, "200000"))
+    t = ompt_py.load(out)
+    (proc,) = t.meta["processes"]
+    assert proc["config"]["buffer_bytes"] == 256 << 10
+    assert proc["config"]["overflow"] == "grow"
+    assert proc["dropped"] == 0
+    assert proc["written"] == len(t.events) == 200_000 + 32  # see test_overflow.py
+
+
+@pytest.mark.parametrize(("opt", "value"), [("--overflow", "bogus"),
+                                            ("--buffer-size", "lots")])
+def test_run_bad_option_values(programs, tmp_path, opt, value):
+    out = tmp_path / "out.parquet"
+    r = cli("run", "-o", out, opt, value, "--", programs.parallel, "1")
+    assert r.returncode != 0
+    no_traceback(r)
+    assert value in r.stderr
+    if opt == "--overflow":
+        for word in OVERFLOW_POLICIES:
+            assert word in r.stderr
+    assert not out.exists()
+
+
+def test_run_keep_raw(programs, tmp_path):
+    out = tmp_path / "out.parquet"
+    raw = tmp_path / "raw"
+    ok(cli("run", "-o", out, "--keep-raw", raw, "--", "bash", "-c",
+           f"{programs.parallel} 2; {programs.parallel} 1"))
+    names = sorted(os.listdir(raw))
+    assert len(names) == 2 and all(re.fullmatch(r"ompt-\d+-\d+\.omptraw", n) for n in names)
+    from_raw = ompt_py.load(raw)
+    from_parquet = ompt_py.load(out)
+    assert len(from_raw.events) == len(from_parquet.events) == parallel_records(
+        2) + parallel_records(1)
+    assert sorted(from_raw.pids.tolist()) == sorted(from_parquet.pids.tolist())
+
+
+def test_run_keep_raw_reused_directory(programs, tmp_path):
+    """A second run into the same --keep-raw directory must not merge the first
+    run's processes into its output (refusing the directory is fine too)."""
+    raw = tmp_path / "raw"
+    ok(cli("run", "-o", tmp_path / "first.parquet", "--keep-raw", raw, "--",
+           programs.parallel, "2"))
+    second = tmp_path / "second.parquet"
+    r = cli("run", "-o", second, "--keep-raw", raw, "--", programs.parallel, "3")
+    no_traceback(r)
+    if r.returncode != 0:  # refused: says why, ran nothing
+        assert str(raw) in r.stderr
+        assert not second.exists()
+        return
+    t = ompt_py.load(second)
+    assert len(t.meta["processes"]) == 1, [p["argv"] for p in t.meta["processes"]]
+    assert n_of(t.events, "parallel_begin") == 3
+
+
+def test_run_output_in_missing_directory(programs, tmp_path):
+    out = tmp_path / "no-such-dir" / "out.parquet"
+    r = cli("run", "-o", out, "--", programs.parallel, "2")
+    no_traceback(r)
+    if not out.exists():
+        assert r.returncode != 0
+        assert str(out) in r.stderr or str(out.parent) in r.stderr
+    else:
+        assert n_of(ompt_py.load(out).events, "parallel_begin") == 2
+
+
+def test_run_command_without_openmp_keeps_exit_status(tmp_path):
+    """README: the exit status is the command's, also when nothing was traced."""
+    out = tmp_path / "out.parquet"
+    r = cli("run", "-o", out, "--", "true")
+    no_traceback(r)
+    assert r.returncode == 0, r.stderr
+    assert "no trace" in r.stderr or "OpenMP" in r.stderr
+
+
+def test_trace_inside_run_is_an_attach_error(tmp_path, omp_ext):
+    script = tmp_path / "inner.py"
+    script.write_text(textwrap.dedent("""
+        import ompt_py
+        import ompt_work_ext as w
+        try:
+            with ompt_py.trace():
+                w.parallel(1)
+        except ompt_py.AttachError as e:
+            print("AttachError:", e)
+        w.parallel(2)
+    """))
+    out = tmp_path / "out.parquet"
+    r = ok(cli("run", "-o", out, script, path=[omp_ext]))
+    assert "AttachError:" in r.stdout and "ompt-py run" in r.stdout
+    # the run's own trace has everything
+    assert n_of(ompt_py.load(out).events, "parallel_begin") == 2

@@ -1,0 +1,188 @@
+"""The plots (ompt_py.plots through Trace.plot_*) and `ompt-py report --plot/--html`.
+
+Figures are drawn on matplotlib's Agg canvas in the pytest process (no OpenMP
+here), from stored traces of tests/programs/known.c (tests/data/plots-*) and a
+synthetic one of many regions.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+
+import numpy as np
+import pytest
+from conftest import cli, load_stored, stored_path
+
+import ompt_py
+from ompt_py.analysis import states, tables
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+STATES = ["busy", "barrier wait", "sync wait", "lock wait", "idle"]
+
+
+@pytest.fixture(scope="module")
+def skewed() -> ompt_py.Trace:
+    """Warm-up region, then a static loop where thread 1 has 4 x thread 0's work
+    (known skewed 500 20, OMP_SCHEDULE=static)."""
+    return load_stored("plots-skewed")
+
+
+@pytest.fixture(scope="module")
+def tasks() -> ompt_py.Trace:
+    """known tasks 12 200 6 2000: 12 tasks of 200 us and 6 of 2 ms."""
+    return load_stored("plots-tasks")
+
+
+def many_regions(copies: int) -> ompt_py.Trace:
+    """The 300 regions of the stored raw file of `parallel 300`, one after another
+    ``copies`` times: each copy later than the last, with ids of its own."""
+    t = ompt_py.load(stored_path("parallel-300.omptraw"))
+    ev = t.events
+    span = int(ev["time_ns"].max()) + 1000
+    step = int(max(ev["parallel_id"].max(), ev["task_id"].max())) + 1
+    parts = []
+    for k in range(copies):
+        part = ev.copy()
+        part["time_ns"] += k * span
+        for field in ("parallel_id", "task_id"):
+            part[field][part[field] != 0] += np.uint64(k * step)
+        parts.append(part)
+    return ompt_py.Trace.from_records(np.concatenate(parts), t.meta)
+
+
+def legend(ax) -> list[str]:
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_timeline_lanes_layers_and_window(skewed):
+    fig = skewed.plot_timeline()
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["thread 0", "thread 1"]
+    assert legend(ax) == ["parallel region", "work: loop_static", "barrier wait"]
+    (bars,) = ax.collections
+    assert len(bars.get_paths()) >= 6  # each thread: region, loop, barrier wait
+    lo, hi = skewed.events["time_ns"].min(), skewed.events["time_ns"].max()
+    assert ax.get_xlim() == pytest.approx((lo / 1e6, hi / 1e6))
+    # zoomed on thread 0 waiting at the barrier of the loop: only that is drawn
+    region = skewed.imbalance().sort_values("begin_ns").iloc[-1]
+    start = int(region["begin_ns"] + 0.6 * region["duration_ns"])
+    end = int(region["begin_ns"] + 0.8 * region["duration_ns"])
+    fig = skewed.plot_timeline(start_ns=start, end_ns=end, threads=[0])
+    (ax,) = fig.axes
+    assert ax.get_xlim() == pytest.approx((start / 1e6, end / 1e6))
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["thread 0"]
+    assert legend(ax) == ["parallel region", "barrier wait"]
+    (bars,) = ax.collections
+    x = np.concatenate([p.vertices[:, 0] for p in bars.get_paths()])
+    assert x.min() >= start / 1e6 and x.max() <= end / 1e6
+    with pytest.raises(ValueError, match="none of them is in the trace"):
+        skewed.plot_timeline(threads=[7])
+    with pytest.raises(ValueError, match="window"):
+        skewed.plot_timeline(start_ns=end, end_ns=start)
+
+
+def test_timeline_of_many_intervals_is_quick(tmp_path):
+    t = many_regions(100)  # 30000 regions of 2 threads, as `parallel 30000`
+    intervals = (len(states.closed(t, tables.implicit_intervals))
+                 + len(states.closed(t, tables.wait_intervals)))
+    assert intervals > 100_000
+    started = time.perf_counter()
+    fig = t.plot_timeline()
+    fig.savefig(tmp_path / "many.png", dpi=80)
+    assert time.perf_counter() - started < 20
+    (bars,) = fig.axes[0].collections
+    # closer than a pixel: drawn as one bar
+    assert len(bars.get_paths()) < intervals / 10
+
+
+def test_state_bars(skewed):
+    fig = skewed.plot_states()
+    (ax,) = fig.axes
+    assert legend(ax) == STATES
+    assert len(ax.patches) == 2 * len(STATES)  # one bar per thread and state
+    totals = skewed.thread_states()
+    widths = np.array([p.get_width() for p in ax.patches]).reshape(len(STATES), 2)
+    span = (skewed.events["time_ns"].max() - skewed.events["time_ns"].min()) / 1e6
+    assert widths.sum(axis=0) == pytest.approx([span, span])  # every thread: the whole trace
+    assert widths[1] == pytest.approx(totals["barrier_wait_ns"].to_numpy() / 1e6)
+
+
+def test_task_duration_histogram(tasks):
+    fig = tasks.plot_task_durations()
+    (ax,) = fig.axes
+    hist = tasks.task_granularity()
+    assert len(ax.patches) == len(hist) >= 2  # 200 us and 2 ms tasks: two decades or more
+    assert [p.get_height() for p in ax.patches] == hist["tasks"].tolist()
+    assert [p.get_x() for p in ax.patches] == pytest.approx((hist["lo_ns"] / 1e3).tolist())
+    assert ax.get_xscale() == "log" and "18 explicit tasks" in ax.get_title()
+
+
+def test_imbalance_view(skewed):
+    fig = skewed.plot_imbalance()
+    (ax,) = fig.axes
+    regions = skewed.imbalance()
+    assert len(ax.patches) == 2 * 2 * 4  # 2 regions x 2 threads x 4 states
+    notes = [t.get_text() for t in ax.texts]
+    assert len(notes) == 2
+    worst = regions.sort_values("lost_ns").iloc[-1]
+    assert f"{worst['imbalance']:.2f}x" in notes[0]
+    assert legend(ax) == ["busy", "barrier wait", "sync wait", "lock wait"]
+
+
+def test_plots_draw_into_given_axes(skewed, tasks):
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    axes = fig.subplots(2, 2).ravel()
+    assert skewed.plot_timeline(ax=axes[0]) is fig
+    assert skewed.plot_states(ax=axes[1]) is fig
+    assert tasks.plot_task_durations(ax=axes[2]) is fig
+    assert skewed.plot_imbalance(ax=axes[3]) is fig
+    assert len(fig.axes) == 4
+
+
+def test_report_writes_plot_and_html(tmp_path):
+    trace = stored_path("plots-tasks")
+    png, page = tmp_path / "out.png", tmp_path / "out.html"
+    r = cli("report", trace, "--plot", png, "--html", page)
+    assert r.returncode == 0, r.stderr
+    assert "Constructs (time between begin and end)" in r.stdout  # the text report as before
+    assert png.read_bytes().startswith(PNG_MAGIC)
+    html = page.read_text()
+    assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
+    for title in ("Time per construct", "Threads: time per state", "load imbalance",
+                  "Explicit tasks: duration histogram"):
+        assert title in html
+    assert html.count("<table") >= 5
+    images = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", html)
+    assert len(images) == 3  # timeline and states, imbalance, task durations
+    assert all(base64.b64decode(i).startswith(PNG_MAGIC) for i in images)
+    assert "src='http" not in html and 'src="http' not in html  # self-contained
+    # an unwritable destination is an error that says so
+    r = cli("report", trace, "--plot", tmp_path / "missing" / "x.png")
+    assert r.returncode == 1 and "cannot write" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_report_help_names_the_outputs():
+    r = cli("report", "--help")
+    assert r.returncode == 0
+    assert "--plot FILE" in r.stdout and "--html FILE" in r.stdout
+
+
+def test_figures_display_as_images_in_ipython(skewed):
+    # Without pyplot, IPython shows a bare Figure as text until the inline
+    # backend registered its image formatter; making a plot registers it.
+    shell_module = pytest.importorskip("IPython.core.interactiveshell")
+    shell = shell_module.InteractiveShell.instance()
+    try:
+        fig = skewed.plot_states()
+        data, _ = shell.display_formatter.format(fig)
+        assert base64.b64decode(data["image/png"]).startswith(PNG_MAGIC)
+        summary, _ = shell.display_formatter.format(skewed.summary())
+        assert "<table" in summary["text/html"]
+        assert "ompt_py.Trace" in shell.display_formatter.format(skewed)[0]["text/html"]
+    finally:
+        shell_module.InteractiveShell.clear_instance()

@@ -1,0 +1,117 @@
+"""``ompt-py report TRACE`` (also ``python -m ompt_py report``): a summary of a
+trace file, raw directory or dataset; ``--help`` of the command line.
+
+Spec: ``ompt-py report TRACE`` prints counts and time per construct, per
+parallel region, per-thread busy vs waiting, written and dropped records,
+incomplete processes; ``--help`` states the attach rule (import ompt_py
+first).  On stored traces (tests/data; an `ompt-py run` followed by its report:
+tests/live/test_end_to_end.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import cli, load_stored, no_traceback, ok, stored_path
+
+# ---- report ---------------------------------------------------------------------------------
+
+
+def test_report():
+    recorded = stored_path("report-loops")  # ompt-py run -- loops 64
+    r = ok(cli("report", recorded))
+    text = r.stdout
+    t = load_stored("report-loops")
+    assert re.search(r"parallel", text, re.I)
+    assert re.search(r"written", text, re.I) and re.search(r"dropped", text, re.I)
+    n = t.meta["written"]
+    assert str(n) in text or f"{n:,}" in text
+    assert re.search(r"busy", text, re.I) and re.search(r"wait", text, re.I)
+    # constructs of the program appear by name
+    assert re.search(r"loop", text, re.I)
+    assert re.search(r"thread", text, re.I)
+
+
+def test_report_with_locks():
+    out = stored_path("report-critical")  # ompt-py run -- critical 20
+    r = ok(cli("report", out))
+    t = load_stored("report-critical")
+    assert re.search(r"critical", r.stdout) and re.search(r"lock", r.stdout)
+    assert re.search(r"busy", r.stdout, re.I) and re.search(r"wait", r.stdout, re.I)
+    # the mutex events are counted: 2 threads x 20 critical + 20 lock acquisitions
+    assert re.search(r"mutex_acquire\s+80\b", r.stdout), r.stdout
+    # the short answers of Trace.summary() head the report
+    answers = r.stdout.split("\nAnswers\n", 1)[1].split("\n\n", 1)[0]
+    assert "most waited-for" in answers and "critical" in answers, answers
+    for th in t.meta["processes"][0]["threads"]:
+        assert f"{th['written']:,}" in r.stdout
+
+
+def test_report_of_raw_directory():
+    # the raw files of a run: parallel 2, then critical 2
+    r = ok(cli("report", stored_path("format-v1/raw")))
+    assert re.search(r"parallel", r.stdout, re.I)
+
+
+def test_report_of_incomplete_process():
+    # ompt-py run --buffer-size 256K -- many 20000 _exit
+    out = stored_path("report-incomplete")
+    assert load_stored("report-incomplete").meta["processes"][0]["complete"] is False
+    r = ok(cli("report", out))
+    assert re.search(r"incomplete", r.stdout, re.I)
+
+
+@pytest.mark.parametrize("old", [14, 16], ids=lambda v: f"libomp{v}")
+def test_report_on_an_old_runtime(old):
+    """tests/programs/versions/dynamic.c (gcc) on libomp 14 and 16 (the runs
+    themselves: tests/tool/test_versions.py)."""
+    name = f"versions-dynamic-libomp{old}"
+    r = ok(cli("report", stored_path(name), timeout=60))
+    assert "Traceback" not in r.stderr
+    assert "work: loop" in r.stdout
+    assert "barrier_implicit" in r.stdout
+    (proc,) = load_stored(name).meta["processes"]
+    assert proc["argv"][0] in r.stdout  # the process's executable
+
+
+def test_report_of_gcc_built_code_on_libomp():
+    """gcc-built code run on libomp by the runtime fallback: its explicit barriers
+    are barrier_implementation, its regions invoked by the program (the run:
+    tests/live/test_fallback.py)."""
+    report = ok(cli("report", stored_path("gomp-prog"))).stdout
+    assert "wait: barrier_implementation" in report and " program" in report, report
+
+
+@pytest.mark.parametrize("what", ["missing", "garbage"])
+def test_report_bad_input(tmp_path, what):
+    p = tmp_path / "x.parquet"
+    if what == "garbage":
+        p.write_text("not a trace")
+    r = cli("report", p)
+    assert r.returncode != 0
+    no_traceback(r)
+    assert str(p) in r.stderr
+
+
+# ---- help ------------------------------------------------------------------------------------
+
+
+def test_help_states_attach_rule():
+    r = ok(cli("--help"))
+    assert "run" in r.stdout and "report" in r.stdout
+    assert re.search(r"import\s+ompt_py", r.stdout, re.I), r.stdout
+    assert re.search(r"first|before", r.stdout, re.I)
+
+
+def test_run_help():
+    r = ok(cli("run", "--help"))
+    for opt in ("-o", "--buffer-size", "--overflow", "--keep-raw", "-m"):
+        assert opt in r.stdout
+
+
+def test_no_arguments_is_a_usage_error():
+    r = cli()
+    assert r.returncode != 0
+    no_traceback(r)
+    assert "usage" in (r.stdout + r.stderr).lower()
