@@ -52,7 +52,7 @@ from conftest import (
 )
 
 import ompt_py
-from ompt_py import _runtime
+from ompt_py.live import runtime as _runtime
 
 pytestmark = pytest.mark.needs_gcc
 
