@@ -19,7 +19,7 @@ DEBIAN_PACKAGES := clang-19 libomp-19-dev
 OLD_LIBOMP_VERSIONS := 14 16
 OLD_LIBOMP_DIR := .cache/libomp
 OLD_TEST_LIBOMP ?= 16
-SOURCES := setup.py pyproject.toml $(wildcard csrc/*.c csrc/*.h)
+SOURCES := setup.py pyproject.toml $(wildcard csrc/*/*.c csrc/*/*.h)
 
 .PHONY: demo test test-old-libomp setup system-deps old-runtimes lint bench clean
 

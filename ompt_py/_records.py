@@ -2,7 +2,7 @@
 
 The numpy dtype is built from the offsets the C extension reports, and the
 module refuses to load when they differ from what this file expects: a
-record layout change must bump OMPTPY_RECORD_VERSION in csrc/omptpy.h.
+record layout change must bump OMPTPY_RECORD_VERSION in csrc/include/omptpy.h.
 Names are applied here, never in C.
 """
 
@@ -332,7 +332,7 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
 SIGNED_COLUMNS = frozenset({"device_num", "src_device", "dest_device"})
 
 
-# ---- task frames (task_create, sample): see "Frames" in csrc/omptpy.h ----------------
+# ---- task frames (task_create, sample): see "Frames" in csrc/include/omptpy.h ----------------
 
 #: Columns of Trace.to_pandas() holding task frames (decoded by _core.columns), and
 #: the events that have them.

@@ -4,7 +4,7 @@ OMPT callbacks run on the runtime's threads without the GIL, often while
 the thread that holds the GIL waits in the same parallel region, so no
 Python ever runs in them.  Instead the tool copies the records that pass
 the handlers' C filters (event kinds, thread indices, a code address range)
-into a bounded queue (csrc/tap.c) while it drains the threads' buffers, and
+into a bounded queue (csrc/tool/tap.c) while it drains the threads' buffers, and
 one thread of ours, the dispatcher, takes them out in batches: it waits in
 C with the GIL released, and calls the handlers with the GIL, never on an
 OpenMP thread.  Records reach the queue at most about ``delay`` after they
@@ -39,7 +39,7 @@ from ._records import EVENT_CODES, EVENT_DTYPE, EVENTS
 from .errors import AttachError, HandlerWarning
 
 DEFAULT_DELAY = 0.05  # seconds from an event to its handler, at most (about)
-MAX_FILTERS = 16  # csrc/omptpy_api.h OMPTPY_TAP_MAX_FILTERS
+MAX_FILTERS = 16  # csrc/tool/omptpy_api.h OMPTPY_TAP_MAX_FILTERS
 MAX_THREADS = 64  # OMPTPY_TAP_MAX_THREADS
 BATCH_RECORDS = 1 << 18  # at most this many records per call of a handler
 IDLE_WAIT = 0.5  # the dispatcher wakes this often when nothing comes
@@ -154,7 +154,7 @@ class Handler:
         off(self)
 
     def c_filter(self) -> tuple[int, int, int, int, tuple[int, ...]]:
-        """The filter csrc/tap.c applies: event masks, code range, thread indices."""
+        """The filter csrc/tool/tap.c applies: event masks, code range, thread indices."""
         every = (1 << 64) - 1
         lo, hi = (every, every) if self._all_events else event_mask(self.codes)
         cp_lo, cp_hi = self.codeptr or (0, 0)

@@ -38,7 +38,8 @@ REPO = TESTS.parent
 PROGRAMS = TESTS / "programs"
 EXT_SOURCE = PROGRAMS / "ext" / "ompt_work_ext.c"
 HANDLER_PROGRAMS = PROGRAMS / "handlers"  # scripting callbacks: handlers, native, control
-CSRC = REPO / "csrc"
+CSRC_TOOL = REPO / "csrc" / "tool"  # the tool's sources and private headers
+CSRC_INCLUDE = REPO / "csrc" / "include"  # the public headers shipped in the package
 
 CLANG = shutil.which("clang-19")
 GCC = shutil.which("gcc")

@@ -154,7 +154,7 @@ def test_bad_sample_rate_is_refused(programs, tmp_path):
 
 
 def test_frame_fields_decode():
-    """The packing of csrc/omptpy.h ("Frames"), decoded by to_pandas without a
+    """The packing of csrc/include/omptpy.h ("Frames"), decoded by to_pandas without a
     runtime: every combination the sampler and task_create write, and version-1
     records."""
     from ompt_py._records import EVENT_CODES, EVENT_DTYPE, FRAME_COLUMNS
@@ -189,7 +189,7 @@ def test_frame_fields_decode():
 
 def test_missed_periods_weigh_the_states():
     """A sample also stands for the periods its thread missed just before it (the
-    high half of u32a, csrc/omptpy.h): state_breakdown weighs the states by
+    high half of u32a, csrc/include/omptpy.h): state_breakdown weighs the states by
     them.  Decoded without a runtime; record version 2 had 0 there."""
     from ompt_py._records import EVENT_CODES, EVENT_DTYPE
     from ompt_py.trace import _loaded

@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "omptpy.h"
-#include "omptpy_api.h"
-#include "omptpy_frames.h"
+#include "tool/omptpy_api.h"
+#include "tool/omptpy_frames.h"
 
 typedef struct {
   PyObject_HEAD

@@ -1,6 +1,6 @@
 /*
  * The functions libomptpy.so exports besides ompt_start_tool, used by the
- * Python extension module (csrc/module.c).  Implemented in tool.c, and
+ * Python extension module (csrc/ext/).  Implemented in tool.c, and
  * tap.c, native.c, region.c and callbacks.c for the scripting part.
  */
 #ifndef OMPTPY_API_H
