@@ -1,7 +1,7 @@
 /*
  * Where drained records go.  Memory sink (the default, for ompt_py in the
  * same process): one anonymous mapping that the Python module takes whole,
- * without a copy.  With the zero-copy memory sink (buffer.c) threads write
+ * without a copy.  With the zero-copy memory sink (zerocopy.c) threads write
  * into such a mapping directly and only omptpy_sink_reserve is used from
  * here; the copying memory sink below remains for OMPTPY_ZERO_COPY=0 and
  * kernels without membarrier.  File sink (OMPTPY_OUTPUT=dir, for `ompt-py run` and

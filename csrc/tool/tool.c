@@ -74,6 +74,7 @@ static void atfork_parent(void) {
 static void atfork_child(void) {
   pthread_mutex_init(&control_lock, NULL);
   omptpy_meta_after_fork_child();
+  omptpy_drainer_after_fork_child();
   omptpy_buffers_after_fork_child();
   omptpy_sink_after_fork_child();
   omptpy_tap_after_fork_child();
@@ -107,6 +108,7 @@ static void global_init(void) {
     for (int ev = 0; ev < OMPTPY_MAX_EVENTS; ev++) g->runtimes[i].levels[ev] = -1;
   if (init_rc != 0) return;
   omptpy_sink_open(&g->cfg);
+  omptpy_drainer_init(&g->cfg);
   omptpy_buffers_init(&g->cfg);
   if (omptpy_sampler_init(&g->cfg) != 0)
     fprintf(stderr, "ompt-py: cannot install the sampling signal handler: %s\n", strerror(errno));
