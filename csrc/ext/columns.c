@@ -5,7 +5,6 @@
  */
 #include "ext.h"
 
-#include <math.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -288,9 +287,34 @@ done:
   return result;
 }
 
-/* ticks_to_ns(records, first_ticks, first_ns, ns_per_tick, origin_ns): in
- * place, each record's time becomes CLOCK_MONOTONIC nanoseconds minus origin
- * (int64), on the line through the anchor (first_ticks, first_ns). */
+/* tick_scale(first_ticks, first_ns, last_ticks, last_ns, estimate): nanoseconds
+ * per tick from the first and last anchors of a trace (omptpy_tick_scale);
+ * last_ticks and last_ns are None when there is no second anchor. */
+PyObject *omptpy_py_tick_scale(PyObject *m, PyObject *args) {
+  (void)m;
+  unsigned long long first_ticks, first_ns, last_ticks, last_ns;
+  PyObject *last_ticks_obj, *last_ns_obj;
+  double estimate;
+  if (!PyArg_ParseTuple(args, "KKOOd", &first_ticks, &first_ns, &last_ticks_obj, &last_ns_obj,
+                        &estimate))
+    return NULL;
+  if ((last_ticks_obj == Py_None) != (last_ns_obj == Py_None)) {
+    PyErr_SetString(PyExc_TypeError, "tick_scale: last_ticks and last_ns are both None or neither");
+    return NULL;
+  }
+  omptpy_anchor first = {first_ticks, first_ns}, last = first;
+  if (last_ticks_obj != Py_None) {
+    if (!PyArg_Parse(last_ticks_obj, "K", &last_ticks) || !PyArg_Parse(last_ns_obj, "K", &last_ns))
+      return NULL;
+    last = (omptpy_anchor){last_ticks, last_ns};
+  }
+  return PyFloat_FromDouble(omptpy_tick_scale(first, last, estimate));
+}
+
+/* ticks_to_ns(records, first_ticks, first_ns, scale, origin_ns): in place, each
+ * record's time becomes CLOCK_MONOTONIC nanoseconds minus origin (int64), on the
+ * line through the anchor (first_ticks, first_ns) of slope `scale` (ns per tick,
+ * tick_scale()). */
 PyObject *omptpy_py_ticks_to_ns(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *records;
@@ -303,10 +327,9 @@ PyObject *omptpy_py_ticks_to_ns(PyObject *m, PyObject *args) {
   if (PyObject_GetBuffer(records, &b, PyBUF_WRITABLE) < 0) return NULL;
   omptpy_record *r = b.buf;
   Py_ssize_t n = b.len / (Py_ssize_t)sizeof *r;
-  int64_t base = first_ns - origin_ns;
+  omptpy_anchor anchor = {first_ticks, (uint64_t)first_ns};
   Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n; i++) {
-    double delta = (double)(int64_t)(r[i].time - first_ticks);
-    int64_t ns = base + (int64_t)llround(delta * scale);
+    int64_t ns = omptpy_ticks_to_ns(r[i].time, anchor, scale) - origin_ns;
     memcpy(&r[i].time, &ns, sizeof ns);
   }
   Py_END_ALLOW_THREADS PyBuffer_Release(&b);

@@ -44,6 +44,7 @@ enum {
 
 PyObject *omptpy_py_scan(PyObject *m, PyObject *args);
 PyObject *omptpy_py_columns(PyObject *m, PyObject *args);
+PyObject *omptpy_py_tick_scale(PyObject *m, PyObject *args);
 PyObject *omptpy_py_ticks_to_ns(PyObject *m, PyObject *args);
 
 /* ---- pairing.c: keys, hash tables, begin/end pairing, lookups ------------------ */

@@ -292,8 +292,14 @@ static PyMethodDef methods[] = {
      "format_rows(parts, [(kind, values, missing, null, table), ...]): rows of text, each "
      "parts[0] value parts[1] ... parts[-1]; kinds: 0 a number, 1 nanoseconds as "
      "microseconds, 2 a hex string, 3 table[code]."},
+    {"tick_scale", omptpy_py_tick_scale, METH_VARARGS,
+     "tick_scale(first_ticks, first_ns, last_ticks, last_ns, estimate) -> nanoseconds per "
+     "tick: the slope between the anchors when they are far enough apart (last_ticks and "
+     "last_ns None: no second anchor), else estimate."},
     {"ticks_to_ns", omptpy_py_ticks_to_ns, METH_VARARGS,
-     "ticks_to_ns(records, first_ticks, first_ns, ns_per_tick, origin_ns): times in place."},
+     "ticks_to_ns(records, first_ticks, first_ns, scale, origin_ns): times in place, "
+     "CLOCK_MONOTONIC nanoseconds minus origin_ns on the line through the anchor of slope "
+     "scale (tick_scale)."},
     {"record_layout", py_record_layout, METH_NOARGS, "Version, size and field offsets of a record."},
     {"tap_configure", py_tap_configure, METH_VARARGS,
      "tap_configure(filters, delay_s, block): start the handlers' queue or change its filters."},

@@ -66,17 +66,15 @@ typedef struct omptpy_config {
 
 int omptpy_config_read(omptpy_config *cfg);
 
-/* ---- clock (clock.c) ---------------------------------------------------- */
-
-typedef struct omptpy_anchor {
-  uint64_t ticks;
-  uint64_t mono_ns;
-} omptpy_anchor;
+/* ---- clock (clock.c; the conversion of ticks is in omptpy_api.h) ---------- */
 
 extern omptpy_clock_kind omptpy_clock_kind_used;
 uint64_t omptpy_monotonic_ns(void);
 void omptpy_clock_init(int requested);
 omptpy_anchor omptpy_clock_anchor(void);
+/* A coarse tick length from `a` (the start anchor), for traces cut short
+ * before a second anchor was written. */
+double omptpy_clock_estimate(omptpy_anchor a);
 const char *omptpy_clock_name(void);
 
 static inline uint64_t omptpy_now(void) {

@@ -284,13 +284,10 @@ static void ticks_to_monotonic_ns(omptpy_record *r, size_t n) {
     T.anchor = omptpy_clock_anchor();
     T.anchor_at_ns = now;
   }
-  omptpy_anchor a = omptpy_g.start_anchor, b = T.anchor;
-  double scale = b.ticks - a.ticks > 1000000u
-                     ? (double)(b.mono_ns - a.mono_ns) / (double)(b.ticks - a.ticks)
-                     : omptpy_g.tick_ns_estimate;
+  omptpy_anchor start = omptpy_g.start_anchor;
+  double scale = omptpy_tick_scale(start, T.anchor, omptpy_g.tick_ns_estimate);
   for (size_t i = 0; i < n; i++) {
-    double ns = (double)(int64_t)(r[i].time - a.ticks) * scale;
-    int64_t t = (int64_t)a.mono_ns + (int64_t)(ns + (ns >= 0 ? 0.5 : -0.5));
+    int64_t t = omptpy_ticks_to_ns(r[i].time, start, scale);
     memcpy(&r[i].time, &t, sizeof t);
   }
 }

@@ -86,21 +86,12 @@ static void atfork_child(void) {
   if (live) omptpy_drainer_start();
 }
 
-/* A coarse tick length, for traces cut short before a second anchor was written. */
-static double estimate_tick_ns(omptpy_anchor a) {
-  if (omptpy_clock_kind_used != OMPTPY_CLOCK_TSC) return 1.0;
-  omptpy_anchor b;
-  do b = omptpy_clock_anchor();
-  while (b.mono_ns - a.mono_ns < 200000);
-  return (double)(b.mono_ns - a.mono_ns) / (double)(b.ticks - a.ticks);
-}
-
 static void global_init(void) {
   omptpy_tool *g = &omptpy_g;
   init_rc = omptpy_config_read(&g->cfg);
   omptpy_clock_init(g->cfg.clock);
   g->start_anchor = omptpy_clock_anchor();
-  g->tick_ns_estimate = estimate_tick_ns(g->start_anchor);
+  g->tick_ns_estimate = omptpy_clock_estimate(g->start_anchor);
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   g->start_realtime_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
