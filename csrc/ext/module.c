@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tool/omptpy_file.h"
+#include "tool/omptpy_ompt.h"
+
 PyObject *omptpy_py_oserror(int rc, const char *what) {
   errno = -rc;
   return PyErr_SetFromErrnoWithFilename(PyExc_OSError, what);
@@ -328,6 +331,49 @@ static struct PyModuleDef moduledef = {
     .m_methods = methods,
 };
 
+/* The module's int constants, from the C headers' own enums and macros, so
+ * that Python never spells these numbers again. */
+static const struct {
+  const char *name;
+  long value;
+} constants[] = {
+#define C(name, value) {#name, (long)(value)}
+    /* OMPT values the analysis tests (omptpy_ompt.h) */
+    C(SCOPE_BEGIN, ompt_scope_begin),
+    C(SCOPE_END, ompt_scope_end),
+    C(SCOPE_BEGINEND, ompt_scope_beginend),
+    C(TASK_INITIAL, ompt_task_initial),
+    C(TASK_IMPLICIT, ompt_task_implicit),
+    C(TASK_EXPLICIT, ompt_task_explicit),
+    C(PARALLEL_INVOKER_PROGRAM, ompt_parallel_invoker_program),
+    C(PARALLEL_INVOKER_RUNTIME, ompt_parallel_invoker_runtime),
+    C(PARALLEL_LEAGUE, ompt_parallel_league),
+    /* ompt-py's own events and the record (omptpy.h) */
+    C(EVENT_SAMPLE, OMPTPY_EVENT_SAMPLE),
+    C(EVENT_REGION, OMPTPY_EVENT_REGION),
+    C(RECORD_SIZE, sizeof(omptpy_record)),
+    /* the raw file (omptpy_file.h) */
+    C(FILE_MAGIC, OMPTPY_FILE_MAGIC),
+    C(BLOCK_META, OMPTPY_BLOCK_META),
+    C(BLOCK_RECORDS, OMPTPY_BLOCK_RECORDS),
+    C(BLOCK_STATS, OMPTPY_BLOCK_STATS),
+    C(BLOCK_HEADER_SIZE, sizeof(omptpy_block_header)),
+    /* the bounds of the handlers' filters and of native handlers (omptpy_api.h) */
+    C(TAP_MAX_FILTERS, OMPTPY_TAP_MAX_FILTERS),
+    C(TAP_MAX_THREADS, OMPTPY_TAP_MAX_THREADS),
+    C(NATIVE_MAX, OMPTPY_NATIVE_MAX),
+    /* the arguments of this module's functions (ext.h) */
+    C(KEY_EVENT, KEY_EVENT),
+    C(KEY_ENDPOINT, KEY_ENDPOINT),
+    C(KEY_EVENT_KIND, KEY_EVENT_KIND),
+    C(KEY_EVENT_ENDPOINT, KEY_EVENT_ENDPOINT),
+    C(FORMAT_NUMBER, FORMAT_NUMBER),
+    C(FORMAT_MICROS, FORMAT_MICROS),
+    C(FORMAT_HEX, FORMAT_HEX),
+    C(FORMAT_TEXT, FORMAT_TEXT),
+#undef C
+};
+
 PyMODINIT_FUNC PyInit__core(void) {
   PyObject *m = PyModule_Create(&moduledef);
   if (!m) return NULL;
@@ -335,13 +381,11 @@ PyMODINIT_FUNC PyInit__core(void) {
     Py_DECREF(m);
     return NULL;
   }
-  if (PyModule_AddIntConstant(m, "KEY_EVENT", KEY_EVENT) < 0 ||
-      PyModule_AddIntConstant(m, "KEY_ENDPOINT", KEY_ENDPOINT) < 0 ||
-      PyModule_AddIntConstant(m, "KEY_EVENT_KIND", KEY_EVENT_KIND) < 0 ||
-      PyModule_AddIntConstant(m, "KEY_EVENT_ENDPOINT", KEY_EVENT_ENDPOINT) < 0) {
-    Py_DECREF(m);
-    return NULL;
-  }
+  for (size_t i = 0; i < sizeof constants / sizeof *constants; i++)
+    if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) < 0) {
+      Py_DECREF(m);
+      return NULL;
+    }
   return m;
 }
 

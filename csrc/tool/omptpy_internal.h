@@ -26,6 +26,7 @@
 
 #include "omptpy.h"
 #include "omptpy_api.h"
+#include "omptpy_file.h"
 #include "omptpy_ompt.h"
 
 #define OMPTPY_API __attribute__((visibility("default")))
@@ -282,9 +283,6 @@ omptpy_block omptpy_sink_take(void);
 /* sink.c's reservation of a large NORESERVE huge-page range. */
 void *omptpy_sink_reserve(size_t *bytes);
 void omptpy_block_free(omptpy_block b);
-
-enum { OMPTPY_BLOCK_META = 1, OMPTPY_BLOCK_RECORDS = 2, OMPTPY_BLOCK_STATS = 3 };
-#define OMPTPY_FILE_MAGIC 0x5450504fu /* "OPPT" */
 
 /* ---- zero-copy memory sink (zerocopy.c) ---------------------------------- */
 

@@ -9,7 +9,8 @@
  * dir/ompt-<pid>-<n>.omptraw, opened at the first block so that processes
  * which never run OpenMP leave no file.  Each block is a 16-byte header
  * {magic, type, length} and its payload: META (JSON, first), RECORDS (raw
- * omptpy_record array of one thread, in order) and STATS (JSON counters).
+ * omptpy_record array of one thread, in order) and STATS (JSON counters);
+ * see omptpy_file.h.
  * All functions are called under the drain lock or before threads exist.
  *
  * Fresh memory costs more than copying into it (the kernel zeroes and maps
@@ -35,12 +36,6 @@
 #define RESERVE_BYTES ((size_t)64 << 30)
 #define MIN_RESERVE_BYTES ((size_t)64 << 20)
 #define PREFAULT_AHEAD ((size_t)32 << 20)
-
-typedef struct block_header {
-  uint32_t magic;
-  uint32_t type;
-  uint64_t length;
-} block_header;
 
 static struct {
   bool file;
@@ -86,7 +81,7 @@ static int write_all(int fd, struct iovec *iov, int n) {
 }
 
 static int write_block(uint32_t type, const void *data, size_t len) {
-  block_header h = {OMPTPY_FILE_MAGIC, type, len};
+  omptpy_block_header h = {OMPTPY_FILE_MAGIC, type, len};
   struct iovec iov[2] = {{&h, sizeof h}, {(void *)data, len}};
   return write_all(S.fd, iov, 2);
 }
