@@ -265,63 +265,92 @@ static PyObject *py_region_names(PyObject *m, PyObject *args) {
   return list;
 }
 
+/* Each docstring starts with the signature (Python's __text_signature__), so
+ * that inspect.signature and help() show it, and mypy's stubtest checks
+ * ompt_py/_core.pyi against it. */
+#define DOC(signature, text) signature "\n--\n\n" text
+
 static PyMethodDef methods[] = {
     {"init", py_init, METH_NOARGS,
-     "Read the configuration; returns None, or the error message when it is invalid."},
+     DOC("init($module, /)",
+         "Read the configuration; returns None, or the error message when it is invalid.")},
     {"check_config", py_check_config, METH_NOARGS,
-     "Check the OMPTPY_* variables of os.environ now; None, or the error message."},
-    {"set_recording", py_set_recording, METH_O, "Start (True) or pause (False) recording."},
-    {"is_recording", py_is_recording, METH_NOARGS, "Whether events are being recorded."},
-    {"flush", py_flush, METH_NOARGS, "Move every buffered record into the sink."},
-    {"take", omptpy_py_take, METH_NOARGS, "Take the records gathered in the memory sink so far."},
-    {"meta", py_meta, METH_NOARGS, "The process and runtime description, as JSON."},
-    {"stats", py_stats, METH_NOARGS, "Per-thread written/dropped counters and a clock anchor, as JSON."},
+     DOC("check_config($module, /)",
+         "Check the OMPTPY_* variables of os.environ now; None, or the error message.")},
+    {"set_recording", py_set_recording, METH_O,
+     DOC("set_recording($module, on, /)", "Start (True) or pause (False) recording.")},
+    {"is_recording", py_is_recording, METH_NOARGS,
+     DOC("is_recording($module, /)", "Whether events are being recorded.")},
+    {"flush", py_flush, METH_NOARGS,
+     DOC("flush($module, /)", "Move every buffered record into the sink.")},
+    {"take", omptpy_py_take, METH_NOARGS,
+     DOC("take($module, /)", "Take the records gathered in the memory sink so far.")},
+    {"meta", py_meta, METH_NOARGS,
+     DOC("meta($module, /)", "The process and runtime description, as JSON.")},
+    {"stats", py_stats, METH_NOARGS,
+     DOC("stats($module, /)", "Per-thread written/dropped counters and a clock anchor, as JSON.")},
     {"runtime_info", py_runtime_info, METH_NOARGS,
-     "What each attached runtime's inquiry functions answer, as JSON."},
-    {"tool_path", py_tool_path, METH_NOARGS, "Absolute path of libomptpy.so."},
+     DOC("runtime_info($module, /)",
+         "What each attached runtime's inquiry functions answer, as JSON.")},
+    {"tool_path", py_tool_path, METH_NOARGS,
+     DOC("tool_path($module, /)", "Absolute path of libomptpy.so.")},
+    {"record_layout", py_record_layout, METH_NOARGS,
+     DOC("record_layout($module, /)", "Version, size and field offsets of a record.")},
     {"scan", omptpy_py_scan, METH_VARARGS,
-     "scan(records, times, counts): the records' times into times, their events counted."},
+     DOC("scan($module, records, times, counts, /)",
+         "The records' times into times, their events counted.")},
     {"columns", omptpy_py_columns, METH_VARARGS,
-     "columns(records, order, [(out, offset, size)], [(out, table, key[, offset, size])], "
-     "frames): the columns of Trace.to_pandas() in one pass over the records."},
+     DOC("columns($module, records, order, fields, lookups, frames, /)",
+         "The columns of Trace.to_pandas() in one pass over the records: fields as "
+         "[(out, offset, size)], lookups as [(out, table, KEY_*[, offset, size])].")},
     {"pair", omptpy_py_pair, METH_VARARGS,
-     "pair(keys, begins, begin_value, partner): begin/end pairing per key (a list of "
-     "columns) in time order; partner[i]: the row paired with row i, or -1."},
+     DOC("pair($module, keys, begins, begin_value, partner, /)",
+         "Begin/end pairing per key (a list of columns) in time order; partner[i]: the row "
+         "paired with row i, or -1.")},
     {"find", omptpy_py_find, METH_VARARGS,
-     "find(table_keys, query_keys, out[, table_times, query_times]): per query row, the "
-     "first table row with its keys (with times: the last at or before the query's time), "
-     "or -1."},
+     DOC("find($module, table_keys, query_keys, out, table_times=None, query_times=None, /)",
+         "Per query row, the first table row with its keys (with times: the last at or "
+         "before the query's time), or -1.")},
     {"format_rows", omptpy_py_format_rows, METH_VARARGS,
-     "format_rows(parts, [(kind, values, missing, null, table), ...]): rows of text, each "
-     "parts[0] value parts[1] ... parts[-1]; kinds: 0 a number, 1 nanoseconds as "
-     "microseconds, 2 a hex string, 3 table[code]."},
+     DOC("format_rows($module, parts, columns, /)",
+         "Rows of text, each parts[0] value parts[1] ... parts[-1]; a column is (FORMAT_*, "
+         "values, missing, null, table).")},
     {"tick_scale", omptpy_py_tick_scale, METH_VARARGS,
-     "tick_scale(first_ticks, first_ns, last_ticks, last_ns, estimate) -> nanoseconds per "
-     "tick: the slope between the anchors when they are far enough apart (last_ticks and "
-     "last_ns None: no second anchor), else estimate."},
+     DOC("tick_scale($module, first_ticks, first_ns, last_ticks, last_ns, estimate, /)",
+         "Nanoseconds per tick: the slope between the anchors when they are far enough "
+         "apart (last_ticks and last_ns None: no second anchor), else estimate.")},
     {"ticks_to_ns", omptpy_py_ticks_to_ns, METH_VARARGS,
-     "ticks_to_ns(records, first_ticks, first_ns, scale, origin_ns): times in place, "
-     "CLOCK_MONOTONIC nanoseconds minus origin_ns on the line through the anchor of slope "
-     "scale (tick_scale)."},
-    {"record_layout", py_record_layout, METH_NOARGS, "Version, size and field offsets of a record."},
+     DOC("ticks_to_ns($module, records, first_ticks, first_ns, scale, origin_ns, /)",
+         "Times in place: CLOCK_MONOTONIC nanoseconds minus origin_ns on the line through "
+         "the anchor of slope scale (tick_scale).")},
     {"tap_configure", py_tap_configure, METH_VARARGS,
-     "tap_configure(filters, delay_s, block): start the handlers' queue or change its filters."},
-    {"tap_stop", py_tap_stop, METH_NOARGS, "Stop the handlers' queue."},
+     DOC("tap_configure($module, filters, delay_s, block, /)",
+         "Start the handlers' queue or change its filters: (events_lo, events_hi, "
+         "codeptr_lo, codeptr_hi, threads) each.")},
+    {"tap_stop", py_tap_stop, METH_NOARGS,
+     DOC("tap_stop($module, /)", "Stop the handlers' queue.")},
     {"tap_wait", py_tap_wait, METH_VARARGS,
-     "tap_wait(timeout_s, max_records) -> (records, position), or None when stopped."},
-    {"tap_stats", py_tap_stats, METH_NOARGS, "Counters of the handlers' queue."},
+     DOC("tap_wait($module, timeout_s, max_records, /)",
+         "(records, position), or None when stopped.")},
+    {"tap_stats", py_tap_stats, METH_NOARGS,
+     DOC("tap_stats($module, /)", "Counters of the handlers' queue.")},
     {"native_add", py_native_add, METH_VARARGS,
-     "native_add(function, state, events_lo, events_hi) -> slot id."},
-    {"native_remove", py_native_remove, METH_O, "native_remove(id) -> whether it was installed."},
+     DOC("native_add($module, function, state, events_lo, events_hi, /)",
+         "Install a native handler; returns its slot id.")},
+    {"native_remove", py_native_remove, METH_O,
+     DOC("native_remove($module, id, /)", "Whether it was installed.")},
     {"native_alloc", py_native_alloc, METH_O,
-     "native_alloc(size) -> address of zeroed memory that is never freed."},
+     DOC("native_alloc($module, size, /)", "Address of zeroed memory that is never freed.")},
     {"control_tool", py_control_tool, METH_VARARGS,
-     "control_tool(command, modifier) -> what omp_control_tool returns."},
+     DOC("control_tool($module, command, modifier, /)", "What omp_control_tool returns.")},
     {"region_mark", py_region_mark, METH_VARARGS,
-     "region_mark(endpoint, name): a region begin (1) or end (2) on this thread."},
-    {"region_names", py_region_names, METH_NOARGS, "The interned region names, id 1 first."},
+     DOC("region_mark($module, endpoint, name, /)",
+         "A region begin (SCOPE_BEGIN) or end (SCOPE_END) on this thread.")},
+    {"region_names", py_region_names, METH_NOARGS,
+     DOC("region_names($module, /)", "The interned region names, id 1 first.")},
     {NULL, NULL, 0, NULL},
 };
+#undef DOC
 
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT,
