@@ -17,11 +17,15 @@
 
 omptpy_clock_kind omptpy_clock_kind_used = OMPTPY_CLOCK_MONOTONIC;
 
-uint64_t omptpy_monotonic_ns(void) {
+static inline uint64_t ns_of(clockid_t clock) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+
+uint64_t omptpy_monotonic_ns(void) { return ns_of(CLOCK_MONOTONIC); }
+
+uint64_t omptpy_realtime_ns(void) { return ns_of(CLOCK_REALTIME); }
 
 /* The TSC is usable only when it ticks at a constant rate through sleep states. */
 static bool tsc_invariant(void) {

@@ -14,13 +14,9 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "omptpy_internal.h"
 
@@ -115,7 +111,7 @@ void omptpy_sink_window(bool open) {
 void omptpy_drainer_wake(void) {
   if (atomic_exchange_explicit(&D.wake_pending, 1, memory_order_acq_rel)) return;
   atomic_fetch_add_explicit(&D.wake, 1, memory_order_release);
-  syscall(SYS_futex, &D.wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  omptpy_futex_wake(&D.wake);
 }
 
 static void *drainer_main(void *arg) {
@@ -149,8 +145,7 @@ static void *drainer_main(void *arg) {
       omptpy_str_free(&s);
       last_stats = omptpy_monotonic_ns();
     }
-    struct timespec ts = {0, (long)sleep_ms * 1000000L};
-    syscall(SYS_futex, &D.wake, FUTEX_WAIT_PRIVATE, seq, &ts, NULL, 0);
+    omptpy_futex_wait(&D.wake, seq, (uint64_t)sleep_ms * 1000000u);
   }
   return NULL;
 }
@@ -181,7 +176,7 @@ void omptpy_drainer_stop(void) {
   atomic_store(&D.run, 0);
   pthread_mutex_unlock(&omptpy_buf.lock);
   atomic_fetch_add(&D.wake, 1);
-  syscall(SYS_futex, &D.wake, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+  omptpy_futex_wake(&D.wake);
   if (join) pthread_join(D.thread, NULL);
 }
 

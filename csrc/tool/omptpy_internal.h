@@ -15,6 +15,7 @@
 #ifndef OMPTPY_INTERNAL_H
 #define OMPTPY_INTERNAL_H
 
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -22,7 +23,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "omptpy.h"
 #include "omptpy_api.h"
@@ -71,6 +74,10 @@ int omptpy_config_read(omptpy_config *cfg);
 
 extern omptpy_clock_kind omptpy_clock_kind_used;
 uint64_t omptpy_monotonic_ns(void);
+uint64_t omptpy_realtime_ns(void); /* CLOCK_REALTIME, for the wall-clock time of a trace */
+static inline struct timespec omptpy_timespec(uint64_t ns) {
+  return (struct timespec){(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+}
 void omptpy_clock_init(int requested);
 omptpy_anchor omptpy_clock_anchor(void);
 /* A coarse tick length from `a` (the start anchor), for traces cut short
@@ -306,6 +313,17 @@ void omptpy_zc_populate_ahead(void);
 void omptpy_zc_after_fork_child(void);
 
 /* ---- draining (drainer.c) ----------------------------------------------- */
+
+/* Futex words: the drainer's wake-up word, and the handlers' queue's (tap.c). */
+static inline void omptpy_futex_wake(_Atomic uint32_t *word) {
+  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* Sleeps while *word == seen, at most ns nanoseconds. */
+static inline void omptpy_futex_wait(_Atomic uint32_t *word, uint32_t seen, uint64_t ns) {
+  struct timespec ts = omptpy_timespec(ns);
+  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+}
 
 void omptpy_drainer_init(const omptpy_config *cfg);
 int omptpy_drainer_start(void);

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "omptpy_api.h"
 #include "omptpy_internal.h"
@@ -92,9 +91,7 @@ static void global_init(void) {
   omptpy_clock_init(g->cfg.clock);
   g->start_anchor = omptpy_clock_anchor();
   g->tick_ns_estimate = omptpy_clock_estimate(g->start_anchor);
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  g->start_realtime_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+  g->start_realtime_ns = omptpy_realtime_ns();
   for (int i = 0; i < OMPTPY_MAX_RUNTIMES; i++)
     for (int ev = 0; ev < OMPTPY_MAX_EVENTS; ev++) g->runtimes[i].levels[ev] = -1;
   if (init_rc != 0) return;
