@@ -1,6 +1,7 @@
 """The extension's own interface (csrc/ext): ompt_py/_core.pyi against the
-module, the module's constants against the C headers, and the one conversion
-of clock ticks to nanoseconds (tick_scale, ticks_to_ns)."""
+module, the module's constants against the C headers, the one conversion of
+clock ticks to nanoseconds (tick_scale, ticks_to_ns), and what each folder of
+csrc/ may include (csrc/*/README.md)."""
 
 from __future__ import annotations
 
@@ -111,3 +112,28 @@ def test_ticks_to_ns_rounds_halves_away_from_zero():
     _core.ticks_to_ns(records, 1000, 10_000, 0.5, 1_000)
     # -1.5 -> -2, -0.5 -> -1, 0, 0.5 -> 1, 1.5 -> 2 nanoseconds from the anchor
     assert records["time"].view(np.int64).tolist() == [8998, 8999, 9000, 9001, 9002]
+
+
+def _includes(path: Path) -> list[str]:
+    """The #include lines of a file: "name" for quoted ones, <name> for the others."""
+    return re.findall(r'^\s*#\s*include\s+([<"][^>"]+[>"])', path.read_text(), re.M)
+
+
+#: The tool's headers the extension may include (by their folder), none of them the
+#: tool's internal header.
+TOOL_HEADERS_FOR_EXT = ("omptpy_api.h", "omptpy_ompt.h", "omptpy_frames.h", "omptpy_file.h")
+
+
+def test_each_folder_includes_only_what_its_readme_allows():
+    csrc = CSRC_TOOL.parent
+    for path in sorted(csrc.glob("*/*.[ch]")):
+        assert "<Python.h>" not in _includes(path) or path.parent.name == "ext", path
+    for path in sorted(CSRC_INCLUDE.glob("*.h")):  # shipped: system headers only
+        assert all(i.startswith("<") for i in _includes(path)), path
+    allowed = {'"ext.h"', '"omptpy.h"', *(f'"tool/{h}"' for h in TOOL_HEADERS_FOR_EXT)}
+    for path in sorted((csrc / "ext").glob("*.[ch]")):
+        quoted = [i for i in _includes(path) if i.startswith('"')]
+        assert set(quoted) <= allowed, path
+        assert path.suffix == ".h" or _includes(path)[0] == '"ext.h"', path  # ext.h first
+    for name in TOOL_HEADERS_FOR_EXT:
+        assert '"omptpy_internal.h"' not in _includes(CSRC_TOOL / name), name
