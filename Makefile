@@ -9,6 +9,11 @@
 # any_libomp) once more, every traced process on libomp $(OLD_TEST_LIBOMP)
 # (OMPTPY_TEST_LIBOMP, see tests/conftest.py).  Only 16 passes whole: libomp
 # 14 has no dispatch events, which several of those tests count.
+# make test-sanitize (not part of make test): tests/tool/test_tool_c.py with the tool
+# built with AddressSanitizer and UBSan (gcc, -O1 -g) into build/sanitize/ and
+# their runtime preloaded into the traced programs (OMPTPY_TEST_TOOL and
+# OMPTPY_TEST_PRELOAD, see tests/conftest.py); any error fails the program, and
+# leaks are reported except libomp's own (tests/lsan.supp).
 
 PYTHON ?= python3
 VENV := .venv
@@ -19,9 +24,13 @@ DEBIAN_PACKAGES := clang-19 libomp-19-dev
 OLD_LIBOMP_VERSIONS := 14 16
 OLD_LIBOMP_DIR := .cache/libomp
 OLD_TEST_LIBOMP ?= 16
-SOURCES := setup.py pyproject.toml $(wildcard csrc/*.c csrc/*.h)
+SOURCES := setup.py pyproject.toml $(wildcard csrc/*/*.c csrc/*/*.h)
 
-.PHONY: demo test test-old-libomp setup system-deps old-runtimes lint bench clean
+SANITIZE_DIR := build/sanitize
+SANITIZE_CFLAGS := -std=c11 -O1 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror \
+  -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+
+.PHONY: demo test test-old-libomp test-sanitize setup system-deps old-runtimes lint bench clean
 
 demo: setup
 	@mkdir -p examples/build
@@ -42,6 +51,17 @@ test-old-libomp: setup
 	  echo "Skipping the host-side tests on libomp $(OLD_TEST_LIBOMP): $$lib/libomp.so.5 is missing" \
 	       "(make old-runtimes fetches it)"; \
 	fi
+
+test-sanitize: setup
+	@mkdir -p $(SANITIZE_DIR)
+	gcc $(SANITIZE_CFLAGS) -Icsrc/include -shared -Wl,-soname,libomptpy.so -Wl,-z,defs \
+	  -o $(SANITIZE_DIR)/libomptpy.so $(wildcard csrc/tool/*.c) -lpthread -ldl -lrt -lm
+	OMPTPY_TEST_TOOL=$(CURDIR)/$(SANITIZE_DIR)/libomptpy.so \
+	OMPTPY_TEST_PRELOAD=$$(gcc -print-file-name=libasan.so) \
+	ASAN_OPTIONS=detect_leaks=1 \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	$(BIN)/python -m pytest -q tests/tool/test_tool_c.py
 
 lint: setup
 	$(BIN)/ruff check ompt_py tests bench runtime setup.py

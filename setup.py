@@ -1,10 +1,11 @@
-"""Builds libomptpy.so (the OMPT tool, plain C, no Python) and the _core
-extension module that binds it, and bundles an LLVM libomp (runtime/).
-Only a C compiler and the Python headers are needed: the OMPT declarations
-are the project's own (csrc/omptpy_ompt.h)."""
+"""Builds libomptpy.so (the OMPT tool, csrc/tool/: plain C, no Python) and the
+_core extension module that binds it (csrc/ext/), and bundles an LLVM libomp
+(runtime/).  Only a C compiler and the Python headers are needed: the OMPT
+declarations are the project's own (csrc/tool/omptpy_ompt.h)."""
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 
@@ -14,39 +15,40 @@ from setuptools.command.build_ext import build_ext
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runtime.bundle import LICENSE_NAME, SONAME, bundle
 
-TOOL_SOURCES = [
-    os.path.join("csrc", name)
-    for name in ("config.c", "clock.c", "buffer.c", "sink.c", "meta.c", "callbacks.c", "sampler.c",
-                 "tool.c", "tap.c", "native.c", "region.c")
-]
-# Public headers, shipped in the package (ompt_py.include_dir()): the record, for
-# native handlers, and the region markers, for extensions.
-PUBLIC_HEADERS = ["omptpy.h", "omptpy_region.h"]
+# Each folder of csrc/ is one thing (csrc/*/README.md): every C file of tool/ goes
+# into libomptpy.so, every one of ext/ into _core.
+TOOL_SOURCES = sorted(glob.glob(os.path.join("csrc", "tool", "*.c")))
+EXT_SOURCES = sorted(glob.glob(os.path.join("csrc", "ext", "*.c")))
+# The public headers, shipped in the package (ompt_py.include_dir()): the record,
+# for native handlers, and the region markers, for extensions.
+INCLUDE_DIR = os.path.join("csrc", "include")
+PUBLIC_HEADERS = sorted(n for n in os.listdir(INCLUDE_DIR) if n.endswith(".h"))
 CFLAGS = ["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"]
 TOOL_NAME = "libomptpy.so"
 
 
 class BuildToolAndExtension(build_ext):
-    """Links csrc/ into ompt_py/libomptpy.so, then _core against it ($ORIGIN rpath),
+    """Links csrc/tool/ into ompt_py/libomptpy.so, then _core against it ($ORIGIN rpath),
     and puts the bundled libomp into ompt_py/runtime/."""
 
     def build_extension(self, ext: Extension) -> None:
         outdir = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
         os.makedirs(outdir, exist_ok=True)
         objects = self.compiler.compile(
-            TOOL_SOURCES, output_dir=self.build_temp, include_dirs=["csrc"], extra_postargs=CFLAGS
+            TOOL_SOURCES, output_dir=self.build_temp, include_dirs=[INCLUDE_DIR],
+            extra_postargs=CFLAGS
         )
         self.compiler.link_shared_object(
             objects,
             os.path.join(outdir, TOOL_NAME),
-            libraries=["pthread", "dl", "rt"],
+            libraries=["pthread", "dl", "rt", "m"],
             extra_postargs=[f"-Wl,-soname,{TOOL_NAME}", "-Wl,-z,defs"],
         )
         self._bundled = bundle(os.path.join(outdir, "runtime"), self.build_temp) is not None
         os.makedirs(os.path.join(outdir, "include"), exist_ok=True)
         for header in PUBLIC_HEADERS:
-            self.copy_file(os.path.join("csrc", header), os.path.join(outdir, "include", header),
-                           level=self.verbose)
+            self.copy_file(os.path.join(INCLUDE_DIR, header),
+                           os.path.join(outdir, "include", header), level=self.verbose)
         ext.library_dirs = [outdir]
         ext.extra_objects = [os.path.join(outdir, TOOL_NAME)]
         ext.extra_link_args = ["-Wl,-rpath,$ORIGIN"]
@@ -85,8 +87,9 @@ setup(
     ext_modules=[
         Extension(
             "ompt_py._core",
-            sources=["csrc/module.c"],
-            include_dirs=["csrc"],
+            sources=EXT_SOURCES,
+            # "tool/omptpy_api.h" names the tool's headers the extension uses (ext/README.md)
+            include_dirs=[INCLUDE_DIR, "csrc"],
             extra_compile_args=CFLAGS,
             libraries=["m"],
         )

@@ -14,7 +14,7 @@
  *                     times, as the kernel's tick does)
  *             pair    two such timers per thread taking turns, each at twice
  *                     the period, one period apart (ompt-py's design: see
- *                     csrc/sampler.c)
+ *                     csrc/tool/sampler.c)
  *             tcpu    per-thread timer, CLOCK_THREAD_CPUTIME_ID
  *             proc    one timer per process, CLOCK_MONOTONIC, SIGEV_SIGNAL,
  *                     at HZ times the number of threads

@@ -5,7 +5,7 @@ The numpy dtype is built from the offsets the C extension reports, and the
 module refuses to load when they differ from what this file expects: a
 record layout change must bump OMPTPY_RECORD_VERSION in csrc/include/omptpy.h.
 Names are applied here, never in C: the categorical names of ``to_pandas()``
-(``EVENT_NAMES``, ``KIND_NAMES_CAT``...) are made once here for every layer.
+(``EVENT_CATEGORIES``, ``KIND_CATEGORIES``...) are made once here for every layer.
 """
 
 from __future__ import annotations
@@ -114,8 +114,8 @@ EVENTS: dict[int, str] = {
     35: "target_submit_emi",
     36: "target_map_emi",
     37: "error",
-    100: "sample",  # ompt-py's own: a state sample (OMPTPY_SAMPLE_HZ)
-    101: "region",  # ompt-py's own: a user-code region marker (ompt_py.region, omptpy_region.h)
+    _core.EVENT_SAMPLE: "sample",  # ompt-py's own: a state sample (OMPTPY_SAMPLE_HZ)
+    _core.EVENT_REGION: "region",  # ompt-py's own: a user-code region marker (ompt_py.region)
 }
 
 #: ompt_state_t (OpenMP 5.2, 19.4.4.27): what a sampled thread was doing (the
@@ -162,9 +162,11 @@ NORMALISED_STATES: dict[str, str] = {
 EVENT_CODES: dict[str, int] = {name: code for code, name in EVENTS.items()}
 
 #: ompt_scope_endpoint_t, and the OMPT flag bits the analyses read (from the C headers).
-SCOPE_BEGIN, SCOPE_END, SCOPE_BEGINEND = 1, 2, 3
-TASK_INITIAL = 0x1
-PARALLEL_INVOKER_PROGRAM, PARALLEL_INVOKER_RUNTIME, PARALLEL_LEAGUE = 0x1, 0x2, 0x40000000
+SCOPE_BEGIN, SCOPE_END, SCOPE_BEGINEND = _core.SCOPE_BEGIN, _core.SCOPE_END, _core.SCOPE_BEGINEND
+TASK_INITIAL = _core.TASK_INITIAL
+PARALLEL_INVOKER_PROGRAM = _core.PARALLEL_INVOKER_PROGRAM
+PARALLEL_INVOKER_RUNTIME = _core.PARALLEL_INVOKER_RUNTIME
+PARALLEL_LEAGUE = _core.PARALLEL_LEAGUE
 ENDPOINTS: dict[int, str] = {SCOPE_BEGIN: "begin", SCOPE_END: "end", SCOPE_BEGINEND: "beginend"}
 
 THREAD_TYPES = {1: "initial", 2: "worker", 3: "other", 4: "unknown"}
@@ -345,7 +347,7 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
 SIGNED_COLUMNS = frozenset({"device_num", "src_device", "dest_device"})
 
 
-# ---- task frames (task_create, sample): see "Frames" in csrc/omptpy.h ----------------
+# ---- task frames (task_create, sample): see "Frames" in csrc/include/omptpy.h ----------------
 
 #: Columns of Trace.to_pandas() holding task frames (decoded by _core.columns), and
 #: the events that have them.
@@ -426,9 +428,8 @@ def to_events(records: np.ndarray, first: dict, last: dict | None, tick_ns_estim
     nanoseconds from ``origin_ns`` on the line through the clock anchors
     ``first`` and ``last`` (``{"ticks", "mono_ns"}``; the tool's estimate of the
     tick's length when ``last`` is None or too close)."""
-    if last is not None and last["ticks"] - first["ticks"] > 1_000_000:
-        scale = (last["mono_ns"] - first["mono_ns"]) / (last["ticks"] - first["ticks"])
-    else:
-        scale = tick_ns_estimate
+    scale = _core.tick_scale(first["ticks"], first["mono_ns"],
+                             last["ticks"] if last else None, last["mono_ns"] if last else None,
+                             tick_ns_estimate)
     _core.ticks_to_ns(records, first["ticks"], first["mono_ns"], scale, origin_ns)
     return records.view(EVENT_DTYPE)

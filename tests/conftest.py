@@ -46,7 +46,8 @@ REPO = TESTS.parent
 PROGRAMS = TESTS / "programs"
 EXT_SOURCE = PROGRAMS / "ext" / "ompt_work_ext.c"
 HANDLER_PROGRAMS = PROGRAMS / "handlers"  # scripting callbacks: handlers, native, control
-CSRC = REPO / "csrc"
+CSRC_TOOL = REPO / "csrc" / "tool"  # the tool's sources and private headers
+CSRC_INCLUDE = REPO / "csrc" / "include"  # the public headers shipped in the package
 
 CLANG = shutil.which("clang-19")
 GCC = shutil.which("gcc")
@@ -354,12 +355,22 @@ def clean_env(extra: dict[str, str] | None = None, **more: str) -> dict[str, str
     return env
 
 
+# ---- the tool under test (OMPTPY_TEST_TOOL) --------------------------------------
+# OMPTPY_TEST_TOOL=PATH attaches that libomptpy.so instead of the package's to the
+# programs tool_env runs, and OMPTPY_TEST_PRELOAD=LIB preloads LIB into them: `make
+# test-sanitize` runs tests/test_tool_c.py so, with the tool built with AddressSanitizer
+# and UBSan and their runtime preloaded (a program not built with ASan needs it first).
+
+
 def tool_env(outdir: Path | str, **more: str) -> dict[str, str]:
     """Environment that attaches the C tool to any libomp program and writes raw files to outdir."""
     import ompt_py
 
-    return clean_env({"OMP_TOOL_LIBRARIES": ompt_py.tool_path(), "OMPTPY_OUTPUT": str(outdir)},
-                     **more)
+    env = {"OMP_TOOL_LIBRARIES": os.environ.get("OMPTPY_TEST_TOOL") or ompt_py.tool_path(),
+           "OMPTPY_OUTPUT": str(outdir)}
+    if preload := os.environ.get("OMPTPY_TEST_PRELOAD"):
+        env["LD_PRELOAD"] = preload
+    return clean_env(env, **more)
 
 
 def run_python(code: str, env: dict[str, str] | None = None, *, path: list | None = None,

@@ -16,14 +16,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import _core
 from .. import meta as trace_meta
 from ..errors import TraceFileError
 from ..records import RAW_DTYPE, RECORD_SIZE, to_events
 from . import Parts
 
-MAGIC = 0x5450504F
-BLOCK_META, BLOCK_RECORDS, BLOCK_STATS = 1, 2, 3
-HEADER = struct.Struct("<IIQ")
+MAGIC = _core.FILE_MAGIC
+BLOCK_META, BLOCK_RECORDS, BLOCK_STATS = _core.BLOCK_META, _core.BLOCK_RECORDS, _core.BLOCK_STATS
+HEADER = struct.Struct("<IIQ")  # magic, type, payload length (csrc/tool/omptpy_file.h)
+if HEADER.size != _core.BLOCK_HEADER_SIZE:
+    raise ImportError("ompt_py._core was built for another raw file format; reinstall the "
+                      "package so both parts come from one build")
 SUFFIX = ".omptraw"
 
 

@@ -91,7 +91,9 @@ def output(path: str | os.PathLike) -> Iterator[BinaryIO]:
 
 # ---- rows of text, formatted in C --------------------------------------------------------
 
-NUMBER, MICROS, HEX, TEXT = range(4)  # the kinds of _core.format_rows
+# The kinds of column of _core.format_rows.
+NUMBER, MICROS, HEX, TEXT = (_core.FORMAT_NUMBER, _core.FORMAT_MICROS, _core.FORMAT_HEX,
+                             _core.FORMAT_TEXT)
 
 
 class Column(NamedTuple):

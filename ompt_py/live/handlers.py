@@ -40,8 +40,8 @@ from ..records import EVENT_CODES, EVENT_DTYPE, EVENTS
 from . import attach
 
 DEFAULT_DELAY = 0.05  # seconds from an event to its handler, at most (about)
-MAX_FILTERS = 16  # csrc/omptpy_api.h OMPTPY_TAP_MAX_FILTERS
-MAX_THREADS = 64  # OMPTPY_TAP_MAX_THREADS
+MAX_FILTERS = _core.TAP_MAX_FILTERS  # distinct filters the tool applies in C
+MAX_THREADS = _core.TAP_MAX_THREADS  # thread indices per filter
 BATCH_RECORDS = 1 << 18  # at most this many records per call of a handler
 IDLE_WAIT = 0.5  # the dispatcher wakes this often when nothing comes
 DROP_WARNING_EVERY = 1.0  # seconds between two warnings about dropped records
@@ -155,7 +155,7 @@ class Handler:
         off(self)
 
     def c_filter(self) -> tuple[int, int, int, int, tuple[int, ...]]:
-        """The filter csrc/tap.c applies: event masks, code range, thread indices."""
+        """The filter csrc/tool/tap.c applies: event masks, code range, thread indices."""
         every = (1 << 64) - 1
         lo, hi = (every, every) if self._all_events else event_mask(self.codes)
         cp_lo, cp_hi = self.codeptr or (0, 0)

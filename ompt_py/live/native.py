@@ -172,9 +172,8 @@ def ns_per_tick() -> float:
     if meta["clock"] != "tsc":
         return 1.0
     first, last = meta["start_anchor"], json.loads(_core.stats())["anchor"]
-    if last["ticks"] - first["ticks"] > 1_000_000:
-        return (last["mono_ns"] - first["mono_ns"]) / (last["ticks"] - first["ticks"])
-    return float(meta["tick_ns_estimate"])
+    return _core.tick_scale(first["ticks"], first["mono_ns"], last["ticks"], last["mono_ns"],
+                            meta["tick_ns_estimate"])
 
 
 class NativeHandler:
@@ -229,7 +228,7 @@ def native_handler(events: EventsArg, source: str, state: str | None = None, *,
     raw clock ticks in ``r->time`` (``ns_per_tick()``).  While it is
     installed its events are recorded even without a trace window or Python
     handlers.  ``extra_compile_args`` go to the compiler; ``build_dir``
-    replaces the cache directory.  At most 16 are installed at once.
+    replaces the cache directory.  At most ``_core.NATIVE_MAX`` (16) are installed at once.
     Compilation errors raise NativeHandlerError with the compiler's messages.
     """
     check_usable()

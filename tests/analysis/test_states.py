@@ -116,7 +116,7 @@ def test_task_frames_place_samples_in_nested_tasks(runtime):
 
 def test_missed_periods_weigh_the_states():
     """A sample also stands for the periods its thread missed just before it (the
-    high half of u32a, csrc/omptpy.h): state_breakdown weighs the states by
+    high half of u32a, csrc/include/omptpy.h): state_breakdown weighs the states by
     them.  Decoded without a runtime; record version 2 had 0 there."""
     work, barrier = 0x001, 0x014  # work_parallel, wait_barrier_explicit
     rows = [(0, work), (0, work), (5, barrier), (0, work), (0xFFFF, 0x101)]

@@ -149,7 +149,7 @@ def test_parquet_round_trip_in_pytest_process(mixed, tmp_path):
 
 
 def test_frame_fields_decode():
-    """The packing of csrc/omptpy.h ("Frames"), decoded by to_pandas without a
+    """The packing of csrc/include/omptpy.h ("Frames"), decoded by to_pandas without a
     runtime: every combination the sampler and task_create write, and version-1
     records."""
     sample, create, work = (EVENT_CODES[e] for e in ("sample", "task_create", "work"))

@@ -12,7 +12,7 @@ import functools
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CSRC, run_scripting
+from conftest import CSRC_INCLUDE, run_scripting
 
 import ompt_py
 
@@ -231,5 +231,8 @@ def test_include_dir_ships_the_headers():
     from pathlib import Path
 
     include = Path(ompt_py.include_dir())
-    assert (include / "omptpy.h").read_text() == (CSRC / "omptpy.h").read_text()
+    shipped = sorted(CSRC_INCLUDE.glob("*.h"))
+    assert [h.name for h in shipped] == ["omptpy.h", "omptpy_region.h"]
+    for header in shipped:
+        assert (include / header.name).read_text() == header.read_text()
     assert "ompt_py_region_begin" in (include / "omptpy_region.h").read_text()

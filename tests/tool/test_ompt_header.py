@@ -1,4 +1,4 @@
-"""csrc/omptpy_ompt.h (the project's own OMPT declarations) against the
+"""csrc/tool/omptpy_ompt.h (the project's own OMPT declarations) against the
 omp-tools.h that clang-19 installs.
 
 Two small C programs print ``name=value`` for every enumeration constant,
@@ -15,9 +15,9 @@ import re
 import subprocess
 
 import pytest
-from conftest import CLANG, CSRC, GCC, OMP_TOOLS_H
+from conftest import CLANG, CSRC_INCLUDE, CSRC_TOOL, GCC, OMP_TOOLS_H
 
-HEADER = CSRC / "omptpy_ompt.h"
+HEADER = CSRC_TOOL / "omptpy_ompt.h"
 
 pytestmark = [
     pytest.mark.skipif(not OMP_TOOLS_H.exists(), reason=f"{OMP_TOOLS_H} is not installed"),
@@ -113,7 +113,7 @@ def build_and_run(cc: str, source: str, tmp_path, name: str, flags=()) -> dict[s
 
 def test_values_and_layouts_match_omp_tools_h(decls, tmp_path):
     ours = build_and_run(GCC, printer_source(decls, '#include "omptpy_ompt.h"'), tmp_path,
-                         "ours", ["-I", str(CSRC)])
+                         "ours", ["-I", str(CSRC_TOOL)])
     theirs = build_and_run(CLANG, printer_source(decls, "#include <omp-tools.h>"), tmp_path,
                            "theirs")
     assert ours.keys() == theirs.keys()
@@ -129,9 +129,9 @@ def test_callback_numbers_match_records_module(decls):
     text = _strip_comments(HEADER.read_text())
     values = {name: int(v) for name, v in re.findall(r"(ompt_callback_\w+)\s*=\s*(\d+)", text)}
     callbacks = {v: k.removeprefix("ompt_callback_") for k, v in values.items()}
-    # the records module adds ompt-py's own events past OMPT's numbers (csrc/omptpy.h)
+    # the records module adds ompt-py's own events past OMPT's numbers (csrc/include/omptpy.h)
     assert callbacks == {k: v for k, v in _records.EVENTS.items() if k < 100}
-    own = re.findall(r"#define OMPTPY_EVENT_(\w+) (\d+)", (CSRC / "omptpy.h").read_text())
+    own = re.findall(r"#define OMPTPY_EVENT_(\w+) (\d+)", (CSRC_INCLUDE / "omptpy.h").read_text())
     assert own and min(int(v) for _, v in own) > max(callbacks)
     assert {k: v for k, v in _records.EVENTS.items() if k >= 100} == {
         int(v): name.lower() for name, v in own}

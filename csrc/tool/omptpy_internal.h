@@ -1,17 +1,21 @@
 /*
  * Internal header shared by every C file of the tool (not installed).
  *
- * Layers: clock.c (time stamps), buffer.c (per-thread chunk buffers and
- * the drainer), sink.c (where drained records go: memory or a file),
- * meta.c (JSON descriptions of the process and the counters), config.c
- * (environment variables), tool.c (ompt_start_tool, initialize, finalize,
- * registration, the public omptpy_* API), callbacks.c (one handler per OMPT
- * event).  Internal functions return 0 or a negative errno-style code; only
- * the Python module raises.
+ * Layers: clock.c (time stamps), buffer.c (per-thread chunk buffers: the
+ * thread registry and the copying rings), zerocopy.c (the zero-copy memory
+ * sink's regions), drainer.c (the drain passes and the drainer thread),
+ * sink.c (where drained records go: memory or a file), meta.c (JSON
+ * descriptions of the process and the counters), config.c (environment
+ * variables), tool.c (ompt_start_tool, initialize, finalize, registration,
+ * the public omptpy_* API), callbacks.c (one handler per OMPT event),
+ * sampler.c (state samples), tap.c (the Python handlers' queue), native.c
+ * (native handlers), region.c (region markers).  Internal functions return 0
+ * or a negative errno-style code; only the Python module raises.
  */
 #ifndef OMPTPY_INTERNAL_H
 #define OMPTPY_INTERNAL_H
 
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <time.h>
@@ -19,10 +23,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "omptpy.h"
 #include "omptpy_api.h"
+#include "omptpy_file.h"
 #include "omptpy_ompt.h"
 
 #define OMPTPY_API __attribute__((visibility("default")))
@@ -63,17 +70,19 @@ typedef struct omptpy_config {
 
 int omptpy_config_read(omptpy_config *cfg);
 
-/* ---- clock (clock.c) ---------------------------------------------------- */
-
-typedef struct omptpy_anchor {
-  uint64_t ticks;
-  uint64_t mono_ns;
-} omptpy_anchor;
+/* ---- clock (clock.c; the conversion of ticks is in omptpy_api.h) ---------- */
 
 extern omptpy_clock_kind omptpy_clock_kind_used;
 uint64_t omptpy_monotonic_ns(void);
+uint64_t omptpy_realtime_ns(void); /* CLOCK_REALTIME, for the wall-clock time of a trace */
+static inline struct timespec omptpy_timespec(uint64_t ns) {
+  return (struct timespec){(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+}
 void omptpy_clock_init(int requested);
 omptpy_anchor omptpy_clock_anchor(void);
+/* A coarse tick length from `a` (the start anchor), for traces cut short
+ * before a second anchor was written. */
+double omptpy_clock_estimate(omptpy_anchor a);
 const char *omptpy_clock_name(void);
 
 static inline uint64_t omptpy_now(void) {
@@ -90,6 +99,7 @@ static inline uint64_t omptpy_now(void) {
 /* ---- buffers (buffer.c) ------------------------------------------------- */
 
 #define OMPTPY_CHUNK_RECORDS 1024u /* 64 KiB of records per chunk */
+#define OMPTPY_CHUNK_BYTES ((size_t)OMPTPY_CHUNK_RECORDS * sizeof(omptpy_record))
 
 struct omptpy_thread;
 struct omptpy_region;
@@ -158,19 +168,32 @@ typedef struct omptpy_thread {
 extern _Thread_local omptpy_thread *omptpy_tls_thread
     __attribute__((tls_model("initial-exec")));
 
+/* What buffer.c, zerocopy.c and drainer.c share (defined in buffer.c). */
+typedef struct omptpy_buffers {
+  _Atomic(omptpy_thread *) all; /* the registry of thread slots: push-only list */
+  pthread_mutex_t lock;         /* registry claims, drainer start/stop */
+  pthread_mutex_t drain_lock;   /* held by the single consumer (drainer.c) */
+  /* Set under drain_lock when the handlers' queue took only part of a range
+   * (its consumer drains with block=True and found it full): the rest stays
+   * for a later pass. */
+  bool drain_stalled;
+  bool zc; /* the zero-copy memory sink (zerocopy.c), else the copying rings */
+  bool ready;
+} omptpy_buffers;
+
+extern omptpy_buffers omptpy_buf;
+
 int omptpy_buffers_init(const omptpy_config *cfg);
 omptpy_thread *omptpy_thread_attach(int type, int runtime);
 void omptpy_thread_detach(omptpy_thread *t);
 omptpy_record *omptpy_slot_slow(omptpy_thread *t);
-int omptpy_drainer_start(void);
-void omptpy_drainer_stop(void);
-/* omptpy_flush unless another thread is draining now (then false). */
-bool omptpy_flush_try(void);
-/* The sink keeps the records stamped while it is open: opening drains what was
- * written before; closing takes effect for records stamped after it. */
-void omptpy_sink_window(bool open);
-/* Drains every thread, partial chunks included, into the sink. */
-void omptpy_flush(void);
+/* Copying buffers, under drain_lock: moves t's full chunks (and, if partial,
+ * the one being filled) to the handlers' tap and the sink, and hands them
+ * back; returns the number of full chunks seen. */
+uint32_t omptpy_drain_thread(omptpy_thread *t, bool partial);
+/* Under drain_lock: an ended thread, drained whole, its counters kept, its
+ * slot free for a later thread (or left for a later pass if it stalled). */
+void omptpy_thread_retire(omptpy_thread *t);
 void omptpy_buffers_after_fork_child(void);
 void omptpy_buffers_atfork_prepare(void);
 void omptpy_buffers_atfork_parent(void);
@@ -264,18 +287,60 @@ typedef struct omptpy_block {
   size_t nrecs;  /* used */
 } omptpy_block;
 omptpy_block omptpy_sink_take(void);
-/* Zero-copy memory sink (buffer.c): records are written in place into a
- * region the sink hands over whole. */
-bool omptpy_zero_copy(void);
-omptpy_block omptpy_zc_take(void);
-/* Populates that many bytes of the region (OMPTPY_RESERVE). */
-void omptpy_zc_prepare(size_t bytes);
 /* sink.c's reservation of a large NORESERVE huge-page range. */
 void *omptpy_sink_reserve(size_t *bytes);
 void omptpy_block_free(omptpy_block b);
 
-enum { OMPTPY_BLOCK_META = 1, OMPTPY_BLOCK_RECORDS = 2, OMPTPY_BLOCK_STATS = 3 };
-#define OMPTPY_FILE_MAGIC 0x5450504fu /* "OPPT" */
+/* ---- zero-copy memory sink (zerocopy.c) ---------------------------------- */
+
+/* Records are written in place into a region the sink hands over whole.
+ * Whether the memory sink can work so (then its first region is made). */
+bool omptpy_zc_init(const omptpy_config *cfg);
+bool omptpy_zero_copy(void);
+omptpy_record *omptpy_zc_slot_slow(omptpy_thread *t);
+omptpy_block omptpy_zc_take(void);
+/* Populates that many bytes of the region (OMPTPY_RESERVE). */
+void omptpy_zc_prepare(size_t bytes);
+/* Under drain_lock: a pass over the region's chunks, full ones (and, if
+ * partial, those being filled) to the tap and counted; returns the number of
+ * full chunks. */
+uint32_t omptpy_zc_drain(bool partial);
+/* Under drain_lock: an ended thread's chunks are finished. */
+void omptpy_zc_retire(omptpy_thread *t);
+/* Under drain_lock: the sink window opened or closed at `now` (ticks). */
+void omptpy_zc_set_window(bool open, uint64_t now);
+void omptpy_zc_populate_ahead(void);
+void omptpy_zc_after_fork_child(void);
+
+/* ---- draining (drainer.c) ----------------------------------------------- */
+
+/* Futex words: the drainer's wake-up word, and the handlers' queue's (tap.c). */
+static inline void omptpy_futex_wake(_Atomic uint32_t *word) {
+  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* Sleeps while *word == seen, at most ns nanoseconds. */
+static inline void omptpy_futex_wait(_Atomic uint32_t *word, uint32_t seen, uint64_t ns) {
+  struct timespec ts = omptpy_timespec(ns);
+  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+}
+
+void omptpy_drainer_init(const omptpy_config *cfg);
+int omptpy_drainer_start(void);
+void omptpy_drainer_stop(void);
+/* A writer running low on room wakes the drainer early. */
+void omptpy_drainer_wake(void);
+void omptpy_drainer_after_fork_child(void);
+/* Drains every thread, partial chunks included, into the sink. */
+void omptpy_flush(void);
+/* omptpy_flush unless another thread is draining now (then false). */
+bool omptpy_flush_try(void);
+/* The sink keeps the records stamped while it is open: opening drains what was
+ * written before; closing takes effect for records stamped after it. */
+void omptpy_sink_window(bool open);
+/* Under drain_lock: writes the records of r[0..n) (one thread's, in order)
+ * stamped inside the sink window to the sink; returns how many. */
+size_t omptpy_to_sink(const omptpy_record *r, size_t n);
 
 /* ---- tool state (tool.c) ------------------------------------------------ */
 

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "omptpy_api.h"
 #include "omptpy_internal.h"
@@ -74,6 +73,7 @@ static void atfork_parent(void) {
 static void atfork_child(void) {
   pthread_mutex_init(&control_lock, NULL);
   omptpy_meta_after_fork_child();
+  omptpy_drainer_after_fork_child();
   omptpy_buffers_after_fork_child();
   omptpy_sink_after_fork_child();
   omptpy_tap_after_fork_child();
@@ -85,28 +85,18 @@ static void atfork_child(void) {
   if (live) omptpy_drainer_start();
 }
 
-/* A coarse tick length, for traces cut short before a second anchor was written. */
-static double estimate_tick_ns(omptpy_anchor a) {
-  if (omptpy_clock_kind_used != OMPTPY_CLOCK_TSC) return 1.0;
-  omptpy_anchor b;
-  do b = omptpy_clock_anchor();
-  while (b.mono_ns - a.mono_ns < 200000);
-  return (double)(b.mono_ns - a.mono_ns) / (double)(b.ticks - a.ticks);
-}
-
 static void global_init(void) {
   omptpy_tool *g = &omptpy_g;
   init_rc = omptpy_config_read(&g->cfg);
   omptpy_clock_init(g->cfg.clock);
   g->start_anchor = omptpy_clock_anchor();
-  g->tick_ns_estimate = estimate_tick_ns(g->start_anchor);
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  g->start_realtime_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+  g->tick_ns_estimate = omptpy_clock_estimate(g->start_anchor);
+  g->start_realtime_ns = omptpy_realtime_ns();
   for (int i = 0; i < OMPTPY_MAX_RUNTIMES; i++)
     for (int ev = 0; ev < OMPTPY_MAX_EVENTS; ev++) g->runtimes[i].levels[ev] = -1;
   if (init_rc != 0) return;
   omptpy_sink_open(&g->cfg);
+  omptpy_drainer_init(&g->cfg);
   omptpy_buffers_init(&g->cfg);
   if (omptpy_sampler_init(&g->cfg) != 0)
     fprintf(stderr, "ompt-py: cannot install the sampling signal handler: %s\n", strerror(errno));

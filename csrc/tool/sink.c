@@ -1,7 +1,7 @@
 /*
  * Where drained records go.  Memory sink (the default, for ompt_py in the
  * same process): one anonymous mapping that the Python module takes whole,
- * without a copy.  With the zero-copy memory sink (buffer.c) threads write
+ * without a copy.  With the zero-copy memory sink (zerocopy.c) threads write
  * into such a mapping directly and only omptpy_sink_reserve is used from
  * here; the copying memory sink below remains for OMPTPY_ZERO_COPY=0 and
  * kernels without membarrier.  File sink (OMPTPY_OUTPUT=dir, for `ompt-py run` and
@@ -9,7 +9,8 @@
  * dir/ompt-<pid>-<n>.omptraw, opened at the first block so that processes
  * which never run OpenMP leave no file.  Each block is a 16-byte header
  * {magic, type, length} and its payload: META (JSON, first), RECORDS (raw
- * omptpy_record array of one thread, in order) and STATS (JSON counters).
+ * omptpy_record array of one thread, in order) and STATS (JSON counters);
+ * see omptpy_file.h.
  * All functions are called under the drain lock or before threads exist.
  *
  * Fresh memory costs more than copying into it (the kernel zeroes and maps
@@ -35,12 +36,6 @@
 #define RESERVE_BYTES ((size_t)64 << 30)
 #define MIN_RESERVE_BYTES ((size_t)64 << 20)
 #define PREFAULT_AHEAD ((size_t)32 << 20)
-
-typedef struct block_header {
-  uint32_t magic;
-  uint32_t type;
-  uint64_t length;
-} block_header;
 
 static struct {
   bool file;
@@ -86,7 +81,7 @@ static int write_all(int fd, struct iovec *iov, int n) {
 }
 
 static int write_block(uint32_t type, const void *data, size_t len) {
-  block_header h = {OMPTPY_FILE_MAGIC, type, len};
+  omptpy_block_header h = {OMPTPY_FILE_MAGIC, type, len};
   struct iovec iov[2] = {{&h, sizeof h}, {(void *)data, len}};
   return write_all(S.fd, iov, 2);
 }

@@ -20,12 +20,8 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <linux/futex.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "omptpy_internal.h"
 
@@ -58,15 +54,6 @@ static struct {
 
 static _Thread_local bool consuming; /* this thread is the consumer, draining */
 
-static void futex_wake(_Atomic uint32_t *word) {
-  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
-
-static void futex_wait(_Atomic uint32_t *word, uint32_t seen, int64_t ns) {
-  struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
-  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
-}
-
 static bool event_in(const uint64_t events[2], uint32_t e) {
   return e < 128 && (events[e >> 6] >> (e & 63) & 1);
 }
@@ -97,7 +84,7 @@ static bool passes(const omptpy_record *r, const omptpy_tap_filter *const *f, in
 /* Wakes the consumer if it sleeps (after records were pushed, or at stop). */
 static void wake_consumer(void) {
   atomic_fetch_add(&T.seq, 1);
-  if (atomic_load(&T.consumer_waiting)) futex_wake(&T.seq);
+  if (atomic_load(&T.consumer_waiting)) omptpy_futex_wake(&T.seq);
 }
 
 /* Block mode, ring full: waits until the consumer makes room or block is
@@ -112,7 +99,7 @@ static uint64_t wait_for_room(uint64_t head) {
     atomic_store(&T.producer_waiting, 1);
     tl = atomic_load(&T.tail);
     if (head - tl < T.cap) break;
-    futex_wait(&T.space, seen, BLOCK_POLL_NS);
+    omptpy_futex_wait(&T.space, seen, BLOCK_POLL_NS);
     tl = atomic_load(&T.tail);
   }
   atomic_store(&T.producer_waiting, 0);
@@ -220,16 +207,16 @@ OMPTPY_API void omptpy_tap_stop(void) {
   atomic_store(&T.block, 0);
   atomic_store(&T.active, 0);
   atomic_fetch_add(&T.space, 1);
-  futex_wake(&T.space);
+  omptpy_futex_wake(&T.space);
   wake_consumer();
-  futex_wake(&T.seq);
+  omptpy_futex_wake(&T.seq);
   if (omptpy_init() == 0) omptpy_consumers_changed();
 }
 
 void omptpy_tap_shutdown(void) {
   atomic_store(&T.block, 0);
   atomic_fetch_add(&T.space, 1);
-  futex_wake(&T.space);
+  omptpy_futex_wake(&T.space);
 }
 
 /* Drains every buffer into the ring now.  From the consumer's thread, a push
@@ -269,7 +256,7 @@ OMPTPY_API long omptpy_tap_wait(int64_t timeout_ns) {
     }
     uint64_t next_drain = busy ? now + RETRY_DRAIN_NS : T.drained_at_ns + period;
     uint64_t until = next_drain > now && next_drain < deadline ? next_drain : deadline;
-    futex_wait(&T.seq, seen, (int64_t)(until - now));
+    omptpy_futex_wait(&T.seq, seen, until - now);
     atomic_store(&T.consumer_waiting, 0);
     drained = false;
   }
@@ -284,13 +271,10 @@ static void ticks_to_monotonic_ns(omptpy_record *r, size_t n) {
     T.anchor = omptpy_clock_anchor();
     T.anchor_at_ns = now;
   }
-  omptpy_anchor a = omptpy_g.start_anchor, b = T.anchor;
-  double scale = b.ticks - a.ticks > 1000000u
-                     ? (double)(b.mono_ns - a.mono_ns) / (double)(b.ticks - a.ticks)
-                     : omptpy_g.tick_ns_estimate;
+  omptpy_anchor start = omptpy_g.start_anchor;
+  double scale = omptpy_tick_scale(start, T.anchor, omptpy_g.tick_ns_estimate);
   for (size_t i = 0; i < n; i++) {
-    double ns = (double)(int64_t)(r[i].time - a.ticks) * scale;
-    int64_t t = (int64_t)a.mono_ns + (int64_t)(ns + (ns >= 0 ? 0.5 : -0.5));
+    int64_t t = omptpy_ticks_to_ns(r[i].time, start, scale);
     memcpy(&r[i].time, &t, sizeof t);
   }
 }
@@ -307,7 +291,7 @@ OMPTPY_API size_t omptpy_tap_read(omptpy_record *dst, size_t max, uint64_t *posi
   memcpy(dst + first, T.ring, (n - first) * sizeof *dst);
   atomic_store_explicit(&T.tail, tl + n, memory_order_release);
   atomic_fetch_add(&T.space, 1);
-  if (atomic_load(&T.producer_waiting)) futex_wake(&T.space);
+  if (atomic_load(&T.producer_waiting)) omptpy_futex_wake(&T.space);
   ticks_to_monotonic_ns(dst, n);
   return n;
 }

@@ -3,7 +3,10 @@
  * with rdtsc, about 20 cycles, no system call), CLOCK_MONOTONIC otherwise.
  * Anchors pair a tick count with CLOCK_MONOTONIC; readers convert ticks to
  * nanoseconds with one linear map through the first and the last anchor of
- * a trace, so the conversion is monotonic per thread.
+ * a trace, so the conversion is monotonic per thread.  That map is here and
+ * in omptpy_api.h, once for every reader: the handlers' queue (tap.c), the
+ * extension (traces, ompt_py.native) through omptpy_tick_scale and
+ * omptpy_ticks_to_ns.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -14,11 +17,15 @@
 
 omptpy_clock_kind omptpy_clock_kind_used = OMPTPY_CLOCK_MONOTONIC;
 
-uint64_t omptpy_monotonic_ns(void) {
+static inline uint64_t ns_of(clockid_t clock) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+
+uint64_t omptpy_monotonic_ns(void) { return ns_of(CLOCK_MONOTONIC); }
+
+uint64_t omptpy_realtime_ns(void) { return ns_of(CLOCK_REALTIME); }
 
 /* The TSC is usable only when it ticks at a constant rate through sleep states. */
 static bool tsc_invariant(void) {
@@ -70,4 +77,29 @@ omptpy_anchor omptpy_clock_anchor(void) {
 
 const char *omptpy_clock_name(void) {
   return omptpy_clock_kind_used == OMPTPY_CLOCK_TSC ? "tsc" : "monotonic";
+}
+
+/* Nanoseconds per tick from a to b (later). */
+static double slope(omptpy_anchor a, omptpy_anchor b) {
+  return (double)(int64_t)(b.mono_ns - a.mono_ns) / (double)(b.ticks - a.ticks);
+}
+
+/* Over at least 200 us: a slope over fewer ticks than TICK_SCALE_MIN_TICKS
+ * (below) is no better. */
+double omptpy_clock_estimate(omptpy_anchor a) {
+  if (omptpy_clock_kind_used != OMPTPY_CLOCK_TSC) return 1.0;
+  omptpy_anchor b;
+  do b = omptpy_clock_anchor();
+  while (b.mono_ns - a.mono_ns < 200000);
+  return slope(a, b);
+}
+
+/* Anchors closer than this (a third of a millisecond at 3 GHz) give a slope
+ * no better than the estimate. */
+#define TICK_SCALE_MIN_TICKS 1000000u
+
+OMPTPY_API double omptpy_tick_scale(omptpy_anchor first, omptpy_anchor last, double estimate) {
+  return last.ticks > first.ticks && last.ticks - first.ticks > TICK_SCALE_MIN_TICKS
+             ? slope(first, last)
+             : estimate;
 }

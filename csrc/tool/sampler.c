@@ -119,10 +119,6 @@ int omptpy_sampler_init(const omptpy_config *cfg) {
   return sigaction(sample_signal, &sa, NULL) == 0 ? 0 : -errno;
 }
 
-static struct timespec timespec_of(uint64_t ns) {
-  return (struct timespec){(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
-}
-
 void omptpy_sampler_thread_start(omptpy_thread *t) {
   if (period_ns == 0 || t->has_timer) return;
   struct sigevent ev;
@@ -134,8 +130,8 @@ void omptpy_sampler_thread_start(omptpy_thread *t) {
   int made = 0;
   for (; made < 2; made++) {
     if (timer_create(CLOCK_MONOTONIC, &ev, &t->timers[made]) != 0) break;
-    struct itimerspec spec = {timespec_of(2 * period_ns),
-                              timespec_of((t->sample_index + 1 + (uint64_t)made) * period_ns)};
+    uint64_t first = (t->sample_index + 1 + (uint64_t)made) * period_ns;
+    struct itimerspec spec = {omptpy_timespec(2 * period_ns), omptpy_timespec(first)};
     if (timer_settime(t->timers[made], TIMER_ABSTIME, &spec, NULL) != 0) {
       timer_delete(t->timers[made]);
       break;

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "omptpy_internal.h"
@@ -90,12 +89,6 @@ static const char *level_name(int level) {
 
 static const char *overflow_name(omptpy_overflow o) {
   return o == OMPTPY_OVERFLOW_GROW ? "grow" : o == OMPTPY_OVERFLOW_DROP ? "drop" : "flush";
-}
-
-static uint64_t realtime_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* The loaded objects and where their code is, so that readers can turn code
@@ -196,6 +189,17 @@ static int put_region_names(omptpy_str *s) {
   return rc;
 }
 
+/* The members the meta and every stats document end with (after theirs, rc
+ * so far), which change as the run goes: the loaded objects and the region
+ * names.  On failure s is emptied. */
+static int finish_document(omptpy_str *s, int rc) {
+  rc = rc ? rc : put_modules(s);
+  rc = rc ? rc : put_region_names(s);
+  rc = rc ? rc : put(s, "}");
+  if (rc) omptpy_str_free(s);
+  return rc;
+}
+
 /* The rank of the process in a parallel job, from the variables the usual
  * launchers set (Open MPI, MPICH and Intel MPI, PMIx, Slurm); -1 if none. */
 static int job_rank(void) {
@@ -270,11 +274,7 @@ int omptpy_meta_json(omptpy_str *s) {
     rc = rc ? rc : put(s, "}}");
   }
   rc = rc ? rc : put(s, "]");
-  rc = rc ? rc : put_modules(s);
-  rc = rc ? rc : put_region_names(s);
-  rc = rc ? rc : put(s, "}");
-  if (rc) omptpy_str_free(s);
-  return rc;
+  return finish_document(s, rc);
 }
 
 /* {value: name} of an OMPT enumeration (states, mutex implementations). */
@@ -349,7 +349,7 @@ int omptpy_stats_json(omptpy_str *s, bool final) {
                "\"realtime_ns\":%llu,\"sink_lost\":%llu,\"buffer_bytes\":%zu,\"threads\":[",
                final ? "true" : "false", atomic_load(&omptpy_g.sink_on) ? "true" : "false",
                (unsigned long long)a.ticks, (unsigned long long)a.mono_ns,
-               (unsigned long long)realtime_ns(), (unsigned long long)omptpy_sink_lost(),
+               (unsigned long long)omptpy_realtime_ns(), (unsigned long long)omptpy_sink_lost(),
                omptpy_buffer_bytes());
   visit_ctx v = {s, rc, true};
   if (rc == 0) omptpy_visit_threads(visit, &v);
@@ -362,9 +362,5 @@ int omptpy_stats_json(omptpy_str *s, bool final) {
              omptpy_g.runtimes[i].initialized ? "true" : "false",
              omptpy_g.runtimes[i].finalized ? "true" : "false");
   rc = rc ? rc : put(s, "]");
-  rc = rc ? rc : put_modules(s);
-  rc = rc ? rc : put_region_names(s);
-  rc = rc ? rc : put(s, "}");
-  if (rc) omptpy_str_free(s);
-  return rc;
+  return finish_document(s, rc);
 }

@@ -1,11 +1,13 @@
 /*
  * The functions libomptpy.so exports besides ompt_start_tool, used by the
- * Python extension module (csrc/module.c).  Implemented in tool.c, and
- * tap.c, native.c, region.c and callbacks.c for the scripting part.
+ * Python extension module (csrc/ext/).  Implemented in tool.c, clock.c for
+ * the conversion of times, and tap.c, native.c, region.c and callbacks.c for
+ * the scripting part.
  */
 #ifndef OMPTPY_API_H
 #define OMPTPY_API_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +33,26 @@ char *omptpy_meta(void);
 char *omptpy_stats(void);
 char *omptpy_runtime_info(void);
 const char *omptpy_tool_path(void);
+
+/* ---- times: raw clock ticks to CLOCK_MONOTONIC nanoseconds ------------------------- */
+
+/* A tick count of the tool's clock and the CLOCK_MONOTONIC time read with it. */
+typedef struct omptpy_anchor {
+  uint64_t ticks;
+  uint64_t mono_ns;
+} omptpy_anchor;
+
+/* Nanoseconds per tick: the slope from `first` to `last` (later) when they are
+ * far enough apart, else `estimate` (the tool's tick_ns_estimate; pass last =
+ * first when there is no second anchor). */
+double omptpy_tick_scale(omptpy_anchor first, omptpy_anchor last, double estimate);
+
+/* The CLOCK_MONOTONIC time of `ticks` on the line through `anchor` of slope
+ * `scale` (omptpy_tick_scale), to the nearest nanosecond (halves away from
+ * zero).  Ticks before the anchor give earlier times. */
+static inline int64_t omptpy_ticks_to_ns(uint64_t ticks, omptpy_anchor anchor, double scale) {
+  return (int64_t)anchor.mono_ns + llround((double)(int64_t)(ticks - anchor.ticks) * scale);
+}
 
 /* ---- scripting callbacks: handlers, tool control, region markers -------------------- */
 

@@ -1,0 +1,338 @@
+/*
+ * Record columns in bulk, each pass over the records without the GIL: scan()
+ * (times and event counts), columns() (the columns of Trace.to_pandas() in
+ * one pass), ticks_to_ns() (times in place).
+ */
+#include "ext.h"
+
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "tool/omptpy_frames.h"
+
+/* Faults in the whole pages of [p, p + len) in one call: fresh output pages
+ * cost much less this way than one trap per page (on virtual machines). */
+static void populate(void *p, Py_ssize_t len) {
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+  uintptr_t hi = ((uintptr_t)p + (uintptr_t)len) & ~(page - 1);
+  if (hi > lo) madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+}
+
+/* The writable buffer of `obj`, of at least `len` bytes, its pages faulted in
+ * (see populate), held in bufs[*nbuf]; NULL with an exception if it cannot be. */
+static char *output(PyObject *obj, Py_ssize_t len, Py_buffer *bufs, int *nbuf) {
+  Py_buffer *b = &bufs[*nbuf];
+  if (PyObject_GetBuffer(obj, b, PyBUF_WRITABLE) < 0) return NULL;
+  ++*nbuf;
+  if (b->len < len) {
+    PyErr_SetString(PyExc_ValueError, "an output array is too short");
+    return NULL;
+  }
+  populate(b->buf, len);
+  return b->buf;
+}
+
+/* scan(records, times, counts): times[i] = the time of record i (8 bytes);
+ * counts[e] += 1 (int64) for each record of event e, the last entry for
+ * events beyond the array.  One pass: the sort key and which events a trace
+ * has, for columns(). */
+PyObject *omptpy_py_scan(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *records, *times, *counts;
+  if (!PyArg_ParseTuple(args, "OOO", &records, &times, &counts)) return NULL;
+  Py_buffer src, t, c;
+  PyObject *result = NULL;
+  if (PyObject_GetBuffer(records, &src, PyBUF_SIMPLE) < 0) return NULL;
+  if (PyObject_GetBuffer(times, &t, PyBUF_WRITABLE) < 0) goto release_src;
+  if (PyObject_GetBuffer(counts, &c, PyBUF_WRITABLE) < 0) goto release_t;
+  Py_ssize_t n = src.len / (Py_ssize_t)sizeof(omptpy_record);
+  Py_ssize_t ncount = c.len / (Py_ssize_t)sizeof(int64_t);
+  if (t.len < n * (Py_ssize_t)sizeof(uint64_t) || ncount < 1) {
+    PyErr_SetString(PyExc_ValueError, "scan: times too short or counts empty");
+    goto done;
+  }
+  const omptpy_record *r = src.buf;
+  uint64_t *time = t.buf;
+  int64_t *count = c.buf;
+  populate(time, n * (Py_ssize_t)sizeof *time);
+  Py_BEGIN_ALLOW_THREADS
+  for (Py_ssize_t i = 0; i < n; i++) {
+    time[i] = r[i].time;
+    count[r[i].event < ncount ? r[i].event : ncount - 1]++;
+  }
+  Py_END_ALLOW_THREADS
+  result = omptpy_py_none();
+done:
+  PyBuffer_Release(&c);
+release_t:
+  PyBuffer_Release(&t);
+release_src:
+  PyBuffer_Release(&src);
+  return result;
+}
+
+typedef struct {
+  unsigned char *out;
+  const unsigned char *table;
+  Py_ssize_t len, offset, size; /* size 0: no field tested for 0 */
+  int key;
+} lookup;
+
+/* Frame columns (see "Frames" in omptpy.h), in the order of columns()' frames. */
+enum { FR_ENTER, FR_EXIT_FLAGS, FR_ENTER_FLAGS, FR_NO_EXIT, FR_NO_ENTER, FR_NO_ENTER_FLAGS, FR_N };
+
+/* Field of `size` bytes at `in`, as an unsigned number. */
+static inline uint64_t load_field(const char *in, Py_ssize_t size) {
+  switch (size) {
+    case 8: {
+      uint64_t v;
+      memcpy(&v, in, 8);
+      return v;
+    }
+    case 4: {
+      uint32_t v;
+      memcpy(&v, in, 4);
+      return v;
+    }
+    case 2: {
+      uint16_t v;
+      memcpy(&v, in, 2);
+      return v;
+    }
+    default: return (unsigned char)*in;
+  }
+}
+
+enum { BLOCK = 512 }; /* records per block of columns() */
+
+/* The field at `offset`, of `size` bytes, of m records into out. */
+static void gather(char *out, const char *const *rec, Py_ssize_t m, Py_ssize_t offset,
+                   Py_ssize_t size) {
+  switch (size) {
+    case 8:
+      for (Py_ssize_t j = 0; j < m; j++) memcpy(out + 8 * j, rec[j] + offset, 8);
+      break;
+    case 4:
+      for (Py_ssize_t j = 0; j < m; j++) memcpy(out + 4 * j, rec[j] + offset, 4);
+      break;
+    case 2:
+      for (Py_ssize_t j = 0; j < m; j++) memcpy(out + 2 * j, rec[j] + offset, 2);
+      break;
+    default:
+      for (Py_ssize_t j = 0; j < m; j++) out[j] = rec[j][offset];
+      break;
+  }
+}
+
+/* The task frames of one record: task_create carries the encountering task's
+ * frame (exit frame in u64b, enter frame in parallel_id), a sample the
+ * innermost task's (the exit frame, else the enter frame, in u64b; the enter
+ * frame's distance below the exit frame in u32b, INT32_MIN when unknown).
+ * Other events (and records of version 1, kind 0) have none: 0 and missing. */
+static inline void decode_frames(const omptpy_record *rec, unsigned char *const fr[FR_N],
+                                 Py_ssize_t i) {
+  uint8_t bits = 0;
+  uint64_t enter = 0;
+  int enter_unknown = 0;
+  if (rec->event == ompt_callback_task_create) {
+    bits = rec->kind;
+    enter = rec->parallel_id;
+  } else if (rec->event == OMPTPY_EVENT_SAMPLE) {
+    bits = rec->kind;
+    int32_t below = (int32_t)rec->u32b;
+    int has_exit = (bits & OMPTPY_FRAME_EXIT) != 0;
+    enter = has_exit ? rec->u64b - (uint64_t)(int64_t)below : rec->u64b;
+    enter_unknown = has_exit && below == INT32_MIN;
+  }
+  memcpy(fr[FR_ENTER] + i * 8, &enter, 8);
+  fr[FR_EXIT_FLAGS][i] = omptpy_frame_flags_of3(bits >> 2 & 7);
+  fr[FR_ENTER_FLAGS][i] = omptpy_frame_flags_of3(bits >> 5 & 7);
+  fr[FR_NO_EXIT][i] = !(bits & OMPTPY_FRAME_EXIT);
+  fr[FR_NO_ENTER_FLAGS][i] = !(bits & OMPTPY_FRAME_ENTER);
+  fr[FR_NO_ENTER][i] = !(bits & OMPTPY_FRAME_ENTER) || enter_unknown;
+}
+
+/* columns(records, order, fields, lookups, frames): one pass over the records,
+ * in `order` (an intp array, or None for storage order), that makes the
+ * columns of Trace.to_pandas(); each record is read once instead of once per
+ * column.
+ *   fields: [(out, offset, size)]: out[i] = the field at `offset` (1, 2, 4 or
+ *     8 bytes) of record order[i].
+ *   lookups: [(out, table, key)] or [(out, table, key, offset, size)]: one
+ *     byte per record (a category code, a mask), out[i] = table[key], the
+ *     table's last byte for keys beyond it; key is one of KEY_* (the module's
+ *     KEY_EVENT...).  With offset and size, out[i] is also 1 where that field
+ *     is 0 (a mask of missing ids).
+ *   frames: None, or the 6 columns of the task frames (FR_*): enter frame
+ *     (8 bytes), exit and enter frame flags (ompt_frame_flag_t, 1 byte), and
+ *     the masks of missing exit frames, enter frames and enter frame flags;
+ *     the exit frames themselves are the u64b field. */
+PyObject *omptpy_py_columns(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *records, *order, *fields, *lookups, *frames;
+  if (!PyArg_ParseTuple(args, "OOO!O!O", &records, &order, &PyList_Type, &fields, &PyList_Type,
+                        &lookups, &frames))
+    return NULL;
+  enum { MAX_FIELDS = 16, MAX_LOOKUPS = 64, MAX_BUFFERS = 2 + MAX_FIELDS + 2 * MAX_LOOKUPS + FR_N };
+  Py_ssize_t nfield = PyList_GET_SIZE(fields), nlook = PyList_GET_SIZE(lookups);
+  if (nfield > MAX_FIELDS || nlook > MAX_LOOKUPS) {
+    PyErr_SetString(PyExc_ValueError, "columns: too many columns");
+    return NULL;
+  }
+  if (frames != Py_None && (!PyTuple_Check(frames) || PyTuple_GET_SIZE(frames) != FR_N)) {
+    PyErr_Format(PyExc_ValueError, "columns: frames must be None or a tuple of %d", (int)FR_N);
+    return NULL;
+  }
+  Py_buffer buf[MAX_BUFFERS];
+  int nbuf = 0;
+  PyObject *result = NULL;
+  Py_ssize_t offset[MAX_FIELDS], size[MAX_FIELDS];
+  char *field_out[MAX_FIELDS];
+  lookup look[MAX_LOOKUPS];
+  unsigned char *fr[FR_N] = {0};
+  const Py_ssize_t *idx = NULL;
+  if (PyObject_GetBuffer(records, &buf[nbuf], PyBUF_SIMPLE) < 0) return NULL;
+  const char *src = buf[nbuf++].buf;
+  Py_ssize_t nrec = buf[0].len / (Py_ssize_t)sizeof(omptpy_record), n = nrec;
+  if (order != Py_None) {
+    if (PyObject_GetBuffer(order, &buf[nbuf], PyBUF_SIMPLE) < 0) goto done;
+    idx = buf[nbuf].buf;
+    n = buf[nbuf++].len / (Py_ssize_t)sizeof(Py_ssize_t);
+  }
+  for (Py_ssize_t c = 0; c < nfield; c++) {
+    PyObject *out;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(fields, c), "Onn", &out, &offset[c], &size[c]))
+      goto done;
+    if (offset[c] < 0 || offset[c] + size[c] > (Py_ssize_t)sizeof(omptpy_record) ||
+        (size[c] != 1 && size[c] != 2 && size[c] != 4 && size[c] != 8)) {
+      PyErr_SetString(PyExc_ValueError, "columns: a field does not fit the records");
+      goto done;
+    }
+    if (!(field_out[c] = output(out, n * size[c], buf, &nbuf))) goto done;
+  }
+  for (Py_ssize_t k = 0; k < nlook; k++) {
+    PyObject *out, *table;
+    lookup *l = &look[k];
+    l->offset = l->size = 0;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(lookups, k), "OOi|nn", &out, &table, &l->key,
+                          &l->offset, &l->size))
+      goto done;
+    if (l->key < 0 || l->key >= KEYS ||
+        (l->size && (l->offset < 0 || l->offset + l->size > (Py_ssize_t)sizeof(omptpy_record) ||
+                     (l->size != 1 && l->size != 2 && l->size != 4 && l->size != 8)))) {
+      PyErr_SetString(PyExc_ValueError, "columns: a lookup's key or field is invalid");
+      goto done;
+    }
+    if (!(l->out = (unsigned char *)output(out, n, buf, &nbuf))) goto done;
+    if (PyObject_GetBuffer(table, &buf[nbuf], PyBUF_SIMPLE) < 0) goto done;
+    l->table = buf[nbuf].buf;
+    if ((l->len = buf[nbuf++].len) < 1) {
+      PyErr_SetString(PyExc_ValueError, "columns: a lookup table is empty");
+      goto done;
+    }
+  }
+  if (frames != Py_None)
+    for (int f = 0; f < FR_N; f++) {
+      PyObject *out = PyTuple_GET_ITEM(frames, f);
+      if (!(fr[f] = (unsigned char *)output(out, f == FR_ENTER ? 8 * n : n, buf, &nbuf)))
+        goto done;
+    }
+  Py_ssize_t bad = -1;
+  Py_BEGIN_ALLOW_THREADS
+  /* Block by block: the records of a block are found once, then each output
+   * is written for the whole block while their cache lines stay in L1/L2 (one
+   * output stream at a time rather than dozens). */
+  const char *rec[BLOCK];
+  uint32_t keys[KEYS][BLOCK];
+  for (Py_ssize_t b = 0; b < n && bad < 0; b += BLOCK) {
+    Py_ssize_t m = n - b < BLOCK ? n - b : BLOCK;
+    for (Py_ssize_t j = 0; j < m; j++) {
+      Py_ssize_t r = idx ? idx[b + j] : b + j;
+      if (r < 0 || r >= nrec) {
+        bad = b + j;
+        break;
+      }
+      const omptpy_record *h = (const omptpy_record *)(src + r * (Py_ssize_t)sizeof *h);
+      rec[j] = (const char *)h;
+      keys[KEY_EVENT][j] = h->event;
+      keys[KEY_ENDPOINT][j] = h->endpoint;
+      keys[KEY_EVENT_KIND][j] = (uint32_t)h->event << 8 | h->kind;
+      keys[KEY_EVENT_ENDPOINT][j] = (uint32_t)h->event << 8 | h->endpoint;
+    }
+    if (bad >= 0) break;
+    for (Py_ssize_t c = 0; c < nfield; c++)
+      gather(field_out[c] + b * size[c], rec, m, offset[c], size[c]);
+    for (Py_ssize_t k = 0; k < nlook; k++) {
+      const lookup *l = &look[k];
+      const uint32_t *key = keys[l->key];
+      unsigned char *out = l->out + b;
+      Py_ssize_t last = l->len - 1;
+      for (Py_ssize_t j = 0; j < m; j++) out[j] = l->table[key[j] < last ? key[j] : last];
+      if (l->size)
+        for (Py_ssize_t j = 0; j < m; j++) out[j] |= load_field(rec[j] + l->offset, l->size) == 0;
+    }
+    if (fr[FR_ENTER])
+      for (Py_ssize_t j = 0; j < m; j++) decode_frames((const omptpy_record *)rec[j], fr, b + j);
+  }
+  Py_END_ALLOW_THREADS
+  if (bad >= 0) {
+    PyErr_SetString(PyExc_IndexError, "columns: order refers to a record that does not exist");
+    goto done;
+  }
+  result = omptpy_py_none();
+done:
+  while (nbuf > 0) PyBuffer_Release(&buf[--nbuf]);
+  return result;
+}
+
+/* tick_scale(first_ticks, first_ns, last_ticks, last_ns, estimate): nanoseconds
+ * per tick from the first and last anchors of a trace (omptpy_tick_scale);
+ * last_ticks and last_ns are None when there is no second anchor. */
+PyObject *omptpy_py_tick_scale(PyObject *m, PyObject *args) {
+  (void)m;
+  unsigned long long first_ticks, first_ns, last_ticks, last_ns;
+  PyObject *last_ticks_obj, *last_ns_obj;
+  double estimate;
+  if (!PyArg_ParseTuple(args, "KKOOd", &first_ticks, &first_ns, &last_ticks_obj, &last_ns_obj,
+                        &estimate))
+    return NULL;
+  if ((last_ticks_obj == Py_None) != (last_ns_obj == Py_None)) {
+    PyErr_SetString(PyExc_TypeError, "tick_scale: last_ticks and last_ns are both None or neither");
+    return NULL;
+  }
+  omptpy_anchor first = {first_ticks, first_ns}, last = first;
+  if (last_ticks_obj != Py_None) {
+    if (!PyArg_Parse(last_ticks_obj, "K", &last_ticks) || !PyArg_Parse(last_ns_obj, "K", &last_ns))
+      return NULL;
+    last = (omptpy_anchor){last_ticks, last_ns};
+  }
+  return PyFloat_FromDouble(omptpy_tick_scale(first, last, estimate));
+}
+
+/* ticks_to_ns(records, first_ticks, first_ns, scale, origin_ns): in place, each
+ * record's time becomes CLOCK_MONOTONIC nanoseconds minus origin (int64), on the
+ * line through the anchor (first_ticks, first_ns) of slope `scale` (ns per tick,
+ * tick_scale()). */
+PyObject *omptpy_py_ticks_to_ns(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *records;
+  unsigned long long first_ticks;
+  long long first_ns, origin_ns;
+  double scale;
+  if (!PyArg_ParseTuple(args, "OKLdL", &records, &first_ticks, &first_ns, &scale, &origin_ns))
+    return NULL;
+  Py_buffer b;
+  if (PyObject_GetBuffer(records, &b, PyBUF_WRITABLE) < 0) return NULL;
+  omptpy_record *r = b.buf;
+  Py_ssize_t n = b.len / (Py_ssize_t)sizeof *r;
+  omptpy_anchor anchor = {first_ticks, (uint64_t)first_ns};
+  Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n; i++) {
+    int64_t ns = omptpy_ticks_to_ns(r[i].time, anchor, scale) - origin_ns;
+    memcpy(&r[i].time, &ns, sizeof ns);
+  }
+  Py_END_ALLOW_THREADS PyBuffer_Release(&b);
+  Py_RETURN_NONE;
+}
+

@@ -1,0 +1,422 @@
+/*
+ * ompt_py._core: the CPython binding of libomptpy.so.  It only moves bytes
+ * and JSON; names, dtypes and errors for users are made in Python.  This
+ * file holds the thin bindings of the tool's API, the method table and the
+ * module's constants; the Records type and the kernels that read records in
+ * bulk have a file each (README.md).
+ */
+#include "ext.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tool/omptpy_file.h"
+#include "tool/omptpy_ompt.h"
+
+PyObject *omptpy_py_oserror(int rc, const char *what) {
+  errno = -rc;
+  return PyErr_SetFromErrnoWithFilename(PyExc_OSError, what);
+}
+
+/* A JSON document of the tool (free()d here) as a str. */
+static PyObject *json_result(char *s) {
+  if (!s) return PyErr_NoMemory();
+  PyObject *o = PyUnicode_FromString(s);
+  free(s);
+  return o;
+}
+
+static PyObject *py_init(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  if (omptpy_init() != 0) return PyUnicode_FromString(omptpy_config_error());
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_check_config(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  char error[512];
+  if (omptpy_config_check(error, sizeof error) != 0) return PyUnicode_FromString(error);
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_set_recording(PyObject *m, PyObject *arg) {
+  (void)m;
+  int on = PyObject_IsTrue(arg);
+  if (on < 0) return NULL;
+  /* Without the GIL: opening the sink drains the buffers, which may wait for a
+   * drainer that waits for the handlers' dispatcher (block=True). */
+  Py_BEGIN_ALLOW_THREADS omptpy_set_recording(on);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+static PyObject *py_is_recording(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  return PyBool_FromLong(omptpy_is_recording());
+}
+
+static PyObject *py_flush(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  Py_BEGIN_ALLOW_THREADS omptpy_flush_all();
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+static PyObject *py_meta(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  return json_result(omptpy_meta());
+}
+
+static PyObject *py_stats(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  char *s;
+  Py_BEGIN_ALLOW_THREADS s = omptpy_stats();
+  Py_END_ALLOW_THREADS return json_result(s);
+}
+
+static PyObject *py_runtime_info(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  return json_result(omptpy_runtime_info());
+}
+
+static PyObject *py_tool_path(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  const char *p = omptpy_tool_path();
+  if (!p) {
+    PyErr_SetString(PyExc_RuntimeError, "cannot find the path of libomptpy.so (dladdr failed)");
+    return NULL;
+  }
+  return PyUnicode_DecodeFSDefault(p);
+}
+
+static PyObject *py_record_layout(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+#define F(name) #name, (Py_ssize_t)offsetof(omptpy_record, name), \
+                (Py_ssize_t)sizeof(((omptpy_record *)0)->name)
+  return Py_BuildValue(
+      "{s:i,s:n,s:[(snn),(snn),(snn),(snn),(snn),(snn),(snn),(snn),(snn),(snn),(snn),(snn)]}",
+      "version", OMPTPY_RECORD_VERSION, "size", (Py_ssize_t)sizeof(omptpy_record), "fields",
+      F(time), F(codeptr), F(parallel_id), F(task_id), F(u64a), F(u64b), F(thread), F(event),
+      F(endpoint), F(kind), F(u32a), F(u32b));
+#undef F
+}
+
+/* ---- scripting callbacks ------------------------------------------------------------- */
+
+/* tap_configure([(events_lo, events_hi, codeptr_lo, codeptr_hi, (thread, ...)), ...],
+ * delay_s, block) */
+static PyObject *py_tap_configure(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *list;
+  double delay_s;
+  int block;
+  if (!PyArg_ParseTuple(args, "O!dp", &PyList_Type, &list, &delay_s, &block)) return NULL;
+  Py_ssize_t n = PyList_GET_SIZE(list);
+  if (n < 1 || n > OMPTPY_TAP_MAX_FILTERS || !(delay_s > 0)) {
+    PyErr_Format(PyExc_ValueError, "1 to %d filters and a positive delay are needed",
+                 OMPTPY_TAP_MAX_FILTERS);
+    return NULL;
+  }
+  omptpy_tap_filter f[OMPTPY_TAP_MAX_FILTERS];
+  memset(f, 0, sizeof f);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    unsigned long long lo, hi, cp_lo, cp_hi;
+    PyObject *threads;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(list, i), "KKKKO!", &lo, &hi, &cp_lo, &cp_hi,
+                          &PyTuple_Type, &threads))
+      return NULL;
+    Py_ssize_t k = PyTuple_GET_SIZE(threads);
+    if (k > OMPTPY_TAP_MAX_THREADS) {
+      PyErr_Format(PyExc_ValueError, "a filter names at most %d threads", OMPTPY_TAP_MAX_THREADS);
+      return NULL;
+    }
+    f[i] = (omptpy_tap_filter){{lo, hi}, cp_lo, cp_hi, (uint32_t)k, {0}};
+    for (Py_ssize_t j = 0; j < k; j++) {
+      unsigned long v = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(threads, j));
+      if (PyErr_Occurred()) return NULL;
+      f[i].threads[j] = (uint32_t)v;
+    }
+  }
+  int rc;
+  uint64_t delay_ns = (uint64_t)(delay_s * 1e9);
+  Py_BEGIN_ALLOW_THREADS rc = omptpy_tap_configure(f, (int)n, delay_ns ? delay_ns : 1, block);
+  Py_END_ALLOW_THREADS if (rc != 0) return omptpy_py_oserror(rc, "the handlers' queue");
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_tap_stop(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  Py_BEGIN_ALLOW_THREADS omptpy_tap_stop();
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+/* tap_wait(timeout_s, max_records) -> None when the tap is stopped, else
+ * (bytearray of records, times in CLOCK_MONOTONIC ns; queue position after them). */
+static PyObject *py_tap_wait(PyObject *m, PyObject *args) {
+  (void)m;
+  double timeout_s;
+  Py_ssize_t max;
+  if (!PyArg_ParseTuple(args, "dn", &timeout_s, &max)) return NULL;
+  if (max < 1) {
+    PyErr_SetString(PyExc_ValueError, "max_records must be positive");
+    return NULL;
+  }
+  long ready;
+  Py_BEGIN_ALLOW_THREADS ready = omptpy_tap_wait((int64_t)(timeout_s * 1e9));
+  Py_END_ALLOW_THREADS if (ready < 0) Py_RETURN_NONE;
+  Py_ssize_t n = ready < max ? ready : max;
+  PyObject *buf = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(omptpy_record));
+  if (!buf) return NULL;
+  omptpy_record *dst = (omptpy_record *)PyByteArray_AS_STRING(buf);
+  size_t got;
+  uint64_t position;
+  Py_BEGIN_ALLOW_THREADS got = omptpy_tap_read(dst, (size_t)n, &position);
+  Py_END_ALLOW_THREADS if ((Py_ssize_t)got < n &&
+                          PyByteArray_Resize(buf, (Py_ssize_t)(got * sizeof(omptpy_record))) < 0) {
+    Py_DECREF(buf);
+    return NULL;
+  }
+  return Py_BuildValue("(NK)", buf, (unsigned long long)position);
+}
+
+static PyObject *py_tap_stats(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  omptpy_tap_counters c;
+  omptpy_tap_stats(&c);
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:O}", "queued", (unsigned long long)c.queued,
+                       "dropped", (unsigned long long)c.dropped, "filtered",
+                       (unsigned long long)c.filtered, "position",
+                       (unsigned long long)c.position, "backlog", (unsigned long long)c.backlog,
+                       "capacity", (unsigned long long)c.capacity, "active",
+                       c.active ? Py_True : Py_False);
+}
+
+/* native_add(function address, state address, events_lo, events_hi) -> slot id */
+static PyObject *py_native_add(PyObject *m, PyObject *args) {
+  (void)m;
+  unsigned long long fn, state, events[2];
+  if (!PyArg_ParseTuple(args, "KKKK", &fn, &state, &events[0], &events[1])) return NULL;
+  omptpy_native_fn f;
+  void *p = (void *)(uintptr_t)fn;
+  memcpy(&f, &p, sizeof f);
+  const uint64_t ev[2] = {events[0], events[1]};
+  int id = omptpy_native_add(f, (void *)(uintptr_t)state, ev);
+  if (id == -ENOSPC) {
+    PyErr_Format(PyExc_RuntimeError, "at most %d native handlers can be installed at once",
+                 OMPTPY_NATIVE_MAX);
+    return NULL;
+  }
+  if (id < 0) return omptpy_py_oserror(id, "native handler");
+  return PyLong_FromLong(id);
+}
+
+static PyObject *py_native_remove(PyObject *m, PyObject *arg) {
+  (void)m;
+  long id = PyLong_AsLong(arg);
+  if (id == -1 && PyErr_Occurred()) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = omptpy_native_remove((int)id);
+  Py_END_ALLOW_THREADS return PyBool_FromLong(rc == 0);
+}
+
+static PyObject *py_native_alloc(PyObject *m, PyObject *arg) {
+  (void)m;
+  Py_ssize_t size = PyLong_AsSsize_t(arg);
+  if (size < 0) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "size must not be negative");
+    return NULL;
+  }
+  void *p = omptpy_native_alloc((size_t)size);
+  if (!p) return PyErr_NoMemory();
+  return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)p);
+}
+
+static PyObject *py_control_tool(PyObject *m, PyObject *args) {
+  (void)m;
+  unsigned long long command, modifier;
+  if (!PyArg_ParseTuple(args, "KK", &command, &modifier)) return NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = omptpy_control_tool(command, modifier);
+  Py_END_ALLOW_THREADS return PyLong_FromLong(rc);
+}
+
+static PyObject *py_region_mark(PyObject *m, PyObject *args) {
+  (void)m;
+  int endpoint;
+  const char *name;
+  if (!PyArg_ParseTuple(args, "iz", &endpoint, &name)) return NULL;
+  omptpy_region_mark(endpoint, name, 0);
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_region_names(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  uint32_t n = omptpy_region_count();
+  PyObject *list = PyList_New(n);
+  if (!list) return NULL;
+  for (uint32_t id = 1; id <= n; id++) {
+    PyObject *name = PyUnicode_DecodeUTF8(omptpy_region_name(id),
+                                          (Py_ssize_t)strlen(omptpy_region_name(id)), "replace");
+    if (!name) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, id - 1, name);
+  }
+  return list;
+}
+
+/* Each docstring starts with the signature (Python's __text_signature__), so
+ * that inspect.signature and help() show it, and mypy's stubtest checks
+ * ompt_py/_core.pyi against it. */
+#define DOC(signature, text) signature "\n--\n\n" text
+
+static PyMethodDef methods[] = {
+    {"init", py_init, METH_NOARGS,
+     DOC("init($module, /)",
+         "Read the configuration; returns None, or the error message when it is invalid.")},
+    {"check_config", py_check_config, METH_NOARGS,
+     DOC("check_config($module, /)",
+         "Check the OMPTPY_* variables of os.environ now; None, or the error message.")},
+    {"set_recording", py_set_recording, METH_O,
+     DOC("set_recording($module, on, /)", "Start (True) or pause (False) recording.")},
+    {"is_recording", py_is_recording, METH_NOARGS,
+     DOC("is_recording($module, /)", "Whether events are being recorded.")},
+    {"flush", py_flush, METH_NOARGS,
+     DOC("flush($module, /)", "Move every buffered record into the sink.")},
+    {"take", omptpy_py_take, METH_NOARGS,
+     DOC("take($module, /)", "Take the records gathered in the memory sink so far.")},
+    {"meta", py_meta, METH_NOARGS,
+     DOC("meta($module, /)", "The process and runtime description, as JSON.")},
+    {"stats", py_stats, METH_NOARGS,
+     DOC("stats($module, /)", "Per-thread written/dropped counters and a clock anchor, as JSON.")},
+    {"runtime_info", py_runtime_info, METH_NOARGS,
+     DOC("runtime_info($module, /)",
+         "What each attached runtime's inquiry functions answer, as JSON.")},
+    {"tool_path", py_tool_path, METH_NOARGS,
+     DOC("tool_path($module, /)", "Absolute path of libomptpy.so.")},
+    {"record_layout", py_record_layout, METH_NOARGS,
+     DOC("record_layout($module, /)", "Version, size and field offsets of a record.")},
+    {"scan", omptpy_py_scan, METH_VARARGS,
+     DOC("scan($module, records, times, counts, /)",
+         "The records' times into times, their events counted.")},
+    {"columns", omptpy_py_columns, METH_VARARGS,
+     DOC("columns($module, records, order, fields, lookups, frames, /)",
+         "The columns of Trace.to_pandas() in one pass over the records: fields as "
+         "[(out, offset, size)], lookups as [(out, table, KEY_*[, offset, size])].")},
+    {"pair", omptpy_py_pair, METH_VARARGS,
+     DOC("pair($module, keys, begins, begin_value, partner, tags=None, enclosing=None, /)",
+         "Begin/end pairing per key (a list of columns) in time order; partner[i]: the row "
+         "paired with row i, or -1.  With tags (a column), an end closes the latest open "
+         "begin of its key with its tag (0: any), dropping the begins above it; "
+         "enclosing[i]: the latest open begin of the key when begin i opened, or -1.")},
+    {"find", omptpy_py_find, METH_VARARGS,
+     DOC("find($module, table_keys, query_keys, out, table_times=None, query_times=None, /)",
+         "Per query row, the first table row with its keys (with times: the last at or "
+         "before the query's time), or -1.")},
+    {"format_rows", omptpy_py_format_rows, METH_VARARGS,
+     DOC("format_rows($module, parts, columns, /)",
+         "Rows of text, each parts[0] value parts[1] ... parts[-1]; a column is (FORMAT_*, "
+         "values, missing, null, table).")},
+    {"tick_scale", omptpy_py_tick_scale, METH_VARARGS,
+     DOC("tick_scale($module, first_ticks, first_ns, last_ticks, last_ns, estimate, /)",
+         "Nanoseconds per tick: the slope between the anchors when they are far enough "
+         "apart (last_ticks and last_ns None: no second anchor), else estimate.")},
+    {"ticks_to_ns", omptpy_py_ticks_to_ns, METH_VARARGS,
+     DOC("ticks_to_ns($module, records, first_ticks, first_ns, scale, origin_ns, /)",
+         "Times in place: CLOCK_MONOTONIC nanoseconds minus origin_ns on the line through "
+         "the anchor of slope scale (tick_scale).")},
+    {"tap_configure", py_tap_configure, METH_VARARGS,
+     DOC("tap_configure($module, filters, delay_s, block, /)",
+         "Start the handlers' queue or change its filters: (events_lo, events_hi, "
+         "codeptr_lo, codeptr_hi, threads) each.")},
+    {"tap_stop", py_tap_stop, METH_NOARGS,
+     DOC("tap_stop($module, /)", "Stop the handlers' queue.")},
+    {"tap_wait", py_tap_wait, METH_VARARGS,
+     DOC("tap_wait($module, timeout_s, max_records, /)",
+         "(records, position), or None when stopped.")},
+    {"tap_stats", py_tap_stats, METH_NOARGS,
+     DOC("tap_stats($module, /)", "Counters of the handlers' queue.")},
+    {"native_add", py_native_add, METH_VARARGS,
+     DOC("native_add($module, function, state, events_lo, events_hi, /)",
+         "Install a native handler; returns its slot id.")},
+    {"native_remove", py_native_remove, METH_O,
+     DOC("native_remove($module, id, /)", "Whether it was installed.")},
+    {"native_alloc", py_native_alloc, METH_O,
+     DOC("native_alloc($module, size, /)", "Address of zeroed memory that is never freed.")},
+    {"control_tool", py_control_tool, METH_VARARGS,
+     DOC("control_tool($module, command, modifier, /)", "What omp_control_tool returns.")},
+    {"region_mark", py_region_mark, METH_VARARGS,
+     DOC("region_mark($module, endpoint, name, /)",
+         "A region begin (SCOPE_BEGIN) or end (SCOPE_END) on this thread.")},
+    {"region_names", py_region_names, METH_NOARGS,
+     DOC("region_names($module, /)", "The interned region names, id 1 first.")},
+    {NULL, NULL, 0, NULL},
+};
+#undef DOC
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_core",
+    .m_doc = "Binding of the ompt-py C tool (libomptpy.so).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+/* The module's int constants, from the C headers' own enums and macros, so
+ * that Python never spells these numbers again. */
+static const struct {
+  const char *name;
+  long value;
+} constants[] = {
+#define C(name, value) {#name, (long)(value)}
+    /* OMPT values the analysis tests (omptpy_ompt.h) */
+    C(SCOPE_BEGIN, ompt_scope_begin),
+    C(SCOPE_END, ompt_scope_end),
+    C(SCOPE_BEGINEND, ompt_scope_beginend),
+    C(TASK_INITIAL, ompt_task_initial),
+    C(TASK_IMPLICIT, ompt_task_implicit),
+    C(TASK_EXPLICIT, ompt_task_explicit),
+    C(PARALLEL_INVOKER_PROGRAM, ompt_parallel_invoker_program),
+    C(PARALLEL_INVOKER_RUNTIME, ompt_parallel_invoker_runtime),
+    C(PARALLEL_LEAGUE, ompt_parallel_league),
+    /* ompt-py's own events and the record (omptpy.h) */
+    C(EVENT_SAMPLE, OMPTPY_EVENT_SAMPLE),
+    C(EVENT_REGION, OMPTPY_EVENT_REGION),
+    C(RECORD_SIZE, sizeof(omptpy_record)),
+    /* the raw file (omptpy_file.h) */
+    C(FILE_MAGIC, OMPTPY_FILE_MAGIC),
+    C(BLOCK_META, OMPTPY_BLOCK_META),
+    C(BLOCK_RECORDS, OMPTPY_BLOCK_RECORDS),
+    C(BLOCK_STATS, OMPTPY_BLOCK_STATS),
+    C(BLOCK_HEADER_SIZE, sizeof(omptpy_block_header)),
+    /* the bounds of the handlers' filters and of native handlers (omptpy_api.h) */
+    C(TAP_MAX_FILTERS, OMPTPY_TAP_MAX_FILTERS),
+    C(TAP_MAX_THREADS, OMPTPY_TAP_MAX_THREADS),
+    C(NATIVE_MAX, OMPTPY_NATIVE_MAX),
+    /* the arguments of this module's functions (ext.h) */
+    C(KEY_EVENT, KEY_EVENT),
+    C(KEY_ENDPOINT, KEY_ENDPOINT),
+    C(KEY_EVENT_KIND, KEY_EVENT_KIND),
+    C(KEY_EVENT_ENDPOINT, KEY_EVENT_ENDPOINT),
+    C(FORMAT_NUMBER, FORMAT_NUMBER),
+    C(FORMAT_MICROS, FORMAT_MICROS),
+    C(FORMAT_HEX, FORMAT_HEX),
+    C(FORMAT_TEXT, FORMAT_TEXT),
+#undef C
+};
+
+PyMODINIT_FUNC PyInit__core(void) {
+  PyObject *m = PyModule_Create(&moduledef);
+  if (!m) return NULL;
+  if (omptpy_py_add_records_type(m) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  for (size_t i = 0; i < sizeof constants / sizeof *constants; i++)
+    if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) < 0) {
+      Py_DECREF(m);
+      return NULL;
+    }
+  return m;
+}
+

@@ -1,0 +1,396 @@
+/*
+ * The zero-copy memory sink.
+ *
+ * In memory mode (no OMPTPY_OUTPUT) records are written where the trace will
+ * live: threads lease 64 KiB chunks from one region (a large NORESERVE
+ * huge-page mapping, sink.c) by an atomic bump, so the region is a plain
+ * array of records; the chunks' counts live apart, in a descriptor array
+ * indexed by chunk number.  Nothing is copied or recycled.  The drainer walks
+ * the descriptors in lease order, feeds the handlers' tap and counts the
+ * records that fall inside the sink's windows (per thread, exact), and keeps
+ * the region populated ahead of the lease cursor.
+ *
+ * take() quiesces the writers without a lock on their path: it installs a
+ * new region (epoch + 1), lowers every live thread's limit to 0, runs
+ * membarrier() (so a writer that has not yet seen the lower limit has its
+ * in_tool store visible), and waits for each thread's in_tool to drop to 0.
+ * From then on no thread writes into the old region: a thread's next record
+ * takes the slow path, which sees the epoch changed and leases from the new
+ * region.  The old region is then compacted in place (records outside the
+ * windows and the unused tails of chunks removed, order kept) and handed over
+ * whole.  A region that cannot provide a chunk drops records (counted): the
+ * flush and grow policies only concern the copying sinks.  Without
+ * membarrier (or with OMPTPY_ZERO_COPY=0) the memory sink copies, as the file
+ * sink does (buffer.c).
+ */
+#define _GNU_SOURCE
+#include <linux/membarrier.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "omptpy_internal.h"
+
+#define ZC_PREFAULT_AHEAD ((size_t)32 << 20)
+/* Chunks leased while no window is open are only for handlers: past this
+ * much, the drainer swaps the region for a fresh one. */
+#define ZC_RECYCLE_BYTES ((size_t)64 << 20)
+
+typedef struct zc_window {
+  uint64_t from, until;
+} zc_window;
+
+typedef struct omptpy_region {
+  omptpy_record *base;
+  size_t bytes;
+  omptpy_chunk *desc;
+  size_t desc_bytes;
+  uint32_t cap; /* chunks */
+  _Atomic uint32_t next;
+  uint64_t epoch;
+  size_t populated; /* bytes of base known to be faulted in (under drain_lock) */
+  uint32_t cursor;  /* chunks before it are wholly done (drain_lock) */
+  zc_window *win;   /* sink windows that overlap this region's life (drain_lock) */
+  size_t nwin, capwin;
+} omptpy_region;
+
+static _Atomic(omptpy_region *) R;
+static uint64_t zc_epochs;
+static bool zc_window_open;
+static uint64_t zc_window_from;
+
+static omptpy_region *region_new(void) {
+  omptpy_region *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->base = omptpy_sink_reserve(&r->bytes);
+  if (!r->base) {
+    free(r);
+    return NULL;
+  }
+  r->cap = (uint32_t)(r->bytes / OMPTPY_CHUNK_BYTES);
+  r->desc_bytes = (size_t)r->cap * sizeof(omptpy_chunk);
+  void *d = mmap(NULL, r->desc_bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (d == MAP_FAILED) {
+    munmap(r->base, r->bytes);
+    free(r);
+    return NULL;
+  }
+  r->desc = d;
+  r->epoch = ++zc_epochs;
+  if (zc_window_open) {
+    r->win = malloc(sizeof *r->win);
+    if (r->win) {
+      r->win[0] = (zc_window){zc_window_from, UINT64_MAX};
+      r->nwin = r->capwin = 1;
+    }
+  }
+  return r;
+}
+
+/* Frees everything but the records (handed over, or unmapped by the caller). */
+static void region_free_meta(omptpy_region *r) {
+  munmap(r->desc, r->desc_bytes);
+  free(r->win);
+  free(r);
+}
+
+static void region_populate(omptpy_region *r, size_t upto) {
+  if (upto > r->bytes) upto = r->bytes;
+  if (r->populated >= upto) return;
+  madvise((char *)r->base + r->populated, upto - r->populated, MADV_POPULATE_WRITE);
+  r->populated = upto;
+}
+
+/* Keeps ZC_PREFAULT_AHEAD bytes past the leased chunks populated (drainer). */
+static void region_populate_ahead(omptpy_region *r) {
+  uint32_t next = atomic_load_explicit(&r->next, memory_order_relaxed);
+  size_t used = (size_t)(next < r->cap ? next : r->cap) * OMPTPY_CHUNK_BYTES;
+  if (r->populated < used + ZC_PREFAULT_AHEAD / 2) region_populate(r, used + ZC_PREFAULT_AHEAD);
+}
+
+static bool in_windows(const omptpy_region *r, uint64_t time) {
+  for (size_t i = 0; i < r->nwin; i++)
+    if (time >= r->win[i].from && time < r->win[i].until) return true;
+  return false;
+}
+
+/* Records of recs[0..n) (one thread's, in time order) inside r's windows. */
+static size_t count_kept(const omptpy_region *r, const omptpy_record *recs, size_t n) {
+  if (n == 0 || r->nwin == 0) return 0;
+  for (size_t i = 0; i < r->nwin; i++)
+    if (recs[0].time >= r->win[i].from && recs[n - 1].time < r->win[i].until) return n;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) k += in_windows(r, recs[i].time);
+  return k;
+}
+
+/* Lease order: slow path of a thread whose chunk is full, whose limit was
+ * lowered by take(), or that has none.  No lock: an atomic bump, and a
+ * re-check of the region after publishing the limit (a take() that installed
+ * a new region meanwhile either sees this thread in_tool or has lowered the
+ * limit after it was raised). */
+omptpy_record *omptpy_zc_slot_slow(omptpy_thread *t) {
+  for (;;) {
+    atomic_thread_fence(memory_order_acquire);
+    omptpy_region *r = atomic_load(&R);
+    if (!r) break;
+    if (t->cur && t->cur_epoch == r->epoch && t->pos < OMPTPY_CHUNK_RECORDS) {
+      /* Only the limit was lowered: carry on in the same chunk. */
+      atomic_store(&t->limit, OMPTPY_CHUNK_RECORDS);
+      if (atomic_load(&R) == r) return &t->recs[t->pos];
+      continue;
+    }
+    /* A full chunk of this region is the drainer's now; one of an older
+     * region was accounted for by the take() that retired it. */
+    t->cur = NULL;
+    atomic_store_explicit(&t->cur_pub, NULL, memory_order_relaxed);
+    if (atomic_load_explicit(&r->next, memory_order_relaxed) >= r->cap) break;
+    uint32_t i = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed);
+    if (i >= r->cap) break;
+    omptpy_chunk *c = &r->desc[i];
+    c->recs = r->base + (size_t)i * OMPTPY_CHUNK_RECORDS;
+    c->region = r;
+    c->taken = 0;
+    c->retired = false;
+    atomic_store_explicit(&c->n, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->owner, t, memory_order_release);
+    t->cur = c;
+    t->cur_epoch = r->epoch;
+    t->recs = c->recs;
+    t->pos = 0;
+    atomic_store_explicit(&t->cur_pub, c, memory_order_release);
+    atomic_store(&t->limit, OMPTPY_CHUNK_RECORDS);
+    if (atomic_load(&R) != r) continue; /* leased from a region take() retired: leave it */
+    if ((size_t)(i + 1) * OMPTPY_CHUNK_BYTES + ZC_PREFAULT_AHEAD / 2 > r->populated)
+      omptpy_drainer_wake();
+    return &t->recs[0];
+  }
+  /* No region, or it is full: drop and count. */
+  t->cur = NULL;
+  t->pos = 0;
+  atomic_store(&t->limit, 0);
+  atomic_store_explicit(&t->dropped, atomic_load_explicit(&t->dropped, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+  return NULL;
+}
+
+/* Gives what chunk c holds beyond c->taken to the tap and counts it; false
+ * when the tap took only part of it. */
+static bool zc_take_records(omptpy_region *r, omptpy_chunk *c) {
+  uint32_t n = atomic_load_explicit(&c->n, memory_order_acquire);
+  if (n > c->taken) {
+    const omptpy_record *recs = &c->recs[c->taken];
+    size_t k = omptpy_tap_push(recs, n - c->taken);
+    c->owner->drained += count_kept(r, recs, k);
+    c->taken += (uint32_t)k;
+  }
+  if (c->taken == n) return true;
+  omptpy_buf.drain_stalled = true;
+  return false;
+}
+
+/* Walks r's chunks in lease order from the cursor: full ones (and, if
+ * partial, the ones being filled) go to the tap and are counted.  Stops at a
+ * chunk the tap could not take whole, so each thread's records reach the tap
+ * in order.  Returns the number of chunks finished. */
+static uint32_t drain_region(omptpy_region *r, bool partial) {
+  uint32_t next = atomic_load_explicit(&r->next, memory_order_acquire);
+  if (next > r->cap) next = r->cap;
+  uint32_t nfull = 0;
+  bool advance = true;
+  for (uint32_t i = r->cursor; i < next; i++) {
+    omptpy_chunk *c = &r->desc[i];
+    if (!atomic_load_explicit(&c->owner, memory_order_acquire)) { /* leased, not set up yet */
+      advance = false;
+      continue;
+    }
+    uint32_t n = atomic_load_explicit(&c->n, memory_order_acquire);
+    bool full = n == OMPTPY_CHUNK_RECORDS;
+    if (full || partial) {
+      if (c->taken < n) {
+        if (!zc_take_records(r, c)) break;
+        if (full) nfull++;
+      }
+    }
+    if (advance && (full || c->retired) && c->taken == n) r->cursor = i + 1;
+    else advance = false;
+  }
+  return nfull;
+}
+
+/* An ended thread's chunks in the current region are finished: drained whole
+ * (partial), and skipped by the cursor from then on. */
+void omptpy_zc_retire(omptpy_thread *t) {
+  omptpy_region *r = atomic_load(&R);
+  if (!r) return;
+  drain_region(r, true);
+  if (omptpy_buf.drain_stalled) return;
+  /* Never written again: the cursor may pass it once drained. */
+  if (t->cur && t->cur_epoch == r->epoch) t->cur->retired = true;
+  t->cur = NULL;
+}
+
+/* Stops every writer from using region `old` (installed as R) and installs a
+ * new one.  Under drain_lock.  Returns false (old left in place) when no new
+ * region could be made. */
+static bool zc_quiesce(void) {
+  omptpy_region *nw = region_new();
+  if (!nw) return false;
+  pthread_mutex_lock(&omptpy_buf.lock); /* no thread attaches meanwhile */
+  atomic_store(&R, nw);
+  for (omptpy_thread *t = atomic_load(&omptpy_buf.all); t; t = t->all_next)
+    if (atomic_load(&t->state) != OMPTPY_THREAD_FREE) atomic_store(&t->limit, 0);
+  syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+  for (omptpy_thread *t = atomic_load(&omptpy_buf.all); t; t = t->all_next)
+    while (atomic_load_explicit(&t->state, memory_order_acquire) != OMPTPY_THREAD_FREE &&
+           atomic_load_explicit(&t->in_tool, memory_order_acquire))
+      sched_yield();
+  pthread_mutex_unlock(&omptpy_buf.lock);
+  return true;
+}
+
+/* Removes, in place and in order, the records outside old's windows and the
+ * unused tails of its chunks; returns how many remain. */
+static size_t zc_compact(omptpy_region *old) {
+  uint32_t next = atomic_load(&old->next);
+  if (next > old->cap) next = old->cap;
+  size_t out = 0;
+  omptpy_record *dst = old->base;
+  for (uint32_t i = 0; i < next; i++) {
+    omptpy_chunk *c = &old->desc[i];
+    if (!c->owner) continue;
+    uint32_t n = atomic_load(&c->n);
+    const omptpy_record *src = old->base + (size_t)i * OMPTPY_CHUNK_RECORDS;
+    size_t k = count_kept(old, src, n);
+    if (k == n) {
+      if (dst + out != src) memmove(dst + out, src, n * sizeof *src);
+      out += n;
+    } else if (k) {
+      for (uint32_t j = 0; j < n; j++)
+        if (in_windows(old, src[j].time)) dst[out++] = src[j];
+    }
+  }
+  return out;
+}
+
+/* take(): the records of the current region, compacted, or none. */
+static omptpy_block zc_take_locked(bool keep) {
+  omptpy_block b = {0};
+  omptpy_region *old = atomic_load(&R);
+  if (!old || !zc_quiesce()) return b;
+  /* Every count in old is final: the tap and the counters get the rest. */
+  omptpy_buf.drain_stalled = false;
+  drain_region(old, true);
+  /* Chunks the tap could not take (a blocking handlers' queue that is full)
+   * stay in the trace; the handlers miss them. */
+  if (omptpy_buf.drain_stalled) {
+    uint32_t next = atomic_load(&old->next);
+    for (uint32_t i = 0; i < next && i < old->cap; i++) {
+      omptpy_chunk *c = &old->desc[i];
+      uint32_t n = atomic_load(&c->n);
+      if (c->owner && c->taken < n) {
+        c->owner->drained += count_kept(old, c->recs + c->taken, n - c->taken);
+        c->taken = n;
+      }
+    }
+    omptpy_buf.drain_stalled = false;
+  }
+  b.base = old->base;
+  b.bytes = old->bytes;
+  b.nrecs = keep ? zc_compact(old) : 0;
+  region_free_meta(old);
+  if (!keep) {
+    munmap(b.base, b.bytes);
+    b = (omptpy_block){0};
+  }
+  return b;
+}
+
+omptpy_block omptpy_zc_take(void) {
+  pthread_mutex_lock(&omptpy_buf.drain_lock);
+  omptpy_block b = zc_take_locked(true);
+  omptpy_region *r = atomic_load(&R);
+  if (r && b.base) region_populate(r, (size_t)1 << 20);
+  pthread_mutex_unlock(&omptpy_buf.drain_lock);
+  return b;
+}
+
+bool omptpy_zero_copy(void) { return omptpy_buf.zc; }
+
+/* OMPTPY_RESERVE: populate that much of the region before a window. */
+void omptpy_zc_prepare(size_t bytes) {
+  if (!omptpy_buf.zc) return;
+  pthread_mutex_lock(&omptpy_buf.drain_lock);
+  omptpy_region *r = atomic_load(&R);
+  if (r) region_populate(r, bytes);
+  pthread_mutex_unlock(&omptpy_buf.drain_lock);
+}
+
+/* A drainer pass over the current region (under drain_lock). */
+uint32_t omptpy_zc_drain(bool partial) {
+  omptpy_region *r = atomic_load(&R);
+  if (!r) return 0;
+  omptpy_buf.drain_stalled = false;
+  uint32_t nfull = drain_region(r, partial);
+  /* Chunks written only for handlers (no window since the region was
+   * installed) are let go once they add up. */
+  if (r->nwin == 0 && !zc_window_open &&
+      (size_t)atomic_load(&r->next) * OMPTPY_CHUNK_BYTES > ZC_RECYCLE_BYTES &&
+      !omptpy_buf.drain_stalled)
+    zc_take_locked(false);
+  return nfull;
+}
+
+/* Page faults off the writers' path: populate ahead of the leases (drainer). */
+void omptpy_zc_populate_ahead(void) {
+  pthread_mutex_lock(&omptpy_buf.drain_lock);
+  omptpy_region *r = atomic_load(&R);
+  if (r) region_populate_ahead(r);
+  pthread_mutex_unlock(&omptpy_buf.drain_lock);
+}
+
+void omptpy_zc_set_window(bool open, uint64_t now) {
+  omptpy_region *r = atomic_load(&R);
+  zc_window_open = open;
+  if (open) zc_window_from = now;
+  if (!r) return;
+  if (open) {
+    if (r->nwin == r->capwin) {
+      size_t cap = r->capwin ? 2 * r->capwin : 4;
+      zc_window *w = realloc(r->win, cap * sizeof *w);
+      if (!w) return;
+      r->win = w;
+      r->capwin = cap;
+    }
+    r->win[r->nwin++] = (zc_window){now, UINT64_MAX};
+  } else if (r->nwin) {
+    r->win[r->nwin - 1].until = now;
+  }
+}
+
+bool omptpy_zc_init(const omptpy_config *cfg) {
+  /* Only in memory, and only if take() can quiesce the writers (membarrier). */
+  const char *zc = getenv("OMPTPY_ZERO_COPY");
+  if (cfg->output[0] != '\0' || (zc && strcmp(zc, "0") == 0) ||
+      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0)
+    return false;
+  omptpy_region *r = region_new();
+  if (r) atomic_store(&R, r);
+  return r != NULL;
+}
+
+/* fork: the parent's region is the parent's; the child starts an empty one. */
+void omptpy_zc_after_fork_child(void) {
+  omptpy_region *old = atomic_load(&R);
+  atomic_store(&R, NULL);
+  if (old) {
+    munmap(old->base, old->bytes);
+    region_free_meta(old);
+  }
+  omptpy_region *r = region_new();
+  atomic_store(&R, r);
+}

@@ -1,0 +1,208 @@
+"""Binding of the ompt-py C tool (libomptpy.so): csrc/ext/.
+
+Every function takes its arguments by position only.  Arrays are anything with
+the buffer protocol (numpy arrays); the kernels (scan, columns, pair, find,
+format_rows, ticks_to_ns) run without the GIL and write their outputs in place.
+"""
+
+import sys
+from typing import Final, TypedDict, final
+
+from typing_extensions import Buffer, TypeAlias
+
+# ---- constants, from the C headers -----------------------------------------------
+
+# OMPT values the analysis tests (csrc/tool/omptpy_ompt.h)
+SCOPE_BEGIN: Final[int]
+SCOPE_END: Final[int]
+SCOPE_BEGINEND: Final[int]
+TASK_INITIAL: Final[int]
+TASK_IMPLICIT: Final[int]
+TASK_EXPLICIT: Final[int]
+PARALLEL_INVOKER_PROGRAM: Final[int]
+PARALLEL_INVOKER_RUNTIME: Final[int]
+PARALLEL_LEAGUE: Final[int]
+# ompt-py's own events and the record (csrc/include/omptpy.h)
+EVENT_SAMPLE: Final[int]
+EVENT_REGION: Final[int]
+RECORD_SIZE: Final[int]
+# the raw file (csrc/tool/omptpy_file.h): blocks of a header (magic, type, length)
+FILE_MAGIC: Final[int]
+BLOCK_META: Final[int]
+BLOCK_RECORDS: Final[int]
+BLOCK_STATS: Final[int]
+BLOCK_HEADER_SIZE: Final[int]
+# bounds of the handlers' filters and of native handlers (csrc/tool/omptpy_api.h)
+TAP_MAX_FILTERS: Final[int]
+TAP_MAX_THREADS: Final[int]
+NATIVE_MAX: Final[int]
+# the key of a lookup of columns()
+KEY_EVENT: Final[int]
+KEY_ENDPOINT: Final[int]
+KEY_EVENT_KIND: Final[int]
+KEY_EVENT_ENDPOINT: Final[int]
+# the kind of a column of format_rows()
+FORMAT_NUMBER: Final[int]
+FORMAT_MICROS: Final[int]
+FORMAT_HEX: Final[int]
+FORMAT_TEXT: Final[int]
+
+# ---- types ------------------------------------------------------------------------
+
+@final
+class Records:
+    """Records taken from the tool's memory sink (a writable buffer of 64-byte records)."""
+
+    def __len__(self) -> int: ...
+    if sys.version_info >= (3, 12):
+        def __buffer__(self, flags: int, /) -> memoryview: ...
+
+# The dictionaries and tuples some functions take or return (stub-only names).
+
+class _RecordLayout(TypedDict):
+    version: int
+    size: int
+    fields: list[tuple[str, int, int]]  # (name, offset, size)
+
+class _TapStats(TypedDict):
+    queued: int
+    dropped: int
+    filtered: int
+    position: int
+    backlog: int
+    capacity: int
+    active: bool
+
+# A key column of pair() and find(): (integers, missing_if_zero, table of bytes or None).
+_KeyColumn: TypeAlias = tuple[Buffer, bool, Buffer | None]
+
+# ---- the tool -----------------------------------------------------------------------
+
+def init() -> str | None:
+    """Read the configuration; returns None, or the error message when it is invalid."""
+
+def check_config() -> str | None:
+    """Check the OMPTPY_* variables of os.environ now; None, or the error message."""
+
+def set_recording(on: object, /) -> None:
+    """Start (True) or pause (False) recording."""
+
+def is_recording() -> bool:
+    """Whether events are being recorded."""
+
+def flush() -> None:
+    """Move every buffered record into the sink."""
+
+def take() -> Records:
+    """Take the records gathered in the memory sink so far."""
+
+def meta() -> str:
+    """The process and runtime description, as JSON."""
+
+def stats() -> str:
+    """Per-thread written/dropped counters and a clock anchor, as JSON."""
+
+def runtime_info() -> str:
+    """What each attached runtime's inquiry functions answer, as JSON."""
+
+def tool_path() -> str:
+    """Absolute path of libomptpy.so."""
+
+def record_layout() -> _RecordLayout:
+    """Version, size and field offsets of a record."""
+
+# ---- kernels over records ---------------------------------------------------------
+
+def scan(records: Buffer, times: Buffer, counts: Buffer, /) -> None:
+    """The records' times into times, their events counted."""
+
+def columns(
+    records: Buffer,
+    order: Buffer | None,
+    fields: list[tuple[Buffer, int, int]],
+    lookups: list[tuple[Buffer, Buffer, int] | tuple[Buffer, Buffer, int, int, int]],
+    frames: tuple[Buffer, Buffer, Buffer, Buffer, Buffer, Buffer] | None,
+    /,
+) -> None:
+    """The columns of Trace.to_pandas() in one pass over the records: fields as
+    (out, offset, size), lookups as (out, table, KEY_*[, offset, size])."""
+
+def pair(
+    keys: list[_KeyColumn],
+    begins: _KeyColumn,
+    begin_value: int,
+    partner: Buffer,
+    tags: _KeyColumn | None = None,
+    enclosing: Buffer | None = None,
+    /,
+) -> None:
+    """Begin/end pairing per key in time order; partner[i]: the row paired with row i, or
+    -1; with tags, an end closes the latest open begin of its tag (0: any); enclosing[i]:
+    the latest open begin of the key when begin i opened, or -1."""
+
+def find(
+    table_keys: list[_KeyColumn],
+    query_keys: list[_KeyColumn],
+    out: Buffer,
+    table_times: _KeyColumn | None = None,
+    query_times: _KeyColumn | None = None,
+    /,
+) -> None:
+    """Per query row, the first table row with its keys (with times: the last at or
+    before the query's time), or -1."""
+
+def format_rows(
+    parts: tuple[bytes, ...],
+    columns: list[tuple[int, Buffer, Buffer | None, bytes, tuple[bytes, ...] | None]],
+    /,
+) -> bytes:
+    """Rows of text, each parts[0] value parts[1] ... parts[-1]; a column is (FORMAT_*,
+    values, missing, null, table)."""
+
+def tick_scale(
+    first_ticks: int, first_ns: int, last_ticks: int | None, last_ns: int | None,
+    estimate: float, /,
+) -> float:
+    """Nanoseconds per tick: the slope between the anchors when they are far enough
+    apart (last_ticks and last_ns None: no second anchor), else estimate."""
+
+def ticks_to_ns(
+    records: Buffer, first_ticks: int, first_ns: int, scale: float, origin_ns: int, /
+) -> None:
+    """Times in place: CLOCK_MONOTONIC nanoseconds minus origin_ns on the line through
+    the anchor of slope scale (tick_scale)."""
+
+# ---- scripting callbacks ------------------------------------------------------------
+
+def tap_configure(
+    filters: list[tuple[int, int, int, int, tuple[int, ...]]], delay_s: float, block: bool, /
+) -> None:
+    """Start the handlers' queue or change its filters: (events_lo, events_hi,
+    codeptr_lo, codeptr_hi, threads) each."""
+
+def tap_stop() -> None:
+    """Stop the handlers' queue."""
+
+def tap_wait(timeout_s: float, max_records: int, /) -> tuple[bytearray, int] | None:
+    """(records, position), or None when stopped."""
+
+def tap_stats() -> _TapStats:
+    """Counters of the handlers' queue."""
+
+def native_add(function: int, state: int, events_lo: int, events_hi: int, /) -> int:
+    """Install a native handler; returns its slot id."""
+
+def native_remove(id: int, /) -> bool:
+    """Whether it was installed."""
+
+def native_alloc(size: int, /) -> int:
+    """Address of zeroed memory that is never freed."""
+
+def control_tool(command: int, modifier: int, /) -> int:
+    """What omp_control_tool returns."""
+
+def region_mark(endpoint: int, name: str | None, /) -> None:
+    """A region begin (SCOPE_BEGIN) or end (SCOPE_END) on this thread."""
+
+def region_names() -> list[str]:
+    """The interned region names, id 1 first."""
