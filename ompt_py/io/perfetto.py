@@ -127,7 +127,7 @@ class _Records:
              query_field: str | None = None) -> np.ndarray:
         """For each record of ``query`` (rows), the first of ``table`` with its pid and
         ``field`` (``query_field`` in the query's records), an id (0: none, which
-        matches nothing); -1 where there is none (as pairing._find on to_pandas()
+        matches nothing); -1 where there is none (as pairing.find on to_pandas()
         columns)."""
         found = np.empty(len(query), np.intp)
         _core.find(self.keys(table, field, missing_if_zero=True),

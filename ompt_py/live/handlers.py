@@ -358,13 +358,22 @@ def _dispatch() -> None:
         _report_drops()
 
 
+_drops_lock = threading.Lock()
+
+
 def _report_drops(now_or_never: bool = False) -> None:
     """Warns about events dropped since the last warning: at most every
-    DROP_WARNING_EVERY seconds, or now (drain, exit) so that none goes unreported."""
+    DROP_WARNING_EVERY seconds, or now (drain, exit) so that none goes unreported.
+    The dispatcher and drain() both call it: one of them warns for a count, and a
+    drain() returns only once that warning is written (the dispatcher, a daemon
+    thread, may not get to write it before the process exits)."""
     global _drops_reported, _drops_warned_at
-    dropped = _core.tap_stats()["dropped"]
-    now = time.monotonic()
-    if dropped > _drops_reported and (now_or_never or now - _drops_warned_at >= DROP_WARNING_EVERY):
+    with _drops_lock:
+        dropped = _core.tap_stats()["dropped"]
+        now = time.monotonic()
+        if dropped <= _drops_reported or not (
+                now_or_never or now - _drops_warned_at >= DROP_WARNING_EVERY):
+            return
         capacity = _core.tap_stats()["capacity"]
         warnings.warn(
             f"ompt_py: {dropped - _drops_reported} events for handlers were dropped "
@@ -424,9 +433,10 @@ def _at_exit() -> None:
 
 def _after_fork_in_child() -> None:
     """The dispatcher thread does not survive fork: the child gets its own."""
-    global _dispatcher, _position, _lock, _progress
+    global _dispatcher, _position, _lock, _progress, _drops_lock
     _lock = threading.RLock()
     _progress = threading.Condition()
+    _drops_lock = threading.Lock()
     _position = _core.tap_stats()["position"]
     _dispatcher = None
     if _handlers:
