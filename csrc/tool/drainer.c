@@ -114,12 +114,26 @@ void omptpy_drainer_wake(void) {
   omptpy_futex_wake(&D.wake);
 }
 
+static void set_idle(bool idle) {
+  struct sched_param none = {0};
+  pthread_setschedparam(pthread_self(), idle ? SCHED_IDLE : SCHED_OTHER, &none);
+}
+
+/* Populating the zero-copy region holds the process's mmap lock, which every
+ * mmap (a thread's stack, a large array) waits for: at idle priority, with
+ * other processes on every CPU, that took 27 s (a team's first region waited
+ * to create its threads).  So the drainer populates at normal priority where
+ * the process may raise its own (root, or RLIMIT_NICE; else it stays idle, as
+ * before): the page faults it takes off the writers cost what they would pay. */
+static void populate_ahead(void) {
+  if (D.idle) set_idle(false);
+  omptpy_zc_populate_ahead();
+  if (D.idle) set_idle(true);
+}
+
 static void *drainer_main(void *arg) {
   (void)arg;
-  if (D.idle) {
-    struct sched_param none = {0};
-    pthread_setschedparam(pthread_self(), SCHED_IDLE, &none);
-  }
+  if (D.idle) set_idle(true);
   unsigned sleep_ms = 1;
   uint64_t last_stats = 0;
   while (atomic_load_explicit(&D.run, memory_order_acquire)) {
@@ -134,7 +148,7 @@ static void *drainer_main(void *arg) {
       nfull = drain_all(false);
       pthread_mutex_unlock(&omptpy_buf.drain_lock);
     }
-    if (omptpy_buf.zc) omptpy_zc_populate_ahead();
+    if (omptpy_buf.zc) populate_ahead();
     /* Poll fast while chunks arrive, back off to drain_ms when idle. */
     sleep_ms = nfull ? 1 : (sleep_ms * 2 > D.drain_ms ? D.drain_ms : sleep_ms * 2);
     if (nfull && omptpy_sink_is_file() && omptpy_monotonic_ns() - last_stats > 200000000u) {
