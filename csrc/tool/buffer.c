@@ -370,11 +370,8 @@ void omptpy_thread_retire(omptpy_thread *t) {
   pthread_mutex_unlock(&omptpy_buf.lock);
 }
 
-/* Housekeeping on a thread's start: when the drainer holds the lock it retires
- * ended threads itself, and an idle-priority drainer that other processes keep
- * off the CPU may hold it for seconds (a team's first region waited for it). */
 static void retire_ended(void) {
-  if (pthread_mutex_trylock(&omptpy_buf.drain_lock) != 0) return;
+  pthread_mutex_lock(&omptpy_buf.drain_lock);
   for (omptpy_thread *t = atomic_load_explicit(&omptpy_buf.all, memory_order_acquire); t;
        t = t->all_next)
     if (atomic_load_explicit(&t->state, memory_order_acquire) == OMPTPY_THREAD_ENDED)
