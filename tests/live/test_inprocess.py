@@ -238,9 +238,11 @@ for n in (2, 3):
     grown.append(rss() - before)
     w.parallel(n)
     t.stop()
-assert all(g >= 60 << 20 for g in grown), grown
+# start() also releases the idle region the drainer had populated ahead (up to
+# 32 MiB, ZC_PREFAULT_AHEAD): the reserve shows as at least 128 - 32 MiB.
+assert all(g >= 90 << 20 for g in grown), grown
 t.save(TRACE_PATH)
-""", {"OMPTPY_RESERVE": "64M"})
+""", {"OMPTPY_RESERVE": "128M"})
     assert n_of(t.events, "parallel_begin") == 5
     assert n_of(t.events, "parallel_end") == 5
     assert t.meta["written"] == len(t.events) and t.meta["dropped"] == 0
