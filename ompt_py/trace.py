@@ -684,7 +684,7 @@ def _from_directory(path: str) -> Trace:
     parquet = sorted(glob.glob(os.path.join(glob.escape(path), "*.parquet"))) + sorted(
         glob.glob(os.path.join(glob.escape(path), "pid=*", "*.parquet")))
     if not parquet:
-        return Trace.from_raw(path)
+        return Trace._from(rawfile.load(raw, path))
     parts = ([Trace.from_raw(raw)] if raw else []) + [Trace.from_parquet(p) for p in parquet]
     return parts[0] if len(parts) == 1 else _merge(parts, [path] * bool(raw) + parquet)
 
