@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .errors import TraceFileError
 from .records import THREAD_TYPES
 
 #: The version of the trace metadata's layout (``meta["format"]``), kept in Parquet files.
@@ -55,9 +56,10 @@ def modules(*docs: dict | None) -> list[dict]:
 
 
 def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
-                  **extra: Any) -> dict:
+                  stacks: list[dict], **extra: Any) -> dict:
     """The trace metadata of one process, from its META document, its latest
-    STATS document and its thread rows; ``extra``: more keys."""
+    STATS document, its thread rows and its STACKS documents (python_entry);
+    ``extra``: more keys."""
     keep = ("pid", "ppid", "hostname", "exe", "argv", "ld_preload", "clock", "config",
             "runtimes")
     entry = {k: meta[k] for k in keep}
@@ -82,8 +84,40 @@ def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
     # Region names grow as the run goes: the longest list is the latest.
     entry["region_names"] = max(meta.get("region_names", []),
                                 (last_stats or {}).get("region_names", []), key=len)
+    python = python_entry(stacks, extra.get("source", "the trace"))
+    if python is not None:
+        entry["python"] = python
     entry.update(extra)
     return entry
+
+
+def python_entry(docs: list[dict], source: str) -> dict | None:
+    """A process's Python call stacks (``meta["processes"][i]["python"]``) from
+    the tool's STACKS documents, in the order written (each adds the codes and
+    stacks from its ``codes_from``/``stacks_from`` on): the interpreter's
+    description (status: on, off or unsupported, and why; depth; version;
+    working directory; library folders), ``codes`` ([file, name, first line],
+    code id 1 first), ``stacks`` ([truncated, code, line, code, line...],
+    frames outermost first, stack id 1 first) and the codes and stacks the
+    tool's full tables refused.  None when the process ran no Python stacks.
+    TraceFileError, naming ``source``, for documents of another shape."""
+    codes: list[list] = []
+    stacks: list[list] = []
+    interpreter, refused = None, {"codes_refused": 0, "stacks_refused": 0}
+    try:
+        for doc in docs:
+            for table, key in ((codes, "codes"), (stacks, "stacks")):
+                start, rows = int(doc[f"{key}_from"]), list(doc[key])
+                table.extend([None] * (start - len(table)))  # a block lost in between
+                table[start:start + len(rows)] = rows
+            interpreter = dict(doc["interpreter"] or interpreter or {})
+            refused = {k: int(doc[k]) for k in refused}
+    except (KeyError, TypeError, ValueError) as e:
+        raise TraceFileError(f"{source}: the Python stacks are corrupt ({type(e).__name__}: {e})"
+                             ) from e
+    if not interpreter and not stacks:
+        return None
+    return {**(interpreter or {"status": "on"}), "codes": codes, "stacks": stacks, **refused}
 
 
 def trace_meta(processes: list[dict], origin_mono_ns: int | None) -> dict:

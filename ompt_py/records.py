@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import _core
 
-RECORD_VERSION = 3
+RECORD_VERSION = 4
 RECORD_SIZE = 64
 
 # (field, numpy type) in the order of struct omptpy_record.
@@ -303,7 +303,7 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "proc_id": ("u64b_lo", ("implicit_task",)),  # with OMPTPY_PLACE_INFO=on
     "place_num": ("u64b_hi", ("implicit_task",)),
     "flags": ("u32b", ("parallel_begin", "parallel_end", "implicit_task", "task_create", "cancel")),
-    "has_dependences": ("u32a", ("task_create",)),
+    "has_dependences": ("u32a_bit0", ("task_create",)),
     "other_task_id": ("u64a", ("task_create", "task_schedule", "task_dependence")),
     "variable": ("u64a", ("dependences",)),
     "dependence_index": ("u32a", ("dependences",)),
@@ -341,6 +341,23 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "dest_device": ("u32b", ("target_data_op_emi",)),
     "requested_num_teams": ("u32a", ("target_submit_emi",)),
 }
+
+
+#: Where a record keeps the id of its Python call stack (0: none; see "Stack ids"
+#: in csrc/include/omptpy.h): event -> (field, right shift).
+PY_STACK_FIELDS = {"parallel_begin": ("u64a", 0), "task_create": ("u32a", 1),
+                   "target_emi": ("u32b", 0), "region": ("u64b", 0)}
+
+
+def python_stack_ids(events: np.ndarray) -> np.ndarray:
+    """The Python stack id of each record (uint32; 0: none)."""
+    out = np.zeros(len(events), np.uint32)
+    codes = events["event"]
+    for name, (field, shift) in PY_STACK_FIELDS.items():
+        rows = np.flatnonzero(codes == EVENT_CODES[name])
+        if len(rows):
+            out[rows] = events[field][rows] >> shift
+    return out
 
 
 #: Argument columns holding a C int (device numbers: -1 is the host, or none).

@@ -44,6 +44,7 @@ from .records import (
     KIND_RAW_CATEGORIES,
     SCOPE_BEGIN,
     SIGNED_COLUMNS,
+    python_stack_ids,
 )
 
 if TYPE_CHECKING:
@@ -96,8 +97,13 @@ class Trace:
     ``stop()``): what was derived from an older revision is made anew.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None) -> None:
-        """A trace to record in this process; ``path``: save there at stop()."""
+    def __init__(self, path: str | os.PathLike | None = None,
+                 python_stacks: bool | int | None = None) -> None:
+        """A trace to record in this process; ``path``: save there at stop();
+        ``python_stacks``: see trace()."""
+        from .live.runhook import python_stacks_depth
+
+        self._python_depth = python_stacks_depth(python_stacks, _core.PYTHON_STACKS_MAX_DEPTH)
         self._path = os.fspath(path) if path is not None else None
         self._segments: list[np.ndarray] = []
         self._pid_runs: list[tuple[int, int]] = []  # (pid, rows) in the order of the rows
@@ -161,7 +167,7 @@ class Trace:
     @classmethod
     def _from_parts(cls, segments: list[np.ndarray], meta: dict, pid_runs: list[tuple[int, int]],
                     pids: np.ndarray | None = None) -> Trace:
-        t = cls()
+        t = cls(python_stacks=False)
         t._recordable = False
         t._segments, t._pid_runs, t._pids, t.meta = segments, pid_runs, pids, meta
         return t
@@ -186,7 +192,7 @@ class Trace:
         from .live.recording import Recorder
 
         if self._recorder is None:
-            self._recorder = Recorder()
+            self._recorder = Recorder(self._python_depth)
         self._recorder.start()
         _active = self
         return self
@@ -301,7 +307,11 @@ class Trace:
         the task frames (FRAME_COLUMNS) of task_create (the encountering task's)
         and sample (the innermost task's): exit_frame (where the runtime called
         the task's code), enter_frame (where that code called into the
-        runtime), both stack addresses, and their ompt_frame_flag_t.
+        runtime), both stack addresses, and their ompt_frame_flag_t; then
+        py_stack, the Python call stack of the thread that began a parallel,
+        teams or target region or a region marker, or created an explicit
+        task outside any region (an id of python_stacks(); <NA> for other
+        events and threads that ran no Python).
 
         The nullable and categorical columns are read-only (the argument
         columns share their values and masks with each other): assigning into
@@ -351,8 +361,7 @@ class Trace:
         frame_out = (np.empty(n, np.uint64), np.empty(n, np.uint8), np.empty(n, np.uint8),
                      np.empty(n, bool), np.empty(n, bool), np.empty(n, bool)) if frames else None
         wanted = {"time_ns", "thread", *_ID_COLUMNS, *(["u64b"] if frames else []),
-                  *(_HALVES[source][0] if source in _HALVES else source
-                    for _, source, mask in plan if mask is not None)}
+                  *(_PART_OF.get(source, source) for _, source, mask in plan if mask is not None)}
         field = {name: np.empty(n, EVENT_DTYPE[name]) for name in EVENT_DTYPE.names
                  if name in wanted}
         _core.columns(ev, order, [(field[name], EVENT_DTYPE.fields[name][1],
@@ -378,9 +387,11 @@ class Trace:
         for name, source, mask in plan:
             half = _HALVES.get(source)  # a half of a field (little-endian)
             dtype = (np.dtype(half[2]) if half else np.dtype(np.int32) if name in SIGNED_COLUMNS
-                     else EVENT_DTYPE[source])
+                     else EVENT_DTYPE[_PART_OF.get(source, source)])
             if mask is None:
                 cols[name] = no_values(dtype)
+            elif source in _LOW_BITS:
+                cols[name] = pd.arrays.IntegerArray(field[_LOW_BITS[source]] & 1, mask)
             elif half:
                 whole, index, _ = half
                 cols[name] = pd.arrays.IntegerArray(
@@ -397,6 +408,10 @@ class Trace:
             for name in FRAME_COLUMNS:
                 cols[name] = no_values(np.dtype(np.uint8 if name.endswith("_flags")
                                                 else np.uint64))
+        stacks = (python_stack_ids(ev)[order]
+                  if any("python" in p for p in self.meta.get("processes", []))
+                  else np.zeros(n, np.uint32))
+        cols["py_stack"] = pd.arrays.IntegerArray(stacks, stacks == 0)
         frame = pd.DataFrame(cols, copy=False)
         ranks_ = ranks(self.meta, frame["pid"].to_numpy())
         if ranks_ is not None:
@@ -631,6 +646,10 @@ _ID_MISSING["parallel_id"][EVENT_CODES["task_create"]] = 1
 # place of implicit-task begins (OMPTPY_PLACE_INFO).
 _HALVES = {"u64b_lo": ("u64b", 0, np.int32), "u64b_hi": ("u64b", 1, np.int32),
            "u32a_lo": ("u32a", 0, np.uint16), "u32a_hi": ("u32a", 1, np.uint16)}
+# Argument columns that are the lowest bit of a field (has_dependences, below the stack id).
+_LOW_BITS = {"u32a_bit0": "u32a"}
+# The field each part of a field is read from.
+_PART_OF = {**{part: whole for part, (whole, _, _) in _HALVES.items()}, **_LOW_BITS}
 _PLACE_HALVES = ("u64b_lo", "u64b_hi")
 
 
@@ -706,11 +725,22 @@ def load(path: str | os.PathLike) -> Trace:
     return Trace.from_parquet(path)
 
 
-def trace(path: str | os.PathLike | None = None) -> Trace:
+def trace(path: str | os.PathLike | None = None,
+          python_stacks: bool | int | None = None) -> Trace:
     """A trace of this process's OpenMP events: ``with ompt_py.trace() as t: ...``
     or ``t = ompt_py.trace(); t.start(); ...; t.stop()``.  With ``path``, the
-    trace is saved there (Parquet) at each stop() and at interpreter exit."""
-    return Trace(path)
+    trace is saved there (Parquet) at each stop() and at interpreter exit.
+
+    ``python_stacks``: record the Python call stack of every parallel, teams
+    and target region, region marker and explicit task that a Python thread
+    starts outside any parallel region (with or without the GIL): True (32
+    frames), False, or the number of frames to keep (1 to 256, innermost
+    first).  Default: the environment's OMPTPY_PYTHON_STACKS (on, off or a
+    depth), else on.  A capture costs about a hundred nanoseconds once its
+    stack is known (bench/pystacks.py).  Where this Python's frames cannot be
+    read, the trace's ``meta`` and ``ompt_py.status()`` say why and nothing
+    is captured.  See Trace.python_stacks()."""
+    return Trace(path, python_stacks)
 
 
 def _stop_at_exit() -> None:

@@ -65,4 +65,12 @@ enum {
 
 PyObject *omptpy_py_format_rows(PyObject *m, PyObject *args);
 
+/* ---- pystack.c: Python call stacks for the tool's records ------------------------ */
+
+#define OMPTPY_PY_MAX_DEPTH 256
+/* Why this build cannot capture Python stacks, or NULL. */
+const char *omptpy_py_stacks_unsupported(void);
+PyObject *omptpy_py_python_stacks(PyObject *m, PyObject *arg);
+PyObject *omptpy_py_stack_tables(PyObject *m, PyObject *args);
+
 #endif /* OMPTPY_EXT_H */

@@ -350,6 +350,13 @@ static PyMethodDef methods[] = {
          "A region begin (SCOPE_BEGIN) or end (SCOPE_END) on this thread.")},
     {"region_names", py_region_names, METH_NOARGS,
      DOC("region_names($module, /)", "The interned region names, id 1 first.")},
+    {"python_stacks", omptpy_py_python_stacks, METH_VARARGS,
+     DOC("python_stacks($module, depth, description, /)",
+         "Capture Python stacks of at most depth frames (0: off); description: JSON kept "
+         "with the tables.")},
+    {"stack_tables", omptpy_py_stack_tables, METH_VARARGS,
+     DOC("stack_tables($module, codes_from, stacks_from, /)",
+         "The captured codes and stacks from these ids on, as JSON.")},
     {NULL, NULL, 0, NULL},
 };
 #undef DOC
@@ -388,11 +395,14 @@ static const struct {
     C(BLOCK_META, OMPTPY_BLOCK_META),
     C(BLOCK_RECORDS, OMPTPY_BLOCK_RECORDS),
     C(BLOCK_STATS, OMPTPY_BLOCK_STATS),
+    C(BLOCK_STACKS, OMPTPY_BLOCK_STACKS),
     C(BLOCK_HEADER_SIZE, sizeof(omptpy_block_header)),
     /* the bounds of the handlers' filters and of native handlers (omptpy_api.h) */
     C(TAP_MAX_FILTERS, OMPTPY_TAP_MAX_FILTERS),
     C(TAP_MAX_THREADS, OMPTPY_TAP_MAX_THREADS),
     C(NATIVE_MAX, OMPTPY_NATIVE_MAX),
+    /* Python stacks (pystack.c) */
+    C(PYTHON_STACKS_MAX_DEPTH, OMPTPY_PY_MAX_DEPTH),
     /* the arguments of this module's functions (ext.h) */
     C(KEY_EVENT, KEY_EVENT),
     C(KEY_ENDPOINT, KEY_ENDPOINT),
@@ -417,6 +427,14 @@ PyMODINIT_FUNC PyInit__core(void) {
       Py_DECREF(m);
       return NULL;
     }
+  /* Why Python stacks cannot be captured in this build (None: they can). */
+  const char *why = omptpy_py_stacks_unsupported();
+  PyObject *o = why ? PyUnicode_FromString(why) : omptpy_py_none();
+  if (!o || PyModule_AddObject(m, "PYTHON_STACKS_UNSUPPORTED", o) < 0) {
+    Py_XDECREF(o);
+    Py_DECREF(m);
+    return NULL;
+  }
   return m;
 }
 

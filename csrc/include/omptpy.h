@@ -17,19 +17,21 @@
 extern "C" {
 #endif
 
-#define OMPTPY_RECORD_VERSION 3
+#define OMPTPY_RECORD_VERSION 4
 
 /*
  * Field use per event (event = OMPT callback number, see omptpy_ompt.h):
  *   parallel_begin  parallel_id, task_id = encountering task, u32a = requested
- *                   team size, u32b = flags
+ *                   team size, u32b = flags, u64a = stack id (see below)
  *   parallel_end    parallel_id, task_id = encountering task, u32b = flags
  *   implicit_task   parallel_id (0 at end if the runtime passes none),
  *                   task_id, u32a = actual team size, u64a = thread number
  *                   (index), u32b = flags, u64b = place number << 32 |
  *                   processor id at begin (int32 each, with OMPTPY_PLACE_INFO)
  *   task_create     task_id = new task, u64a = encountering task,
- *                   u32b = flags, u32a = has_dependences; the encountering
+ *                   u32b = flags, u32a = has_dependences (0 or 1) | stack id
+ *                   << 1 (explicit tasks created outside every parallel
+ *                   region, see below); the encountering
  *                   task's frame (see "Frames" below): u64b = exit frame,
  *                   parallel_id = enter frame (no parallel id at this event),
  *                   kind = frame bits
@@ -62,7 +64,8 @@ extern "C" {
  *                   codeptr = host address of the loaded code
  *   target_emi      kind = target construct kind, endpoint, task_id =
  *                   encountering task, u64a = target region id, u64b =
- *                   target task id, u32a = device number
+ *                   target task id, u32a = device number, u32b = stack id
+ *                   (at begin)
  *   target_data_op_emi
  *                   kind = data operation, endpoint, task_id = operation id,
  *                   u64a = bytes, u64b = target region id, u32a = source
@@ -89,7 +92,12 @@ extern "C" {
  *                   instance
  *   region (101, ompt-py's own: omptpy_region.h, ompt_py.region)
  *                   endpoint, u64a = name id (1 and up, 0 for an end without
- *                   a name; names in the meta JSON), codeptr = caller
+ *                   a name; names in the meta JSON), codeptr = caller,
+ *                   u64b = stack id (at begin)
+ * Stack ids (record version 4; 0 in version 3): the interpreter call stack
+ * (Python's) of the thread that started the construct, when it runs one and
+ * capture is on (0: none); the stacks are in the trace's STACKS documents
+ * (omptpy_stacks in tool/omptpy_api.h).
  * Frames (ompt_frame_t, OpenMP 5.2 19.4.4.29): stack addresses the runtime
  * gives for a task: exit frame, where the runtime called the task's user
  * code (none for the initial task and for a task not started); enter

@@ -18,12 +18,15 @@ static inline uint64_t id_of(omptpy_thread *t, ompt_data_t *d) {
 
 static inline uint64_t addr(const void *p) { return (uint64_t)(uintptr_t)p; }
 
+/* Whether records of this event are kept (the others' callbacks may stay registered). */
+static inline bool keeps(int event) {
+  return event >= 64 || atomic_load_explicit(&omptpy_g.wanted, memory_order_relaxed) >> event & 1;
+}
+
 static inline void emit(omptpy_thread *t, int event, int endpoint, int kind, uint64_t codeptr,
                         uint64_t parallel_id, uint64_t task_id, uint64_t u64a, uint64_t u64b,
                         uint32_t u32a, uint32_t u32b) {
-  if (OMPTPY_UNLIKELY(event < 64 &&
-                      !(atomic_load_explicit(&omptpy_g.wanted, memory_order_relaxed) >> event & 1)))
-    return;
+  if (OMPTPY_UNLIKELY(!keeps(event))) return;
   omptpy_enter(t);
   omptpy_record *r = omptpy_slot(t);
   if (OMPTPY_UNLIKELY(!r)) {
@@ -88,8 +91,9 @@ static void on_parallel_begin(ompt_data_t *encountering_task, const ompt_frame_t
                               const void *codeptr) {
   (void)frame;
   GUARD();
+  uint32_t stack = keeps(ompt_callback_parallel_begin) ? omptpy_stack_id(t, false) : 0;
   emit(t, ompt_callback_parallel_begin, ompt_scope_begin, 0, addr(codeptr), id_of(t, parallel_data),
-       id_of(t, encountering_task), 0, 0, requested, (uint32_t)flags);
+       id_of(t, encountering_task), stack, 0, requested, (uint32_t)flags);
 }
 
 static void on_parallel_end(ompt_data_t *parallel_data, ompt_data_t *encountering_task, int flags,
@@ -116,14 +120,18 @@ static void on_implicit_task(ompt_scope_endpoint_t endpoint, ompt_data_t *parall
 
 /* The encountering task's frame: exit frame in u64b, enter frame in
  * parallel_id (the event has no parallel id), which of them and their flags
- * in kind (omptpy_frames.h). */
+ * in kind (omptpy_frames.h).  u32a: has_dependences in bit 0, the stack id
+ * above it (explicit tasks created outside every parallel region). */
 static void on_task_create(ompt_data_t *encountering_task, const ompt_frame_t *frame,
                            ompt_data_t *new_task, int flags, int has_dependences,
                            const void *codeptr) {
   GUARD();
+  uint32_t stack = keeps(ompt_callback_task_create) && (flags & ompt_task_explicit)
+                       ? omptpy_stack_id(t, true) : 0;
   emit(t, ompt_callback_task_create, 0, omptpy_frame_bits(frame), addr(codeptr),
        frame ? frame->enter_frame.value : 0, id_of(t, new_task), id_of(t, encountering_task),
-       frame ? frame->exit_frame.value : 0, (uint32_t)has_dependences, (uint32_t)flags);
+       frame ? frame->exit_frame.value : 0, (uint32_t)(has_dependences != 0) | stack << 1,
+       (uint32_t)flags);
 }
 
 static void on_task_schedule(ompt_data_t *prior, ompt_task_status_t status, ompt_data_t *next) {
@@ -262,8 +270,10 @@ static void on_target_emi(ompt_target_t kind, ompt_scope_endpoint_t endpoint, in
                           ompt_data_t *task_data, ompt_data_t *target_task_data,
                           ompt_data_t *target_data, const void *codeptr) {
   GUARD();
+  uint32_t stack = endpoint == ompt_scope_begin && keeps(ompt_callback_target_emi)
+                       ? omptpy_stack_id(t, false) : 0;
   emit(t, ompt_callback_target_emi, endpoint, kind, addr(codeptr), 0, id_of(t, task_data),
-       id_of(t, target_data), id_of(t, target_task_data), (uint32_t)device_num, 0);
+       id_of(t, target_data), id_of(t, target_task_data), (uint32_t)device_num, stack);
 }
 
 static void on_target_data_op_emi(ompt_scope_endpoint_t endpoint, ompt_data_t *target_task_data,
@@ -285,10 +295,9 @@ static void on_target_submit_emi(ompt_scope_endpoint_t endpoint, ompt_data_t *ta
        id_of(t, target_data), requested_num_teams, 0);
 }
 
-void omptpy_emit_own(int event, int endpoint, uint64_t codeptr, uint64_t u64a, uint64_t u64b,
-                     uint32_t u32a, uint32_t u32b) {
+void omptpy_emit_own(int event, int endpoint, uint64_t codeptr, uint64_t u64a, bool stack) {
   GUARD();
-  emit(t, event, endpoint, 0, codeptr, 0, 0, u64a, u64b, u32a, u32b);
+  emit(t, event, endpoint, 0, codeptr, 0, 0, u64a, stack ? omptpy_stack_id(t, false) : 0, 0, 0);
 }
 
 /* omp_control_tool: 1 start, 2 pause, 3 flush, 4 end (OpenMP 5.2, 3.14); 64

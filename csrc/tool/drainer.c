@@ -146,6 +146,7 @@ static void *drainer_main(void *arg) {
     if (!(D.idle && omptpy_tap_active())) {
       pthread_mutex_lock(&omptpy_buf.drain_lock);
       nfull = drain_all(false);
+      omptpy_stacks_to_sink(); /* the stacks of the records just written */
       pthread_mutex_unlock(&omptpy_buf.drain_lock);
     }
     if (omptpy_buf.zc) populate_ahead();

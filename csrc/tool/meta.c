@@ -30,7 +30,7 @@ static int reserve(omptpy_str *s, size_t more) {
   return 0;
 }
 
-static int put(omptpy_str *s, const char *fmt, ...) {
+int omptpy_put(omptpy_str *s, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   int n = vsnprintf(NULL, 0, fmt, ap);
@@ -43,13 +43,34 @@ static int put(omptpy_str *s, const char *fmt, ...) {
   return 0;
 }
 
-/* A JSON string literal; bytes that are not printable ASCII are escaped. */
-static int put_string(omptpy_str *s, const char *v, size_t n) {
+/* The length of the valid UTF-8 sequence at v[i] (2 to 4 bytes), or 0. */
+static size_t utf8_sequence(const unsigned char *v, size_t i, size_t n) {
+  unsigned char c = v[i];
+  size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  if (!len || i + len > n) return 0;
+  for (size_t k = 1; k < len; k++)
+    if ((v[i + k] & 0xc0) != 0x80) return 0;
+  /* no overlong forms, no surrogates, nothing above U+10FFFF */
+  if ((c == 0xe0 && v[i + 1] < 0xa0) || (c == 0xed && v[i + 1] >= 0xa0) ||
+      (c == 0xf0 && v[i + 1] < 0x90) || (c == 0xf4 && v[i + 1] >= 0x90))
+    return 0;
+  return len;
+}
+
+/* A JSON string literal: valid UTF-8 is kept, control characters and every
+ * other byte are escaped (a byte b >= 0x80 outside UTF-8 becomes U+00bb). */
+int omptpy_put_string(omptpy_str *s, const char *v, size_t n) {
   if (reserve(s, 6 * n + 2) != 0) return -ENOMEM;
+  const unsigned char *u = (const unsigned char *)v;
   s->p[s->len++] = '"';
   for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)v[i];
-    if (c == '"' || c == '\\') {
+    unsigned char c = u[i];
+    size_t seq = c >= 0x80 ? utf8_sequence(u, i, n) : 0;
+    if (seq) {
+      memcpy(s->p + s->len, u + i, seq);
+      s->len += seq;
+      i += seq - 1;
+    } else if (c == '"' || c == '\\') {
       s->p[s->len++] = '\\';
       s->p[s->len++] = (char)c;
     } else if (c < 0x20 || c >= 0x7f) {
@@ -71,14 +92,14 @@ static int put_cmdline(omptpy_str *s) {
     n = read(fd, buf, sizeof buf);
     close(fd);
   }
-  int rc = put(s, "[");
+  int rc = omptpy_put(s, "[");
   for (ssize_t i = 0, first = 1; rc == 0 && i < n; first = 0) {
     size_t len = strnlen(buf + i, (size_t)(n - i));
-    if (!first) rc = put(s, ",");
-    if (rc == 0) rc = put_string(s, buf + i, len);
+    if (!first) rc = omptpy_put(s, ",");
+    if (rc == 0) rc = omptpy_put_string(s, buf + i, len);
     i += (ssize_t)len + 1;
   }
-  return rc ? rc : put(s, "]");
+  return rc ? rc : omptpy_put(s, "]");
 }
 
 static const char *level_name(int level) {
@@ -142,9 +163,9 @@ static int module_visit(struct dl_phdr_info *info, size_t size, void *p) {
     const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
     if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X)) continue;
     uint64_t start = info->dlpi_addr + ph->p_vaddr;
-    m->rc = put(m->s, "%s{\"path\":", m->first ? "" : ",");
-    m->rc = m->rc ? m->rc : put_string(m->s, name, strlen(name));
-    m->rc = m->rc ? m->rc : put(m->s, ",\"base\":%llu,\"start\":%llu,\"end\":%llu,"
+    m->rc = omptpy_put(m->s, "%s{\"path\":", m->first ? "" : ",");
+    m->rc = m->rc ? m->rc : omptpy_put_string(m->s, name, strlen(name));
+    m->rc = m->rc ? m->rc : omptpy_put(m->s, ",\"base\":%llu,\"start\":%llu,\"end\":%llu,"
                                 "\"build_id\":\"%s\"}",
                                 (unsigned long long)info->dlpi_addr, (unsigned long long)start,
                                 (unsigned long long)(start + ph->p_memsz), id);
@@ -166,26 +187,26 @@ void omptpy_meta_atfork_parent(void) { pthread_mutex_unlock(&modules_lock); }
 void omptpy_meta_after_fork_child(void) { pthread_mutex_init(&modules_lock, NULL); }
 
 static int put_modules(omptpy_str *s) {
-  modules_ctx m = {s, put(s, ",\"modules\":["), true};
+  modules_ctx m = {s, omptpy_put(s, ",\"modules\":["), true};
   if (m.rc == 0) {
     pthread_mutex_lock(&modules_lock);
     dl_iterate_phdr(module_visit, &m);
     pthread_mutex_unlock(&modules_lock);
   }
-  return m.rc ? m.rc : put(s, "]");
+  return m.rc ? m.rc : omptpy_put(s, "]");
 }
 
 /* The names of user-code regions (region.c), id 1 first: written with the
  * meta and with every stats block, since names are added as the run goes. */
 static int put_region_names(omptpy_str *s) {
   uint32_t n = omptpy_region_count();
-  int rc = put(s, ",\"region_names\":[");
+  int rc = omptpy_put(s, ",\"region_names\":[");
   for (uint32_t id = 1; rc == 0 && id <= n; id++) {
     const char *name = omptpy_region_name(id);
-    rc = put(s, id > 1 ? "," : "");
-    rc = rc ? rc : put_string(s, name, strlen(name));
+    rc = omptpy_put(s, id > 1 ? "," : "");
+    rc = rc ? rc : omptpy_put_string(s, name, strlen(name));
   }
-  rc = rc ? rc : put(s, "],\"region_unnamed\":%llu", (unsigned long long)omptpy_region_unnamed());
+  rc = rc ? rc : omptpy_put(s, "],\"region_unnamed\":%llu", (unsigned long long)omptpy_region_unnamed());
   return rc;
 }
 
@@ -195,7 +216,7 @@ static int put_region_names(omptpy_str *s) {
 static int finish_document(omptpy_str *s, int rc) {
   rc = rc ? rc : put_modules(s);
   rc = rc ? rc : put_region_names(s);
-  rc = rc ? rc : put(s, "}");
+  rc = rc ? rc : omptpy_put(s, "}");
   if (rc) omptpy_str_free(s);
   return rc;
 }
@@ -222,104 +243,104 @@ int omptpy_meta_json(omptpy_str *s) {
   exe[n > 0 ? n : 0] = '\0';
   char host[256] = "";
   gethostname(host, sizeof host - 1);
-  int rc = put(s, "{\"format\":1,\"record_version\":%d,\"record_size\":%zu,\"chunk_records\":%u,",
+  int rc = omptpy_put(s, "{\"format\":1,\"record_version\":%d,\"record_size\":%zu,\"chunk_records\":%u,",
                OMPTPY_RECORD_VERSION, sizeof(omptpy_record), OMPTPY_CHUNK_RECORDS);
-  rc = rc ? rc : put(s, "\"pid\":%d,\"ppid\":%d,\"rank\":%d,\"hostname\":", (int)getpid(),
+  rc = rc ? rc : omptpy_put(s, "\"pid\":%d,\"ppid\":%d,\"rank\":%d,\"hostname\":", (int)getpid(),
                      (int)getppid(), job_rank());
-  rc = rc ? rc : put_string(s, host, strlen(host));
-  rc = rc ? rc : put(s, ",\"exe\":");
-  rc = rc ? rc : put_string(s, exe, strlen(exe));
-  rc = rc ? rc : put(s, ",\"argv\":");
+  rc = rc ? rc : omptpy_put_string(s, host, strlen(host));
+  rc = rc ? rc : omptpy_put(s, ",\"exe\":");
+  rc = rc ? rc : omptpy_put_string(s, exe, strlen(exe));
+  rc = rc ? rc : omptpy_put(s, ",\"argv\":");
   rc = rc ? rc : put_cmdline(s);
   /* How the process got its runtime: ompt-py run preloads libomp for libgomp-built code. */
   const char *preload = getenv("LD_PRELOAD");
-  rc = rc ? rc : put(s, ",\"ld_preload\":");
-  rc = rc ? rc : put_string(s, preload ? preload : "", preload ? strlen(preload) : 0);
-  rc = rc ? rc : put(s, ",\"clock\":\"%s\",\"tick_ns_estimate\":%.9f,"
+  rc = rc ? rc : omptpy_put(s, ",\"ld_preload\":");
+  rc = rc ? rc : omptpy_put_string(s, preload ? preload : "", preload ? strlen(preload) : 0);
+  rc = rc ? rc : omptpy_put(s, ",\"clock\":\"%s\",\"tick_ns_estimate\":%.9f,"
                      "\"start_anchor\":{\"ticks\":%llu,\"mono_ns\":%llu},\"start_realtime_ns\":%llu,",
                      omptpy_clock_name(), g->tick_ns_estimate,
                      (unsigned long long)g->start_anchor.ticks,
                      (unsigned long long)g->start_anchor.mono_ns,
                      (unsigned long long)g->start_realtime_ns);
-  rc = rc ? rc : put(s, "\"config\":{\"enabled\":%s,\"buffer_bytes\":%zu,\"overflow\":\"%s\","
+  rc = rc ? rc : omptpy_put(s, "\"config\":{\"enabled\":%s,\"buffer_bytes\":%zu,\"overflow\":\"%s\","
                      "\"drain_ms\":%u,\"sample_hz\":%u,\"place_info\":%s,\"sink\":\"%s\","
                      "\"output\":",
                      g->cfg.enabled ? "true" : "false", g->cfg.buffer_bytes,
                      overflow_name(g->cfg.overflow), g->cfg.drain_ms, g->cfg.sample_hz,
                      g->cfg.place_info ? "true" : "false",
                      g->cfg.output[0] ? "file" : "memory");
-  rc = rc ? rc : put_string(s, g->cfg.output, strlen(g->cfg.output));
-  rc = rc ? rc : put(s, ",\"error\":");
-  rc = rc ? rc : put_string(s, g->cfg.error, strlen(g->cfg.error));
-  rc = rc ? rc : put(s, ",\"handler_queue_bytes\":%zu", g->cfg.handler_queue_bytes);
-  rc = rc ? rc : put(s, ",\"zero_copy\":%s", omptpy_zero_copy() ? "true" : "false");
-  rc = rc ? rc : put(s, "},\"start_tool_calls\":%d,\"declined\":%d,\"runtimes\":[",
+  rc = rc ? rc : omptpy_put_string(s, g->cfg.output, strlen(g->cfg.output));
+  rc = rc ? rc : omptpy_put(s, ",\"error\":");
+  rc = rc ? rc : omptpy_put_string(s, g->cfg.error, strlen(g->cfg.error));
+  rc = rc ? rc : omptpy_put(s, ",\"handler_queue_bytes\":%zu", g->cfg.handler_queue_bytes);
+  rc = rc ? rc : omptpy_put(s, ",\"zero_copy\":%s", omptpy_zero_copy() ? "true" : "false");
+  rc = rc ? rc : omptpy_put(s, "},\"start_tool_calls\":%d,\"declined\":%d,\"runtimes\":[",
                      g->start_tool_calls, g->declined);
   int nrt = atomic_load(&g->nruntimes);
   if (nrt > OMPTPY_MAX_RUNTIMES) nrt = OMPTPY_MAX_RUNTIMES;
   for (int i = 0; rc == 0 && i < nrt; i++) {
     const omptpy_runtime *rt = &g->runtimes[i];
-    rc = put(s, "%s{\"omp_version\":%u,\"version\":", i ? "," : "", rt->omp_version);
-    rc = rc ? rc : put_string(s, rt->version, strlen(rt->version));
-    rc = rc ? rc : put(s, ",\"path\":");
-    rc = rc ? rc : put_string(s, rt->path, strlen(rt->path));
-    rc = rc ? rc : put(s, ",\"initialized\":%s,\"finalized\":%s,\"callbacks\":{",
+    rc = omptpy_put(s, "%s{\"omp_version\":%u,\"version\":", i ? "," : "", rt->omp_version);
+    rc = rc ? rc : omptpy_put_string(s, rt->version, strlen(rt->version));
+    rc = rc ? rc : omptpy_put(s, ",\"path\":");
+    rc = rc ? rc : omptpy_put_string(s, rt->path, strlen(rt->path));
+    rc = rc ? rc : omptpy_put(s, ",\"initialized\":%s,\"finalized\":%s,\"callbacks\":{",
                        rt->initialized ? "true" : "false", rt->finalized ? "true" : "false");
     for (int ev = 0, first = 1; rc == 0 && ev < OMPTPY_MAX_EVENTS; ev++) {
       if (rt->levels[ev] < 0 || !omptpy_event_name(ev)) continue;
-      rc = put(s, "%s\"%s\":\"%s\"", first ? "" : ",", omptpy_event_name(ev),
+      rc = omptpy_put(s, "%s\"%s\":\"%s\"", first ? "" : ",", omptpy_event_name(ev),
                level_name(rt->levels[ev]));
       first = 0;
     }
-    rc = rc ? rc : put(s, "}}");
+    rc = rc ? rc : omptpy_put(s, "}}");
   }
-  rc = rc ? rc : put(s, "]");
+  rc = rc ? rc : omptpy_put(s, "]");
   return finish_document(s, rc);
 }
 
 /* {value: name} of an OMPT enumeration (states, mutex implementations). */
 static int put_enumeration(omptpy_str *s, const char *key, int (*next)(int, int *, const char **),
                            int first) {
-  int rc = put(s, ",\"%s\":{", key);
-  if (!next) return rc ? rc : put(s, "}");
+  int rc = omptpy_put(s, ",\"%s\":{", key);
+  if (!next) return rc ? rc : omptpy_put(s, "}");
   int value = first, following;
   const char *name;
   for (int n = 0; rc == 0 && next(value, &following, &name) && n < 1024; n++) {
-    rc = put(s, "%s\"%d\":", n ? "," : "", following);
-    rc = rc ? rc : put_string(s, name ? name : "", name ? strlen(name) : 0);
+    rc = omptpy_put(s, "%s\"%d\":", n ? "," : "", following);
+    rc = rc ? rc : omptpy_put_string(s, name ? name : "", name ? strlen(name) : 0);
     value = following;
   }
-  return rc ? rc : put(s, "}");
+  return rc ? rc : omptpy_put(s, "}");
 }
 
 int omptpy_runtime_info_json(omptpy_str *s) {
-  int rc = put(s, "[");
+  int rc = omptpy_put(s, "[");
   int n = atomic_load(&omptpy_g.nruntimes);
   for (int i = 0, first = 1; rc == 0 && i < n && i < OMPTPY_MAX_RUNTIMES; i++) {
     const omptpy_runtime *rt = &omptpy_g.runtimes[i];
     if (!rt->initialized || rt->finalized) continue;
-    rc = put(s, "%s{\"path\":", first ? "" : ",");
+    rc = omptpy_put(s, "%s{\"path\":", first ? "" : ",");
     first = 0;
-    rc = rc ? rc : put_string(s, rt->path, strlen(rt->path));
-    rc = rc ? rc : put(s, ",\"version\":");
-    rc = rc ? rc : put_string(s, rt->version, strlen(rt->version));
+    rc = rc ? rc : omptpy_put_string(s, rt->path, strlen(rt->path));
+    rc = rc ? rc : omptpy_put(s, ",\"version\":");
+    rc = rc ? rc : omptpy_put_string(s, rt->version, strlen(rt->version));
     /* ompt_state_undefined (0x102) and ompt_mutex_impl_none (0) start the enumerations. */
     rc = rc ? rc : put_enumeration(s, "states", rt->enumerate_states, 0x102);
     rc = rc ? rc : put_enumeration(s, "mutex_impls", rt->enumerate_mutex_impls, 0);
-    rc = rc ? rc : put(s, ",\"num_procs\":%d,\"num_devices\":%d,\"places\":[",
+    rc = rc ? rc : omptpy_put(s, ",\"num_procs\":%d,\"num_devices\":%d,\"places\":[",
                        rt->get_num_procs ? rt->get_num_procs() : -1,
                        rt->get_num_devices ? rt->get_num_devices() : -1);
     int places = rt->get_num_places ? rt->get_num_places() : 0;
     for (int p = 0; rc == 0 && p < places; p++) {
       int ids[1024];
       int k = rt->get_place_proc_ids(p, 1024, ids);
-      rc = put(s, "%s[", p ? "," : "");
-      for (int j = 0; rc == 0 && j < k && j < 1024; j++) rc = put(s, "%s%d", j ? "," : "", ids[j]);
-      rc = rc ? rc : put(s, "]");
+      rc = omptpy_put(s, "%s[", p ? "," : "");
+      for (int j = 0; rc == 0 && j < k && j < 1024; j++) rc = omptpy_put(s, "%s%d", j ? "," : "", ids[j]);
+      rc = rc ? rc : omptpy_put(s, "]");
     }
-    rc = rc ? rc : put(s, "]}");
+    rc = rc ? rc : omptpy_put(s, "]}");
   }
-  rc = rc ? rc : put(s, "]");
+  rc = rc ? rc : omptpy_put(s, "]");
   if (rc) omptpy_str_free(s);
   return rc;
 }
@@ -334,7 +355,7 @@ static void visit(void *p, uint32_t index, int type, int runtime, pid_t tid, uin
                   uint64_t dropped, uint64_t samples_skipped, bool live) {
   visit_ctx *v = p;
   if (v->rc) return;
-  v->rc = put(v->s,
+  v->rc = omptpy_put(v->s,
               "%s{\"thread\":%u,\"type\":%d,\"runtime\":%d,\"tid\":%d,\"written\":%llu,"
               "\"dropped\":%llu,\"samples_skipped\":%llu,\"live\":%s}",
               v->first ? "" : ",", index, type, runtime, (int)tid, (unsigned long long)written,
@@ -345,7 +366,7 @@ static void visit(void *p, uint32_t index, int type, int runtime, pid_t tid, uin
 
 int omptpy_stats_json(omptpy_str *s, bool final) {
   omptpy_anchor a = omptpy_clock_anchor();
-  int rc = put(s, "{\"final\":%s,\"recording\":%s,\"anchor\":{\"ticks\":%llu,\"mono_ns\":%llu},"
+  int rc = omptpy_put(s, "{\"final\":%s,\"recording\":%s,\"anchor\":{\"ticks\":%llu,\"mono_ns\":%llu},"
                "\"realtime_ns\":%llu,\"sink_lost\":%llu,\"buffer_bytes\":%zu,\"threads\":[",
                final ? "true" : "false", atomic_load(&omptpy_g.sink_on) ? "true" : "false",
                (unsigned long long)a.ticks, (unsigned long long)a.mono_ns,
@@ -353,14 +374,14 @@ int omptpy_stats_json(omptpy_str *s, bool final) {
                omptpy_buffer_bytes());
   visit_ctx v = {s, rc, true};
   if (rc == 0) omptpy_visit_threads(visit, &v);
-  rc = v.rc ? v.rc : put(s, "]");
+  rc = v.rc ? v.rc : omptpy_put(s, "]");
   /* The runtimes' state now (the meta block is written once, early). */
-  rc = rc ? rc : put(s, ",\"runtime_states\":[");
+  rc = rc ? rc : omptpy_put(s, ",\"runtime_states\":[");
   int nrt = atomic_load(&omptpy_g.nruntimes);
   for (int i = 0; rc == 0 && i < nrt && i < OMPTPY_MAX_RUNTIMES; i++)
-    rc = put(s, "%s{\"initialized\":%s,\"finalized\":%s}", i ? "," : "",
+    rc = omptpy_put(s, "%s{\"initialized\":%s,\"finalized\":%s}", i ? "," : "",
              omptpy_g.runtimes[i].initialized ? "true" : "false",
              omptpy_g.runtimes[i].finalized ? "true" : "false");
-  rc = rc ? rc : put(s, "]");
+  rc = rc ? rc : omptpy_put(s, "]");
   return finish_document(s, rc);
 }

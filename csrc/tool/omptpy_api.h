@@ -8,6 +8,7 @@
 #define OMPTPY_API_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -113,5 +114,51 @@ void omptpy_region_mark(int endpoint, const char *name, uintptr_t codeptr);
 /* Interned names: ids 1 to omptpy_region_count(). */
 uint32_t omptpy_region_count(void);
 const char *omptpy_region_name(uint32_t id);
+
+/* ---- interpreter call stacks (stacks.c): the extension's Python stacks ----------- */
+
+/* A capture hook, installed by the extension: which call stack the calling
+ * thread's interpreter is in (its stack id, 0 when the thread runs none), and
+ * whether it runs one at all (cheaply).  Called inside OMPT callbacks on any
+ * thread: they must not block, lock, or allocate once their stacks are known.
+ * The tool calls them for parallel, teams and target regions and region
+ * markers, and for tasks created outside every parallel region. */
+typedef struct omptpy_stack_hooks {
+  uint32_t (*capture)(void);
+  bool (*runs)(void);
+} omptpy_stack_hooks;
+
+/* Installs the hooks (static storage; NULL: capture off), making the tables
+ * the first time.  0, or -ENOMEM. */
+int omptpy_stacks_set_hooks(const omptpy_stack_hooks *hooks);
+
+/* The tables behind the hooks.  Keys are the caller's words (at most
+ * OMPTPY_STACK_MAX_KEY), identifying a stack or, two words, a code (a
+ * function); the tool hashes and compares them and knows nothing else of them.
+ * Lookups and additions never lock or block; ids start at 1; 0 means not
+ * found, or not added because a table is full (counted in the JSON). */
+#define OMPTPY_STACK_MAX_KEY 1024
+typedef struct omptpy_stack_frame {
+  uint32_t code; /* a code id */
+  int32_t line;  /* 0: unknown */
+} omptpy_stack_frame;
+
+uint32_t omptpy_stack_find(const uint64_t *key, uint32_t nkey);
+/* frames innermost first; truncated: the stack went deeper than the frames kept. */
+uint32_t omptpy_stack_add(const uint64_t *key, uint32_t nkey, const omptpy_stack_frame *frames,
+                          uint32_t nframes, bool truncated);
+uint32_t omptpy_code_find(const uint64_t key[2]);
+/* file and name: UTF-8, not NUL-terminated. */
+uint32_t omptpy_code_add(const uint64_t key[2], const char *file, size_t file_len,
+                         const char *name, size_t name_len, int32_t first_line);
+/* The interpreter's description (a JSON value, copied), given with the
+ * tables; 0 or -ENOMEM. */
+int omptpy_stacks_describe(const char *json);
+/* The codes and stacks from these ids on, as JSON (free() it; NULL: out of
+ * memory): {"interpreter" (omptpy_stacks_describe, or null), "codes_from",
+ * "codes": [[file, name, first line]...], "stacks_from", "stacks": [[truncated,
+ * code, line, code, line...]...] (frames outermost first), "codes_refused",
+ * "stacks_refused"}. */
+char *omptpy_stacks(uint32_t codes_from, uint32_t stacks_from);
 
 #endif /* OMPTPY_API_H */

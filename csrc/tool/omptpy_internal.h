@@ -9,7 +9,8 @@
  * variables), tool.c (ompt_start_tool, initialize, finalize, registration,
  * the public omptpy_* API), callbacks.c (one handler per OMPT event),
  * sampler.c (state samples), tap.c (the Python handlers' queue), native.c
- * (native handlers), region.c (region markers).  Internal functions return 0
+ * (native handlers), region.c (region markers), stacks.c (interpreter call
+ * stacks, through the extension's hooks).  Internal functions return 0
  * or a negative errno-style code; only the Python module raises.
  */
 #ifndef OMPTPY_INTERNAL_H
@@ -402,9 +403,9 @@ void omptpy_register_callbacks(omptpy_runtime *rt);
  * number) that are not registered yet (see callbacks.c); which records are
  * kept is omptpy_g.wanted, set by the tool with it. */
 void omptpy_callbacks_enable(omptpy_runtime *rt, uint64_t events);
-/* Records one of ompt-py's own events (region markers) on the calling thread. */
-void omptpy_emit_own(int event, int endpoint, uint64_t codeptr, uint64_t u64a, uint64_t u64b,
-                     uint32_t u32a, uint32_t u32b);
+/* Records one of ompt-py's own events (region markers) on the calling thread;
+ * stack: with the thread's stack id in u64b. */
+void omptpy_emit_own(int event, int endpoint, uint64_t codeptr, uint64_t u64a, bool stack);
 /* omp_control_tool, from the runtime or from ompt_py.control. */
 int omptpy_control(uint64_t command, uint64_t modifier, void *arg, const void *codeptr);
 /* Opens or closes the trace sink (tool.c). */
@@ -421,6 +422,10 @@ typedef struct omptpy_str {
   size_t len, cap;
 } omptpy_str;
 void omptpy_str_free(omptpy_str *s);
+/* Appends to s: printf-formatted text, or a JSON string literal of n bytes.
+ * 0 or -ENOMEM. */
+int omptpy_put(omptpy_str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int omptpy_put_string(omptpy_str *s, const char *v, size_t n);
 /* Both return 0, or -ENOMEM with s emptied. */
 int omptpy_meta_json(omptpy_str *s);
 int omptpy_stats_json(omptpy_str *s, bool final);
@@ -453,6 +458,30 @@ static inline void omptpy_native_after(const omptpy_record *r) {
   if (OMPTPY_UNLIKELY(atomic_load_explicit(&omptpy_native_count, memory_order_relaxed)))
     omptpy_native_run(r);
 }
+
+/* ---- interpreter call stacks (stacks.c) ----------------------------------- */
+
+/* The hooks the extension installed (NULL: no capture): loaded with one relaxed
+ * load on the hot path. */
+extern _Atomic(const omptpy_stack_hooks *) omptpy_stack_hooks_now;
+
+/* The calling thread's stack id for a record (0: none), outside the hot path's
+ * inline code; `gate`: only when the thread is outside every parallel region
+ * (the encountering task is an initial task). */
+uint32_t omptpy_stack_capture(const omptpy_stack_hooks *h, omptpy_thread *t, bool gate);
+
+static inline uint32_t omptpy_stack_id(omptpy_thread *t, bool gate) {
+  const omptpy_stack_hooks *h = atomic_load_explicit(&omptpy_stack_hooks_now, memory_order_relaxed);
+  return OMPTPY_UNLIKELY(h != NULL) ? omptpy_stack_capture(h, t, gate) : 0;
+}
+
+/* New codes and stacks since *codes_from / *stacks_from (updated) as a JSON
+ * document; 0 or -ENOMEM. */
+int omptpy_stacks_json(omptpy_str *s, uint32_t *codes_from, uint32_t *stacks_from);
+/* Under the drain lock: a STACKS block of what was added since the last one, if anything was
+ * (file sink). */
+void omptpy_stacks_to_sink(void);
+void omptpy_stacks_after_fork_child(void);
 
 #define OMPTPY_REGION_MAX_NAMES 16384
 uint64_t omptpy_region_unnamed(void); /* markers past the name limit */

@@ -61,7 +61,8 @@ static uint64_t intern(const char *name) {
 
 OMPTPY_API void omptpy_region_mark(int endpoint, const char *name, uintptr_t codeptr) {
   if (!omptpy_recording()) return;
-  omptpy_emit_own(OMPTPY_EVENT_REGION, endpoint, codeptr, intern(name), 0, 0, 0);
+  omptpy_emit_own(OMPTPY_EVENT_REGION, endpoint, codeptr, intern(name),
+                  endpoint == ompt_scope_begin);
 }
 
 OMPTPY_API void omptpy_region_begin(const char *name) {

@@ -79,6 +79,7 @@ static void atfork_child(void) {
   omptpy_tap_after_fork_child();
   omptpy_native_after_fork_child();
   omptpy_region_after_fork_child();
+  omptpy_stacks_after_fork_child();
   int live = 0;
   for (int i = 0; i < atomic_load(&omptpy_g.nruntimes) && i < OMPTPY_MAX_RUNTIMES; i++)
     live |= omptpy_g.runtimes[i].initialized && !omptpy_g.runtimes[i].finalized;
@@ -140,6 +141,7 @@ static int on_initialize(ompt_function_lookup_t lookup, int initial_device_num,
 
 static void write_stats(bool final) {
   if (!omptpy_sink_is_file()) return;
+  omptpy_stacks_to_sink();
   omptpy_str s = {0};
   if (omptpy_stats_json(&s, final) == 0) omptpy_sink_json(OMPTPY_BLOCK_STATS, s.p, s.len);
   omptpy_str_free(&s);

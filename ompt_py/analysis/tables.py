@@ -21,8 +21,9 @@ from ..records import (
     PARALLEL_INVOKER_RUNTIME,
     PARALLEL_LEAGUE,
     SCOPE_BEGIN,
+    python_stack_ids,
 )
-from . import pairing, symbols
+from . import pairing, pystacks, symbols
 from .cache import per_trace
 from .pairing import Intervals, clamp_to_region, column, find, pair, pair_rows
 
@@ -53,7 +54,7 @@ def region_intervals(trace: Trace) -> Intervals:
     rows = df.loc[
         df["event"].isin(["parallel_begin", "parallel_end"]),
         ["time_ns", "endpoint", "pid", "parallel_id", "thread", "task_id", "codeptr",
-         "team_size", "flags"],
+         "team_size", "flags", "py_stack"],
     ]
     out = pair_rows(rows, ["pid", "parallel_id"])
     t = out.table.rename(columns={"team_size": "requested_team_size"})
@@ -230,11 +231,13 @@ def with_source(trace: Trace, table: pd.DataFrame) -> pd.DataFrame:
 def parallel_regions(trace: Trace) -> pd.DataFrame:
     """Parallel regions: pid, parallel_id, parent_id, level (1: outermost), begin_ns,
     end_ns, duration_ns, requested and actual team size, invoker (program or
-    runtime), league, flags, codeptr, the encountering thread and task, and the
-    function and location of the code address.
+    runtime), league, flags, codeptr, the encountering thread and task, the
+    function and location of the code address, and the Python code that
+    started it (pystacks.COLUMNS: py_stack, py_location, py_inherited).
 
     A region's parent is the region of the implicit task that encountered it;
     regions started from outside any region of the trace have level 1.
+    Nested regions without a Python stack of their own inherit their parent's.
     """
     regions = region_intervals(trace)
     implicit = implicit_intervals(trace).table
@@ -247,8 +250,9 @@ def parallel_regions(trace: Trace) -> pd.DataFrame:
     t = t.rename(columns={"thread": "encountering_thread", "task_id": "encountering_task_id"})
     columns = ["pid", "parallel_id", "parent_id", "level", "begin_ns", "end_ns",
                "duration_ns", "requested_team_size", "team_size", "invoker", "league", "flags",
-               "codeptr", "encountering_thread", "encountering_task_id"]
-    return Intervals(with_source(trace, t[columns]), regions.unmatched_begins,
+               "codeptr", "encountering_thread", "encountering_task_id", "py_stack"]
+    t = pystacks.with_python(trace, t[columns], parent=("parent_id", "parallel_id"))
+    return Intervals(with_source(trace, t), regions.unmatched_begins,
                      regions.unmatched_ends).counted()
 
 
@@ -271,11 +275,13 @@ def sync(trace: Trace) -> pd.DataFrame:
 
 
 def tasks(trace: Trace) -> pd.DataFrame:
-    """One row per explicit task: creation, first start, completion, run time, dependences."""
+    """One row per explicit task: creation, first start, completion, run time,
+    dependences, and the Python code that created it (pystacks.COLUMNS): a task
+    created inside a region inherits the region's, or its parent task's."""
     df = frame(trace)
     made = df.loc[df["event"] == "task_create",
                   ["pid", "task_id", "other_task_id", "thread", "time_ns", "flags",
-                   "has_dependences", "codeptr"]].rename(
+                   "has_dependences", "codeptr", "py_stack"]].rename(
         columns={"other_task_id": "parent_id", "thread": "creator_thread",
                  "time_ns": "created_ns"})
     runs = task_pieces(trace)
@@ -296,7 +302,16 @@ def tasks(trace: Trace) -> pd.DataFrame:
     else:
         out["dependences"] = None
     out["dependences"] = [d if isinstance(d, list) else [] for d in out["dependences"]]
-    return out.reset_index(drop=True)
+    # Created by an implicit task: the stack of its region.
+    implicit = implicit_intervals(trace).table[["pid", "task_id", "parallel_id"]]
+    regions = parallel_regions(trace)[["pid", "parallel_id", "py_stack"]]
+    in_region = out[["pid", "parent_id"]].merge(
+        implicit.merge(regions, on=["pid", "parallel_id"]).drop_duplicates(["pid", "task_id"])
+        .rename(columns={"task_id": "parent_id"}), on=["pid", "parent_id"], how="left")
+    out = pystacks.with_python(trace, out.reset_index(drop=True),
+                               parent=("parent_id", "task_id"),
+                               around=in_region["py_stack"].astype("Int64"))
+    return out
 
 
 def task_graph(trace: Trace) -> pd.DataFrame:
@@ -335,14 +350,16 @@ def mutex(trace: Trace) -> pd.DataFrame:
 
 _REGION = EVENT_CODES["region"]
 USER_REGION_COLUMNS = ["pid", "thread", "id", "name", "level", "parent_id", "parent", "begin_ns",
-                       "end_ns", "duration_ns", "codeptr"]
+                       "end_ns", "duration_ns", "codeptr", *pystacks.COLUMNS]
 
 
 @per_trace
 def user_regions(trace: Trace) -> pd.DataFrame:
     """The region markers of a trace paired per process and thread: pid, thread, id,
     name, level (0: outermost), parent_id and parent (name) of the enclosing
-    region on the same thread, begin_ns, end_ns, duration_ns, codeptr.
+    region on the same thread, begin_ns, end_ns, duration_ns, codeptr, and the
+    Python code that began it (pystacks.COLUMNS; inherited from the enclosing
+    region).
 
     An end closes the innermost open region of its name (the innermost one
     when it has no name: a name id of 0); regions opened above it without an
@@ -382,8 +399,11 @@ def user_regions(trace: Trace) -> pd.DataFrame:
         "begin_ns": markers["time_ns"][b],
         "end_ns": markers["time_ns"][found.ends],
         "codeptr": markers["codeptr"][b],
+        "py_stack": python_stack_ids(markers[b]).astype(np.int64),
     })
     table["duration_ns"] = table["end_ns"] - table["begin_ns"]
+    table["py_stack"] = table["py_stack"].where(table["py_stack"] > 0).astype("Int64")
+    table = pystacks.with_python(trace, table, parent=("parent_id", "id"))
     table = table[USER_REGION_COLUMNS].sort_values(["pid", "begin_ns", "thread", "level"],
                                                    kind="stable").reset_index(drop=True)
     table.attrs["unmatched_begins"] = len(found.open)

@@ -24,6 +24,7 @@ from . import Parts
 
 MAGIC = _core.FILE_MAGIC
 BLOCK_META, BLOCK_RECORDS, BLOCK_STATS = _core.BLOCK_META, _core.BLOCK_RECORDS, _core.BLOCK_STATS
+BLOCK_STACKS = _core.BLOCK_STACKS
 HEADER = struct.Struct("<IIQ")  # magic, type, payload length (csrc/tool/omptpy_file.h)
 if HEADER.size != _core.BLOCK_HEADER_SIZE:
     raise ImportError("ompt_py._core was built for another raw file format; reinstall the "
@@ -33,12 +34,13 @@ SUFFIX = ".omptraw"
 
 @dataclass
 class RawProcess:
-    """What one file holds: its META, its records (raw ticks), its STATS blocks."""
+    """What one file holds: its META, its records (raw ticks), its STATS and STACKS blocks."""
 
     path: str
     meta: dict
     records: np.ndarray
     stats: list[dict] = field(default_factory=list)
+    stacks: list[dict] = field(default_factory=list)
     truncated: bool = False
 
 
@@ -58,7 +60,7 @@ def read(path: str) -> RawProcess:
         records = np.empty(size // RECORD_SIZE, dtype=RAW_DTYPE)
         out = memoryview(records.view(np.uint8))
         off = nrec = 0
-        meta, stats, truncated = None, [], False
+        meta, stats, stacks, truncated = None, [], [], False
         header = bytearray(HEADER.size)
         while off < size:
             if f.readinto(header) != HEADER.size:
@@ -68,7 +70,7 @@ def read(path: str) -> RawProcess:
             if magic != MAGIC:
                 what = "is not an ompt-py trace file" if off == 0 else "is corrupt"
                 raise TraceFileError(f"{path} {what} (bad block header at byte {off})")
-            if kind not in (BLOCK_META, BLOCK_RECORDS, BLOCK_STATS):
+            if kind not in (BLOCK_META, BLOCK_RECORDS, BLOCK_STATS, BLOCK_STACKS):
                 raise TraceFileError(
                     f"{path} is corrupt (unknown block type {kind} at byte {off})"
                 )
@@ -94,7 +96,7 @@ def read(path: str) -> RawProcess:
                 if kind == BLOCK_META:
                     meta = doc
                 else:
-                    stats.append(doc)
+                    (stats if kind == BLOCK_STATS else stacks).append(doc)
             if not whole:
                 truncated = True
                 break
@@ -112,7 +114,7 @@ def read(path: str) -> RawProcess:
             "the complete part is kept",
             stacklevel=2,
         )
-    return RawProcess(path, meta, records[:nrec], stats, truncated)
+    return RawProcess(path, meta, records[:nrec], stats, stacks, truncated)
 
 
 def list_dir(directory: str) -> list[str]:
@@ -144,7 +146,7 @@ def load(paths: list[str], source: str) -> Parts:
         threads = trace_meta.thread_rows(last) if last else []
         entries.append(
             trace_meta.process_entry(
-                p.meta, last, threads,
+                p.meta, last, threads, p.stacks,
                 complete=any(s["final"] for s in p.stats),
                 modules=trace_meta.modules(p.meta, *p.stats),
                 truncated=p.truncated,

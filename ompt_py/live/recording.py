@@ -10,6 +10,7 @@ the records written and dropped per thread over all its windows.
 from __future__ import annotations
 
 import json
+import os
 import warnings
 
 import numpy as np
@@ -17,22 +18,28 @@ import numpy as np
 from .. import _core
 from ..meta import modules, process_entry, thread_rows, trace_meta
 from ..records import RAW_DTYPE, to_events
-from . import attach
+from . import attach, runhook
+
+#: ompt-py's own package: its frames are not the user's code.
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Recorder:
     """The windows of one in-process trace: the counters at the start of the
-    current window, the threads seen so far, the trace's clock origin."""
+    current window, the threads seen so far, the trace's clock origin, the
+    depth of the Python stacks it captures (0: none)."""
 
-    def __init__(self) -> None:
+    def __init__(self, python_depth: int) -> None:
         self.before: dict[int, tuple[int, int]] = {}
         self.threads: dict[int, dict] = {}
         self.origin: int | None = None
         self.start_realtime: int | None = None
+        self.python_depth = python_depth
 
     def start(self) -> None:
         """Open a window (AttachError when the runtime cannot be observed)."""
         attach.ensure_attachable()
+        runhook.start_python_stacks(_core, self.python_depth, (PACKAGE_DIR,))
         _core.flush()
         _core.take()  # drop what was recorded outside any trace window
         stats = json.loads(_core.stats())
@@ -67,7 +74,8 @@ class Recorder:
                 stacklevel=3,
             )
         fb = attach.FALLBACK
-        proc = process_entry(meta, stats, threads, complete=True, truncated=False,
+        stacks = [json.loads(_core.stack_tables(0, 0))]
+        proc = process_entry(meta, stats, threads, stacks, complete=True, truncated=False,
                              source="in-process", modules=modules(meta, stats),
                              fallback={"policy": fb.policy, "libomp": fb.libomp, "how": fb.how,
                                        "early_gnu_modules": fb.early_gnu_modules})

@@ -21,31 +21,118 @@ handler of their own get a thread that takes SIGTERM, and an exit handler:
 all let the tool finish its file (``omptpy_finish``) first, also while the
 main thread is blocked or inside a long OpenMP computation.  The hook then
 runs the ``sitecustomize`` module it shadows, if there is one.
+
+Python call stacks (OMPTPY_PYTHON_STACKS, on by default): the hook loads
+ompt-py's extension module built for this Python, from beside the tool, on
+its own (importing the package would slow every process down and change what
+it imports) and installs its capture hook; without such a build the trace
+says why.  The settings and the description of the interpreter that the
+trace keeps are made here for ``ompt_py.trace()`` too.
 """
 
 from __future__ import annotations
 
 import atexit
 import ctypes
+import json
 import os
+import platform
 import signal
+import site
 import sys
+import sysconfig
 import threading
 
 TOOL_NAME = "libomptpy.so"
+PYTHON_STACKS_VARIABLE = "OMPTPY_PYTHON_STACKS"
+#: Frames kept per Python stack when capture is simply on.
+PYTHON_STACKS_DEPTH = 32
+
+
+def _tool_paths() -> list:
+    return [p for p in os.environ.get("OMP_TOOL_LIBRARIES", "").split(":")
+            if os.path.basename(p) == TOOL_NAME]
 
 
 def finish() -> None:
     """Has the tool write everything and its final counters, if this process loaded it."""
-    for path in os.environ.get("OMP_TOOL_LIBRARIES", "").split(":"):
-        if os.path.basename(path) != TOOL_NAME:
-            continue
+    for path in _tool_paths():
         try:  # RTLD_NOLOAD: only a tool that libomp already loaded here
             lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
         except OSError:
             continue
         lib.omptpy_finish()
         return
+
+
+def python_stacks_depth(value: object, max_depth: int) -> int:
+    """The depth of the Python stacks a setting asks for, 0 for none: True or
+    "on" (PYTHON_STACKS_DEPTH frames), False or "off", or a depth from 1 to
+    ``max_depth``; None: the environment's OMPTPY_PYTHON_STACKS, else on.
+    ValueError, listing what is allowed, for anything else."""
+    where, allowed = "python_stacks", "True, False or a depth"
+    if value is None:
+        where, allowed = PYTHON_STACKS_VARIABLE, "on, off or a depth"
+        value = os.environ.get(PYTHON_STACKS_VARIABLE) or "on"
+    if isinstance(value, bool):
+        return PYTHON_STACKS_DEPTH if value else 0
+    word = value.strip().lower() if isinstance(value, str) else None
+    if word in ("on", "off"):
+        return PYTHON_STACKS_DEPTH if word == "on" else 0
+    depth = int(word) if word and word.isdigit() else value if type(value) is int else None
+    if isinstance(depth, int) and 1 <= depth <= max_depth:
+        return depth
+    raise ValueError(f"{where} must be {allowed} from 1 to {max_depth} (the frames kept "
+                     f"per stack); got {value!r}")
+
+
+def python_description(depth: int, why_not: object, extra_paths: tuple = ()) -> dict:
+    """What a trace keeps about this interpreter with its Python stacks: the
+    capture's status ("on", "off", or "unsupported" and why), depth, version,
+    working directory and library folders (frames of files under them are not
+    the user's code; ``extra_paths``: more of them, such as ompt-py's own)."""
+    paths = sysconfig.get_paths()
+    libs = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    libs.update(getattr(site, "getsitepackages", list)())
+    if site.ENABLE_USER_SITE:
+        libs.add(site.getusersitepackages())
+    libs.update(extra_paths)
+    status = "off" if not depth else "unsupported" if why_not else "on"
+    return {"status": status, "reason": why_not if depth else None, "depth": depth,
+            "python": platform.python_version(), "implementation": sys.implementation.name,
+            "cwd": os.getcwd(), "library_paths": sorted(os.path.realpath(p) for p in libs)}
+
+
+def start_python_stacks(core: object, depth: int, extra_paths: tuple = ()) -> dict:
+    """Switches the capture of Python stacks to ``depth`` (0: off) through the
+    extension module ``core``; the description the trace keeps (the status
+    says when this build cannot capture, and why)."""
+    why_not = core.PYTHON_STACKS_UNSUPPORTED  # type: ignore[attr-defined]
+    description = python_description(depth, why_not, extra_paths)
+    core.python_stacks(0 if why_not else depth, json.dumps(description))  # type: ignore[attr-defined]
+    return description
+
+
+def _start_python_stacks() -> None:
+    """Python stacks in a process of ``ompt-py run`` (see the module's docstring)."""
+    tools = _tool_paths()
+    if not tools:
+        return
+    here = os.path.dirname(os.path.abspath(tools[0]))
+    path = os.path.join(here, "_core" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+    if not os.path.exists(path):
+        if python_stacks_depth(None, 1 << 30):
+            why = f"ompt-py has no build for Python {platform.python_version()} ({path} is missing)"
+            lib = ctypes.CDLL(tools[0])
+            lib.omptpy_stacks_describe(json.dumps(
+                python_description(PYTHON_STACKS_DEPTH, why, (here,))).encode())
+        return
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ompt_py._core", path)
+    core = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(core)
+    start_python_stacks(core, python_stacks_depth(None, core.PYTHON_STACKS_MAX_DEPTH), (here,))
 
 
 def _exit(status: int) -> None:
@@ -93,6 +180,7 @@ _real_exit = os._exit
 
 if __name__ == "sitecustomize":
     if os.environ.get("OMPTPY_OUTPUT"):
+        _start_python_stacks()
         os._exit = _exit
         os.register_at_fork(after_in_child=_in_worker)
         if "--multiprocessing-fork" in getattr(sys, "orig_argv", sys.argv):

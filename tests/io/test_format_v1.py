@@ -30,7 +30,7 @@ COLUMNS = [
     "count", "instance", "chunk_iterations", "wait_id", "hint", "impl", "os_tid", "state",
     "missed", "runtime", "command", "modifier", "message_length", "device_num", "target_id",
     "target_region_id", "bytes", "src_device", "dest_device", "requested_num_teams",
-    "exit_frame", "enter_frame", "exit_frame_flags", "enter_frame_flags",
+    "exit_frame", "enter_frame", "exit_frame_flags", "enter_frame_flags", "py_stack",
 ]
 # per process: argv[1:], rank, written, dropped, (thread, type, written) of each thread
 PROCESSES = {

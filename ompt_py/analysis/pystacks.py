@@ -1,0 +1,150 @@
+"""Python call stacks: which Python code started each construct.
+
+With each parallel, teams and target region, region marker, and explicit
+task created outside any region, that a Python thread starts, the tool
+records the id of its Python call stack (the events' ``py_stack``); each
+process's metadata holds its stacks (``meta.python_entry``).  Here: the
+frames of the stacks (``Trace.python_stacks()``), the location that names a
+stack, and the columns the tables add.
+
+A stack's location is its innermost frame of the user's code: a frame whose
+file is not under the interpreter's library folders (the standard library,
+site-packages) nor ompt-py's own package; when every frame is library code,
+the innermost frame.  It reads ``file:line in function``, the file relative
+to the working directory of the process (or, for library code, to its
+library folder) when it is under it.
+
+Constructs started by a thread that runs no Python (nested regions opened by
+OpenMP workers, tasks created inside a region) inherit the stack of the
+region around them, marked ``py_inherited``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from .cache import per_trace
+
+if TYPE_CHECKING:
+    from ..trace import Trace
+
+#: The columns with_python() adds.
+COLUMNS = ["py_stack", "py_location", "py_inherited"]
+_FRAME_COLUMNS = ["pid", "stack", "level", "file", "line", "function", "first_line", "user",
+                  "truncated", "location"]
+
+
+def _library(path: str, libraries: list[str]) -> str | None:
+    """The library folder ``path`` is under, or None (the user's code)."""
+    if path.startswith("<frozen"):
+        return ""
+    return next((lib for lib in libraries if path.startswith(lib + os.sep)), None)
+
+
+def short_file(path: str, cwd: str | None, library: str | None) -> str:
+    """A frame's file as a location shows it: relative to the working directory or
+    to its library folder when under it, else as recorded."""
+    for base in (cwd, library):
+        if base and path.startswith(base + os.sep):
+            return path[len(base) + 1:]
+    return path
+
+
+@per_trace
+def python_stacks(trace: Trace) -> pd.DataFrame:
+    """One row per frame of every Python stack of the trace, outermost first:
+    pid, stack (the id in the events' and tables' ``py_stack``), level (0:
+    outermost), file, line (0: unknown), function (qualified name from
+    Python 3.11 on), first_line of the function, user (not library code),
+    truncated (the stack was deeper than the frames kept) and location."""
+    rows: list[tuple] = []
+    for proc in trace.meta.get("processes", []):
+        py = proc.get("python")
+        if not py:
+            continue
+        cwd = py.get("cwd")
+        libraries = sorted(py.get("library_paths", []), key=len, reverse=True)
+        codes = py.get("codes", [])
+        for stack, entry in enumerate(py.get("stacks", []), start=1):
+            if not entry:
+                continue
+            truncated = bool(entry[0])
+            for level, (code, line) in enumerate(zip(entry[1::2], entry[2::2])):
+                known = 1 <= code <= len(codes) and codes[code - 1]
+                file, function, first = codes[code - 1] if known else ("<unknown>", "<unknown>", 0)
+                path = os.path.normpath(os.path.join(cwd, file)) if (
+                    cwd and not file.startswith("<") and not os.path.isabs(file)) else file
+                library = _library(path, libraries)
+                where = short_file(path, cwd, library)
+                rows.append((proc["pid"], stack, level, path, line, function, first,
+                             library is None, truncated,
+                             f"{where}:{line} in {function}" if line else f"{where} in {function}"))
+    return pd.DataFrame(rows, columns=_FRAME_COLUMNS).astype(
+        {"pid": np.int64, "stack": np.int64, "level": np.int64, "line": np.int64,
+         "first_line": np.int64, "user": bool, "truncated": bool})
+
+
+@per_trace
+def locations(trace: Trace) -> pd.DataFrame:
+    """One row per stack: pid, py_stack, py_location (its innermost frame of user
+    code, else its innermost frame), py_file, py_line, py_function, and
+    py_frames (every frame's location, outermost first, joined by " > ")."""
+    frames = python_stacks(trace)
+    if frames.empty:
+        return pd.DataFrame({"pid": pd.Series(dtype=np.int64),
+                             "py_stack": pd.Series(dtype=np.int64),
+                             **{c: pd.Series(dtype=object) for c in
+                                ("py_location", "py_file", "py_line", "py_function",
+                                 "py_frames")}})
+    # The named frame: the innermost user frame (highest level), else the innermost.
+    rank = frames["level"] + np.where(frames["user"], 1 << 20, 0)
+    named = frames.loc[rank.groupby([frames["pid"], frames["stack"]]).idxmax()]
+    joined = frames.groupby(["pid", "stack"])["location"].agg(" > ".join)
+    out = named[["pid", "stack", "location", "file", "line", "function"]].rename(columns={
+        "stack": "py_stack", "location": "py_location", "file": "py_file", "line": "py_line",
+        "function": "py_function"})
+    out["py_frames"] = joined.loc[list(zip(out["pid"], out["py_stack"]))].to_numpy()
+    return out.reset_index(drop=True)
+
+
+def with_python(trace: Trace, table: pd.DataFrame, parent: tuple[str, str] | None = None,
+                around: pd.Series | None = None) -> pd.DataFrame:
+    """``table`` (with pid and py_stack columns: the ids its events recorded)
+    with py_stack, py_location and py_inherited: rows without a stack of their
+    own take ``around`` (the stack of what encloses them, aligned with the
+    rows), else the stack of their parent row, found by ``parent`` = (the
+    column naming the parent, the column it names), through any number of
+    levels."""
+    own = table["py_stack"].astype("Int64")
+    stack = own.copy()
+    if around is not None:
+        stack = stack.fillna(pd.Series(around.to_numpy(), index=stack.index, dtype="Int64"))
+    if parent is not None and len(table):
+        up, key = parent
+        index = pd.MultiIndex.from_arrays([table["pid"], table[key]])
+        for _ in range(64):  # one level of nesting per pass
+            lookup = pd.Series(stack.to_numpy(), index=index)
+            lookup = lookup[~lookup.index.duplicated()]
+            wanted = stack.isna() & table[up].notna()
+            if not wanted.any():
+                break
+            got = lookup.reindex(pd.MultiIndex.from_arrays(
+                [table.loc[wanted, "pid"], table.loc[wanted, up]])).to_numpy()
+            if pd.isna(got).all():
+                break
+            stack.loc[wanted] = got
+    out = table.drop(columns=[c for c in COLUMNS if c in table])
+    out["py_stack"] = stack.to_numpy()
+    out["py_stack"] = out["py_stack"].astype("Int64")
+    out["py_inherited"] = stack.notna() & own.isna()
+    names = locations(trace)[["pid", "py_stack", "py_location"]]
+    if names.empty:
+        out["py_location"] = pd.Series(None, index=out.index, dtype=object)
+        return out
+    merged = out[["pid", "py_stack"]].merge(names, on=["pid", "py_stack"], how="left")
+    out["py_location"] = merged["py_location"].to_numpy()
+    return out
