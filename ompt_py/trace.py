@@ -472,10 +472,23 @@ class Trace:
     def user_regions(self) -> pd.DataFrame:
         """Regions of user code marked with ``ompt_py.region`` or omptpy_region.h: pid,
         thread, id, name, level (0: outermost), parent_id and parent (name) of the
-        enclosing region on the same thread, begin_ns, end_ns, duration_ns, codeptr."""
+        enclosing region on the same thread, begin_ns, end_ns, duration_ns, codeptr,
+        and the Python code that began it (py_stack, py_location, py_inherited)."""
         from .analysis import tables
 
         return tables.user_regions(self).copy()
+
+    def python_stacks(self) -> pd.DataFrame:
+        """The Python call stacks that started the trace's constructs, one row per
+        frame, outermost first: pid, stack (the ``py_stack`` of the events and
+        tables), level, file, line, function, first_line, user (not library
+        code: the frame a stack's ``py_location`` names is its innermost user
+        frame), truncated and location ("file:line in function").  Empty when
+        nothing was captured: see ``meta["processes"][i]["python"]`` for why
+        (status, reason) and ompt_py.trace(python_stacks=...)."""
+        from .analysis import pystacks
+
+        return pystacks.python_stacks(self).copy()
 
     def symbolize(self, codeptrs: Any = None, pid: int | None = None) -> pd.DataFrame:
         """Source of code addresses: pid, codeptr, module, offset, function, file,

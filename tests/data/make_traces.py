@@ -371,6 +371,17 @@ def _regions_inprocess(b: Builds, work: Path) -> None:
     (DATA / "regions-inprocess.out").write_text(out)
 
 
+# Python call stacks (tests/analysis/test_pystacks.py): the user program of known
+# lines, run from the repository (its locations read tests/programs/...).
+@trace("pystacks-inprocess")
+def _pystacks_inprocess(b: Builds, work: Path) -> None:
+    env = LIBOMP19.env({"PYTHONPATH": str(b.ext())})
+    r = subprocess.run([h.PYTHON, str(h.PROGRAMS / "pystacks_app.py"),
+                        str(parquet("pystacks-inprocess")), "on"],
+                       cwd=h.REPO, env=env, capture_output=True, text=True, timeout=120)
+    _checked(r, "pystacks_app.py")
+
+
 @trace("regions-prog")
 def _regions_prog(b: Builds, work: Path) -> None:
     _, prog = b.scripting()

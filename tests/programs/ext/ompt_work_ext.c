@@ -54,6 +54,28 @@ static PyObject *py_nested(PyObject *m, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* work_parallel with the GIL released, as NumPy, scikit-learn and PyTorch do. */
+static PyObject *py_parallel_nogil(PyObject *m, PyObject *args) {
+  (void)m;
+  int n;
+  if (!PyArg_ParseTuple(args, "i", &n)) return NULL;
+  Py_BEGIN_ALLOW_THREADS work_parallel(n);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
+/* n explicit tasks created outside any parallel region (by the initial task). */
+static PyObject *py_serial_tasks(PyObject *m, PyObject *args) {
+  (void)m;
+  int n;
+  if (!PyArg_ParseTuple(args, "i", &n)) return NULL;
+  for (int i = 0; i < n; i++) {
+#pragma omp task
+    OPAQUE();
+  }
+#pragma omp taskwait
+  Py_RETURN_NONE;
+}
+
 /* Initialises the OpenMP runtime (any omp_* call does). */
 static PyObject *py_max_threads(PyObject *m, PyObject *args) {
   (void)m, (void)args;
@@ -71,6 +93,8 @@ static PyMethodDef methods[] = {
     {"critical", py_critical, METH_VARARGS, "one region, n critical + n lock per thread"},
     {"dispatch", py_dispatch, METH_VARARGS, "one region, dynamic,1 loop of n iterations"},
     {"nested", py_nested, METH_NOARGS, "2 threads each opening 2 threads"},
+    {"parallel_nogil", py_parallel_nogil, METH_VARARGS, "parallel(n) without the GIL"},
+    {"serial_tasks", py_serial_tasks, METH_VARARGS, "n explicit tasks outside any region"},
     {"max_threads", py_max_threads, METH_NOARGS, "omp_get_max_threads()"},
     {NULL, NULL, 0, NULL},
 };
