@@ -324,6 +324,57 @@ def scripting(tmp_path_factory: pytest.TempPathFactory) -> Programs:
     return Programs({"ext": outdir, "regions_prog": prog})
 
 
+GOMP = PROGRAMS / "gomp"  # gcc-built workloads (libgomp's ABI) for the runtime fallback
+
+
+def fallback_libomp() -> str | None:
+    """The libomp that ``import ompt_py`` (policy auto) loads when no LLVM runtime is
+    mapped yet: the system's, else the bundled one, else None."""
+    from ompt_py.live import runtime
+
+    return runtime.system_libomp() or (
+        runtime.BUNDLED if os.path.exists(runtime.BUNDLED) else None)
+
+
+def needs_fallback_libomp() -> None:
+    if fallback_libomp() is None:
+        pytest.skip("no LLVM libomp to fall back on (neither bundled nor installed)")
+
+
+def check_links_libgomp(path: Path) -> None:
+    ldd = subprocess.run(["ldd", str(path)], capture_output=True, text=True).stdout
+    if "libgomp" not in ldd:
+        pytest.skip(f"gcc -fopenmp did not link libgomp:\n{ldd}")
+
+
+@pytest.fixture(scope="session")
+def prange_mod(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory holding ``prange_work``: tests/programs/gomp/prange_work.pyx, cythonized
+    and built by gcc -fopenmp (prange ... nogil)."""
+    if GCC is None:
+        pytest.skip("gcc is not installed")
+    needs_fallback_libomp()
+    pytest.importorskip("Cython", reason="Cython is not installed (pip install cython)")
+    outdir = tmp_path_factory.mktemp("prange_mod")
+    c_file = outdir / "prange_work.c"
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    for cmd in (
+        [PYTHON, "-m", "cython", "-3", str(GOMP / "prange_work.pyx"), "-o", str(c_file)],
+        [GCC, "-O2", "-fopenmp", "-shared", "-fPIC", "-I", sysconfig.get_paths()["include"],
+         str(c_file), "-o", str(outdir / ("prange_work" + suffix)), "-lm"],
+    ):
+        _run_checked(cmd, "prange_work")
+    check_links_libgomp(outdir / ("prange_work" + suffix))
+    return outdir
+
+
+def marked_lines(path: Path) -> dict[str, int]:
+    """NAME -> the number of the line of ``path`` that ends with ``# at: NAME``."""
+    lines = path.read_text().splitlines()
+    return {m.group(1): i for i, text in enumerate(lines, start=1)
+            if (m := re.search(r"# at: ([\w-]+)$", text.rstrip()))}
+
+
 @pytest.fixture(scope="session")
 def gomp_ext(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory holding ``ompt_work_gomp``: the same module built by gcc -fopenmp (libgomp)."""

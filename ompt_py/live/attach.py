@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .. import _core
 from ..errors import AttachError, ConfigError
-from . import runtime
+from . import runhook, runtime
 from .runtime import mapped_runtimes
 
 
@@ -210,8 +210,23 @@ def duplicate_runtimes_message(llvm: list) -> str:
     )
 
 
+def python_stacks_status() -> dict:
+    """Whether this interpreter's Python stacks can be captured, and the depth a
+    trace started now would capture (OMPTPY_PYTHON_STACKS): status "on", "off"
+    or "unsupported" with the reason."""
+    why_not = _core.PYTHON_STACKS_UNSUPPORTED
+    try:
+        depth = runhook.python_stacks_depth(None, _core.PYTHON_STACKS_MAX_DEPTH)
+    except ValueError as e:
+        return {"status": "off", "depth": 0, "reason": str(e)}
+    status = runhook.capture_status(depth, why_not)
+    return {"status": status, "depth": depth if status == "on" else 0,
+            "reason": why_not if status == "unsupported" else None}
+
+
 def status() -> dict:
-    """Whether the tool is attached, to which runtimes, with which callbacks and levels."""
+    """Whether the tool is attached, to which runtimes, with which callbacks and
+    levels, and whether Python stacks are captured (python_stacks_status)."""
     m = meta()
     return {
         "attached": any(rt["initialized"] for rt in m["runtimes"]),
@@ -237,6 +252,7 @@ def status() -> dict:
             "early_gnu_modules": FALLBACK.early_gnu_modules,
             "error": FALLBACK.error,
         },
+        "python_stacks": python_stacks_status(),
         "config": m["config"],
         "config_error": CONFIG_ERROR,
         "clock": m["clock"],

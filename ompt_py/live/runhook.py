@@ -86,6 +86,12 @@ def python_stacks_depth(value: object, max_depth: int) -> int:
                      f"per stack); got {value!r}")
 
 
+def capture_status(depth: int, why_not: object) -> str:
+    """The capture's status: "on", "off" (depth 0) or "unsupported" (``why_not``: why
+    this build cannot)."""
+    return "off" if not depth else "unsupported" if why_not else "on"
+
+
 def python_description(depth: int, why_not: object, extra_paths: tuple = ()) -> dict:
     """What a trace keeps about this interpreter with its Python stacks: the
     capture's status ("on", "off", or "unsupported" and why), depth, version,
@@ -97,8 +103,8 @@ def python_description(depth: int, why_not: object, extra_paths: tuple = ()) -> 
     if site.ENABLE_USER_SITE:
         libs.add(site.getusersitepackages())
     libs.update(extra_paths)
-    status = "off" if not depth else "unsupported" if why_not else "on"
-    return {"status": status, "reason": why_not if depth else None, "depth": depth,
+    return {"status": capture_status(depth, why_not), "reason": why_not if depth else None,
+            "depth": depth,
             "python": platform.python_version(), "implementation": sys.implementation.name,
             "cwd": os.getcwd(), "library_paths": sorted(os.path.realpath(p) for p in libs)}
 

@@ -62,7 +62,7 @@ def _run_command(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .. import tool_path
+    from .. import _core, tool_path
     from ..errors import TraceFileError
     from ..live import attach, runhook, runtime
     from ..trace import load
@@ -82,6 +82,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         os.environ["OMPTPY_BUFFER_SIZE"] = args.buffer_size
     if args.overflow:
         os.environ["OMPTPY_OVERFLOW"] = args.overflow
+    if args.python_stacks:
+        os.environ[runhook.PYTHON_STACKS_VARIABLE] = args.python_stacks
+    try:  # checked here, before the command starts (each of its Python processes reads it)
+        runhook.python_stacks_depth(None, _core.PYTHON_STACKS_MAX_DEPTH)
+    except ValueError as e:
+        what = "--python-stacks" if args.python_stacks else runhook.PYTHON_STACKS_VARIABLE
+        raise SystemExit(f"ompt-py run: {e}".replace(runhook.PYTHON_STACKS_VARIABLE, what)
+                         ) from None
     attach.check_environment()
     env = dict(os.environ)
     libomp = runtime.launcher_libomp(args.runtime or env.get("OMPTPY_RUNTIME"))
@@ -227,6 +235,10 @@ def parser() -> argparse.ArgumentParser:
                           "the system's libomp, else the bundled one), bundled, system, or off")
     run.add_argument("--keep-raw", metavar="DIR",
                      help="write the per-process raw files into DIR and keep them")
+    run.add_argument("--python-stacks", metavar="on|off|DEPTH",
+                     help="record the Python call stack that started each region in the "
+                          "command's Python processes (default: on, 32 frames; "
+                          "OMPTPY_PYTHON_STACKS)")
     run.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     run.add_argument("target", nargs=argparse.REMAINDER,
                      help="SCRIPT.py [ARGS], or -- COMMAND [ARGS]")

@@ -32,17 +32,20 @@ from conftest import (
     DISPATCH_WS_LOOP_CHUNK,
     END,
     GCC,
+    GOMP,
     LIBOMP,
-    PROGRAMS,
     PYTHON,
     REPO,
     SYNC_BARRIER_IMPLICIT_PARALLEL,
     WORK_LOOP_DYNAMIC,
     build_extension,
+    check_links_libgomp,
     clean_env,
     cli,
     compile_program,
+    fallback_libomp,
     n_of,
+    needs_fallback_libomp,
     ok,
     region_events,
     run_python,
@@ -56,9 +59,7 @@ from ompt_py.live import runtime as _runtime
 
 pytestmark = pytest.mark.needs_gcc
 
-GOMP = PROGRAMS / "gomp"
 EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
-PY_INCLUDE = sysconfig.get_paths()["include"]
 
 SYNC_BARRIER_IMPLEMENTATION = 4  # ompt_sync_region_barrier_implementation
 INVOKER_PROGRAM, INVOKER_RUNTIME = 0x1, 0x2
@@ -66,8 +67,7 @@ INVOKER_PROGRAM, INVOKER_RUNTIME = 0x1, 0x2
 # The system's libomp (a first copy loaded by hand in the duplicate-runtime tests).
 SYSTEM_LIBOMP = _runtime.system_libomp() or "/usr/lib/llvm-19/lib/libomp.so.5"
 # The libomp that `import ompt_py` (policy auto) loads when no LLVM runtime is mapped yet.
-FALLBACK_LIBOMP = _runtime.system_libomp() or (
-    _runtime.BUNDLED if os.path.exists(_runtime.BUNDLED) else None)
+FALLBACK_LIBOMP = fallback_libomp()
 
 # libgomp spins before it sleeps; on a loaded 2-core machine a libgomp run of
 # many regions can then take seconds per region.  The wait policy changes no
@@ -78,56 +78,25 @@ PASSIVE = {"OMP_WAIT_POLICY": "passive"}
 # ---- builds ------------------------------------------------------------------------------
 
 
-def _needs_fallback_libomp() -> None:
-    if FALLBACK_LIBOMP is None:
-        pytest.skip("no LLVM libomp to fall back on (neither bundled nor installed)")
-
-
-def _check_links_libgomp(path: Path) -> None:
-    ldd = subprocess.run(["ldd", str(path)], capture_output=True, text=True).stdout
-    if "libgomp" not in ldd:
-        pytest.skip(f"gcc -fopenmp did not link libgomp:\n{ldd}")
-
-
 @pytest.fixture(scope="module")
 def gomp_mod(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory holding ``gomp_work`` and ``gomp_work_late``: tests/programs/gomp/
     gomp_work_ext.c built by gcc -fopenmp under two module names."""
-    _needs_fallback_libomp()
+    needs_fallback_libomp()
     outdir = tmp_path_factory.mktemp("gomp_mod")
     for name in ("gomp_work", "gomp_work_late"):
         path = build_extension(GOMP / "gomp_work_ext.c", outdir, name, cc=GCC)
-    _check_links_libgomp(path)
-    return outdir
-
-
-@pytest.fixture(scope="module")
-def prange_mod(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Directory holding ``prange_work``: tests/programs/gomp/prange_work.pyx, cythonized
-    and built by gcc -fopenmp."""
-    _needs_fallback_libomp()
-    pytest.importorskip("Cython", reason="Cython is not installed (pip install cython)")
-    outdir = tmp_path_factory.mktemp("prange_mod")
-    c_file = outdir / "prange_work.c"
-    for cmd in (
-        [PYTHON, "-m", "cython", "-3", str(GOMP / "prange_work.pyx"), "-o", str(c_file)],
-        [GCC, "-O2", "-fopenmp", "-shared", "-fPIC", "-I", PY_INCLUDE, str(c_file),
-         "-o", str(outdir / ("prange_work" + EXT_SUFFIX)), "-lm"],
-    ):
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            pytest.fail(f"$ {' '.join(cmd)}\n{r.stdout}{r.stderr}")
-    _check_links_libgomp(outdir / ("prange_work" + EXT_SUFFIX))
+    check_links_libgomp(path)
     return outdir
 
 
 @pytest.fixture(scope="module")
 def gomp_prog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/programs/gomp/gomp_prog.c built by gcc -O2 -fopenmp."""
-    _needs_fallback_libomp()
+    needs_fallback_libomp()
     out = tmp_path_factory.mktemp("gomp_prog") / "gomp_prog"
     compile_program(GOMP / "gomp_prog.c", out, cc=GCC)
-    _check_links_libgomp(out)
+    check_links_libgomp(out)
     return out
 
 
@@ -341,7 +310,7 @@ print(json.dumps(out))
 
 
 def test_scikit_learn_on_libomp(tmp_path):
-    _needs_fallback_libomp()
+    needs_fallback_libomp()
     r = run_python("import sklearn", check=False)
     if r.returncode != 0:
         pytest.skip("scikit-learn cannot be imported (pip install scikit-learn): "

@@ -1,18 +1,20 @@
 """A Python program whose known lines start OpenMP constructs: the Python
 stack tests run it (tests/live/test_pystacks.py), and it made the stored trace
 tests/data/pystacks-inprocess.parquet.  A line that starts constructs ends
-with a comment ``at: NAME``; the tests find lines by these names (``lines()``).
+with a comment ``at: NAME``; the tests find lines by these names
+(tests/conftest.py's ``marked_lines``).
 
     python pystacks_app.py TRACE_PATH [PYTHON_STACKS]
+    ompt-py run ... pystacks_app.py --untraced
 
 runs main() in ompt_py.trace(python_stacks=PYTHON_STACKS: on, off or a depth;
-default: the environment's) and saves the trace to TRACE_PATH.
+default: the environment's) and saves the trace to TRACE_PATH; or only runs
+main() (under ``ompt-py run``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import sys
 import threading
 
@@ -73,17 +75,12 @@ def main() -> None:
     short_lived()
 
 
-def lines(path: str = __file__) -> dict[str, int]:
-    """NAME -> line number of the line marked ``at: NAME``."""
-    with open(path) as f:
-        return {m.group(1): i for i, text in enumerate(f, start=1)
-                if (m := re.search(r"# at: ([\w-]+)$", text.rstrip()))}
-
-
 if __name__ == "__main__":
     import ompt_py
 
-    setting = sys.argv[2] if len(sys.argv) > 2 else None
-    with ompt_py.trace(python_stacks=setting) as t:
+    if sys.argv[1] == "--untraced":
         main()
-    t.save(sys.argv[1])
+    else:
+        with ompt_py.trace(python_stacks=sys.argv[2] if len(sys.argv) > 2 else None) as t:
+            main()
+        t.save(sys.argv[1])
