@@ -72,6 +72,7 @@ bench: setup
 	$(BIN)/python bench/analysis.py
 	$(BIN)/python bench/handlers.py
 	$(BIN)/python bench/export.py
+	$(BIN)/python bench/pystacks.py
 
 setup: system-deps $(STAMP)
 

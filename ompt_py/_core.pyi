@@ -31,11 +31,16 @@ FILE_MAGIC: Final[int]
 BLOCK_META: Final[int]
 BLOCK_RECORDS: Final[int]
 BLOCK_STATS: Final[int]
+BLOCK_STACKS: Final[int]
 BLOCK_HEADER_SIZE: Final[int]
 # bounds of the handlers' filters and of native handlers (csrc/tool/omptpy_api.h)
 TAP_MAX_FILTERS: Final[int]
 TAP_MAX_THREADS: Final[int]
 NATIVE_MAX: Final[int]
+# Python call stacks (csrc/ext/pystack.c): the deepest capture, and why this build
+# cannot capture (None: it can)
+PYTHON_STACKS_MAX_DEPTH: Final[int]
+PYTHON_STACKS_UNSUPPORTED: Final[str | None]
 # the key of a lookup of columns()
 KEY_EVENT: Final[int]
 KEY_ENDPOINT: Final[int]
@@ -206,3 +211,14 @@ def region_mark(endpoint: int, name: str | None, /) -> None:
 
 def region_names() -> list[str]:
     """The interned region names, id 1 first."""
+
+def python_stacks(depth: int, description: str, /) -> None:
+    """Capture Python stacks of at most depth frames (0: off); description: JSON kept
+    with the tables."""
+
+def stack_tables(codes_from: int, stacks_from: int, /) -> str:
+    """The captured codes and stacks from these ids on, as JSON."""
+
+def time_captures(n: int, /) -> tuple[int, int]:
+    """Capture this thread's Python stack n times (bench/pystacks.py): (nanoseconds,
+    the last stack id)."""

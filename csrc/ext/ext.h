@@ -72,5 +72,6 @@ PyObject *omptpy_py_format_rows(PyObject *m, PyObject *args);
 const char *omptpy_py_stacks_unsupported(void);
 PyObject *omptpy_py_python_stacks(PyObject *m, PyObject *arg);
 PyObject *omptpy_py_stack_tables(PyObject *m, PyObject *args);
+PyObject *omptpy_py_time_captures(PyObject *m, PyObject *arg);
 
 #endif /* OMPTPY_EXT_H */

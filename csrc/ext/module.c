@@ -357,6 +357,10 @@ static PyMethodDef methods[] = {
     {"stack_tables", omptpy_py_stack_tables, METH_VARARGS,
      DOC("stack_tables($module, codes_from, stacks_from, /)",
          "The captured codes and stacks from these ids on, as JSON.")},
+    {"time_captures", omptpy_py_time_captures, METH_O,
+     DOC("time_captures($module, n, /)",
+         "Capture this thread's Python stack n times (bench/pystacks.py): (nanoseconds, "
+         "the last stack id).")},
     {NULL, NULL, 0, NULL},
 };
 #undef DOC

@@ -22,8 +22,8 @@
 
 #include "omptpy_internal.h"
 
-#define MAX_CODES (1u << 18)
-#define MAX_STACKS (1u << 20)
+#define MAX_CODES (1u << 16)
+#define MAX_STACKS (1u << 18)
 #define ARENA_BYTES ((size_t)256 << 20)
 
 typedef struct entry {
@@ -66,10 +66,15 @@ static void *map(size_t bytes) {
   return p == MAP_FAILED ? NULL : p;
 }
 
+/* The slots are populated now (5 MiB for both tables, about a millisecond):
+ * a new stack lands on a random slot, and would otherwise take a page fault
+ * in the callback.  The other arrays fill in order. */
 static int table_init(table *t, uint32_t max) {
-  t->slots = map(2 * (size_t)max * sizeof *t->slots);
+  size_t slot_bytes = 2 * (size_t)max * sizeof *t->slots;
+  t->slots = map(slot_bytes);
   t->by_id = map((size_t)max * sizeof *t->by_id);
   t->max = max;
+  if (t->slots) madvise(t->slots, slot_bytes, MADV_POPULATE_WRITE);
   return t->slots && t->by_id ? 0 : -ENOMEM;
 }
 
@@ -109,13 +114,20 @@ uint32_t omptpy_stack_capture(const omptpy_stack_hooks *h, omptpy_thread *t, boo
   return h->capture();
 }
 
+/* Four independent lanes (a stack of depth 32 is 65 words: one chain of
+ * multiplications would wait on each), mixed at the end. */
 static inline uint64_t hash_words(const uint64_t *w, uint32_t n) {
-  uint64_t h = 0x9e3779b97f4a7c15u ^ n;
-  for (uint32_t i = 0; i < n; i++) {
-    h = (h ^ w[i]) * 0xff51afd7ed558ccdu;
-    h ^= h >> 32;
-  }
-  return h ? h : 1;
+  uint64_t h[4] = {0x9e3779b97f4a7c15u ^ n, 0xc2b2ae3d27d4eb4fu, 0x165667b19e3779f9u,
+                   0x27d4eb2f165667c5u};
+  uint32_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int k = 0; k < 4; k++) h[k] = (h[k] ^ w[i + k]) * 0xff51afd7ed558ccdu;
+  for (int k = 0; i < n; i++, k++) h[k] = (h[k] ^ w[i]) * 0xff51afd7ed558ccdu;
+  uint64_t x = h[0] ^ (h[1] >> 17 | h[1] << 47) ^ (h[2] >> 31 | h[2] << 33) ^ (h[3] >> 45 | h[3] << 19);
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53u;
+  x ^= x >> 29;
+  return x ? x : 1;
 }
 
 static inline bool same(const entry *e, uint64_t h, const uint64_t *key, uint32_t nkey) {
