@@ -55,7 +55,7 @@ test-old-libomp: setup
 test-sanitize: setup
 	@mkdir -p $(SANITIZE_DIR)
 	gcc $(SANITIZE_CFLAGS) -Icsrc/include -shared -Wl,-soname,libomptpy.so -Wl,-z,defs \
-	  -o $(SANITIZE_DIR)/libomptpy.so $(wildcard csrc/tool/*.c) -lpthread -ldl -lrt -lm
+	  -o $(SANITIZE_DIR)/libomptpy.so $(wildcard csrc/tool/*.c) -lpthread -ldl -lrt -lm -lgcc_s
 	OMPTPY_TEST_TOOL=$(CURDIR)/$(SANITIZE_DIR)/libomptpy.so \
 	OMPTPY_TEST_PRELOAD=$$(gcc -print-file-name=libasan.so) \
 	ASAN_OPTIONS=detect_leaks=1 \

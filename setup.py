@@ -41,7 +41,7 @@ class BuildToolAndExtension(build_ext):
         self.compiler.link_shared_object(
             objects,
             os.path.join(outdir, TOOL_NAME),
-            libraries=["pthread", "dl", "rt", "m"],
+            libraries=["pthread", "dl", "rt", "m", "gcc_s"],  # gcc_s: _Unwind_Backtrace
             extra_postargs=[f"-Wl,-soname,{TOOL_NAME}", "-Wl,-z,defs"],
         )
         self._bundled = bundle(os.path.join(outdir, "runtime"), self.build_temp) is not None

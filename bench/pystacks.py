@@ -10,8 +10,9 @@ Prints, in one fresh python (the same memory and threads for every figure):
    object, resolved and added to the tables).
 2. N empty parallel regions started from a Python loop (ctypes calls of
    bench_regions(1) of bench/build/libbenchwork.so, 2 threads), recorded in
-   trace windows with Python stacks off and on, alternated in cycles: the
-   ratio on/off.
+   trace windows with Python stacks off, on, and on with 4 native frames
+   (native_depth, unwinding), alternated in cycles: the ratio on/off, and
+   what the native frames add per region.
 
 Targets (the issue's): warm capture at depth 8 at most 150 ns; the regions at
 most 1.3x with capture against without.  The cost when capture is off is the
@@ -66,7 +67,7 @@ def at_depth(depth, fn):
     return down(depth - len(__import__("inspect").stack()) + 1)
 
 for depth in (8, 32):
-    runhook.start_python_stacks(_core, depth, ())
+    runhook.start_python_stacks(_core, depth)
     best = []
     for _ in range(5):
         ns, stack = at_depth(depth, lambda: _core.time_captures(warm_n))
@@ -84,8 +85,9 @@ for depth in (8, 32):
 
 lib.bench_regions(1000)  # threads, runtime and tool start-up
 
-def window(stacks):
-    t = ompt_py.trace(python_stacks=stacks).start()
+def window(setup):
+    stacks, native = {"off": (False, 0), "on": (True, 0), "native": (True, 4)}[setup]
+    t = ompt_py.trace(python_stacks=stacks, native_depth=native).start()
     f = lib.bench_regions
     t0 = time.perf_counter_ns()
     for _ in range(n_regions):
@@ -95,12 +97,16 @@ def window(stacks):
     begins = int((t.events["event"] == 3).sum())
     return (t1 - t0) / 1e9, begins
 
-window(False); window(True)  # untimed: memory, tables
-out["off"], out["on"], out["begins"] = [], [], []
+setups = ["off", "on", "native"]
+for setup in setups:  # untimed: memory, tables, the unwinder
+    window(setup)
+out.update({setup: [] for setup in setups})
+out["begins"] = []
 for cycle in range(cycles):
-    for stacks in ((False, True) if cycle % 2 == 0 else (True, False)):
-        seconds, begins = window(stacks)
-        out["on" if stacks else "off"].append(seconds)
+    order = setups[cycle % 3:] + setups[:cycle % 3]
+    for setup in order if cycle % 2 == 0 else order[::-1]:
+        seconds, begins = window(setup)
+        out[setup].append(seconds)
         out["begins"].append(begins)
 print("OMPTPY_PYSTACKS " + json.dumps(out))
 """
@@ -142,16 +148,19 @@ def main(argv: list[str] | None = None) -> int:
               f"{fmt(statistics.median(warm['ns']), '.1f'):>11}  "
               f"{fmt(out['cold'][str(depth)]['ns'], '.0f'):>9}")
     off, on = out["off"], out["on"]
-    per_region = {k: [s / args.regions * 1e9 for s in v] for k, v in (("off", off), ("on", on))}
+    labels = {"off": "stacks off", "on": "stacks on", "native": "on, native_depth 4"}
     print(f"\n{args.regions:,} empty regions from a Python loop ({args.cycles} cycles), "
           f"ns per region:")
-    for k in ("off", "on"):
-        print(f"  stacks {k:>3}: min {fmt(min(per_region[k]), '.0f')}, median "
-              f"{fmt(statistics.median(per_region[k]), '.0f')}")
+    for k, label in labels.items():
+        per_region = [s / args.regions * 1e9 for s in out[k]]
+        print(f"  {label:>18}: min {fmt(min(per_region), '.0f')}, median "
+              f"{fmt(statistics.median(per_region), '.0f')}")
     ratio_min = min(on) / min(off)
     ratio_median = statistics.median(on) / statistics.median(off)
-    print(f"  on/off: {ratio_min:.3f} (min), {ratio_median:.3f} (median); "
-          f"parallel_begin per window: {sorted(set(out['begins']))}")
+    native_ns = (min(out["native"]) - min(on)) / args.regions * 1e9
+    print(f"  on/off: {ratio_min:.3f} (min), {ratio_median:.3f} (median); native frames add "
+          f"{native_ns:.0f} ns per region (min); parallel_begin per window: "
+          f"{sorted(set(out['begins']))}")
     warm8 = min(out["warm"]["8"]["ns"])
     report_targets([
         Target("warm capture, depth 8", warm8, WARM_NS_MAX, "<=", "ns"),

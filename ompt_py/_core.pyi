@@ -40,6 +40,7 @@ NATIVE_MAX: Final[int]
 # Python call stacks (csrc/ext/pystack.c): the deepest capture, and why this build
 # cannot capture (None: it can)
 PYTHON_STACKS_MAX_DEPTH: Final[int]
+NATIVE_STACKS_MAX_DEPTH: Final[int]
 PYTHON_STACKS_UNSUPPORTED: Final[str | None]
 # the key of a lookup of columns()
 KEY_EVENT: Final[int]
@@ -212,9 +213,9 @@ def region_mark(endpoint: int, name: str | None, /) -> None:
 def region_names() -> list[str]:
     """The interned region names, id 1 first."""
 
-def python_stacks(depth: int, description: str, /) -> None:
-    """Capture Python stacks of at most depth frames (0: off); description: JSON kept
-    with the tables."""
+def python_stacks(depth: int, description: str, native_depth: int, /) -> None:
+    """Capture Python stacks of at most depth frames (0: off), with native_depth native
+    frames above each construct; description: JSON kept with the tables."""
 
 def stack_tables(codes_from: int, stacks_from: int, /) -> str:
     """The captured codes and stacks from these ids on, as JSON."""

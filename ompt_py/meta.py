@@ -98,12 +98,15 @@ def python_entry(docs: list[dict], source: str) -> dict | None:
     description (status: on, off or unsupported, and why; depth; version;
     working directory; library folders), ``codes`` ([file, name, first line],
     code id 1 first), ``stacks`` ([truncated, code, line, code, line...],
-    frames outermost first, stack id 1 first) and the codes and stacks the
-    tool's full tables refused.  None when the process ran no Python stacks.
+    frames outermost first, then a list of native return addresses, outermost
+    first, when the capture kept native frames; stack id 1 first), the codes
+    and stacks the tool's full tables refused, and the captures whose native
+    frames were not found (native_missed).  None when the process ran no
+    Python stacks.
     TraceFileError, naming ``source``, for documents of another shape."""
     codes: list[list] = []
     stacks: list[list] = []
-    interpreter, refused = None, {"codes_refused": 0, "stacks_refused": 0}
+    interpreter, refused = None, {"codes_refused": 0, "stacks_refused": 0, "native_missed": 0}
     try:
         for doc in docs:
             for table, key in ((codes, "codes"), (stacks, "stacks")):
@@ -111,7 +114,8 @@ def python_entry(docs: list[dict], source: str) -> dict | None:
                 table.extend([None] * (start - len(table)))  # a block lost in between
                 table[start:start + len(rows)] = rows
             interpreter = dict(doc["interpreter"] or interpreter or {})
-            refused = {k: int(doc[k]) for k in refused}
+            refused = {k: int(doc[k] if k != "native_missed" else doc.get(k, 0))
+                       for k in refused}
     except (KeyError, TypeError, ValueError) as e:
         raise TraceFileError(f"{source}: the Python stacks are corrupt ({type(e).__name__}: {e})"
                              ) from e

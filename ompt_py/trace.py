@@ -98,12 +98,15 @@ class Trace:
     """
 
     def __init__(self, path: str | os.PathLike | None = None,
-                 python_stacks: bool | int | None = None) -> None:
+                 python_stacks: bool | int | None = None, native_depth: int | None = None
+                 ) -> None:
         """A trace to record in this process; ``path``: save there at stop();
-        ``python_stacks``: see trace()."""
-        from .live.runhook import python_stacks_depth
+        ``python_stacks``, ``native_depth``: see trace()."""
+        from .live import runhook
 
-        self._python_depth = python_stacks_depth(python_stacks, _core.PYTHON_STACKS_MAX_DEPTH)
+        self._python_depth = runhook.python_stacks_depth(python_stacks,
+                                                         _core.PYTHON_STACKS_MAX_DEPTH)
+        self._native_depth = runhook.native_depth(native_depth, _core.NATIVE_STACKS_MAX_DEPTH)
         self._path = os.fspath(path) if path is not None else None
         self._segments: list[np.ndarray] = []
         self._pid_runs: list[tuple[int, int]] = []  # (pid, rows) in the order of the rows
@@ -167,7 +170,7 @@ class Trace:
     @classmethod
     def _from_parts(cls, segments: list[np.ndarray], meta: dict, pid_runs: list[tuple[int, int]],
                     pids: np.ndarray | None = None) -> Trace:
-        t = cls(python_stacks=False)
+        t = cls(python_stacks=False, native_depth=0)
         t._recordable = False
         t._segments, t._pid_runs, t._pids, t.meta = segments, pid_runs, pids, meta
         return t
@@ -192,7 +195,7 @@ class Trace:
         from .live.recording import Recorder
 
         if self._recorder is None:
-            self._recorder = Recorder(self._python_depth)
+            self._recorder = Recorder(self._python_depth, self._native_depth)
         self._recorder.start()
         _active = self
         return self
@@ -739,7 +742,7 @@ def load(path: str | os.PathLike) -> Trace:
 
 
 def trace(path: str | os.PathLike | None = None,
-          python_stacks: bool | int | None = None) -> Trace:
+          python_stacks: bool | int | None = None, native_depth: int | None = None) -> Trace:
     """A trace of this process's OpenMP events: ``with ompt_py.trace() as t: ...``
     or ``t = ompt_py.trace(); t.start(); ...; t.stop()``.  With ``path``, the
     trace is saved there (Parquet) at each stop() and at interpreter exit.
@@ -752,8 +755,16 @@ def trace(path: str | os.PathLike | None = None,
     depth), else on.  A capture costs about a hundred nanoseconds once its
     stack is known (bench/pystacks.py).  Where this Python's frames cannot be
     read, the trace's ``meta`` and ``ompt_py.status()`` say why and nothing
-    is captured.  See Trace.python_stacks()."""
-    return Trace(path, python_stacks)
+    is captured.  See Trace.python_stacks().
+
+    ``native_depth``: with each Python stack, the return addresses of up to
+    this many native frames (0 to 16) above the construct's own code, found
+    by unwinding the thread (glibc's backtrace(): no frame pointers needed),
+    so that regions of one generic native function (PyTorch's
+    TensorIteratorBase::for_each) are told apart by the native code that
+    called it.  Default: the environment's OMPTPY_NATIVE_DEPTH, else 0 (off):
+    unwinding costs a few microseconds per construct (bench/pystacks.py)."""
+    return Trace(path, python_stacks, native_depth)
 
 
 def _stop_at_exit() -> None:

@@ -351,9 +351,9 @@ static PyMethodDef methods[] = {
     {"region_names", py_region_names, METH_NOARGS,
      DOC("region_names($module, /)", "The interned region names, id 1 first.")},
     {"python_stacks", omptpy_py_python_stacks, METH_VARARGS,
-     DOC("python_stacks($module, depth, description, /)",
-         "Capture Python stacks of at most depth frames (0: off); description: JSON kept "
-         "with the tables.")},
+     DOC("python_stacks($module, depth, description, native_depth, /)",
+         "Capture Python stacks of at most depth frames (0: off), with native_depth native "
+         "frames above each construct; description: JSON kept with the tables.")},
     {"stack_tables", omptpy_py_stack_tables, METH_VARARGS,
      DOC("stack_tables($module, codes_from, stacks_from, /)",
          "The captured codes and stacks from these ids on, as JSON.")},
@@ -407,6 +407,7 @@ static const struct {
     C(NATIVE_MAX, OMPTPY_NATIVE_MAX),
     /* Python stacks (pystack.c) */
     C(PYTHON_STACKS_MAX_DEPTH, OMPTPY_PY_MAX_DEPTH),
+    C(NATIVE_STACKS_MAX_DEPTH, OMPTPY_STACK_MAX_NATIVE),
     /* the arguments of this module's functions (ext.h) */
     C(KEY_EVENT, KEY_EVENT),
     C(KEY_ENDPOINT, KEY_ENDPOINT),

@@ -184,7 +184,8 @@ static uint32_t code_id(PyCodeObject *co, uint32_t print) {
 }
 
 /* A stack seen for the first time: its frames resolved, then added. */
-static uint32_t add_stack(const uint64_t *key, uint32_t n, bool truncated) {
+static uint32_t add_stack(const uint64_t *key, uint32_t n, bool truncated, const uint64_t *native,
+                         uint32_t nnative) {
   omptpy_stack_frame frames[MAX_DEPTH];
   for (uint32_t i = 0; i < n; i++) {
     PyCodeObject *co = (PyCodeObject *)(uintptr_t)key[2 * i];
@@ -193,14 +194,14 @@ static uint32_t add_stack(const uint64_t *key, uint32_t n, bool truncated) {
     frames[i].line = offset >= 0 && offset < CODE_BYTES(co) ? PyCode_Addr2Line(co, offset) : 0;
     if (frames[i].line < 0) frames[i].line = 0;
   }
-  return omptpy_stack_add(key, 2 * n + 1, frames, n, truncated);
+  return omptpy_stack_add(key, 2 * n + 1 + nnative, frames, n, truncated, native, nnative);
 }
 
-static uint32_t capture(void) {
+static uint32_t capture(const uint64_t *native, uint32_t nnative) {
   PyThreadState *ts = PyGILState_GetThisThreadState();
   if (!ts) return 0;
   uint32_t depth = (uint32_t)atomic_load_explicit(&depth_now, memory_order_relaxed);
-  uint64_t key[2 * MAX_DEPTH + 1];
+  uint64_t key[2 * MAX_DEPTH + 1 + OMPTPY_STACK_MAX_NATIVE];
   uint32_t n = 0;
   bool truncated = false;
   for (frame_t *f = innermost(ts); f; f = caller(f)) {
@@ -216,8 +217,9 @@ static uint32_t capture(void) {
   }
   if (n == 0) return 0;
   key[2 * n] = truncated;
-  uint32_t id = omptpy_stack_find(key, 2 * n + 1);
-  return id ? id : add_stack(key, n, truncated);
+  memcpy(key + 2 * n + 1, native, nnative * sizeof *native);
+  uint32_t id = omptpy_stack_find(key, 2 * n + 1 + nnative);
+  return id ? id : add_stack(key, n, truncated, native, nnative);
 }
 
 static bool runs(void) { return PyGILState_GetThisThreadState() != NULL; }
@@ -237,13 +239,17 @@ const char *omptpy_py_stacks_unsupported(void) {
 
 PyObject *omptpy_py_python_stacks(PyObject *m, PyObject *args) {
   (void)m;
-  int depth;
+  int depth, native;
   const char *description;
-  if (!PyArg_ParseTuple(args, "is", &depth, &description)) return NULL;
+  if (!PyArg_ParseTuple(args, "isi", &depth, &description, &native)) return NULL;
   if (depth < 0 || depth > MAX_DEPTH)
     return PyErr_Format(PyExc_ValueError, "the depth of Python stacks is 0 (off) to %d, not %d",
                         MAX_DEPTH, depth);
+  if (native < 0 || native > OMPTPY_STACK_MAX_NATIVE)
+    return PyErr_Format(PyExc_ValueError, "the native depth is 0 (off) to %d, not %d",
+                        OMPTPY_STACK_MAX_NATIVE, native);
   int rc = omptpy_stacks_describe(description);
+  rc = rc ? rc : omptpy_stacks_set_native(depth > 0 ? native : 0);
 #ifdef UNSUPPORTED
   if (rc == 0 && depth > 0) return PyErr_Format(PyExc_RuntimeError, "%s", UNSUPPORTED);
 #else
@@ -276,7 +282,7 @@ PyObject *omptpy_py_time_captures(PyObject *m, PyObject *arg) {
   struct timespec a, b;
   uint32_t id = 0;
   clock_gettime(CLOCK_MONOTONIC, &a);
-  for (long i = 0; i < n; i++) id = capture();
+  for (long i = 0; i < n; i++) id = capture(NULL, 0);
   clock_gettime(CLOCK_MONOTONIC, &b);
   long long ns = (long long)(b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec);
   return Py_BuildValue("(LI)", ns, id);

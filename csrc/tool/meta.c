@@ -46,7 +46,10 @@ int omptpy_put(omptpy_str *s, const char *fmt, ...) {
 /* The length of the valid UTF-8 sequence at v[i] (2 to 4 bytes), or 0. */
 static size_t utf8_sequence(const unsigned char *v, size_t i, size_t n) {
   unsigned char c = v[i];
-  size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+  size_t len = c >= 0xc2 && c <= 0xdf   ? 2
+               : c >= 0xe0 && c <= 0xef ? 3
+               : c >= 0xf0 && c <= 0xf4 ? 4
+                                        : 0;
   if (!len || i + len > n) return 0;
   for (size_t k = 1; k < len; k++)
     if ((v[i + k] & 0xc0) != 0x80) return 0;

@@ -123,14 +123,25 @@ const char *omptpy_region_name(uint32_t id);
  * thread: they must not block, lock, or allocate once their stacks are known.
  * The tool calls them for parallel, teams and target regions and region
  * markers, and for tasks created outside every parallel region. */
+/* capture: `native` holds the return addresses of the n native frames above
+ * the construct's own (innermost first; n = 0 unless omptpy_stacks_set_native),
+ * to be part of the stack. */
 typedef struct omptpy_stack_hooks {
-  uint32_t (*capture)(void);
+  uint32_t (*capture)(const uint64_t *native, uint32_t n);
   bool (*runs)(void);
 } omptpy_stack_hooks;
 
 /* Installs the hooks (static storage; NULL: capture off), making the tables
  * the first time.  0, or -ENOMEM. */
 int omptpy_stacks_set_hooks(const omptpy_stack_hooks *hooks);
+
+/* Native frames with each stack: the return addresses of up to `depth` frames
+ * (0: none, at most OMPTPY_STACK_MAX_NATIVE) above the construct's code
+ * address, found by unwinding the calling thread (libgcc's _Unwind_Backtrace,
+ * which reads the unwind tables: no frame pointers needed).  Costs
+ * microseconds per capture (bench/pystacks.py).  0, or -EINVAL. */
+#define OMPTPY_STACK_MAX_NATIVE 16
+int omptpy_stacks_set_native(int depth);
 
 /* The tables behind the hooks.  Keys are the caller's words (at most
  * OMPTPY_STACK_MAX_KEY), identifying a stack or, two words, a code (a
@@ -144,9 +155,11 @@ typedef struct omptpy_stack_frame {
 } omptpy_stack_frame;
 
 uint32_t omptpy_stack_find(const uint64_t *key, uint32_t nkey);
-/* frames innermost first; truncated: the stack went deeper than the frames kept. */
+/* frames innermost first; truncated: the stack went deeper than the frames kept;
+ * native: return addresses of native frames, innermost first. */
 uint32_t omptpy_stack_add(const uint64_t *key, uint32_t nkey, const omptpy_stack_frame *frames,
-                          uint32_t nframes, bool truncated);
+                          uint32_t nframes, bool truncated, const uint64_t *native,
+                          uint32_t nnative);
 uint32_t omptpy_code_find(const uint64_t key[2]);
 /* file and name: UTF-8, not NUL-terminated. */
 uint32_t omptpy_code_add(const uint64_t key[2], const char *file, size_t file_len,
@@ -157,7 +170,8 @@ int omptpy_stacks_describe(const char *json);
 /* The codes and stacks from these ids on, as JSON (free() it; NULL: out of
  * memory): {"interpreter" (omptpy_stacks_describe, or null), "codes_from",
  * "codes": [[file, name, first line]...], "stacks_from", "stacks": [[truncated,
- * code, line, code, line...]...] (frames outermost first), "codes_refused",
+ * code, line, code, line..., [native return address...]]...] (frames outermost
+ * first; the list of native frames only when there are some), "codes_refused",
  * "stacks_refused"}. */
 char *omptpy_stacks(uint32_t codes_from, uint32_t stacks_from);
 

@@ -467,12 +467,14 @@ extern _Atomic(const omptpy_stack_hooks *) omptpy_stack_hooks_now;
 
 /* The calling thread's stack id for a record (0: none), outside the hot path's
  * inline code; `gate`: only when the thread is outside every parallel region
- * (the encountering task is an initial task). */
-uint32_t omptpy_stack_capture(const omptpy_stack_hooks *h, omptpy_thread *t, bool gate);
+ * (the encountering task is an initial task); codeptr: the construct's return
+ * address, above which the native frames are (omptpy_stacks_set_native). */
+uint32_t omptpy_stack_capture(const omptpy_stack_hooks *h, omptpy_thread *t, bool gate,
+                              uint64_t codeptr);
 
-static inline uint32_t omptpy_stack_id(omptpy_thread *t, bool gate) {
+static inline uint32_t omptpy_stack_id(omptpy_thread *t, bool gate, uint64_t codeptr) {
   const omptpy_stack_hooks *h = atomic_load_explicit(&omptpy_stack_hooks_now, memory_order_relaxed);
-  return OMPTPY_UNLIKELY(h != NULL) ? omptpy_stack_capture(h, t, gate) : 0;
+  return OMPTPY_UNLIKELY(h != NULL) ? omptpy_stack_capture(h, t, gate, codeptr) : 0;
 }
 
 /* New codes and stacks since *codes_from / *stacks_from (updated) as a JSON

@@ -19,12 +19,16 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unwind.h>
 
 #include "omptpy_internal.h"
 
 #define MAX_CODES (1u << 16)
 #define MAX_STACKS (1u << 18)
 #define ARENA_BYTES ((size_t)256 << 20)
+/* Frames searched for the construct's return address: this file's, the
+ * callback's and the runtime's own frames are below it. */
+#define NATIVE_SEARCH 24
 
 typedef struct entry {
   uint64_t hash;
@@ -56,6 +60,8 @@ static struct {
   _Atomic(const char *) interpreter;
   _Atomic uint32_t interpreter_changes;
   uint32_t interpreter_written;
+  _Atomic int native_depth;       /* omptpy_stacks_set_native */
+  _Atomic uint64_t native_missed; /* captures whose construct address was not found */
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 _Atomic(const omptpy_stack_hooks *) omptpy_stack_hooks_now;
@@ -101,17 +107,67 @@ OMPTPY_API int omptpy_stacks_describe(const char *json) {
   return 0;
 }
 
-uint32_t omptpy_stack_capture(const omptpy_stack_hooks *h, omptpy_thread *t, bool gate) {
+typedef struct walk {
+  uint64_t codeptr;
+  uint64_t *out;
+  int seen;  /* frames walked */
+  int found; /* frames kept after codeptr's, -1 before it */
+  int depth;
+} walk;
+
+static _Unwind_Reason_Code step(struct _Unwind_Context *ctx, void *arg) {
+  walk *w = arg;
+  uint64_t ip = (uint64_t)_Unwind_GetIP(ctx);
+  if (!ip) return _URC_END_OF_STACK;
+  if (w->found >= 0) w->out[w->found++] = ip;
+  else if (ip == w->codeptr) w->found = 0;
+  else if (++w->seen >= NATIVE_SEARCH) return _URC_END_OF_STACK;
+  return w->found >= w->depth ? _URC_END_OF_STACK : _URC_NO_REASON;
+}
+
+/* Up to `depth` return addresses of the frames above the one returning to
+ * codeptr (the construct's code), innermost first; how many (0 when codeptr is
+ * not among the innermost frames: counted).  The walk stops there: the
+ * interpreter's frames above are not unwound. */
+static uint32_t native_frames(uint64_t codeptr, int depth, uint64_t *out) {
+  walk w = {codeptr, out, 0, -1, depth};
+  _Unwind_Backtrace(step, &w);
+  if (w.found < 0) {
+    atomic_fetch_add_explicit(&S.native_missed, 1, memory_order_relaxed);
+    return 0;
+  }
+  return (uint32_t)w.found;
+}
+
+OMPTPY_API int omptpy_stacks_set_native(int depth) {
+  if (depth < 0 || depth > OMPTPY_STACK_MAX_NATIVE) return -EINVAL;
+  if (depth) {
+    /* The unwinder's first walk sets up its caches: not in a callback. */
+    uint64_t out[1];
+    native_frames(0, 1, out);
+    atomic_store(&S.native_missed, 0);
+  }
+  atomic_store(&S.native_depth, depth);
+  return 0;
+}
+
+uint32_t omptpy_stack_capture(const omptpy_stack_hooks *h, omptpy_thread *t, bool gate,
+                              uint64_t codeptr) {
+  int depth = atomic_load_explicit(&S.native_depth, memory_order_relaxed);
+  /* Ask whether the thread runs Python before costlier work: the runtime's
+   * task info, the unwinding. */
+  if ((gate || depth) && !h->runs()) return 0;
   if (gate) {
     /* A task created inside a parallel region inherits its region's stack:
-     * only ask the interpreter when the encountering task is an initial task. */
-    if (!h->runs()) return 0;
+     * only capture when the encountering task is an initial task. */
     ompt_get_task_info_t info = omptpy_g.runtimes[t->runtime].get_task_info;
     int flags = 0;
     if (!info || info(0, &flags, NULL, NULL, NULL, NULL) != 2 || !(flags & ompt_task_initial))
       return 0;
   }
-  return h->capture();
+  uint64_t native[OMPTPY_STACK_MAX_NATIVE];
+  uint32_t n = depth && codeptr ? native_frames(codeptr, depth, native) : 0;
+  return h->capture(native, n);
 }
 
 /* Four independent lanes (a stack of depth 32 is 65 words: one chain of
@@ -123,7 +179,8 @@ static inline uint64_t hash_words(const uint64_t *w, uint32_t n) {
   for (; i + 4 <= n; i += 4)
     for (int k = 0; k < 4; k++) h[k] = (h[k] ^ w[i + k]) * 0xff51afd7ed558ccdu;
   for (int k = 0; i < n; i++, k++) h[k] = (h[k] ^ w[i]) * 0xff51afd7ed558ccdu;
-  uint64_t x = h[0] ^ (h[1] >> 17 | h[1] << 47) ^ (h[2] >> 31 | h[2] << 33) ^ (h[3] >> 45 | h[3] << 19);
+  uint64_t x =
+      h[0] ^ (h[1] >> 17 | h[1] << 47) ^ (h[2] >> 31 | h[2] << 33) ^ (h[3] >> 45 | h[3] << 19);
   x ^= x >> 33;
   x *= 0xc4ceb9fe1a85ec53u;
   x ^= x >> 29;
@@ -198,19 +255,27 @@ OMPTPY_API uint32_t omptpy_stack_find(const uint64_t *key, uint32_t nkey) {
   return find(&S.stacks, key, nkey);
 }
 
-OMPTPY_API uint32_t omptpy_code_find(const uint64_t key[2]) { return find(&S.codes, key, 2); }
+OMPTPY_API uint32_t omptpy_code_find(const uint64_t key[2]) {
+  return find(&S.codes, key, 2);
+}
 
-/* Stack payload: a uint32 of flags (1: truncated), then the frames. */
-OMPTPY_API uint32_t omptpy_stack_add(const uint64_t *key, uint32_t nkey, const omptpy_stack_frame *frames,
-                          uint32_t nframes, bool truncated) {
-  entry *e = carve(&S.stacks, key, nkey, sizeof(uint32_t) + nframes * sizeof *frames);
+/* Stack payload: a uint32 of flags (1: truncated), the number of frames, then
+ * the native return addresses and the frames (8-byte aligned: the payload
+ * follows the key's words). */
+OMPTPY_API uint32_t omptpy_stack_add(const uint64_t *key, uint32_t nkey,
+                                     const omptpy_stack_frame *frames, uint32_t nframes,
+                                     bool truncated, const uint64_t *native, uint32_t nnative) {
+  entry *e = carve(&S.stacks, key, nkey,
+                   2 * sizeof(uint32_t) + nnative * sizeof *native + nframes * sizeof *frames);
   if (!e) {
     atomic_fetch_add_explicit(&S.stacks.refused, 1, memory_order_relaxed);
     return 0;
   }
   uint32_t *p = payload(e);
   p[0] = truncated;
-  memcpy(p + 1, frames, nframes * sizeof *frames);
+  p[1] = nframes;
+  memcpy(p + 2, native, nnative * sizeof *native);
+  memcpy((uint64_t *)(p + 2) + nnative, frames, nframes * sizeof *frames);
   return publish(&S.stacks, e);
 }
 
@@ -250,12 +315,17 @@ static int put_entries(omptpy_str *s, table *t, uint32_t *from, bool codes) {
       rc = rc ? rc : omptpy_put_string(s, file + p[1], e->nbytes - 2 * sizeof(uint32_t) - p[1]);
       rc = rc ? rc : omptpy_put(s, ",%d]", (int32_t)p[0]);
     } else {
-      const omptpy_stack_frame *f = (const omptpy_stack_frame *)(p + 1);
-      uint32_t nframes = (uint32_t)((e->nbytes - sizeof(uint32_t)) / sizeof *f);
+      uint32_t nframes = p[1];
+      const uint64_t *native = (const uint64_t *)(p + 2);
+      uint32_t nnative = (uint32_t)((e->nbytes - 2 * sizeof(uint32_t) -
+                                     nframes * sizeof(omptpy_stack_frame)) / sizeof *native);
+      const omptpy_stack_frame *f = (const omptpy_stack_frame *)(native + nnative);
       rc = rc ? rc : omptpy_put(s, "%u", p[0]);
       for (uint32_t k = nframes; rc == 0 && k-- > 0;) /* outermost first */
         rc = omptpy_put(s, ",%u,%d", f[k].code, f[k].line);
-      rc = rc ? rc : omptpy_put(s, "]");
+      for (uint32_t k = nnative; rc == 0 && k-- > 0;)
+        rc = omptpy_put(s, "%s%llu", k == nnative - 1 ? ",[" : ",", (unsigned long long)native[k]);
+      rc = rc ? rc : omptpy_put(s, nnative ? "]]" : "]");
     }
   }
   *from = id;
@@ -269,9 +339,12 @@ int omptpy_stacks_json(omptpy_str *s, uint32_t *codes_from, uint32_t *stacks_fro
   rc = rc ? rc : put_entries(s, &S.codes, codes_from, true);
   rc = rc ? rc : omptpy_put(s, "],\"stacks_from\":%u,\"stacks\":[", *stacks_from);
   rc = rc ? rc : put_entries(s, &S.stacks, stacks_from, false);
-  rc = rc ? rc : omptpy_put(s, "],\"codes_refused\":%llu,\"stacks_refused\":%llu}",
+  rc = rc ? rc : omptpy_put(s, "],\"codes_refused\":%llu,\"stacks_refused\":%llu,"
+                            "\"native_depth\":%d,\"native_missed\":%llu}",
                             (unsigned long long)atomic_load(&S.codes.refused),
-                            (unsigned long long)atomic_load(&S.stacks.refused));
+                            (unsigned long long)atomic_load(&S.stacks.refused),
+                            atomic_load(&S.native_depth),
+                            (unsigned long long)atomic_load(&S.native_missed));
   if (rc) omptpy_str_free(s);
   return rc;
 }

@@ -16,7 +16,10 @@ library folder) when it is under it.
 
 Constructs started by a thread that runs no Python (nested regions opened by
 OpenMP workers, tasks created inside a region) inherit the stack of the
-region around them, marked ``py_inherited``.
+region around them, marked ``py_inherited``.  With ``native_depth``, a stack
+also holds the native frames that called the construct's code
+(``native_callers``): what tells apart the regions of one generic native
+function called from one Python line.
 """
 
 from __future__ import annotations
@@ -27,15 +30,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from . import symbols
 from .cache import per_trace
 
 if TYPE_CHECKING:
     from ..trace import Trace
 
 #: The columns with_python() adds.
-COLUMNS = ["py_stack", "py_location", "py_inherited"]
+COLUMNS = ["py_stack", "py_location", "py_inherited", "native_callers"]
 _FRAME_COLUMNS = ["pid", "stack", "level", "file", "line", "function", "first_line", "user",
-                  "truncated", "location"]
+                  "truncated", "location", "native", "interpreter"]
 
 
 def _library(path: str, libraries: list[str]) -> str | None:
@@ -54,13 +58,45 @@ def short_file(path: str, cwd: str | None, library: str | None) -> str:
     return path
 
 
+def _interpreter(module: str | None, exe: str | None) -> bool:
+    """Whether a native frame's module is the Python interpreter's own (its frames
+    under the Python ones only say that Python called the code)."""
+    return bool(module) and (module == exe or os.path.basename(module).startswith("libpython"))
+
+
+def _native_rows(proc: dict, natives: dict[int, list[int]], first_level: dict[int, int],
+                 truncated: dict[int, bool]) -> list[tuple]:
+    """The rows of the native frames of a process's stacks, symbolized: their
+    location is the function's readable name (symbols.resolve), or where it is."""
+    addrs = np.unique(np.array([a for v in natives.values() for a in v], dtype=np.uint64))
+    found = symbols.resolve(symbols.Modules(proc.get("modules", [])), addrs).set_index("codeptr")
+    rows = []
+    for stack, frames in natives.items():
+        for k, addr in enumerate(frames):
+            src = found.loc[addr] if addr in found.index else None
+            module = src["module"] if src is not None else None
+            file = (src["file"] or module) if src is not None else None
+            line = int(src["line"]) if src is not None and pd.notna(src["line"]) else 0
+            function = src["function"] if src is not None and src["function"] else None
+            name = src.get("name") if src is not None else None
+            location = name or function or (src["location"] if src is not None else hex(addr))
+            rows.append((proc["pid"], stack, first_level[stack] + k, file or "<unknown>", line,
+                         function or hex(addr), 0, False, truncated[stack], location, True,
+                         _interpreter(module, proc.get("exe"))))
+    return rows
+
+
 @per_trace
 def python_stacks(trace: Trace) -> pd.DataFrame:
     """One row per frame of every Python stack of the trace, outermost first:
     pid, stack (the id in the events' and tables' ``py_stack``), level (0:
     outermost), file, line (0: unknown), function (qualified name from
     Python 3.11 on), first_line of the function, user (not library code),
-    truncated (the stack was deeper than the frames kept) and location."""
+    truncated (the stack was deeper than the frames kept), location, native:
+    the frames under the Python ones, from the native caller nearest Python
+    down to the one that called the construct's code (with ``native_depth``),
+    symbolized like code addresses (Trace.symbolize()), and interpreter: a
+    native frame of the Python interpreter itself."""
     rows: list[tuple] = []
     for proc in trace.meta.get("processes", []):
         py = proc.get("python")
@@ -69,9 +105,14 @@ def python_stacks(trace: Trace) -> pd.DataFrame:
         cwd = py.get("cwd")
         libraries = sorted(py.get("library_paths", []), key=len, reverse=True)
         codes = py.get("codes", [])
+        natives: dict[int, list[int]] = {}
+        after: dict[int, int] = {}
+        cut: dict[int, bool] = {}
         for stack, entry in enumerate(py.get("stacks", []), start=1):
             if not entry:
                 continue
+            if isinstance(entry[-1], list):
+                natives[stack], entry = entry[-1], entry[:-1]
             truncated = bool(entry[0])
             for level, (code, line) in enumerate(zip(entry[1::2], entry[2::2])):
                 known = 1 <= code <= len(codes) and codes[code - 1]
@@ -82,24 +123,34 @@ def python_stacks(trace: Trace) -> pd.DataFrame:
                 where = short_file(path, cwd, library)
                 rows.append((proc["pid"], stack, level, path, line, function, first,
                              library is None, truncated,
-                             f"{where}:{line} in {function}" if line else f"{where} in {function}"))
-    return pd.DataFrame(rows, columns=_FRAME_COLUMNS).astype(
+                             f"{where}:{line} in {function}" if line else f"{where} in {function}",
+                             False, False))
+            after[stack], cut[stack] = len(entry) // 2, truncated
+        if natives:
+            rows += _native_rows(proc, natives, after, cut)
+    frames = pd.DataFrame(rows, columns=_FRAME_COLUMNS).astype(
         {"pid": np.int64, "stack": np.int64, "level": np.int64, "line": np.int64,
-         "first_line": np.int64, "user": bool, "truncated": bool})
+         "first_line": np.int64, "user": bool, "truncated": bool, "native": bool,
+         "interpreter": bool})
+    return frames.sort_values(["pid", "stack", "level"], kind="stable").reset_index(drop=True)
 
 
 @per_trace
 def locations(trace: Trace) -> pd.DataFrame:
     """One row per stack: pid, py_stack, py_location (its innermost frame of user
-    code, else its innermost frame), py_file, py_line, py_function, and
-    py_frames (every frame's location, outermost first, joined by " > ")."""
+    code, else its innermost Python frame), py_file, py_line, py_function,
+    py_frames (every Python frame's location, outermost first, joined by
+    " > ") and native_callers (the native frames' names likewise, without the
+    interpreter's own, or None)."""
     frames = python_stacks(trace)
     if frames.empty:
         return pd.DataFrame({"pid": pd.Series(dtype=np.int64),
                              "py_stack": pd.Series(dtype=np.int64),
                              **{c: pd.Series(dtype=object) for c in
                                 ("py_location", "py_file", "py_line", "py_function",
-                                 "py_frames")}})
+                                 "py_frames", "native_callers")}})
+    native = frames[frames["native"]]
+    frames = frames[~frames["native"]]
     # The named frame: the innermost user frame (highest level), else the innermost.
     rank = frames["level"] + np.where(frames["user"], 1 << 20, 0)
     named = frames.loc[rank.groupby([frames["pid"], frames["stack"]]).idxmax()]
@@ -107,7 +158,11 @@ def locations(trace: Trace) -> pd.DataFrame:
     out = named[["pid", "stack", "location", "file", "line", "function"]].rename(columns={
         "stack": "py_stack", "location": "py_location", "file": "py_file", "line": "py_line",
         "function": "py_function"})
-    out["py_frames"] = joined.loc[list(zip(out["pid"], out["py_stack"]))].to_numpy()
+    keys = list(zip(out["pid"], out["py_stack"]))
+    out["py_frames"] = joined.loc[keys].to_numpy()
+    native = native[~native["interpreter"]]
+    callers = native.groupby(["pid", "stack"])["location"].agg(" > ".join)
+    out["native_callers"] = callers.reindex(keys).to_numpy() if len(callers) else None
     return out.reset_index(drop=True)
 
 
@@ -141,10 +196,12 @@ def with_python(trace: Trace, table: pd.DataFrame, parent: tuple[str, str] | Non
     out["py_stack"] = stack.to_numpy()
     out["py_stack"] = out["py_stack"].astype("Int64")
     out["py_inherited"] = stack.notna() & own.isna()
-    names = locations(trace)[["pid", "py_stack", "py_location"]]
+    names = locations(trace)[["pid", "py_stack", "py_location", "native_callers"]]
     if names.empty:
-        out["py_location"] = pd.Series(None, index=out.index, dtype=object)
+        for column in ("py_location", "native_callers"):
+            out[column] = pd.Series(None, index=out.index, dtype=object)
         return out
     merged = out[["pid", "py_stack"]].merge(names, on=["pid", "py_stack"], how="left")
-    out["py_location"] = merged["py_location"].to_numpy()
+    for column in ("py_location", "native_callers"):
+        out[column] = merged[column].to_numpy()
     return out

@@ -27,19 +27,20 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 class Recorder:
     """The windows of one in-process trace: the counters at the start of the
     current window, the threads seen so far, the trace's clock origin, the
-    depth of the Python stacks it captures (0: none)."""
+    depth of the Python stacks it captures (0: none) and of their native frames."""
 
-    def __init__(self, python_depth: int) -> None:
+    def __init__(self, python_depth: int, native_depth: int) -> None:
         self.before: dict[int, tuple[int, int]] = {}
         self.threads: dict[int, dict] = {}
         self.origin: int | None = None
         self.start_realtime: int | None = None
         self.python_depth = python_depth
+        self.native_depth = native_depth
 
     def start(self) -> None:
         """Open a window (AttachError when the runtime cannot be observed)."""
         attach.ensure_attachable()
-        runhook.start_python_stacks(_core, self.python_depth, (PACKAGE_DIR,))
+        runhook.start_python_stacks(_core, self.python_depth, self.native_depth, (PACKAGE_DIR,))
         _core.flush()
         _core.take()  # drop what was recorded outside any trace window
         stats = json.loads(_core.stats())

@@ -45,6 +45,7 @@ import threading
 
 TOOL_NAME = "libomptpy.so"
 PYTHON_STACKS_VARIABLE = "OMPTPY_PYTHON_STACKS"
+NATIVE_DEPTH_VARIABLE = "OMPTPY_NATIVE_DEPTH"
 #: Frames kept per Python stack when capture is simply on.
 PYTHON_STACKS_DEPTH = 32
 
@@ -86,17 +87,34 @@ def python_stacks_depth(value: object, max_depth: int) -> int:
                      f"per stack); got {value!r}")
 
 
+def native_depth(value: object, max_depth: int) -> int:
+    """The native frames to keep above each construct's code with its Python stack:
+    0 (none) to ``max_depth``; None: the environment's OMPTPY_NATIVE_DEPTH, else 0.
+    ValueError, saying what is allowed, for anything else."""
+    where = "native_depth"
+    if value is None:
+        where, value = NATIVE_DEPTH_VARIABLE, os.environ.get(NATIVE_DEPTH_VARIABLE) or "0"
+    word = value.strip() if isinstance(value, str) else None
+    depth = int(word) if word and word.isdigit() else value if type(value) is int else None
+    if isinstance(depth, int) and 0 <= depth <= max_depth:
+        return depth
+    raise ValueError(f"{where} must be a number of frames from 0 (none) to {max_depth}; "
+                     f"got {value!r}")
+
+
 def capture_status(depth: int, why_not: object) -> str:
     """The capture's status: "on", "off" (depth 0) or "unsupported" (``why_not``: why
     this build cannot)."""
     return "off" if not depth else "unsupported" if why_not else "on"
 
 
-def python_description(depth: int, why_not: object, extra_paths: tuple = ()) -> dict:
+def python_description(depth: int, why_not: object, native: int = 0,
+                       extra_paths: tuple = ()) -> dict:
     """What a trace keeps about this interpreter with its Python stacks: the
-    capture's status ("on", "off", or "unsupported" and why), depth, version,
-    working directory and library folders (frames of files under them are not
-    the user's code; ``extra_paths``: more of them, such as ompt-py's own)."""
+    capture's status ("on", "off", or "unsupported" and why), depth, native
+    depth, version, working directory and library folders (frames of files
+    under them are not the user's code; ``extra_paths``: more of them, such as
+    ompt-py's own)."""
     paths = sysconfig.get_paths()
     libs = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
     libs.update(getattr(site, "getsitepackages", list)())
@@ -104,18 +122,20 @@ def python_description(depth: int, why_not: object, extra_paths: tuple = ()) -> 
         libs.add(site.getusersitepackages())
     libs.update(extra_paths)
     return {"status": capture_status(depth, why_not), "reason": why_not if depth else None,
-            "depth": depth,
+            "depth": depth, "native_depth": native if depth and not why_not else 0,
             "python": platform.python_version(), "implementation": sys.implementation.name,
             "cwd": os.getcwd(), "library_paths": sorted(os.path.realpath(p) for p in libs)}
 
 
-def start_python_stacks(core: object, depth: int, extra_paths: tuple = ()) -> dict:
-    """Switches the capture of Python stacks to ``depth`` (0: off) through the
-    extension module ``core``; the description the trace keeps (the status
-    says when this build cannot capture, and why)."""
+def start_python_stacks(core: object, depth: int, native: int = 0,
+                        extra_paths: tuple = ()) -> dict:
+    """Switches the capture of Python stacks to ``depth`` (0: off), with ``native``
+    native frames, through the extension module ``core``; the description the
+    trace keeps (the status says when this build cannot capture, and why)."""
     why_not = core.PYTHON_STACKS_UNSUPPORTED  # type: ignore[attr-defined]
-    description = python_description(depth, why_not, extra_paths)
-    core.python_stacks(0 if why_not else depth, json.dumps(description))  # type: ignore[attr-defined]
+    description = python_description(depth, why_not, native, extra_paths)
+    core.python_stacks(0 if why_not else depth, json.dumps(description),  # type: ignore[attr-defined]
+                       description["native_depth"])
     return description
 
 
@@ -131,14 +151,15 @@ def _start_python_stacks() -> None:
             why = f"ompt-py has no build for Python {platform.python_version()} ({path} is missing)"
             lib = ctypes.CDLL(tools[0])
             lib.omptpy_stacks_describe(json.dumps(
-                python_description(PYTHON_STACKS_DEPTH, why, (here,))).encode())
+                python_description(PYTHON_STACKS_DEPTH, why, 0, (here,))).encode())
         return
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("ompt_py._core", path)
     core = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(core)
-    start_python_stacks(core, python_stacks_depth(None, core.PYTHON_STACKS_MAX_DEPTH), (here,))
+    start_python_stacks(core, python_stacks_depth(None, core.PYTHON_STACKS_MAX_DEPTH),
+                        native_depth(None, core.NATIVE_STACKS_MAX_DEPTH), (here,))
 
 
 def _exit(status: int) -> None:

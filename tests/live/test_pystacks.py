@@ -325,3 +325,42 @@ def test_status_says_whether_stacks_are_captured():
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == '{"status": "on", "depth": 8, "reason": null}'
+
+
+def test_native_frames_tell_apart_the_callers_of_a_generic_loop(tmp_path, omp_ext):
+    """Two kernels run their loop through one for_each (as PyTorch's operators do):
+    the regions' code address is the same; native_depth names the kernel."""
+    script, lines = _script(tmp_path, """
+        import sys
+        import ompt_py
+        import ompt_work_ext as w
+
+        def step():
+            w.op("add", 8)  # at: add
+            w.op("mul", 8)  # at: mul
+
+        with ompt_py.trace(native_depth=int(sys.argv[2])) as t:
+            step()
+        t.save(sys.argv[1])
+        """)
+    for depth in (2, 0):
+        run_script(script, [omp_ext], str(tmp_path / f"t{depth}.parquet"), str(depth))
+    regions = ompt_py.load(tmp_path / "t2.parquet").parallel_regions()
+    assert regions["function"].tolist() == ["for_each", "for_each"]
+    assert regions["py_location"].tolist() == [_location(script, lines, "add", "step"),
+                                               _location(script, lines, "mul", "step")]
+    assert regions["native_callers"].tolist() == ["py_op > add_kernel", "py_op > mul_kernel"]
+    t = ompt_py.load(tmp_path / "t2.parquet")
+    assert t.meta["processes"][0]["python"]["native_depth"] == 2
+    assert t.meta["processes"][0]["python"]["native_missed"] == 0
+    frames = t.python_stacks()
+    assert frames.groupby("stack")["native"].sum().tolist() == [2, 2]
+    off = ompt_py.load(tmp_path / "t0.parquet").parallel_regions()
+    assert off["native_callers"].isna().all()
+    assert not ompt_py.load(tmp_path / "t0.parquet").python_stacks()["native"].any()
+
+
+def test_bad_native_depths_say_what_is_allowed():
+    for bad in (-1, 17, "deep", 1.5):
+        with pytest.raises(ValueError, match="native_depth must be a number of frames from 0"):
+            ompt_py.trace(native_depth=bad)

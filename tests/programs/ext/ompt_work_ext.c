@@ -6,6 +6,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <string.h>
 
 #include "../work.h"
 
@@ -76,6 +77,37 @@ static PyObject *py_serial_tasks(PyObject *m, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* Two "operators" sharing one generic parallel loop, as PyTorch's kernels share
+ * TensorIteratorBase::for_each: the regions' code address is for_each's for
+ * both; only native frames above it tell them apart. */
+static volatile int sink;
+static void add_one(int i) { sink += i; }
+static void mul_one(int i) { sink *= i; }
+__attribute__((noinline)) static void for_each(int n, void (*body)(int)) {
+#pragma omp parallel for num_threads(2)
+  for (int i = 0; i < n; i++) body(i);
+}
+__attribute__((noinline)) static void add_kernel(int n) {
+  for_each(n, add_one);
+  OPAQUE(); /* no tail call: this frame stays on the stack */
+}
+__attribute__((noinline)) static void mul_kernel(int n) {
+  for_each(n, mul_one);
+  OPAQUE();
+}
+
+static PyObject *py_op(PyObject *m, PyObject *args) {
+  (void)m;
+  const char *name;
+  int n;
+  if (!PyArg_ParseTuple(args, "si", &name, &n)) return NULL;
+  int add = strcmp(name, "add") == 0;
+  if (!add && strcmp(name, "mul") != 0) return PyErr_Format(PyExc_ValueError, "no op %s", name);
+  Py_BEGIN_ALLOW_THREADS if (add) add_kernel(n);
+  else mul_kernel(n);
+  Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
 /* Initialises the OpenMP runtime (any omp_* call does). */
 static PyObject *py_max_threads(PyObject *m, PyObject *args) {
   (void)m, (void)args;
@@ -95,6 +127,7 @@ static PyMethodDef methods[] = {
     {"nested", py_nested, METH_NOARGS, "2 threads each opening 2 threads"},
     {"parallel_nogil", py_parallel_nogil, METH_VARARGS, "parallel(n) without the GIL"},
     {"serial_tasks", py_serial_tasks, METH_VARARGS, "n explicit tasks outside any region"},
+    {"op", py_op, METH_VARARGS, "op(\"add\" or \"mul\", n): a kernel's loop through for_each"},
     {"max_threads", py_max_threads, METH_NOARGS, "omp_get_max_threads()"},
     {NULL, NULL, 0, NULL},
 };
