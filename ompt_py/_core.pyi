@@ -213,9 +213,10 @@ def region_mark(endpoint: int, name: str | None, /) -> None:
 def region_names() -> list[str]:
     """The interned region names, id 1 first."""
 
-def python_stacks(depth: int, description: str, native_depth: int, /) -> None:
+def python_stacks(depth: int, description: str | None, native_depth: int, /) -> None:
     """Capture Python stacks of at most depth frames (0: off), with native_depth native
-    frames above each construct; description: JSON kept with the tables."""
+    frames above each construct; description: JSON kept with the tables (None:
+    unchanged)."""
 
 def stack_tables(codes_from: int, stacks_from: int, /) -> str:
     """The captured codes and stacks from these ids on, as JSON."""

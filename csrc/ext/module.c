@@ -353,7 +353,8 @@ static PyMethodDef methods[] = {
     {"python_stacks", omptpy_py_python_stacks, METH_VARARGS,
      DOC("python_stacks($module, depth, description, native_depth, /)",
          "Capture Python stacks of at most depth frames (0: off), with native_depth native "
-         "frames above each construct; description: JSON kept with the tables.")},
+         "frames above each construct; description: JSON kept with the tables (None: "
+         "unchanged).")},
     {"stack_tables", omptpy_py_stack_tables, METH_VARARGS,
      DOC("stack_tables($module, codes_from, stacks_from, /)",
          "The captured codes and stacks from these ids on, as JSON.")},

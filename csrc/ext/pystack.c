@@ -241,14 +241,14 @@ PyObject *omptpy_py_python_stacks(PyObject *m, PyObject *args) {
   (void)m;
   int depth, native;
   const char *description;
-  if (!PyArg_ParseTuple(args, "isi", &depth, &description, &native)) return NULL;
+  if (!PyArg_ParseTuple(args, "izi", &depth, &description, &native)) return NULL;
   if (depth < 0 || depth > MAX_DEPTH)
     return PyErr_Format(PyExc_ValueError, "the depth of Python stacks is 0 (off) to %d, not %d",
                         MAX_DEPTH, depth);
   if (native < 0 || native > OMPTPY_STACK_MAX_NATIVE)
     return PyErr_Format(PyExc_ValueError, "the native depth is 0 (off) to %d, not %d",
                         OMPTPY_STACK_MAX_NATIVE, native);
-  int rc = omptpy_stacks_describe(description);
+  int rc = description ? omptpy_stacks_describe(description) : 0;
   rc = rc ? rc : omptpy_stacks_set_native(depth > 0 ? native : 0);
 #ifdef UNSUPPORTED
   if (rc == 0 && depth > 0) return PyErr_Format(PyExc_RuntimeError, "%s", UNSUPPORTED);

@@ -136,7 +136,15 @@ def start_python_stacks(core: object, depth: int, native: int = 0,
     description = python_description(depth, why_not, native, extra_paths)
     core.python_stacks(0 if why_not else depth, json.dumps(description),  # type: ignore[attr-defined]
                        description["native_depth"])
+    if not _stopping:
+        # Capture ends before the interpreter shuts down: a daemon thread may still
+        # start regions then, and its thread state must not be read any more.
+        _stopping.append(core)
+        atexit.register(core.python_stacks, 0, None, 0)  # type: ignore[attr-defined]
     return description
+
+
+_stopping: list = []  # the module whose capture ends at exit, once registered
 
 
 def _start_python_stacks() -> None:

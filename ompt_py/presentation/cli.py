@@ -82,14 +82,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         os.environ["OMPTPY_BUFFER_SIZE"] = args.buffer_size
     if args.overflow:
         os.environ["OMPTPY_OVERFLOW"] = args.overflow
-    if args.python_stacks:
-        os.environ[runhook.PYTHON_STACKS_VARIABLE] = args.python_stacks
-    try:  # checked here, before the command starts (each of its Python processes reads it)
-        runhook.python_stacks_depth(None, _core.PYTHON_STACKS_MAX_DEPTH)
-    except ValueError as e:
-        what = "--python-stacks" if args.python_stacks else runhook.PYTHON_STACKS_VARIABLE
-        raise SystemExit(f"ompt-py run: {e}".replace(runhook.PYTHON_STACKS_VARIABLE, what)
-                         ) from None
+    # Checked here, before the command starts (each of its Python processes reads them).
+    for option, variable, check, most in (
+            ("--python-stacks", runhook.PYTHON_STACKS_VARIABLE, runhook.python_stacks_depth,
+             _core.PYTHON_STACKS_MAX_DEPTH),
+            ("--native-depth", runhook.NATIVE_DEPTH_VARIABLE, runhook.native_depth,
+             _core.NATIVE_STACKS_MAX_DEPTH)):
+        given = getattr(args, option[2:].replace("-", "_"))
+        if given:
+            os.environ[variable] = given
+        try:
+            check(None, most)
+        except ValueError as e:
+            raise SystemExit(f"ompt-py run: {e}".replace(variable, option if given else variable)
+                             ) from None
     attach.check_environment()
     env = dict(os.environ)
     libomp = runtime.launcher_libomp(args.runtime or env.get("OMPTPY_RUNTIME"))
@@ -239,6 +245,9 @@ def parser() -> argparse.ArgumentParser:
                      help="record the Python call stack that started each region in the "
                           "command's Python processes (default: on, 32 frames; "
                           "OMPTPY_PYTHON_STACKS)")
+    run.add_argument("--native-depth", metavar="N",
+                     help="with each Python stack, N native frames above the region's code "
+                          "(default 0; costs microseconds per region; OMPTPY_NATIVE_DEPTH)")
     run.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     run.add_argument("target", nargs=argparse.REMAINDER,
                      help="SCRIPT.py [ARGS], or -- COMMAND [ARGS]")

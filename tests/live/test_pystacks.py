@@ -364,3 +364,24 @@ def test_bad_native_depths_say_what_is_allowed():
     for bad in (-1, 17, "deep", 1.5):
         with pytest.raises(ValueError, match="native_depth must be a number of frames from 0"):
             ompt_py.trace(native_depth=bad)
+
+
+def test_exit_while_a_daemon_thread_starts_regions(tmp_path, omp_ext):
+    """The interpreter shuts down while a daemon thread, without the GIL, keeps
+    starting regions: capture ends at exit, before thread states go away."""
+    script, _ = _script(tmp_path, """
+        import threading, time
+        import ompt_py
+        import ompt_work_ext as w
+
+        def spin():
+            while True:
+                w.parallel_nogil(20)
+
+        ompt_py.trace().start()
+        threading.Thread(target=spin, daemon=True).start()
+        time.sleep(0.1)
+        """)
+    for _ in range(3):
+        r = run_script(script, [omp_ext])
+        assert r.returncode == 0 and "Fatal" not in r.stderr, r.stderr
