@@ -13,7 +13,8 @@
 # built with AddressSanitizer and UBSan (gcc, -O1 -g) into build/sanitize/ and
 # their runtime preloaded into the traced programs (OMPTPY_TEST_TOOL and
 # OMPTPY_TEST_PRELOAD, see tests/conftest.py); any error fails the program, and
-# leaks are reported except libomp's own (tests/lsan.supp).
+# leaks are reported except libomp's own (tests/lsan.supp); then the Python-stack
+# capture, in a sanitized copy of the package, on tests/programs/pystacks_app.py.
 
 PYTHON ?= python3
 VENV := .venv
@@ -27,6 +28,9 @@ OLD_TEST_LIBOMP ?= 16
 SOURCES := setup.py pyproject.toml $(wildcard csrc/*/*.c csrc/*/*.h)
 
 SANITIZE_DIR := build/sanitize
+SANITIZE_PY := $(SANITIZE_DIR)/py
+PY_INCLUDE = $(shell $(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+EXT_SUFFIX = $(shell $(BIN)/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 SANITIZE_CFLAGS := -std=c11 -O1 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror \
   -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
@@ -62,6 +66,20 @@ test-sanitize: setup
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	$(BIN)/python -m pytest -q tests/tool/test_tool_c.py
+	@# The Python-stack capture (csrc/ext/pystack.c, csrc/tool/stacks.c) runs only in
+	@# Python: a copy of the package with both libraries sanitized runs the program of
+	@# known lines (tests/programs/pystacks_app.py) with native frames on.
+	rm -rf $(SANITIZE_PY) && mkdir -p $(SANITIZE_PY) && cp -r ompt_py $(SANITIZE_PY)/ \
+	  && rm -f $(SANITIZE_PY)/ompt_py/*.so && cp $(SANITIZE_DIR)/libomptpy.so $(SANITIZE_PY)/ompt_py/
+	gcc $(SANITIZE_CFLAGS) -Icsrc -Icsrc/include -I$(PY_INCLUDE) -shared \
+	  -o $(SANITIZE_PY)/ompt_py/_core$(EXT_SUFFIX) $(wildcard csrc/ext/*.c) \
+	  -L$(SANITIZE_PY)/ompt_py -l:libomptpy.so -Wl,-rpath,'$$ORIGIN'
+	clang-19 -O2 -fopenmp -shared -fPIC -I$(PY_INCLUDE) tests/programs/ext/ompt_work_ext.c \
+	  -o $(SANITIZE_PY)/ompt_work_ext$(EXT_SUFFIX)
+	LD_PRELOAD=$$(gcc -print-file-name=libasan.so):$$(gcc -print-file-name=libubsan.so) \
+	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	OMPTPY_NATIVE_DEPTH=4 PYTHONPATH=$(SANITIZE_PY) \
+	$(BIN)/python tests/programs/pystacks_app.py $(SANITIZE_PY)/trace.parquet on
 
 lint: setup
 	$(BIN)/ruff check ompt_py tests bench runtime setup.py
