@@ -12,9 +12,10 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from ompt_py.analysis import names, symbols
+from ompt_py.analysis import names, summary, symbols
 from ompt_py.elf import symbol_names
 
 LLOYD = "7sklearn_7cluster_14_k_means_lloyd_"
@@ -329,3 +330,14 @@ def test_raw_cxx_names_are_demangled(monkeypatch):
         "std::thread::_M_start_thread(std::unique_ptr<std::thread::_State, "
         "std::default_delete<std::thread::_State> >, void (*)())")
     assert (found["location"] == found["name"] + f" ({Path(path).name})").all()
+
+
+def test_summary_tables_shorten_function_names():
+    """Summary's display tables (summary.readable) show the function column shortened;
+    the table itself keeps the full names."""
+    full = CXX[0][0]
+    table = pd.DataFrame({"function": [full, None, "main"], "total_ns": [1e6, 2e6, 3e6]})
+    shown = summary.readable(table)
+    assert shown["function"].iloc[[0, 2]].tolist() == [CXX[0][1], "main"]
+    assert pd.isna(shown["function"].iloc[1])
+    assert table["function"].iloc[0] == full
