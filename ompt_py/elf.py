@@ -1,8 +1,10 @@
-"""The DT_NEEDED entries of an ELF shared object (which libraries it links).
+"""The DT_NEEDED entries of an ELF shared object (which libraries it links),
+its build id and the names of its symbol table.
 
 A minimal reader for 64-bit little-endian ELF (x86-64, aarch64): the
-dynamic segment and its string table, through the program headers.  It
-returns [] for anything it does not understand rather than failing.
+dynamic segment and its string table, through the program headers; the
+symbol table through the section headers.  It returns nothing for what it
+does not understand rather than failing.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import struct
 _PT_LOAD, _PT_DYNAMIC, _PT_NOTE = 1, 2, 4
 _NT_GNU_BUILD_ID = 3
 _DT_NULL, _DT_NEEDED, _DT_STRTAB = 0, 1, 5
+_SHT_SYMTAB = 2
 
 
 @functools.lru_cache(maxsize=1024)
@@ -48,6 +51,32 @@ def build_id(path: str) -> str | None:
             return ""
     except (OSError, ValueError, struct.error):
         return None
+
+
+def symbol_names(path: str) -> tuple[str, ...]:
+    """The names in an ELF file's symbol table (.symtab, which has the static
+    functions too), () if it has none (stripped) or is unreadable."""
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+                return ()
+            shoff, = struct.unpack_from("<Q", data, 0x28)
+            shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+            # (type, offset, size, link) of each section header
+            sections = [struct.unpack_from("<4xI16xQQI", data, shoff + i * shentsize)
+                        for i in range(shnum)]
+            names = []
+            for kind, offset, size, link in sections:
+                if kind != _SHT_SYMTAB or link >= len(sections):
+                    continue
+                strtab = sections[link][1]
+                for st_name, in struct.iter_unpack("<I20x", data[offset:offset + size]):
+                    end = data.find(b"\0", strtab + st_name)
+                    if end > strtab + st_name:
+                        names.append(data[strtab + st_name:end].decode("utf-8", "replace"))
+            return tuple(names)
+    except (OSError, ValueError, struct.error):  # unreadable, empty, truncated
+        return ()
 
 
 def _needed(data: mmap.mmap) -> tuple[str, ...]:

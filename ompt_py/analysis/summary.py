@@ -14,6 +14,7 @@ import pandas as pd
 from ..errors import MissingEventsError
 from ..units import format_ns
 from . import metrics, tables
+from .names import short
 from .states import STATE_COLUMNS, thread_totals
 from .states import threads as thread_keys
 
@@ -22,11 +23,14 @@ if TYPE_CHECKING:
 
 
 def readable(frame: pd.DataFrame) -> pd.DataFrame:
-    """A copy for display: *_ns columns as durations, shares as percentages."""
+    """A copy for display: *_ns columns as durations, shares as percentages,
+    function names shortened (names.short)."""
     out = frame.copy()
     for c in out.columns:
         name = str(c)
-        if name.endswith("_ns"):
+        if name == "function":
+            out[c] = [short(v) if isinstance(v, str) else v for v in out[c]]
+        elif name.endswith("_ns"):
             out[c] = [format_ns(v) for v in out[c].astype("float64")]
             out = out.rename(columns={c: name[:-3]})
         elif name.endswith("share"):

@@ -7,26 +7,30 @@ are known too).  Addresses are symbolized lazily and cached, from the
 binaries on disk: with llvm-symbolizer when installed (DWARF lines,
 inlining), else addr2line (binutils), else only module + offset, which the
 ``how`` column says.  A saved trace can be symbolized as long as its
-binaries still exist.
+binaries still exist.  Function names are also made readable (names.py):
+Cython's back to Python names, C++ names shortened, for the ``name`` column.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
 
-from ..elf import build_id
+from ..elf import build_id, symbol_names
+from . import names
 
-_SYMBOLIZERS = ["llvm-symbolizer", *(f"llvm-symbolizer-{v}" for v in range(25, 13, -1))]
 
-
-def _llvm_symbolizer() -> str | None:
-    return next((p for p in map(shutil.which, _SYMBOLIZERS) if p), None)
+def _llvm_tool(name: str) -> str | None:
+    """The path of an LLVM tool: ``name`` or, else, the newest ``name-N`` installed."""
+    candidates = [name, *(f"{name}-{v}" for v in range(25, 13, -1))]
+    return next((p for p in map(shutil.which, candidates) if p), None)
 
 
 class Modules:
@@ -91,7 +95,7 @@ def symbolize(queries: list[tuple[str, int]]) -> tuple[dict[tuple[str, int], tup
     present = [q for q in queries if os.path.exists(q[0])]
     if not present:
         return {}, "none"
-    tool = _llvm_symbolizer()
+    tool = _llvm_tool("llvm-symbolizer")
     if tool:
         return _with_llvm(tool, present), "llvm-symbolizer"
     tool = shutil.which("addr2line")
@@ -100,8 +104,37 @@ def symbolize(queries: list[tuple[str, int]]) -> tuple[dict[tuple[str, int], tup
     return {}, "none"
 
 
+def demangle(functions: Iterable[str]) -> dict[str, str]:
+    """Raw C++ symbols (``_Z...``, from a symbolizer that did not demangle) -> C++
+    names, by llvm-cxxfilt or c++filt in one run; {} without either."""
+    raw = sorted({f for f in functions if f.startswith("_Z") and f.isprintable()})
+    tool = _llvm_tool("llvm-cxxfilt") or shutil.which("c++filt")
+    if not raw or tool is None:
+        return {}
+    try:
+        out = subprocess.run([tool], input="\n".join(raw) + "\n", capture_output=True,
+                             text=True, timeout=300).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return dict(zip(raw, out)) if len(out) == len(raw) else {}
+
+
+@functools.lru_cache(maxsize=64)
+def _cython_names(path: str, build: str | None) -> names.CythonNames:
+    """The reader of the Cython names of one binary (by path and build id)."""
+    return names.CythonNames(symbol_names(path))
+
+
 def resolve(modules: Modules, codeptrs: np.ndarray) -> pd.DataFrame:
-    """One row per code address: module, offset, function, file, line, location, how.
+    """One row per code address: module, offset, function, name, file, line,
+    location, how.
+
+    ``function`` is the symbolizer's name (C++ demangled).  ``name`` is the one
+    to show (names.readable): the Python-level dotted name of a function Cython
+    compiled (``sklearn.cluster._k_means_lloyd.lloyd_iter_chunked_dense``), a C++
+    name shortened (``at::TensorIteratorBase::for_each(…)``), else the function.
+    ``location`` is file:line, or without line information the name and the
+    module's file name, or the module's file name + offset.
 
     A codeptr is a return address: the call that made the event is the
     instruction before it, so the symbolizer is asked about address - 1.
@@ -116,14 +149,18 @@ def resolve(modules: Modules, codeptrs: np.ndarray) -> pd.DataFrame:
     queries = [(modules.paths[i], int(off) - 1) for i, off in zip(index, offsets)
                if i >= 0 and i not in changed]
     found, tool = symbolize(sorted(set(queries)))
+    cxx = demangle(f for f, _, _ in found.values())
     rows = []
     for addr, i, off in zip(codeptrs.tolist(), index.tolist(), offsets.tolist()):
         module = modules.paths[i] if i >= 0 else None
         function, file, line = found.get((module, off - 1), (None, None, None))
+        function = cxx.get(function, function)
+        name = function and names.readable(
+            function, _cython_names(module, modules.build_ids[i]) if "__pyx_" in function else None)
         if file and line:
             location, how = f"{file}:{line}", tool
         elif function:
-            location, how = f"{function} ({os.path.basename(module)})", f"{tool}, no line info"
+            location, how = f"{name} ({os.path.basename(module)})", f"{tool}, no line info"
         elif module:
             location = f"{os.path.basename(module)}+{hex(off)}"
             if not os.path.exists(module):
@@ -136,10 +173,10 @@ def resolve(modules: Modules, codeptrs: np.ndarray) -> pd.DataFrame:
         else:
             location, how = hex(addr), "address outside any known module"
         rows.append({"codeptr": addr, "module": module, "offset": off if module else None,
-                     "function": function, "file": file, "line": line, "location": location,
-                     "how": how})
-    out = pd.DataFrame(rows, columns=["codeptr", "module", "offset", "function", "file", "line",
-                                      "location", "how"])
+                     "function": function, "name": name, "file": file, "line": line,
+                     "location": location, "how": how})
+    out = pd.DataFrame(rows, columns=["codeptr", "module", "offset", "function", "name", "file",
+                                      "line", "location", "how"])
     out["codeptr"] = out["codeptr"].astype(np.uint64)
     out["offset"] = out["offset"].astype("UInt64")
     out["line"] = out["line"].astype("Int64")

@@ -186,9 +186,10 @@ def symbol_cache(trace: Trace) -> dict[int, pd.DataFrame]:
 
 
 def symbolize(trace: Trace, codeptrs: Any = None, pid: int | None = None) -> pd.DataFrame:
-    """Source of code addresses: pid, codeptr, module, offset, function, file,
-    line, location ("file:line", or function, or module+offset) and how it was
-    found.  By default every codeptr of the trace; cached."""
+    """Source of code addresses: pid, codeptr, module, offset, function, name (the
+    function's readable name: Python-level for Cython, C++ shortened), file, line,
+    location ("file:line", or name, or module+offset) and how it was found.  By
+    default every codeptr of the trace; cached."""
     known_by_pid = symbol_cache(trace)
     frames = []
     for proc in trace.meta.get("processes", []):
@@ -216,12 +217,12 @@ def symbolize(trace: Trace, codeptrs: Any = None, pid: int | None = None) -> pd.
 
 
 def with_source(trace: Trace, table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with the function and location of its pid and codeptr columns."""
+    """``table`` with the function, name and location of its pid and codeptr columns."""
     if table.empty:
-        return table.assign(function=pd.Series(dtype=object),
+        return table.assign(function=pd.Series(dtype=object), name=pd.Series(dtype=object),
                             location=pd.Series(dtype=object))
     src = symbolize(trace, table["codeptr"].dropna().to_numpy(np.uint64))
-    src = src[["pid", "codeptr", "function", "location"]]
+    src = src[["pid", "codeptr", "function", "name", "location"]]
     key = table["codeptr"].astype("float64").fillna(0).astype(np.uint64)
     merged = table.assign(_cp=key).merge(
         src.rename(columns={"codeptr": "_cp"}), on=["pid", "_cp"], how="left")
