@@ -494,9 +494,11 @@ class Trace:
         return pystacks.python_stacks(self).copy()
 
     def symbolize(self, codeptrs: Any = None, pid: int | None = None) -> pd.DataFrame:
-        """Source of code addresses: pid, codeptr, module, offset, function, file,
-        line, location ("file:line", or function, or module+offset) and how it was
-        found.  By default every codeptr of the trace; cached."""
+        """Source of code addresses: pid, codeptr, module, offset, function (as the
+        symbolizer demangled it), name (readable: a Cython function by its Python
+        name, C++ templates and parameters shortened), file, line, location
+        ("file:line", or name (module), or module+offset) and how it was found.
+        By default every codeptr of the trace; cached."""
         from .analysis import tables
 
         return tables.symbolize(self, codeptrs, pid)
