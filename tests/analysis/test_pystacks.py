@@ -36,7 +36,9 @@ def test_the_meta_describes_the_capture(trace):
 def test_stacks_are_frames_outermost_first(trace):
     frames = trace.python_stacks()
     assert list(frames.columns) == ["pid", "stack", "level", "file", "line", "function",
-                                    "first_line", "user", "truncated", "location"]
+                                    "first_line", "user", "truncated", "location", "native",
+                                    "interpreter"]
+    assert not frames["native"].any()  # captured without native_depth
     for _, one in frames.groupby("stack"):
         assert one["level"].tolist() == list(range(len(one)))
     helper = frames.loc[frames["location"] == where("helper", "helper"), "stack"].iloc[0]
