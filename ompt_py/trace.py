@@ -532,17 +532,20 @@ class Trace:
 
     def constructs(self, by: str = "construct") -> pd.DataFrame:
         """Count, total, mean, p50, p95, max time per construct and kind (``by="source"``:
-        and per source location)."""
+        and per source location; ``by="python"``: per Python location, construct,
+        kind and source location, with the location's time, py_time_ns)."""
         from .analysis import metrics
 
         return metrics.constructs(self, by=by)
 
-    def imbalance(self, per_thread: bool = False) -> pd.DataFrame:
+    def imbalance(self, per_thread: bool = False, by: str = "region") -> pd.DataFrame:
         """Per parallel region: max over mean busy time of its implicit tasks, time
-        lost, barrier-wait share (``per_thread=True``: one row per implicit task)."""
+        lost, barrier-wait share, source and Python location (``per_thread=True``:
+        one row per implicit task; ``by="source"`` or ``"python"``: summed per
+        source location, or per Python and source location)."""
         from .analysis import metrics
 
-        return metrics.imbalance(self, per_thread=per_thread)
+        return metrics.imbalance(self, per_thread=per_thread, by=by)
 
     def task_granularity(self, bins: Any = None) -> pd.DataFrame:
         """Histogram of explicit task run times (log bins); creation overhead in attrs."""
@@ -550,11 +553,14 @@ class Trace:
 
         return metrics.task_granularity(self, bins=bins)
 
-    def lock_contention(self) -> pd.DataFrame:
-        """Wait and hold time per lock, critical section and ordered region."""
+    def lock_contention(self, by: str = "lock") -> pd.DataFrame:
+        """Wait and hold time per lock, critical section and ordered region, with the
+        source and Python location where it was most often taken (``by="source"``
+        or ``"python"``: per lock and source location, or per lock, Python and
+        source location)."""
         from .analysis import metrics
 
-        return metrics.lock_contention(self)
+        return metrics.lock_contention(self, by=by)
 
     def utilisation(self, bin_ns: int | None = None) -> pd.DataFrame:
         """Per thread and time bin: time busy, waiting (barrier, taskwait/taskgroup,

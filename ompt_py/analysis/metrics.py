@@ -19,8 +19,9 @@ from pandas.api.types import union_categoricals
 
 from ..records import EVENT_CODES, TASK_INITIAL
 from ..units import format_ns
-from . import tables
+from . import pystacks, tables
 from .cache import per_trace
+from .pairing import innermost
 from .states import (
     STATE_COLUMNS,
     THREAD_STATES,
@@ -42,6 +43,107 @@ if TYPE_CHECKING:
     from ..trace import Trace
 
 _STAT_COLUMNS = ["count", "total_ns", "mean_ns", "p50_ns", "p95_ns", "max_ns"]
+#: The Python location of rows without a Python stack, where rows are grouped by it.
+NO_PYTHON = "(no Python stack)"
+
+
+def _check_by(by: str, allowed: tuple[str, ...]) -> None:
+    if by not in allowed:
+        raise ValueError(f"by={by!r}: use " + ", ".join(f"'{a}'" for a in allowed[:-1])
+                         + f" or '{allowed[-1]}'")
+
+
+# ---- the Python code around what ran ---------------------------------------------------------
+
+
+@per_trace
+def _python_intervals(trace: Trace) -> tuple[np.ndarray, ...]:
+    """The intervals that carry a Python stack, per thread (key, begin, end,
+    py_stack): parallel regions on the thread that started them, the implicit
+    tasks of regions, the pieces of explicit tasks, region markers."""
+    if pystacks.locations(trace).empty:
+        return tuple(np.empty(0, np.int64) for _ in range(4))
+    regions = tables.parallel_regions(trace)
+    implicit = in_regions(tables.implicit_intervals(trace).table)[
+        ["pid", "thread", "parallel_id", "begin_ns", "end_ns"]].merge(
+        regions[["pid", "parallel_id", "py_stack"]], on=["pid", "parallel_id"])
+    pieces = tables.task_pieces(trace)[["pid", "thread", "task_id", "begin_ns", "end_ns"]]
+    pieces = pieces.merge(tables.tasks(trace)[["pid", "task_id", "py_stack"]].drop_duplicates(
+        ["pid", "task_id"]), on=["pid", "task_id"])
+    user = tables.user_regions(trace)
+    parts = [regions.rename(columns={"encountering_thread": "thread"}), implicit, pieces, user]
+    both = pd.concat([p[["pid", "thread", "begin_ns", "end_ns", "py_stack"]] for p in parts],
+                     ignore_index=True)
+    both = both[both["py_stack"].notna()]
+    return (thread_key(both["pid"], both["thread"]), to_int(both["begin_ns"]),
+            to_int(both["end_ns"]), to_int(both["py_stack"]))
+
+
+def python_stacks_at(trace: Trace, pid: np.ndarray, thread: np.ndarray,
+                     time: np.ndarray) -> pd.Series:
+    """The Python stack (``py_stack``) behind what a thread ran at a time: that
+    of the innermost construct with a stack around it on that thread (a
+    parallel region on the thread that started it, an implicit task of a
+    region, a piece of an explicit task, a region marker); <NA> for none."""
+    key, begin, end, stack = _python_intervals(trace)
+    at = innermost(key, begin, end, thread_key(pid, thread), np.asarray(time, np.int64))
+    return pd.Series(pd.arrays.IntegerArray(stack[np.maximum(at, 0)] if len(stack)
+                                            else np.zeros(len(at), np.int64), at < 0))
+
+
+def python_locations_at(trace: Trace, pid: np.ndarray, thread: np.ndarray,
+                        time: np.ndarray) -> np.ndarray:
+    """The ``py_location`` of python_stacks_at (None for no stack)."""
+    stack = python_stacks_at(trace, pid, thread, time)
+    names = pystacks.locations(trace)
+    if names.empty or not stack.notna().any():
+        return np.full(len(stack), None, dtype=object)
+    found = pd.DataFrame({"pid": np.asarray(pid, np.int64), "py_stack": stack}).merge(
+        names[["pid", "py_stack", "py_location"]], on=["pid", "py_stack"], how="left")
+    return found["py_location"].to_numpy(object)
+
+
+def _union_ns(group: np.ndarray, begin: np.ndarray, end: np.ndarray, groups: int) -> np.ndarray:
+    """Per group (0 .. groups - 1), the time its intervals cover, overlaps once."""
+    order = np.lexsort((begin, group))
+    g, b, e = group[order], begin[order], end[order]
+    reach = pd.Series(e).groupby(g).cummax().to_numpy()
+    # Where an interval starts past everything before it in its group, a new block.
+    new = np.ones(len(g), bool)
+    new[1:] = (g[1:] != g[:-1]) | (b[1:] > reach[:-1])
+    block = np.cumsum(new) - 1
+    first = np.flatnonzero(new)
+    covered = pd.Series(reach).groupby(block).max().to_numpy() - b[first]
+    return np.bincount(g[first], weights=covered, minlength=groups)
+
+
+def _python_time(trace: Trace) -> pd.DataFrame:
+    """Per pid and py_location: py_time_ns, the time the constructs it started
+    took on the thread that started them (parallel regions and region markers
+    from begin to end, explicit tasks created outside any region while they
+    ran; overlaps once)."""
+    regions = tables.parallel_regions(trace).rename(columns={"encountering_thread": "thread"})
+    user = tables.user_regions(trace)
+    tasks = tables.tasks(trace)
+    own_tasks = tasks.loc[~tasks["py_inherited"] & tasks["py_location"].notna(),
+                          ["pid", "task_id", "py_location"]]
+    pieces = tables.task_pieces(trace).merge(own_tasks, on=["pid", "task_id"])
+    parts = [t.loc[~t["py_inherited"] & t["py_location"].notna(),
+                   ["pid", "thread", "begin_ns", "end_ns", "py_location"]]
+             for t in (regions, user)]
+    own = pd.concat([*parts, pieces[["pid", "thread", "begin_ns", "end_ns", "py_location"]]],
+                    ignore_index=True)
+    if own.empty:
+        return pd.DataFrame({"pid": pd.Series(dtype=np.int64),
+                             "py_location": pd.Series(dtype=object),
+                             "py_time_ns": pd.Series(dtype=np.float64)})
+    place, places = pd.factorize(pd.MultiIndex.from_frame(own[["pid", "py_location"]]))
+    lane, lanes = pd.factorize(pd.MultiIndex.from_arrays([place, to_int(own["thread"])]))
+    covered = _union_ns(lane, to_int(own["begin_ns"]), to_int(own["end_ns"]), len(lanes))
+    total = np.bincount(lanes.get_level_values(0), weights=covered, minlength=len(places))
+    return pd.DataFrame({"pid": places.get_level_values(0).to_numpy(np.int64),
+                         "py_location": places.get_level_values(1).to_numpy(object),
+                         "py_time_ns": total})
 
 
 # ---- per construct and per source location ---------------------------------------------------
@@ -150,22 +252,9 @@ def _group_stats(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return stats[_STAT_COLUMNS].sort_values("total_ns", ascending=False).reset_index()
 
 
-def constructs(trace: Trace, by: str = "construct") -> pd.DataFrame:
-    """Count, total, mean, p50, p95 and max time per construct and kind (``by=
-    "construct"``), or per construct, kind and source location (``by="source"``).
-
-    Constructs: ``parallel region`` (team or league), ``implicit task`` (initial
-    or implicit), ``work`` (by the runtime's kind: loop_static, single_executor,
-    ...), ``sync`` (barrier kinds, taskwait, taskgroup: from entry to exit,
-    including tasks run while waiting), ``mutex wait`` and ``mutex hold`` (lock,
-    critical, ordered ...), ``masked``, ``task`` (time an explicit task ran,
-    all its pieces).  Sorted by total time.
-    """
-    if by not in ("construct", "source"):
-        raise ValueError(f"by={by!r}: use 'construct' or 'source'")
-    inst = construct_instances(trace)
-    if by == "construct":
-        return _group_stats(inst, ["construct", "kind"])
+def _located(trace: Trace, inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``inst`` with the source location of its code address (a categorical
+    ``location``), and the function of each (pid, location)."""
     # Symbolise each (pid, code address) once, then give every instance its row's.
     places = inst[["pid", "codeptr"]]
     which = places.groupby(["pid", "codeptr"], sort=False).ngroup().to_numpy()
@@ -174,13 +263,57 @@ def constructs(trace: Trace, by: str = "construct") -> pd.DataFrame:
     unique = places.iloc[first].reset_index(drop=True)
     code = unique["codeptr"].to_numpy()
     src = tables.with_source(trace, unique.assign(codeptr=pd.arrays.IntegerArray(code, code == 0)))
-    keys = ["construct", "kind", "pid", "location"]
     located = inst.assign(location=pd.Categorical(src["location"].to_numpy(object)[which]))
-    stats = _group_stats(located, keys)
     func = pd.DataFrame({"pid": src["pid"], "location": src["location"],
                          "function": src["function"]}).drop_duplicates(["pid", "location"])
-    out = stats.merge(func, on=["pid", "location"], how="left")
-    return out[[*keys, "function", *_STAT_COLUMNS]]
+    return located, func
+
+
+def constructs(trace: Trace, by: str = "construct") -> pd.DataFrame:
+    """Count, total, mean, p50, p95 and max time per construct and kind (``by=
+    "construct"``), per construct, kind and source location (``by="source"``),
+    or per Python location (``by="python"``).
+
+    Constructs: ``parallel region`` (team or league), ``implicit task`` (initial
+    or implicit), ``work`` (by the runtime's kind: loop_static, single_executor,
+    ...), ``sync`` (barrier kinds, taskwait, taskgroup: from entry to exit,
+    including tasks run while waiting), ``mutex wait`` and ``mutex hold`` (lock,
+    critical, ordered ...), ``masked``, ``task`` (time an explicit task ran,
+    all its pieces), ``user region`` (by name).  Sorted by total time.
+
+    ``by="python"``: where the time goes in the Python code, one row per pid,
+    ``py_location`` (the line of the user's code that started the construct,
+    or the construct around it: see python_stacks_at), construct, kind and
+    source ``location`` (with its function); ``py_time_ns`` is the time of the
+    location as a whole: what the constructs it started took on the thread
+    that started them (parallel regions and region markers from begin to end,
+    explicit tasks created outside any region while they ran; overlaps once),
+    NaN for the rows without a Python stack, whose py_location is
+    ``"(no Python stack)"``.  Sorted by py_time_ns, then by total time.
+    """
+    _check_by(by, ("construct", "source", "python"))
+    inst = construct_instances(trace)
+    if by == "construct":
+        return _group_stats(inst, ["construct", "kind"])
+    located, func = _located(trace, inst)
+    if by == "source":
+        keys = ["construct", "kind", "pid", "location"]
+        out = _group_stats(located, keys).merge(func, on=["pid", "location"], how="left")
+        return out[[*keys, "function", *_STAT_COLUMNS]]
+    where = python_locations_at(trace, inst["pid"].to_numpy(), inst["thread"].to_numpy(),
+                                inst["begin_ns"].to_numpy())
+    located["py_location"] = pd.Categorical(np.where(pd.isna(where), NO_PYTHON, where))
+    keys = ["pid", "py_location", "construct", "kind", "location"]
+    out = _group_stats(located, keys).merge(func, on=["pid", "location"], how="left")
+    out["py_location"] = out["py_location"].astype(object)
+    out = out.merge(_python_time(trace), on=["pid", "py_location"], how="left")
+    out["py_time_ns"] = out["py_time_ns"].where(out["py_location"] == NO_PYTHON,
+                                                out["py_time_ns"].fillna(0))
+    out = out.sort_values(["py_time_ns", "pid", "py_location", "total_ns"],
+                          ascending=[False, True, True, False], na_position="last",
+                          kind="stable").reset_index(drop=True)
+    return out[["pid", "py_location", "py_time_ns", "construct", "kind", "location", "function",
+                *_STAT_COLUMNS]]
 
 
 # ---- load imbalance per parallel region --------------------------------------------------------
@@ -205,19 +338,31 @@ def region_threads(trace: Trace) -> pd.DataFrame:
     return out
 
 
-def imbalance(trace: Trace, per_thread: bool = False) -> pd.DataFrame:
+def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.DataFrame:
     """Load imbalance per parallel region: ``imbalance`` = max over mean busy time
     of the region's implicit tasks (1.0: perfectly balanced; with n threads at most
     n), ``lost_ns`` = what the threads waited for the busiest one (sum of max - busy),
     ``barrier_wait_share`` = time waiting at barriers over the implicit tasks' time,
     ``wait_share`` the same for every wait (barriers, taskwait/taskgroup, locks).
     Busy time excludes waits but includes the tasks a thread ran while waiting.
+    Each region has its source ``location`` and the Python code that started it
+    (py_stack, py_location, py_inherited: see Trace.parallel_regions).
 
     A region the trace window cut off is listed with ``complete`` False and
     measured up to the end of the trace; one whose implicit tasks all lie
     outside the window has no figures (NaN).  ``per_thread=True``: one row per
     implicit task (region_threads), with its busy and waiting shares.
+
+    ``by="source"``: one row per pid and source location, ``by="python"``: per
+    pid, py_location (``"(no Python stack)"`` for regions without one) and
+    source location, with the regions' count, largest team (threads), total
+    duration_ns, mean and largest imbalance (imbalance, imbalance_max), total
+    lost_ns, and the shares of their implicit tasks' time; most time lost first.
     """
+    _check_by(by, ("region", "source", "python"))
+    if per_thread and by != "region":
+        raise ValueError(f"per_thread=True gives a row per implicit task: use by='region', "
+                         f"not by={by!r}")
     rt = region_threads(trace)
     if per_thread:
         dur = rt["duration_ns"].where(rt["duration_ns"] > 0)
@@ -230,9 +375,16 @@ def imbalance(trace: Trace, per_thread: bool = False) -> pd.DataFrame:
         busy_total_ns=("busy_ns", "sum"), tasks_ns=("duration_ns", "sum"),
         barrier_wait_ns=("barrier_wait_ns", "sum"), wait_ns=("_waiting", "sum"))
     paired = tables.region_intervals(trace)
-    regions = tables.with_source(trace, closed(trace, tables.region_intervals)[[
+    regions = closed(trace, tables.region_intervals)[[
         "pid", "parallel_id", "begin_ns", "duration_ns", "requested_team_size", "codeptr",
-        "complete"]])
+        "complete", "py_stack"]]
+    # Nested regions inherit the stack of their parent (parallel_regions, closed ones).
+    parents = regions[["pid", "parallel_id"]].merge(
+        tables.parallel_regions(trace)[["pid", "parallel_id", "py_stack"]].drop_duplicates(
+            ["pid", "parallel_id"]), on=["pid", "parallel_id"], how="left")
+    regions = pystacks.with_python(trace, regions.reset_index(drop=True),
+                                   around=parents["py_stack"].astype("Int64"))
+    regions = tables.with_source(trace, regions)
     out = regions.merge(per.reset_index(), on=["pid", "parallel_id"], how="left")
     mean = out["busy_mean_ns"].where(out["busy_mean_ns"] > 0)
     tasks = out["tasks_ns"].where(out["tasks_ns"] > 0)
@@ -240,9 +392,33 @@ def imbalance(trace: Trace, per_thread: bool = False) -> pd.DataFrame:
     out["lost_ns"] = out["threads"] * out["busy_max_ns"] - out["busy_total_ns"]
     out["barrier_wait_share"] = out["barrier_wait_ns"] / tasks
     out["wait_share"] = out["wait_ns"] / tasks
+    if by != "region":
+        return _imbalance_by(out, by)
     out.attrs.update(unmatched_begins=paired.unmatched_begins,
                      unmatched_ends=paired.unmatched_ends)
-    return out.drop(columns=["busy_total_ns", "tasks_ns"])
+    columns = ["pid", "parallel_id", "begin_ns", "duration_ns", "requested_team_size",
+               "codeptr", "complete", "function", "location", "py_stack", "py_location",
+               "py_inherited"]
+    return out[[*columns, *(c for c in out.columns
+                            if c not in columns and c not in ("busy_total_ns", "tasks_ns"))]]
+
+
+def _imbalance_by(regions: pd.DataFrame, by: str) -> pd.DataFrame:
+    """imbalance() per region, summed per source or Python location."""
+    keys = ["pid", "location"] if by == "source" else ["pid", "py_location", "location"]
+    if by == "python":
+        regions = regions.assign(py_location=regions["py_location"].fillna(NO_PYTHON))
+    g = regions.groupby(keys, sort=False, dropna=False)
+    out = g.agg(function=("function", "first"), regions=("parallel_id", "size"),
+                threads=("threads", "max"), duration_ns=("duration_ns", "sum"),
+                imbalance=("imbalance", "mean"), imbalance_max=("imbalance", "max"),
+                lost_ns=("lost_ns", "sum"), barrier_wait_ns=("barrier_wait_ns", "sum"),
+                wait_ns=("wait_ns", "sum"), tasks_ns=("tasks_ns", "sum")).reset_index()
+    tasks = out["tasks_ns"].where(out["tasks_ns"] > 0)
+    out["barrier_wait_share"] = out["barrier_wait_ns"] / tasks
+    out["wait_share"] = out["wait_ns"] / tasks
+    out = out.drop(columns=["barrier_wait_ns", "wait_ns", "tasks_ns"])
+    return out.sort_values("lost_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
 # ---- tasks -------------------------------------------------------------------------------------
@@ -342,22 +518,37 @@ def task_granularity(trace: Trace, bins: int | Sequence[float] | None = None) ->
 # ---- locks and critical sections -----------------------------------------------------------
 
 
-def lock_contention(trace: Trace) -> pd.DataFrame:
+def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
     """Per lock, critical section or ordered region (pid, kind, wait_id): acquisitions,
     threads, wait time (total, mean, p95, max), hold time (total, mean, p50, max), the
-    thread that held it longest and its share of the hold time, and the source
-    location where it was most often taken.  Sorted by total wait."""
+    thread that held it longest and its share of the hold time, the source
+    location where it was most often taken (codeptr, function, location) and
+    the Python code behind that most often (``py_location``: of the construct
+    around the acquisition, see python_stacks_at; None for none).  Sorted by
+    total wait.
+
+    ``by="source"``: one row per lock and source location (codeptr) where it was
+    taken; ``by="python"``: per lock, ``py_location`` (``"(no Python stack)"``
+    for acquisitions without one) and source location."""
+    _check_by(by, ("lock", "source", "python"))
     require(trace, "lock_contention()", ["mutex_acquire", "mutex_acquired", "mutex_released"],
             ["mutex_acquire", "mutex_acquired", "mutex_released"])
     m = tables.mutex(trace)
-    keys = ["pid", "kind", "wait_id"]
-    columns = [*keys, "acquisitions", "threads", "wait_total_ns", "wait_mean_ns", "wait_p95_ns",
-               "wait_max_ns", "hold_total_ns", "hold_mean_ns", "hold_p50_ns", "hold_max_ns",
-               "top_holder",
-               "top_holder_share", "codeptr", "function", "location"]
+    lock = ["pid", "kind", "wait_id"]
+    keys = lock + {"lock": [], "source": ["codeptr"], "python": ["py_location", "codeptr"]}[by]
+    stats = ["acquisitions", "threads", "wait_total_ns", "wait_mean_ns", "wait_p95_ns",
+             "wait_max_ns", "hold_total_ns", "hold_mean_ns", "hold_p50_ns", "hold_max_ns",
+             "top_holder", "top_holder_share"]
+    columns = (["pid", "py_location", "kind", "wait_id", *stats, "codeptr", "function",
+                "location"] if by == "python" else
+               [*lock, *stats, "codeptr", "function", "location", "py_location"])
     if m.empty:
         return pd.DataFrame(columns=columns)
-    m = m.assign(kind=m["kind"].astype(str))
+    where = python_locations_at(trace, m["pid"].to_numpy(), m["thread"].to_numpy(),
+                                m["acquire_ns"].fillna(m["acquired_ns"]).to_numpy(np.int64))
+    if by == "python":
+        where = np.where(pd.isna(where), NO_PYTHON, where)
+    m = m.assign(kind=m["kind"].astype(str), py_location=where)
     g = m.groupby(keys, sort=False)
     out = g.agg(acquisitions=("thread", "size"), threads=("thread", "nunique"),
                 wait_total_ns=("wait_ns", "sum"), wait_mean_ns=("wait_ns", "mean"),
@@ -371,10 +562,13 @@ def lock_contention(trace: Trace) -> pd.DataFrame:
     out["top_holder"] = held["thread"]
     out["top_holder_share"] = held["hold_ns"] / out["hold_total_ns"].where(
         out["hold_total_ns"] > 0)
-    sites = m.groupby([*keys, "codeptr"], sort=False).size().rename("n").reset_index()
-    sites = sites.sort_values("n", ascending=False, kind="stable").drop_duplicates(keys)
-    out["codeptr"] = sites.set_index(keys)["codeptr"]
+    for most in ("codeptr", "py_location"):  # where it was taken most often
+        if most not in keys:
+            sites = m.groupby([*keys, most], sort=False).size().rename("n").reset_index()
+            sites = sites.sort_values("n", ascending=False, kind="stable").drop_duplicates(keys)
+            out[most] = sites.set_index(keys)[most]
     out = tables.with_source(trace, out.reset_index())
+    out["py_location"] = out["py_location"].astype(object).where(out["py_location"].notna(), None)
     return out[columns].sort_values("wait_total_ns", ascending=False).reset_index(drop=True)
 
 

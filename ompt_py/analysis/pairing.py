@@ -198,6 +198,34 @@ def waits_per_region(regions: int, region_keys: list[tuple], region_begin: tuple
 
 
 
+def innermost(key: np.ndarray, begin: np.ndarray, end: np.ndarray, at_key: np.ndarray,
+              at: np.ndarray, from_begin: bool = True) -> np.ndarray:
+    """For each time ``at`` of a key (``at_key``), the innermost of the intervals
+    [``begin``, ``end``) of that key holding it, as a row of them (-1: none);
+    the intervals of a key nest.  ``from_begin`` False: an interval does not
+    hold the times it begins at (the parent of an interval that is itself one
+    of them, queried at its begin)."""
+    n, m = len(begin), len(at)
+    # In time order; at one time: ends, then begins (outer first) and the times
+    # asked (each a begin and end of its own, adjacent) in the order from_begin says.
+    time = np.concatenate([end, begin, at, at]).astype(np.int64)
+    begins, asked = (1, 2) if from_begin else (2, 1)
+    stage = np.concatenate([np.zeros(n, np.int8), np.full(n, begins, np.int8),
+                            np.full(2 * m, asked, np.int8)])
+    rank = np.concatenate([np.zeros(n, np.int64), -np.asarray(end, np.int64),
+                           np.arange(m), np.arange(m)])
+    half = np.concatenate([np.zeros(2 * n, np.int8), np.zeros(m, np.int8), np.ones(m, np.int8)])
+    order = np.lexsort((half, rank, stage, time))
+    keys = np.concatenate([key, key, at_key, at_key]).astype(np.int64)[order]
+    is_begin = (order >= n) & (order < 2 * n + m)
+    found = pair([column(keys)], is_begin, enclosing=True)
+    position = np.empty(len(order), np.intp)
+    position[order] = np.arange(len(order))
+    outer = found.enclosing[position[2 * n:2 * n + m]]
+    holder = np.where(outer >= 0, order[np.maximum(outer, 0)] - n, -1)
+    return np.where((holder >= 0) & (holder < n), holder, -1)
+
+
 def nesting_levels(up: np.ndarray) -> np.ndarray:
     """How many rows are above each row, ``up`` giving each row's parent row (-1:
     none): all chains walked at once, as many steps as the deepest nesting."""
