@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..errors import MissingEventsError
 from ..units import format_ns
-from . import metrics, tables
+from . import metrics, pystacks, tables
 from .names import short
 from .states import STATE_COLUMNS, thread_totals
 from .states import threads as thread_keys
@@ -44,12 +44,16 @@ def readable(frame: pd.DataFrame) -> pd.DataFrame:
 class Summary:
     """The main answers about a trace, as tables (pandas DataFrames, times in ns).
 
-    ``overview``: what the trace holds; ``constructs`` and ``sources``: time per
-    construct and per source location; ``threads``: each thread's time per state;
-    ``regions``: the most imbalanced parallel regions (by time lost); ``tasks``:
-    task durations (histogram, creation overhead in attrs); ``locks``: lock and
-    critical section contention.  A table is None where the trace has nothing of
-    the kind; ``notes`` says what could not be computed and why.
+    ``overview``: what the trace holds; ``python``: time per Python location
+    (metrics.constructs by="python": the top locations, with the constructs
+    under each); ``constructs`` and ``sources``: time per construct and per
+    source location; ``threads``: each thread's time per state; ``regions``:
+    the most imbalanced parallel regions (by time lost); ``tasks``: task
+    durations (histogram, creation overhead in attrs); ``locks``: lock and
+    critical section contention.  Regions and locks have the Python location
+    (py_location) beside the source location, and the answers name it first.
+    A table is None where the trace has nothing of the kind (``python``: no
+    Python stacks); ``notes`` says what could not be computed and why.
     """
 
     overview: dict
@@ -59,12 +63,18 @@ class Summary:
     regions: pd.DataFrame | None
     tasks: pd.DataFrame | None
     locks: pd.DataFrame | None
+    python: pd.DataFrame | None = None
     notes: list[str] = field(default_factory=list)
 
     def sections(self) -> list[tuple[str, pd.DataFrame]]:
-        """(title, display table) per section, in order."""
-        out = [("Time per construct", self.constructs), ("Time per source location",
-                                                         self.sources)]
+        """(title, display table) per section, in order; a py_location column that
+        is empty throughout (no Python stacks) is left out."""
+        out = []
+        if self.python is not None:
+            out.append(("Time per Python location (and the constructs it started)",
+                        _grouped(self.python, ["py_location", "py_time_ns"])))
+        out += [("Time per construct", self.constructs), ("Time per source location",
+                                                          self.sources)]
         if self.threads is not None:
             out.append(("Threads: time per state", self.threads))
         if self.regions is not None:
@@ -74,7 +84,7 @@ class Summary:
             out.append(("Explicit tasks: duration histogram", self.tasks))
         if self.locks is not None:
             out.append(("Locks and critical sections: contention", self.locks))
-        return [(title, readable(t)) for title, t in out]
+        return [(title, readable(_without_empty_python(t))) for title, t in out]
 
     def headline(self) -> list[str]:
         """The overview and the short answers, one line each."""
@@ -82,6 +92,20 @@ class Summary:
         lines = [f"{o['events']:,} events over {format_ns(o['span_ns'])}, "
                  f"{o['processes']} process(es), {o['threads']} thread(s); records written "
                  f"{o['written']:,}, dropped {o['dropped']:,}"]
+        started = (self.python[self.python["py_location"] != metrics.NO_PYTHON]
+                   if self.python is not None else None)
+        if started is not None and len(started):
+            top = started["py_location"].iloc[0]
+            mine = started[started["py_location"] == top]
+            what = [f"{n:,} {name}" for name, n in (
+                ("parallel region(s)", mine.loc[mine["construct"] == "parallel region",
+                                                "count"].sum()),
+                ("region marker(s)", mine.loc[mine["construct"] == "user region",
+                                              "count"].sum()),
+                ("explicit task(s)", mine.loc[mine["construct"] == "task", "count"].sum()))
+                if n]
+            lines.append(f"most time in OpenMP from one Python line: {top} "
+                         f"({format_ns(mine['py_time_ns'].iloc[0])} in {', '.join(what)})")
         if self.threads is not None and len(self.threads):
             t = self.threads[STATE_COLUMNS].sum()
             inside = t.sum() - t["idle_ns"]
@@ -93,8 +117,13 @@ class Summary:
                              f"for locks {100 * t['lock_wait_ns'] / inside:.1f} %")
         if self.regions is not None and len(self.regions):
             r = self.regions.iloc[0]
-            lines.append(f"most time lost to imbalance: region at {_where(r['location'])} "
-                         f"({r['imbalance']:.2f}x, {format_ns(r['lost_ns'])} lost)")
+            if isinstance(r["py_location"], str):
+                lines.append(f"most time lost to imbalance: region launched from "
+                             f"{_named(r['py_location'], r['location'])}: "
+                             f"{r['imbalance']:.2f}x, {format_ns(r['lost_ns'])} lost")
+            else:
+                lines.append(f"most time lost to imbalance: region at {_where(r['location'])} "
+                             f"({r['imbalance']:.2f}x, {format_ns(r['lost_ns'])} lost)")
         if self.tasks is not None:
             a = self.tasks.attrs
             lines.append(f"{a['tasks']:,} explicit tasks, median duration "
@@ -103,9 +132,13 @@ class Summary:
                          f"({_percent(a['creation_overhead_share'])} of task time)")
         if self.locks is not None and len(self.locks):
             k = self.locks.iloc[0]
-            lines.append(f"most waited-for {k['kind']}: {_where(k['location'])} "
-                         f"({format_ns(k['wait_total_ns'])} waited over "
-                         f"{k['acquisitions']:,} acquisitions)")
+            waited = (f"{format_ns(k['wait_total_ns'])} waited over "
+                      f"{k['acquisitions']:,} acquisitions")
+            if isinstance(k["py_location"], str):
+                lines.append(f"most waited-for {k['kind']}: "
+                             f"{_named(k['py_location'], k['location'])}: {waited}")
+            else:
+                lines.append(f"most waited-for {k['kind']}: {_where(k['location'])} ({waited})")
         return lines
 
     def __str__(self) -> str:
@@ -129,6 +162,30 @@ class Summary:
 
 def _where(location: object) -> str:
     return location if isinstance(location, str) else "(no source location)"
+
+
+def _named(python: str, location: object) -> str:
+    """A region or lock named by its Python location, the source location beside it."""
+    return f"{python} ({_where(location)})"
+
+
+def _without_empty_python(table: pd.DataFrame) -> pd.DataFrame:
+    if "py_location" in table and table["py_location"].isna().all():
+        return table.drop(columns="py_location")
+    return table
+
+
+def _grouped(table: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """For display: the rows grouped by ``columns`` (one after the other), their
+    values shown on each group's first row only, the first left-aligned."""
+    out = table.astype({c: object for c in columns})
+    repeated = (table[columns[0]] == table[columns[0]].shift()).to_numpy()
+    for c in columns:
+        shown = readable(table[[c]]).iloc[:, 0] if c.endswith("_ns") else table[c].astype(str)
+        if c == columns[0]:
+            shown = shown.str.ljust(int(shown.str.len().max()) if len(shown) else 0)
+        out[c] = shown.where(~repeated, "").to_numpy()
+    return out.rename(columns={c: c[:-3] for c in columns if c.endswith("_ns")})
 
 
 def _percent(share: float) -> str:
@@ -158,8 +215,9 @@ def summary(trace: Trace, top: int = 10) -> Summary:
     present = tables.present_events(trace)
     threads = attempt(lambda: thread_totals(trace))
     regions = attempt(lambda: metrics.imbalance(trace).sort_values("lost_ns", ascending=False)
-                      .head(top)[["location", "begin_ns", "duration_ns", "complete", "threads",
-                                  "imbalance", "lost_ns", "barrier_wait_share", "wait_share"]]
+                      .head(top)[["py_location", "location", "begin_ns", "duration_ns",
+                                  "complete", "threads", "imbalance", "lost_ns",
+                                  "barrier_wait_share", "wait_share"]]
                       if "parallel_begin" in present else None)
     tasks = attempt(lambda: metrics.task_granularity(trace) if "task_create" in present else None)
     if tasks is not None:
@@ -167,9 +225,17 @@ def summary(trace: Trace, top: int = 10) -> Summary:
         tasks = tasks[tasks["tasks"] > 0].drop(columns=["lo_ns", "hi_ns"])
         tasks.attrs = attrs
     locks = attempt(lambda: metrics.lock_contention(trace).head(top)[
-        ["kind", "location", "acquisitions", "threads", "wait_total_ns", "wait_p95_ns",
-         "hold_total_ns", "hold_mean_ns", "top_holder", "top_holder_share"]]
+        ["kind", "py_location", "location", "acquisitions", "threads", "wait_total_ns",
+         "wait_p95_ns", "hold_total_ns", "hold_mean_ns", "top_holder", "top_holder_share"]]
         if present & {"mutex_acquire", "mutex_acquired"} else None)
+    python = None
+    if not pystacks.locations(trace).empty:
+        by_line = metrics.constructs(trace, by="python")
+        by_line = by_line[by_line["construct"] != "implicit task"]
+        lines = by_line["py_location"].drop_duplicates().head(top)
+        python = by_line[by_line["py_location"].isin(lines)][
+            ["py_location", "py_time_ns", "construct", "kind", "location", "count", "total_ns",
+             "mean_ns", "max_ns"]].reset_index(drop=True)
     sources = metrics.constructs(trace, by="source")
     sources = sources[sources["construct"] != "implicit task"].head(top)
     for name, iv in (("parallel", tables.region_intervals(trace)),
@@ -180,8 +246,9 @@ def summary(trace: Trace, top: int = 10) -> Summary:
                          "whose other half lies outside the trace window: not in the construct "
                          "times; begun intervals count up to the end of the trace in the "
                          "thread states and imbalance")
-    return Summary(overview(trace), metrics.constructs(trace), sources.drop(columns="pid"), threads,
-                   regions, tasks, locks, notes)
+    return Summary(overview(trace), metrics.constructs(trace), sources.drop(columns="pid"),
+                   threads=threads, regions=regions, tasks=tasks, locks=locks, python=python,
+                   notes=notes)
 
 
 
