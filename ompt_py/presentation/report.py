@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ..analysis import summary, tables
+from ..analysis import metrics, pystacks, summary, tables
 from ..analysis.states import THREAD_STATES, thread_totals
 from ..errors import MissingEventsError
 from ..units import format_ns
@@ -23,12 +23,57 @@ def _stats(durations: pd.Series) -> dict:
             "max": format_ns(durations.max())}
 
 
-def _table(rows: list[dict] | pd.DataFrame) -> str:
+def _table(rows: list[dict] | pd.DataFrame, group: str | None = None,
+           left: str | None = None) -> str:
+    """The rows as an indented text table.  ``group``: a column whose value heads
+    the rows that have it, on a line of its own (the groups in the order of their
+    first rows), instead of being a column; ``left``: a column aligned left."""
     frame = pd.DataFrame(rows)
     if frame.empty:
         return "  (none)\n"
-    text = frame.to_string(index=False)
-    return "".join("  " + line + "\n" for line in text.splitlines())
+    if left is not None:
+        text = frame[left].astype(str)
+        width = max(int(text.str.len().max()), len(left))
+        frame[left] = text.str.ljust(width)
+        frame = frame.rename(columns={left: left.ljust(width)})
+    if group is None:
+        return "".join("  " + line + "\n" for line in frame.to_string(index=False).splitlines())
+    first = frame.groupby(group, sort=False).ngroup()
+    frame = frame.iloc[first.argsort(kind="stable")].reset_index(drop=True)
+    header, *lines = frame.drop(columns=group).to_string(index=False).splitlines()
+    out = ["    " + header + "\n"]
+    for i, line in enumerate(lines):
+        if i == 0 or frame[group].iat[i] != frame[group].iat[i - 1]:
+            out.append(f"  {frame[group].iat[i]}\n")
+        out.append("    " + line + "\n")
+    return "".join(out)
+
+
+def _python_status(py: dict) -> str:
+    """A process's Python stack capture (meta python_entry) in a few words."""
+    if py.get("status") != "on":
+        return f"{py.get('status')}: {py['reason']}" if py.get("reason") else str(py.get("status"))
+    kept = sum(1 for s in py.get("stacks", []) if s)
+    text = f"on, {kept:,} stacks of up to {py.get('depth', '?')} frames"
+    refused = [f"{py[k]:,} {k.split('_')[0]}" for k in ("stacks_refused", "codes_refused")
+               if py.get(k)]
+    if refused:
+        text += f"; not kept (the tool's tables were full): {', '.join(refused)}"
+    return text
+
+
+def _python_lines(trace: Trace, top: int) -> str:
+    """Per Python location (metrics.constructs by="python"): the time of what it
+    started, and how many parallel regions, explicit tasks and region markers."""
+    by = metrics.constructs(trace, by="python")
+    rows = []
+    for where, g in by.groupby("py_location", sort=False):
+        counted = g.groupby("construct", observed=True)["count"].sum()
+        rows.append({"python": where, "time": format_ns(g["py_time_ns"].iloc[0]),
+                     **{name: int(counted.get(construct, 0)) for name, construct in (
+                         ("regions", "parallel region"), ("tasks", "task"),
+                         ("markers", "user region"))}})
+    return _table(rows[:top], left="python")
 
 
 def render(trace: Trace, top: int = 10) -> str:
@@ -48,6 +93,8 @@ def render(trace: Trace, top: int = 10) -> str:
         out.write(f"  pid {p['pid']}: {' '.join(p['argv'])[:100]}\n"
                   f"    runtime: {rt}; clock {p['clock']}; {state}\n"
                   f"    records written {p['written']:,}, dropped {p['dropped']:,}{lost}\n")
+        if p.get("python"):
+            out.write(f"    python stacks: {_python_status(p['python'])}\n")
     if meta.get("dropped"):
         out.write(f"  WARNING: {meta['dropped']:,} records were dropped because buffers were full; "
                   "raise OMPTPY_BUFFER_SIZE or use OMPTPY_OVERFLOW=flush|grow\n")
@@ -57,6 +104,10 @@ def render(trace: Trace, top: int = 10) -> str:
         out.write("\nAnswers\n")
         for line in summary.summary(trace, top=top).headline()[1:]:
             out.write(f"  {line}\n")
+    python = not pystacks.locations(trace).empty
+    if python and len(df):
+        out.write(f"\nPython lines (top {top} by the time of the constructs they started)\n")
+        out.write(_python_lines(trace, top))
 
     out.write("\nEvents\n")
     counts = df["event"].value_counts()
@@ -95,23 +146,31 @@ def render(trace: Trace, top: int = 10) -> str:
                   "worker's last implicit-barrier end at the next region): "
                   + "; ".join(f"{n}: {b} begins, {e} ends" for n, b, e in unmatched) + "\n")
 
-    out.write(f"\nParallel regions by source location (top {top} by total time)\n")
     r = tables.parallel_regions(trace)
+    keys = ["pid", "location"]
+    if python:
+        out.write(f"\nParallel regions by Python and source location (top {top} by total "
+                  "time)\n")
+        keys.insert(1, "py_location")
+        r = r.assign(py_location=r["py_location"].fillna(metrics.NO_PYTHON))
+    else:
+        out.write(f"\nParallel regions by source location (top {top} by total time)\n")
     if r.empty:
         out.write("  (none)\n")
     else:
-        by_site = r.groupby(["pid", "location"], dropna=False).agg(
+        by_site = r.groupby(keys, dropna=False).agg(
             count=("duration_ns", "size"), total=("duration_ns", "sum"),
             mean=("duration_ns", "mean"), team=("requested_team_size", "max"),
             invoker=("invoker", "first"),
         ).sort_values("total", ascending=False).head(top).reset_index()
         out.write(_table([{
             "pid": int(x.pid),
+            **({"python": x.py_location} if python else {}),
             "location": x.location if isinstance(x.location, str) else "-",
             "regions": int(x.count), "total": format_ns(x.total), "mean": format_ns(x.mean),
             "team size": int(x.team) if pd.notna(x.team) else "-",
             "invoker": x.invoker,
-        } for x in by_site.itertuples()]))
+        } for x in by_site.itertuples()], group="python" if python else None))
 
     out.write("\nThreads (busy and waiting: the thread states of Trace.summary())\n")
     out.write(_threads(trace))
