@@ -52,6 +52,7 @@ _WAITS = {"barrier": ("barrier wait", STATE_COLOURS["barrier_wait"]),
           "lock": ("lock/critical wait", STATE_COLOURS["lock_wait"])}
 _HELD = ("lock/critical held", "#4d4d4d", 0.32, 0.45)
 _WORK_SPAN = (-0.32, 0.32)
+_LABEL_POINTS, _MAX_LABELS = 7, 300  # the region names on the timeline
 
 
 def _new_figure(width: float, height: float) -> Figure:
@@ -146,6 +147,49 @@ def timeline_intervals(trace: Trace) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
+@per_trace
+def region_labels(trace: Trace) -> pd.DataFrame:
+    """The names the timeline writes on parallel regions, one per region that is
+    the outermost on the lane of the thread that started it: key, begin_ns,
+    end_ns, label (the region's Python location when it has one, else its
+    source location) and short (the same with the file's base name)."""
+    r = tables.parallel_regions(trace)
+    parent = r[["pid", "parent_id"]].merge(
+        r[["pid", "parallel_id", "encountering_thread"]].rename(
+            columns={"parallel_id": "parent_id", "encountering_thread": "parent_thread"}),
+        on=["pid", "parent_id"], how="left")["parent_thread"]
+    outermost = (parent.isna() | (parent.to_numpy() != r["encountering_thread"].to_numpy()))
+    r = r[outermost.to_numpy()]
+    label = r["py_location"].where(r["py_location"].notna(), r["location"])
+    r, label = r[label.notna()], label[label.notna()].astype(str)
+    return pd.DataFrame({"key": thread_key(r["pid"], r["encountering_thread"]),
+                         "begin_ns": to_int(r["begin_ns"]), "end_ns": to_int(r["end_ns"]),
+                         "label": label.to_numpy(object),
+                         "short": label.str.rsplit("/", n=1).str[-1].to_numpy(object)})
+
+
+def _label_regions(ax: Axes, trace: Trace, lanes: np.ndarray, lo: int, hi: int) -> None:
+    """Writes on each parallel region of the timeline its Python line (or source
+    location), where the region is wide enough for it (else for the short form)."""
+    labels = region_labels(trace)
+    labels = labels[labels["key"].isin(lanes) & (labels["end_ns"] > lo)
+                    & (labels["begin_ns"] < hi)]
+    if labels.empty:
+        return
+    begin = labels["begin_ns"].clip(lower=lo).to_numpy()
+    pixels = (labels["end_ns"].clip(upper=hi).to_numpy() - begin) * max(
+        ax.bbox.width, 100.0) / (hi - lo)
+    char = _LABEL_POINTS * 0.6 * ax.figure.dpi / 72  # a character's width in pixels
+    full = pixels >= char * (labels["label"].str.len().to_numpy() + 1)
+    short = ~full & (pixels >= char * (labels["short"].str.len().to_numpy() + 1))
+    text = np.where(full, labels["label"].to_numpy(), labels["short"].to_numpy())
+    lane = np.searchsorted(lanes, labels["key"].to_numpy())
+    for i in np.flatnonzero(full | short)[:_MAX_LABELS]:
+        ax.text(begin[i] / 1e6, lane[i], f" {text[i]}", fontsize=_LABEL_POINTS, va="center",
+                ha="left", clip_on=True,
+                bbox={"facecolor": "white", "alpha": 0.6, "linewidth": 0, "pad": 0.5})
+
+
 def _merge_small(iv: pd.DataFrame, resolution: float) -> pd.DataFrame:
     """Intervals of one lane and label closer than ``resolution`` become one, and each
     is at least that wide: what a screen or a PNG can show anyway."""
@@ -168,9 +212,12 @@ def timeline(trace: Trace, start_ns: int | None = None, end_ns: int | None = Non
     """One lane per thread: parallel regions (grey), work-sharing constructs (by
     kind), waits at barriers, in taskwait/taskgroup and for locks, explicit tasks
     (on top: a task run inside a barrier shows over the wait) and critical
-    sections held (thin strip).  ``start_ns``/``end_ns``: the window (nanoseconds
-    from the trace start); ``threads``: thread numbers or (pid, thread) pairs.
-    Intervals closer than a pixel are drawn as one, so 10^6 intervals stay quick."""
+    sections held (thin strip).  Each parallel region wide enough for it is
+    labelled, on the lane of the thread that started it, with the Python line
+    that started it (region_labels) or else its source location.
+    ``start_ns``/``end_ns``: the window (nanoseconds from the trace start);
+    ``threads``: thread numbers or (pid, thread) pairs.  Intervals closer than
+    a pixel are drawn as one, so 10^6 intervals stay quick."""
     from matplotlib.collections import PolyCollection
     from matplotlib.patches import Patch
 
@@ -206,6 +253,7 @@ def timeline(trace: Trace, start_ns: int | None = None, end_ns: int | None = Non
                      axis=1)
     ax.add_collection(PolyCollection(verts, facecolors=iv["colour"].to_numpy(), linewidths=0,
                                      antialiased=False))
+    _label_regions(ax, trace, lanes, lo, hi)
     shown = iv.drop_duplicates("label")
     ax.legend(handles=[Patch(color=c, label=lbl) for lbl, c in zip(shown["label"],
                                                                     shown["colour"])],
@@ -254,7 +302,8 @@ def task_durations(trace: Trace, ax: Axes | None = None) -> Figure:
 def imbalance(trace: Trace, ax: Axes | None = None, top: int = 10) -> Figure:
     """For the ``top`` parallel regions that lost the most time to imbalance: each
     thread's busy time and its waits (barrier, taskwait/taskgroup, lock), with the
-    region's imbalance (max over mean busy time) and time lost."""
+    region's Python line (when it has one) and source location, its imbalance
+    (max over mean busy time) and time lost."""
     regions = metrics.imbalance(trace).dropna(subset=["lost_ns"])
     regions = regions.sort_values("lost_ns", ascending=False).head(top).reset_index(drop=True)
     per = metrics.imbalance(trace, per_thread=True)
@@ -275,6 +324,8 @@ def imbalance(trace: Trace, ax: Axes | None = None, top: int = 10) -> Figure:
     for r in regions.itertuples():
         at = y[rows["rank"].to_numpy() == r.Index]
         where = r.location if isinstance(r.location, str) else f"region {r.parallel_id}"
+        if isinstance(r.py_location, str):
+            where = f"{r.py_location} ({where})"
         ax.annotate(f"{where}: {r.imbalance:.2f}x, {format_ns(r.lost_ns)} lost",
                     xy=(0, at.min() - 0.45), fontsize="small", va="bottom",
                     annotation_clip=False)
