@@ -628,7 +628,8 @@ class Trace:
     def to_perfetto(self, path: str | os.PathLike) -> None:
         """Write a Perfetto / Chrome trace (JSON Trace Event Format) for ui.perfetto.dev
         and chrome://tracing: a process per pid, a track per thread, nested slices for
-        regions, implicit tasks, work, barriers and waits, tasks and locks, flow
+        regions, implicit tasks, work, barriers and waits, tasks and locks (with
+        Python stacks: the Python frames above the constructs they started), flow
         arrows from task creation to execution, and a threads-waiting counter."""
         from .io import perfetto
 

@@ -18,6 +18,14 @@ one id per task) goes from each task's creation to its first execution, and a
 counter ("ph": "C") per process gives the number of threads waiting over
 time, in barriers/taskwait/taskgroup ("sync") and for locks ("mutex").
 
+With Python stacks (``Trace.python_stacks``), the Python frames that started a
+parallel region, a region marker or an explicit task created outside any
+region are slices above it on the same track (cat "python", named "file:line
+in function", outermost first), merged across the constructs one after the
+other that share them, as a flame chart; frames a construct took from the
+region around it (a region nested by a worker) are marked ``inherited``
+(_python_frames).
+
 The slices are made from the records, not from the trace's tables: per kind
 of slice, the rows of its events are taken in time order and paired in C as
 the tables pair them (ompt_py.pairing.pairing), and what a slice needs
@@ -25,14 +33,18 @@ beyond its begin's record (its end, a region's parent and level, the time
 waited in a barrier ...) is kept as a few integer arrays; the rest is read
 from the records a batch at a time.  So the memory the export adds to the
 trace is a few batches and those arrays (bench/export.py: about 0.45 times
-the trace's records at 10^7 events).
+the trace's records at 10^7 events).  The Python frames, first in the file
+but made from the slices they hold, add a temporary file beside the output
+(write), not a second pass over the records.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -40,7 +52,8 @@ import numpy as np
 import pandas as pd
 
 from .. import _core
-from ..analysis import pairing, tables
+from ..analysis import pairing, pystacks, tables
+from ..analysis.states import thread_key, to_int
 from ..records import (
     EVENT_CODES,
     KIND_CATEGORIES,
@@ -52,6 +65,7 @@ from ..records import (
     SCOPE_END,
     TASK_INITIAL,
     kind_keys,
+    python_stack_ids,
 )
 from .streaming import (
     SEP,
@@ -195,11 +209,25 @@ class _Locations:
         return named(at, self.table)
 
 
+class _Spans(NamedTuple):
+    """Where the slices of a source lie: their begin's record (rows of
+    trace.events; None for a table's rows), process, thread, begin and end."""
+
+    rows: np.ndarray | None
+    pid: np.ndarray
+    thread: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+
+
 class _Source(NamedTuple):
-    """``count`` rows of a table, whose events ``texts(part)`` writes a batch at a time."""
+    """``count`` rows of a table, whose events ``texts(part)`` writes a batch at a
+    time; for slices, their ``cat`` and ``spans()``."""
 
     count: int
     texts: Callable[[slice], bytes]
+    cat: str = ""
+    spans: Callable[[], _Spans] | None = None
 
 
 _Args = list[tuple[str, Column]]
@@ -229,7 +257,11 @@ def _slices(rec: _Records, cat: str, pairs: _Pairs,
         records = rec.ev[rows]
         return _complete(cat, rec.pid(rows), records["thread"], records["time_ns"],
                          pairs.end[part], *make(records, part))
-    return _Source(len(pairs), texts)
+
+    def spans() -> _Spans:
+        return _Spans(pairs.rows, rec.pid(pairs.rows), rec.ev["thread"][pairs.rows],
+                      rec.time(pairs.rows), pairs.end)
+    return _Source(len(pairs), texts, cat, spans)
 
 
 def _user_slices(trace: Trace) -> _Source:
@@ -243,7 +275,11 @@ def _user_slices(trace: Trace) -> _Source:
                          rows["end_ns"], named(codes, json_names(names)),
                          [("id", number(rows["id"])), ("level", number(rows["level"])),
                           ("codeptr", hexadecimal(rows["codeptr"]))])
-    return _Source(len(user), texts)
+
+    def spans() -> _Spans:
+        return _Spans(None, *(user[c].to_numpy(np.int64)
+                              for c in ("pid", "thread", "begin_ns", "end_ns")))
+    return _Source(len(user), texts, "user_region", spans)
 
 
 def _codeptr(records: np.ndarray) -> Column:
@@ -267,9 +303,9 @@ def _regions(rec: _Records) -> _Pairs:
                  rec.ev["endpoint"][rows] == SCOPE_BEGIN)
 
 
-def _parallel(rec: _Records, regions: _Pairs) -> Iterator[_Source]:
-    """The slices of the initial tasks, the parallel ``regions`` and the implicit
-    tasks (each of these tables needs the other)."""
+def _region_tree(rec: _Records, regions: _Pairs) -> tuple[_Pairs, Any, np.ndarray, np.ndarray]:
+    """The implicit tasks (ends clamped to their region's) and, per region of
+    ``regions``, its parent_id, level and team size (pairing.region_links)."""
     ev = rec.ev
     implicit = _scoped(rec, "implicit_task", "task_id")
     region_of = _clamp(rec, implicit, regions)
@@ -277,7 +313,15 @@ def _parallel(rec: _Records, regions: _Pairs) -> Iterator[_Source]:
         rec.find(implicit.rows, regions.rows, "task_id"), region_of,
         rec.find(regions.rows, regions.rows, "parallel_id"), ev["parallel_id"][regions.rows],
         pd.arrays.IntegerArray(ev["u32a"][implicit.rows], np.zeros(len(implicit), bool)))
-    del region_of
+    return implicit, parent, level, team
+
+
+def _parallel(rec: _Records, regions: _Pairs,
+              tree: tuple[_Pairs, Any, np.ndarray, np.ndarray]) -> Iterator[_Source]:
+    """The slices of the initial tasks, the parallel ``regions`` and the implicit
+    tasks (``tree``: _region_tree of the regions)."""
+    ev = rec.ev
+    implicit, parent, level, team = tree
     initial = (ev["u32b"][implicit.rows] & TASK_INITIAL).astype(bool)  # u32b: flags
     locations = _Locations(rec, regions.rows)
     yield _slices(rec, "implicit_task", implicit.take(np.flatnonzero(initial)),
@@ -482,14 +526,197 @@ def _metadata(trace: Trace) -> list[dict]:
     return out
 
 
-def _perfetto_sources(trace: Trace) -> Iterator[_Source]:
-    """The file's events after the metadata, in file order: the slices of every
-    track, parents before children (the order that keeps slices starting at the
-    same nanosecond nested the right way), the flows, the counter."""
-    rec = _Records(trace)
+class _Stacks:
+    """The Python stacks of a trace as frame codes: ``codes[s, level]`` (outermost
+    first, -1 past the stack's ``depth[s]``) per stack number s (``number`` maps
+    (pid, py_stack) to it), and per frame code its location, file, line,
+    function and whether it is the user's code (pystacks.python_stacks)."""
+
+    def __init__(self, frames: pd.DataFrame) -> None:
+        code, self.frames = pd.factorize(pd.MultiIndex.from_frame(
+            frames[["location", "file", "line", "function", "user"]]))
+        stack, stacks = pd.factorize(pd.MultiIndex.from_frame(frames[["pid", "stack"]]))
+        self.number = pd.Series(np.arange(len(stacks)), index=stacks)
+        self.depth = np.bincount(stack, minlength=len(stacks))
+        self.codes = np.full((len(stacks), int(self.depth.max(initial=0)) + 1), -1, np.int64)
+        self.codes[stack, frames["level"].to_numpy()] = code
+
+    def of(self, pid: np.ndarray, stack: np.ndarray) -> np.ndarray:
+        """The stack number of each (pid, py_stack); -1 where it has no frames."""
+        wanted = pd.MultiIndex.from_arrays([np.asarray(pid, np.int64),
+                                            np.asarray(stack, np.int64)])
+        return self.number.reindex(wanted).fillna(-1).to_numpy(np.int64)
+
+    def common(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """How many outermost frames the stacks ``a`` and ``b`` (numbers) share."""
+        if not len(a):
+            return np.zeros(0, np.int64)
+        pairs, at = np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)
+        x, y = self.codes[pairs[:, 0]], self.codes[pairs[:, 1]]
+        shallower = np.minimum(self.depth[pairs[:, 0]], self.depth[pairs[:, 1]])
+        differ = (x != y) | (np.arange(x.shape[1]) >= shallower[:, None])
+        return np.argmax(differ, axis=1)[at.ravel()]  # the last column always differs
+
+
+def _python_items(rec: _Records, stacks: _Stacks, regions: _Pairs, parent: Any) -> pd.DataFrame:
+    """The constructs the Python frames go above, on the track of the thread that
+    started them, with the Python stack they started from (own or inherited,
+    as the tables give it): parallel regions, region markers, and the explicit
+    tasks created outside any region, where they ran.  Columns: pid, thread,
+    key (states.thread_key), begin, end, stack (a number of ``stacks``),
+    inherited.  Tasks created inside a region are the region's work, as its
+    implicit tasks are: no frames above them.  ``regions``: _regions, ``parent``:
+    their parent_id (_region_tree)."""
+    trace, ev = rec.trace, rec.ev
+    own = python_stack_ids(ev[regions.rows]).astype(np.int64)
+    tree = pystacks.with_python(trace, pd.DataFrame({
+        "pid": rec.pid(regions.rows).astype(np.int64),
+        "parallel_id": ev["parallel_id"][regions.rows].astype(np.int64),
+        "parent_id": pd.array(parent, dtype="Int64"),
+        "py_stack": pd.arrays.IntegerArray(own, own == 0)}),
+        parent=("parent_id", "parallel_id"))
+    user = tables.user_regions(trace)
+    parts = [pd.DataFrame({"pid": tree["pid"], "thread": ev["thread"][regions.rows],
+                           "begin": rec.time(regions.rows), "end": regions.end,
+                           "py_stack": tree["py_stack"], "inherited": tree["py_inherited"]}),
+             pd.DataFrame({"pid": user["pid"], "thread": user["thread"],
+                           "begin": user["begin_ns"], "end": user["end_ns"],
+                           "py_stack": user["py_stack"], "inherited": user["py_inherited"]})]
+    del own, tree
+    created = rec.select("task_create", scoped=False)
+    task_stack = python_stack_ids(ev[created]).astype(np.int64)
+    created, task_stack = created[task_stack > 0], task_stack[task_stack > 0]
+    if len(created):  # a task's span on a thread: u64a of its first piece, the task
+        ran = _tasks(rec)[0].spans()
+        task = rec.find(created, ran.rows, "task_id", "u64a")
+        on = task >= 0
+        parts.append(pd.DataFrame({
+            "pid": ran.pid[on], "thread": ran.thread[on], "begin": ran.begin[on],
+            "end": ran.end[on], "py_stack": task_stack[task[on]], "inherited": False}))
+        del ran, task, on
+    items = pd.concat([p[p["py_stack"].notna()] for p in parts], ignore_index=True)
+    items = items.assign(key=thread_key(items["pid"], items["thread"]),
+                         stack=stacks.of(items["pid"], to_int(items["py_stack"])))
+    return items[items["stack"] >= 0].reset_index(drop=True)
+
+
+class _Holders:
+    """Of the slices of the tracks (``watch``: the sources as they pass), those
+    that hold the begin of an item (_python_items) of their track, beginning
+    before it: the only ones the Python frames of items can lie in."""
+
+    def __init__(self, items: pd.DataFrame) -> None:
+        key, begin = items["key"].to_numpy(np.int64), items["begin"].to_numpy(np.int64)
+        self.tracks = np.unique(key)
+        self.begins = [np.sort(begin[key == k]) for k in self.tracks]
+        self.found: list[tuple[np.ndarray, ...]] = [(np.empty(0, np.int64),) * 3]
+
+    def watch(self, sources: Iterable[_Source]) -> Iterator[_Source]:
+        for source in sources:
+            if source.spans is not None:
+                spans = source.spans()
+                on = thread_key(spans.pid, spans.thread)
+                for track, begins in zip(self.tracks, self.begins):
+                    mine = np.flatnonzero(on == track)
+                    b, e = spans.begin[mine], spans.end[mine]
+                    holds = (np.searchsorted(begins, b, "right")
+                             < np.searchsorted(begins, e, "left"))
+                    self.found.append((on[mine[holds]], b[holds], e[holds]))
+                del spans, on
+            yield source
+
+    def spans(self) -> tuple[np.ndarray, ...]:
+        """key, begin and end of the slices found."""
+        return tuple(np.concatenate(c) for c in zip(*self.found))
+
+
+def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> _Source:
+    """Slices of the Python frames (cat "python", named by location: "file:line in
+    function") above the constructs started from Python (``items``), on the
+    same track: outermost frame first, as a flame chart nests them.  Of an item
+    inside another item, only the frames below those the two share.  Items one
+    after the other inside the same slice (siblings) share the slices of the
+    outermost frames they have in common, as a sampling profiler merges them:
+    so the frames of every Python line stay nested with every slice of the
+    track (``holders``: the slices the items are in).  ``inherited`` (arg):
+    the frames of a construct that took its stack from the region around it
+    (a nested region a worker started, a marker in a region)."""
+    key, begin, end = (items[c].to_numpy(np.int64) for c in ("key", "begin", "end"))
+    stack, inherited = items["stack"].to_numpy(), items["inherited"].to_numpy(bool)
+    span_key, span_begin, span_end = holders.spans()
+    # The slice each item is in (-1: none), and the item it is in (-1: none).
+    inside = pairing.innermost(span_key, span_begin, span_end, key, begin, from_begin=False)
+    del span_key, span_begin, span_end
+    outer = pairing.innermost(key, begin, end, key, begin, from_begin=False)
+    shown = np.zeros(len(items), np.int64)  # the first level drawn: below the outer item's
+    has = outer >= 0
+    shown[has] = stacks.common(stack[has], stack[outer[has]])
+    # Siblings: in the same slice, in time order; a run of siblings with the same
+    # frames drawn is one (from its first begin to its last end).
+    group = pd.factorize(pd.MultiIndex.from_arrays([key, inside]))[0]
+    order = np.lexsort((-end, begin, group))
+    group, begin, end, stack, inherited, shown = (
+        a[order] for a in (group, begin, end, stack, inherited, shown))
+    items = items.iloc[order].reset_index(drop=True)
+    first = np.ones(len(group), bool)
+    first[1:] = group[1:] != group[:-1]
+    same = ~first
+    same[1:] &= ((stack[1:] == stack[:-1]) & (shown[1:] == shown[:-1])
+                 & (inherited[1:] == inherited[:-1]))
+    run = np.flatnonzero(~same)
+    end = np.maximum.reduceat(end, run)
+    group, begin, stack, inherited, shown, first = (
+        a[run] for a in (group, begin, stack, inherited, shown, first))
+    items = items.iloc[run].reset_index(drop=True)
+    # One row per run and level drawn; a level starts a slice where the run before
+    # in the group does not have the same frames down to it.
+    n = len(run)
+    before = np.maximum(np.arange(n) - 1, 0)
+    common = stacks.common(stack[before], stack)
+    levels = np.maximum(stacks.depth[stack] - shown, 0)
+    at = np.repeat(np.arange(n), levels)
+    level = np.arange(len(at)) - np.repeat(np.cumsum(levels) - levels, levels) + shown[at]
+    new = (first[at] | (inherited[at] != inherited[before[at]]) | (level >= common[at])
+           | (level < shown[before[at]]))
+    rows = np.lexsort((at, level, group[at]))
+    at, level, new = at[rows], level[rows], new[rows]
+    starts = np.flatnonzero(new)
+    at_first = at[starts]
+    slice_end = np.maximum.reduceat(end[at], starts) if len(starts) else end[:0]
+    code = stacks.codes[stack[at_first], level[starts]]
+    pid = items["pid"].to_numpy(np.int64)[at_first]
+    thread = items["thread"].to_numpy(np.int64)[at_first]
+    slice_begin, level, inherited = begin[at_first], level[starts], inherited[at_first]
+    # Parents first: by begin, the longer first, the outer level first.
+    order = np.lexsort((level, -(slice_end - slice_begin), slice_begin))
+    code, pid, thread, slice_begin, slice_end, level, inherited = (
+        a[order] for a in (code, pid, thread, slice_begin, slice_end, level, inherited))
+    location, file, line, function, user = (stacks.frames.get_level_values(i) for i in range(5))
+    location, file, function = json_names(location), json_names(file), json_names(function)
+    line, user = line.to_numpy(np.int64), user.to_numpy(bool)
+
+    def texts(part: slice) -> bytes:
+        c = code[part]
+        return _complete("python", pid[part], thread[part], slice_begin[part], slice_end[part],
+                         named(c, location),
+                         [("file", named(c, file)), ("line", number(line[c])),
+                          ("function", named(c, function)),
+                          ("user", named(user[c], ["false", "true"])),
+                          ("level", number(level[part])),
+                          ("inherited", named(inherited[part], ["false", "true"]))])
+    return _Source(len(code), texts, "python")
+
+
+def _track_sources(rec: _Records, regions: _Pairs,
+                   tree: tuple[_Pairs, Any, np.ndarray, np.ndarray]) -> Iterator[_Source]:
+    """The file's events after the metadata and the Python frames, in file order:
+    the slices of every track, parents before children (the order that keeps
+    slices starting at the same nanosecond nested the right way), the flows,
+    the counter.  ``regions``: _regions, ``tree``: _region_tree of them."""
+    trace = rec.trace
     yield _user_slices(trace)
-    regions = _regions(rec)
-    yield from _parallel(rec, regions)
+    yield from _parallel(rec, regions, tree)
+    del tree
     yield _work(rec)
     waits, sync, sync_waits = _sync(rec, regions)
     del regions
@@ -504,26 +731,49 @@ def _perfetto_sources(trace: Trace) -> Iterator[_Source]:
     yield _waiting(rec, waits, mutex_waits)
 
 
-def _perfetto_jobs(trace: Trace, progress: Progress
-                   ) -> Iterator[Callable[[], tuple[int, bytes]]]:
-    """The formatting jobs of the file's events, in file order: each gives the rows
-    it wrote and their text (the progress bar's total grows as the tables are made)."""
-    for source in _perfetto_sources(trace):
-        progress.grow(source.count)
-        yield from (lambda s=source, p=part: (p.stop - p.start, s.texts(p))
-                    for part in batches(source.count))
+def _write_sources(writer: ArrayWriter, sources: Iterable[_Source], progress: Progress) -> None:
+    """Formats the events of ``sources`` a batch at a time, in parallel, and writes
+    them in order (the progress bar's total grows as the tables are made)."""
+    def jobs() -> Iterator[Callable[[], tuple[int, bytes]]]:
+        for source in sources:
+            progress.grow(source.count)
+            yield from (lambda s=source, p=part: (p.stop - p.start, s.texts(p))
+                        for part in batches(source.count))
+    for rows, text in in_order(jobs()):
+        writer.write(text)
+        progress.update(rows)
 
 
 def write(trace: Trace, path: str | os.PathLike) -> None:
-    """Writes ``trace`` as a Perfetto / Chrome trace (JSON Trace Event Format)."""
+    """Writes ``trace`` as a Perfetto / Chrome trace (JSON Trace Event Format).
+
+    With Python stacks, the Python frames come first in the file (before the
+    slices they hold), though made from the slices of the tracks: those are
+    written to a temporary file beside ``path`` first, then copied after the
+    frames (each slice is made once: no second pass over the records)."""
     other = {"producer": "ompt-py", "clock": "CLOCK_MONOTONIC, from origin_mono_ns",
              "origin_mono_ns": trace.meta.get("origin_mono_ns")}
+    rec = _Records(trace)
+    regions = _regions(rec)
+    tree = _region_tree(rec, regions)
+    frames = pystacks.python_stacks(trace)
+    stacks = _Stacks(frames) if len(frames) else None
+    items = _python_items(rec, stacks, regions, tree[1]) if stacks is not None else None
+    sources = _track_sources(rec, regions, tree)
+    del regions, tree
     with output(path) as out, Progress(0, "perfetto") as progress:
         out.write(f'{{"otherData":{json.dumps(other)},"traceEvents":[\n'.encode())
         writer = ArrayWriter(out)
         writer.write("".join(SEP + json.dumps(m) for m in _metadata(trace)).encode())
-        for rows, text in in_order(_perfetto_jobs(trace, progress)):
-            writer.write(text)
-            progress.update(rows)
+        if items is None or items.empty:
+            _write_sources(writer, sources, progress)
+        else:
+            holders = _Holders(items)
+            with tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(path))) as rest:
+                _write_sources(ArrayWriter(rest), holders.watch(sources), progress)
+                _write_sources(writer, [_python_frames(stacks, items, holders)], progress)
+                if rest.tell():
+                    writer.write(SEP.encode())  # a separator, if anything came before
+                    rest.seek(0)
+                    shutil.copyfileobj(rest, out, 1 << 24)
         out.write(b"\n]}\n")
-

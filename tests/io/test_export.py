@@ -199,11 +199,12 @@ def test_task_and_mutex_slices(trace, perfetto):
     assert {"critical", "lock"} == {s[4] for s in holds}
 
 
-def test_slices_nest_on_every_track(perfetto):
-    """On each track two slices are disjoint or one holds the other; of slices that
-    start together the longer comes first in the file (what the viewers nest by)."""
+def nested(events) -> Counter:
+    """Checks that on each track two slices are disjoint or one holds the other,
+    and that of slices that start together the longer comes first in the file
+    (what the viewers nest by); (cat, its parent's cat) -> how many."""
     tracks = defaultdict(list)
-    for i, e in enumerate(perfetto):
+    for i, e in enumerate(events):
         if e["ph"] == "X":
             tracks[e["pid"], e["tid"]].append((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]), i, e))
     parents = Counter()
@@ -218,6 +219,11 @@ def test_slices_nest_on_every_track(perfetto):
                     assert stack[-1][2] < i, f"{e} comes before its parent {stack[-1][3]}"
                 parents[e["cat"], stack[-1][3]["cat"]] += 1
             stack.append((begin, end, i, e))
+    return parents
+
+
+def test_slices_nest_on_every_track(perfetto):
+    parents = nested(perfetto)
     # what holds what, as the program's structure says
     assert parents["parallel", "implicit_task"] >= 2  # in the initial task, and nested
     assert parents["implicit_task", "parallel"] > 0
