@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from ..records import EVENT_CODES, TASK_INITIAL
+from ..records import EVENT_CODES, TASK_INITIAL, python_stack_ids
 from ..units import format_ns
 from . import pystacks, tables
 from .cache import per_trace
@@ -57,11 +57,18 @@ def _check_by(by: str, allowed: tuple[str, ...]) -> None:
 
 
 @per_trace
+def has_python_stacks(trace: Trace) -> bool:
+    """Whether a construct of the trace has a Python stack of its own (a process's
+    stacks in ``meta`` may all belong to other traces of it)."""
+    return bool((python_stack_ids(trace.events) > 0).any())
+
+
+@per_trace
 def _python_intervals(trace: Trace) -> tuple[np.ndarray, ...]:
     """The intervals that carry a Python stack, per thread (key, begin, end,
     py_stack): parallel regions on the thread that started them, the implicit
     tasks of regions, the pieces of explicit tasks, region markers."""
-    if pystacks.locations(trace).empty:
+    if not has_python_stacks(trace):
         return tuple(np.empty(0, np.int64) for _ in range(4))
     regions = tables.parallel_regions(trace)
     implicit = in_regions(tables.implicit_intervals(trace).table)[

@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..errors import MissingEventsError
 from ..units import format_ns
-from . import metrics, pystacks, tables
+from . import metrics, tables
 from .names import short
 from .states import STATE_COLUMNS, thread_totals
 from .states import threads as thread_keys
@@ -229,7 +229,7 @@ def summary(trace: Trace, top: int = 10) -> Summary:
          "wait_p95_ns", "hold_total_ns", "hold_mean_ns", "top_holder", "top_holder_share"]]
         if present & {"mutex_acquire", "mutex_acquired"} else None)
     python = None
-    if not pystacks.locations(trace).empty:
+    if metrics.has_python_stacks(trace):
         by_line = metrics.constructs(trace, by="python")
         by_line = by_line[by_line["construct"] != "implicit task"]
         lines = by_line["py_location"].drop_duplicates().head(top)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ..analysis import metrics, pystacks, summary, tables
+from ..analysis import metrics, summary, tables
 from ..analysis.states import THREAD_STATES, thread_totals
 from ..errors import MissingEventsError
 from ..units import format_ns
@@ -104,7 +104,7 @@ def render(trace: Trace, top: int = 10) -> str:
         out.write("\nAnswers\n")
         for line in summary.summary(trace, top=top).headline()[1:]:
             out.write(f"  {line}\n")
-    python = not pystacks.locations(trace).empty
+    python = metrics.has_python_stacks(trace)
     if python and len(df):
         out.write(f"\nPython lines (top {top} by the time of the constructs they started)\n")
         out.write(_python_lines(trace, top))
