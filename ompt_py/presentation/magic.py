@@ -10,9 +10,12 @@ the OpenMP runtime (the runtime looks for tools only once, when it starts)::
 
 The magic runs the cell under ``ompt_py.trace()``, stores the Trace in a
 variable and shows ``Trace.summary()`` and ``Trace.plot_timeline()`` below the
-cell.  With ``--subprocess`` the cell runs in a fresh Python process that has
-the tool attached, for a kernel whose runtime started before the extension
-was loaded; only the trace and the printed output come back.
+cell: with the Python line of the cell (or of the code it calls) that started
+each construct, as ``ompt-py report`` shows them (``--python-stacks`` sets
+the capture: on, off or a depth).  With ``--subprocess`` the cell runs in a
+fresh Python process that has the tool attached, for a kernel whose runtime
+started before the extension was loaded; only the trace and the printed
+output come back.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ for source, name in {setups!r}:
     exec(compile(source, name, "exec"), namespace)
 with open({cell_file!r}, encoding="utf-8") as f:
     cell = compile(f.read(), {cell_file!r}, "exec")
-with ompt_py.trace() as trace:
+with ompt_py.trace(python_stacks={python_stacks!r}) as trace:
     exec(cell, namespace)
 trace.save({out!r})
 """
@@ -84,10 +87,12 @@ def _execute(shell: InteractiveShell, cell: str) -> Any:
     return None
 
 
-def _run_in_subprocess(shell: InteractiveShell, cell: str, setup_vars: list[str]) -> Trace:
+def _run_in_subprocess(shell: InteractiveShell, cell: str, setup_vars: list[str],
+                       python_stacks: str | None) -> Trace:
     """Runs the cell as plain Python in a fresh interpreter with the tool attached and
     returns its trace.  The process has this kernel's working directory, environment
-    and sys.path, none of its variables; the code of the ``setup_vars`` runs first."""
+    and sys.path, none of its variables; the code of the ``setup_vars`` runs first;
+    ``python_stacks``: ompt_py.trace()'s."""
     setups = []
     for name in setup_vars:
         source = shell.user_ns.get(name)
@@ -104,7 +109,7 @@ def _run_in_subprocess(shell: InteractiveShell, cell: str, setup_vars: list[str]
             f.write(cell)
         out = os.path.join(tmp, "trace.parquet")
         script = _CHILD.format(path=[str(p) for p in sys.path], setups=setups,
-                               cell_file=cell_file, out=out)
+                               cell_file=cell_file, out=out, python_stacks=python_stacks)
         r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                            cwd=os.getcwd())
         sys.stdout.write(r.stdout)
@@ -148,6 +153,10 @@ class OmptMagics(Magics):
               help="with --subprocess: the name of a string variable holding Python code "
                    "that the subprocess runs first, untraced (imports, loading libraries, "
                    "preparing data); may be repeated")
+    @argument("--python-stacks", metavar="SETTING", default=None,
+              help="record the Python call stack of each construct the cell starts: on, "
+                   "off, or the number of frames to keep (default: the environment's "
+                   "OMPTPY_PYTHON_STACKS, else on); see ompt_py.trace(python_stacks=...)")
     @cell_magic
     def ompt(self, line: str, cell: str) -> Any:
         """%%ompt: trace the OpenMP runtime while the cell runs; show the summary and
@@ -166,12 +175,16 @@ class OmptMagics(Magics):
         if args.setup and not args.subprocess:
             raise UsageError("--setup applies to --subprocess only: in the kernel the cell "
                              "sees the notebook's variables")
+        try:  # the setting checked here for --subprocess too
+            t = trace(python_stacks=args.python_stacks)
+        except ValueError as e:
+            raise UsageError(f"--python-stacks {args.python_stacks}: use on, off or the number "
+                             f"of frames to keep ({e})") from None
         result = None
         if args.subprocess:
-            t = _run_in_subprocess(self.shell, cell, args.setup)
+            t = _run_in_subprocess(self.shell, cell, args.setup, args.python_stacks)
             self.shell.user_ns[args.output] = t
         else:
-            t = trace()
             try:
                 t.start()
             except (AttachError, ConfigError) as e:

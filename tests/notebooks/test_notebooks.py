@@ -159,6 +159,10 @@ def test_magic_traces_the_cell(kernel_env: dict[str, str], regions_lib: Path,
         "%%ompt -o empty\nx = 1",
         ("%%ompt --setup SETUP\nlib.regions(1)", ["raises-exception"]),
         ("%%ompt -o 2x\nlib.regions(1)", ["raises-exception"]),
+        "%%ompt -q -o nostacks --python-stacks off\nlib.regions(1)",
+        "print(nostacks.to_pandas()['py_stack'].notna().any(), nostacks.summary().python,\n"
+        "      nostacks.meta['processes'][0]['python']['status'])",
+        ("%%ompt --python-stacks sometimes\nlib.regions(1)", ["raises-exception"]),
     )
     execute(nb, kernel_env, tmp_path)
     cells = nb.cells
@@ -166,6 +170,10 @@ def test_magic_traces_the_cell(kernel_env: dict[str, str], regions_lib: Path,
     assert float(cells[2].outputs[-1].data["text/plain"]) == 5 * 249750.0
     html = "".join(mime(cells[2], "text/html"))
     assert "ompt-py summary" in html and "Time per construct" in html, text(cells[2])
+    # the cell's line that started the regions, first
+    assert "Time per Python location" in html
+    assert ("most time in OpenMP from one Python line: &lt;%%ompt cell&gt;:1 in &lt;module&gt;"
+            in html)
     assert len(mime(cells[2], "image/png")) == 1, "the timeline"
     assert printed_json(cells[3]) == {"regions": 5, "team_sizes": [2], "parallel_begin": 5,
                                       "dispatch": 5 * CHUNKS, "same_pid": True}
@@ -180,6 +188,8 @@ def test_magic_traces_the_cell(kernel_env: dict[str, str], regions_lib: Path,
     assert "no OpenMP events were recorded" in text(cells[10])
     assert "--setup applies to --subprocess only" in text(cells[11])
     assert "-o 2x: give a Python variable name" in text(cells[12])
+    assert text(cells[14]).strip() == "False None off"
+    assert "--python-stacks sometimes: use on, off or the number of frames" in text(cells[15])
 
 
 @pytest.mark.needs_clang
@@ -198,6 +208,9 @@ def test_magic_when_the_runtime_started_first(kernel_env: dict[str, str], region
         REPORT.format(var="sub"),
         ("%%ompt --subprocess\nlib.regions(1)", ["raises-exception"]),
         ("%%ompt --subprocess --setup NOT_DEFINED\nlib.regions(1)", ["raises-exception"]),
+        "%%ompt -q --subprocess --setup SETUP -o deep3 --python-stacks 3\nlib.regions(1)",
+        "print(deep3.meta['processes'][0]['python']['depth'],\n"
+        "      deep3.parallel_regions()['py_location'].tolist())",
     )
     execute(nb, kernel_env, tmp_path)
     cells = nb.cells
@@ -213,4 +226,7 @@ def test_magic_when_the_runtime_started_first(kernel_env: dict[str, str], region
                                       "dispatch": 4 * CHUNKS, "same_pid": False}
     assert "NameError: name 'lib' is not defined" in text(cells[8])
     assert "the subprocess failed" in text(cells[8])
+    # the setting reaches the subprocess; its cell is a file of its own
+    depth, where = text(cells[11]).split(" ", 1)
+    assert depth == "3" and re.fullmatch(r"\['.*cell\.py:1 in <module>'\]\s*", where), where
     assert "--setup NOT_DEFINED" in text(cells[9]) and "no such variable" in text(cells[9])
