@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _core
-from ..analysis import pairing, pystacks, tables
+from ..analysis import metrics, pairing, pystacks, tables
 from ..analysis.states import thread_key, to_int
 from ..records import (
     EVENT_CODES,
@@ -756,7 +756,7 @@ def write(trace: Trace, path: str | os.PathLike) -> None:
     rec = _Records(trace)
     regions = _regions(rec)
     tree = _region_tree(rec, regions)
-    frames = pystacks.python_stacks(trace)
+    frames = pystacks.python_stacks(trace) if metrics.has_python_stacks(trace) else []
     stacks = _Stacks(frames) if len(frames) else None
     items = _python_items(rec, stacks, regions, tree[1]) if stacks is not None else None
     sources = _track_sources(rec, regions, tree)
