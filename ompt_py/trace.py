@@ -524,8 +524,9 @@ class Trace:
     # ---- answers (ompt_py.analysis.metrics, .summary) ---------------------------------
 
     def summary(self, top: int = 10) -> Summary:
-        """The main answers together: time per construct and source location, thread
-        states, the most imbalanced regions, task granularity, lock contention."""
+        """The main answers together: time per Python line (with Python stacks),
+        construct and source location, thread states, the most imbalanced regions,
+        task granularity, lock contention."""
         from .analysis import summary
 
         return summary.summary(self, top=top)

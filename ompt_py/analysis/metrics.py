@@ -4,7 +4,10 @@ over time.
 
 Every analysis returns a pandas DataFrame (times in nanoseconds), computed with
 numpy and pandas over whole columns, from the paired tables (``tables``) and
-the thread states (``states``).
+the thread states (``states``).  With Python stacks, constructs(),
+imbalance() and lock_contention() also answer per Python location
+(``by="python"``): the line of the user's code that started the construct,
+or the construct around it (python_stacks_at).
 """
 
 from __future__ import annotations
