@@ -21,9 +21,10 @@ time, in barriers/taskwait/taskgroup ("sync") and for locks ("mutex").
 With Python stacks (``Trace.python_stacks``), the Python frames that started a
 parallel region, a region marker or an explicit task created outside any
 region are slices above it on the same track (cat "python", named "file:line
-in function", outermost first), merged across the constructs one after the
-other that share them, as a flame chart; frames a construct took from the
-region around it (a region nested by a worker) are marked ``inherited``
+in function", outermost first; then the native callers recorded with the
+stack, marked ``native``), merged across the constructs one after the other
+that share them, as a flame chart; frames a construct took from the region
+around it (a region nested by a worker) are marked ``inherited``
 (_python_frames).
 
 The slices are made from the records, not from the trace's tables: per kind
@@ -530,11 +531,15 @@ class _Stacks:
     """The Python stacks of a trace as frame codes: ``codes[s, level]`` (outermost
     first, -1 past the stack's ``depth[s]``) per stack number s (``number`` maps
     (pid, py_stack) to it), and per frame code its location, file, line,
-    function and whether it is the user's code (pystacks.python_stacks)."""
+    function, whether it is the user's code and whether it is native
+    (pystacks.python_stacks: the Python frames, then the native callers under
+    them, without the interpreter's own)."""
 
     def __init__(self, frames: pd.DataFrame) -> None:
+        frames = frames[~frames["interpreter"]]
+        frames = frames.assign(level=frames.groupby(["pid", "stack"]).cumcount())
         code, self.frames = pd.factorize(pd.MultiIndex.from_frame(
-            frames[["location", "file", "line", "function", "user"]]))
+            frames[["location", "file", "line", "function", "user", "native"]]))
         stack, stacks = pd.factorize(pd.MultiIndex.from_frame(frames[["pid", "stack"]]))
         self.number = pd.Series(np.arange(len(stacks)), index=stacks)
         self.depth = np.bincount(stack, minlength=len(stacks))
@@ -632,8 +637,9 @@ class _Holders:
 
 def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> _Source:
     """Slices of the Python frames (cat "python", named by location: "file:line in
-    function") above the constructs started from Python (``items``), on the
-    same track: outermost frame first, as a flame chart nests them.  Of an item
+    function"; below them, ``native``, the native callers recorded with the
+    stack) above the constructs started from Python (``items``), on the same
+    track: outermost frame first, as a flame chart nests them.  Of an item
     inside another item, only the frames below those the two share.  Items one
     after the other inside the same slice (siblings) share the slices of the
     outermost frames they have in common, as a sampling profiler merges them:
@@ -691,9 +697,10 @@ def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> _
     order = np.lexsort((level, -(slice_end - slice_begin), slice_begin))
     code, pid, thread, slice_begin, slice_end, level, inherited = (
         a[order] for a in (code, pid, thread, slice_begin, slice_end, level, inherited))
-    location, file, line, function, user = (stacks.frames.get_level_values(i) for i in range(5))
+    location, file, line, function, user, native = (
+        stacks.frames.get_level_values(i) for i in range(6))
     location, file, function = json_names(location), json_names(file), json_names(function)
-    line, user = line.to_numpy(np.int64), user.to_numpy(bool)
+    line, user, native = line.to_numpy(np.int64), user.to_numpy(bool), native.to_numpy(bool)
 
     def texts(part: slice) -> bytes:
         c = code[part]
@@ -702,6 +709,7 @@ def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> _
                          [("file", named(c, file)), ("line", number(line[c])),
                           ("function", named(c, function)),
                           ("user", named(user[c], ["false", "true"])),
+                          ("native", named(native[c], ["false", "true"])),
                           ("level", number(level[part])),
                           ("inherited", named(inherited[part], ["false", "true"]))])
     return _Source(len(code), texts, "python")

@@ -10,7 +10,9 @@ lines marked ``at: NAME``), and on one without Python stacks (export-mixed).
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 from collections import defaultdict
 
 import numpy as np
@@ -196,6 +198,32 @@ def test_frames_of_a_program_run_three_times(app, tmp_path):
     assert ns(module["dur"]) > 2 * span
     assert (sum(e["name"] == at("critical", "locked") for e in python)
             == 3 * sum(e["name"] == at("critical", "locked") for e in once))
+
+
+def test_native_callers_under_the_python_frames(app, tmp_path):
+    """A stack with native callers (native_depth): below its Python frames, the
+    native ones (``native``), without the interpreter's own."""
+    meta = copy.deepcopy(app.meta)
+    (proc,) = meta["processes"]
+    interpreter = next(m["start"] + 0x100 for m in proc["modules"]
+                       if os.path.basename(m["path"]).startswith("libpython"))
+    regions = app.parallel_regions()
+    # a native caller: code of the runtime that symbolizes (the nested regions' code)
+    caller = int(regions.loc[regions["function"].notna(), "codeptr"].iloc[0])
+    stack = int(regions.loc[regions["py_location"] == at("regions", "regions"), "py_stack"].iloc[0])
+    proc["python"]["stacks"][stack - 1].append([interpreter, caller])
+    events = exported(ompt_py.Trace.from_records(app.events, meta, pids=int(app.pids[0])),
+                      tmp_path / "native.json")
+    nested(events)
+    above = ancestors(events)
+    (first, *_) = sorted((e["ts"], i) for i, e in enumerate(events) if e["ph"] == "X"
+                         and e["cat"] == "parallel" and e["tid"] == 0)
+    chain = [e for e in above[first[1]] if e["cat"] == "python"]
+    python = frames(app, stack)
+    assert [(e["args"]["level"], e["name"]) for e in chain[:-1]] == python
+    assert chain[-1]["args"]["native"] is True and chain[-1]["args"]["level"] == len(python)
+    assert chain[-1]["name"] == app.symbolize([caller])["name"].iloc[0]
+    assert not any(e["args"]["native"] for e in chain[:-1])
 
 
 def test_no_frames_where_no_construct_has_a_stack(app, tmp_path):
