@@ -25,7 +25,7 @@ function called from one Python line.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -73,13 +73,16 @@ def _native_rows(proc: dict, natives: dict[int, list[int]], first_level: dict[in
     rows = []
     for stack, frames in natives.items():
         for k, addr in enumerate(frames):
-            src = found.loc[addr] if addr in found.index else None
-            module = src["module"] if src is not None else None
-            file = (src["file"] or module) if src is not None else None
-            line = int(src["line"]) if src is not None and pd.notna(src["line"]) else 0
-            function = src["function"] if src is not None and src["function"] else None
-            name = src.get("name") if src is not None else None
-            location = name or function or (src["location"] if src is not None else hex(addr))
+            src = found.loc[addr] if addr in found.index else pd.Series(dtype=object)
+
+            def known(column: str, src: pd.Series = src) -> Any:
+                value = src.get(column)
+                return value if isinstance(value, str) and value else None
+
+            module, function = known("module"), known("function")
+            file = known("file") or module
+            line = int(src["line"]) if pd.notna(src.get("line")) else 0
+            location = known("name") or function or known("location") or hex(addr)
             rows.append((proc["pid"], stack, first_level[stack] + k, file or "<unknown>", line,
                          function or hex(addr), 0, False, truncated[stack], location, True,
                          _interpreter(module, proc.get("exe"))))

@@ -126,3 +126,17 @@ def test_saved_and_loaded_again(trace, tmp_path):
     assert again.meta["processes"][0]["python"] == trace.meta["processes"][0]["python"]
     cols = ["py_stack", "py_location", "py_inherited"]
     assert again.parallel_regions()[cols].equals(trace.parallel_regions()[cols])
+
+
+def test_native_frames_outside_any_module_read_as_addresses():
+    t = load_stored("pystacks-inprocess")
+    t.meta["processes"][0]["python"]["stacks"][0] = [
+        *t.meta["processes"][0]["python"]["stacks"][0], [0x10, 0x20]]
+    frames = t.python_stacks()
+    native = frames[frames["native"]]
+    assert native[["stack", "level", "location", "function", "line"]].values.tolist() == [
+        [1, native["level"].iloc[0], "0x10", "0x10", 0],
+        [1, native["level"].iloc[0] + 1, "0x20", "0x20", 0]]
+    assert native["level"].iloc[0] == (~frames["native"] & (frames["stack"] == 1)).sum()
+    callers = ompt_py.analysis.pystacks.locations(t).set_index("py_stack")["native_callers"]
+    assert callers[1] == "0x10 > 0x20" and callers.drop(1).isna().all()
