@@ -275,7 +275,8 @@ def _located(trace: Trace, inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFra
     src = tables.with_source(trace, unique.assign(codeptr=pd.arrays.IntegerArray(code, code == 0)))
     located = inst.assign(location=pd.Categorical(src["location"].to_numpy(object)[which]))
     func = pd.DataFrame({"pid": src["pid"], "location": src["location"],
-                         "function": src["function"]}).drop_duplicates(["pid", "location"])
+                         "function": src["function"], "name": src["name"]}
+                        ).drop_duplicates(["pid", "location"])
     return located, func
 
 
@@ -300,6 +301,7 @@ def constructs(trace: Trace, by: str = "construct") -> pd.DataFrame:
     explicit tasks created outside any region while they ran; overlaps once),
     NaN for the rows without a Python stack, whose py_location is
     ``"(no Python stack)"``.  Sorted by py_time_ns, then by total time.
+    ``function`` is the symbolizer's name, ``name`` the readable one (Trace.symbolize).
     """
     _check_by(by, ("construct", "source", "python"))
     inst = construct_instances(trace)
@@ -309,7 +311,7 @@ def constructs(trace: Trace, by: str = "construct") -> pd.DataFrame:
     if by == "source":
         keys = ["construct", "kind", "pid", "location"]
         out = _group_stats(located, keys).merge(func, on=["pid", "location"], how="left")
-        return out[[*keys, "function", *_STAT_COLUMNS]]
+        return out[[*keys, "function", "name", *_STAT_COLUMNS]]
     where = python_locations_at(trace, inst["pid"].to_numpy(), inst["thread"].to_numpy(),
                                 inst["begin_ns"].to_numpy())
     located["py_location"] = pd.Categorical(np.where(pd.isna(where), NO_PYTHON, where))
@@ -323,7 +325,7 @@ def constructs(trace: Trace, by: str = "construct") -> pd.DataFrame:
                           ascending=[False, True, True, False], na_position="last",
                           kind="stable").reset_index(drop=True)
     return out[["pid", "py_location", "py_time_ns", "construct", "kind", "location", "function",
-                *_STAT_COLUMNS]]
+                "name", *_STAT_COLUMNS]]
 
 
 # ---- load imbalance per parallel region --------------------------------------------------------

@@ -24,8 +24,12 @@ if TYPE_CHECKING:
 
 def readable(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy for display: *_ns columns as durations, shares as percentages,
-    function names shortened (names.short)."""
+    function names shortened (names.short), or their readable ``name`` in their
+    place when the frame has one."""
     out = frame.copy()
+    if "function" in out and "name" in out:
+        name = out.pop("name")
+        out["function"] = name.where(name.notna(), out["function"])
     for c in out.columns:
         name = str(c)
         if name == "function":
