@@ -24,6 +24,7 @@ pytestmark = pytest.mark.needs_clang
 run = run_scripting  # (the JSON the snippet printed last, the CompletedProcess)
 
 
+@pytest.mark.pythons
 def test_task_create_handler_receives_exactly_n_events(omp_ext, scripting, tmp_path):
     n = 1000
     batches = tmp_path / "batches.npy"
