@@ -300,6 +300,7 @@ with ompt_py.trace(TRACE_PATH) as t:
     assert n_of(t.events, "parallel_begin") == 4
 
 
+@pytest.mark.pythons
 def test_trace_path_saves_at_interpreter_exit(run_traced):
     # still recording when the interpreter exits: saved by the atexit handler
     t = run_traced(PROLOGUE + """
