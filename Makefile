@@ -65,8 +65,8 @@ test: setup lint old-runtimes
 	$(BIN)/python -m pytest -q
 	@$(MAKE) --no-print-directory test-old-libomp
 	@$(MAKE) --no-print-directory test-pythons
-	@echo "Tested on Python $$($(BIN)/python -c 'import platform; print(platform.python_version())')" \
-	  "(.venv: every test) and $$(cat $(PYTHONS_DIR)/tested) (the pythons tests)"
+	@echo "Every test ran on Python $$($(BIN)/python -c 'import platform; print(platform.python_version())')" \
+	  "(.venv); the pythons tests $$(cat $(PYTHONS_DIR)/last-run)"
 
 test-old-libomp: setup
 	@lib=$(OLD_LIBOMP_DIR)/$(OLD_TEST_LIBOMP); \
@@ -91,7 +91,7 @@ test-pythons: system-deps
 	  done; \
 	  if [ -z "$$py" ]; then \
 	    echo "No Python $$v interpreter (pyenv install $$v, or python$$v on PATH)"; \
-	    if [ "$$OMPTPY_REQUIRE_PYTHONS" = 1 ]; then failed="$$failed $$v"; else skipped="$$skipped $$v"; fi; \
+	    if [ "$$OMPTPY_REQUIRE_PYTHONS" = 1 ]; then failed="$$failed $$v (no interpreter)"; else skipped="$$skipped $$v"; fi; \
 	    continue; \
 	  fi; \
 	  dir=$(PYTHONS_DIR)/$$v; \
@@ -106,9 +106,9 @@ test-pythons: system-deps
 	    failed="$$failed $$full"; \
 	  fi; \
 	done; \
-	echo "$${tested:- no other version}$${skipped:+ (skipped, no interpreter:$$skipped)}" \
-	  > $(PYTHONS_DIR)/tested; \
-	echo "The pythons tests ran on Python$$(cat $(PYTHONS_DIR)/tested)$${failed:+; failed on$$failed}"; \
+	echo "ran on Python$${tested:- none}$${skipped:+; skipped (no interpreter):$$skipped}$${failed:+; failed:$$failed}" \
+	  > $(PYTHONS_DIR)/last-run; \
+	echo "The pythons tests $$(cat $(PYTHONS_DIR)/last-run)"; \
 	[ -z "$$failed" ]
 
 # A venv of Python $* with ompt-py installed (see test-pythons).
