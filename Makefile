@@ -11,20 +11,21 @@
 # 14 has no dispatch events, which several of those tests count.
 # make test-pythons (part of make test): the tests marked `pythons` (a smoke
 # subset: recording from Python, the tool under a C program, tables, Parquet/CSV/
-# Perfetto, the report) on every other supported Python, $(PYTHONS); .venv's 3.11
-# runs them all.  Each version gets a venv in $(PYTHONS_DIR)/V with a regular
-# (non-editable) install: pip builds that version's wheel (libomptpy.so, _core,
-# bundled runtime, headers) into its site-packages.  Not in-place builds side by
+# Perfetto, the report) on every other supported Python, $(PYTHONS) (or
+# PYTHONS=...); .venv's 3.11 runs them all.  Each version gets a venv in
+# $(PYTHONS_DIR)/V with a regular (non-editable) install: pip builds that
+# version's wheel (libomptpy.so, _core, bundled runtime, headers) into its
+# site-packages, so they test what a wheel ships too.  Not in-place builds side by
 # side: ompt_py/ holds .venv's editable build, whose libomptpy.so, include/ and
 # runtime/ each version's in-place build would overwrite (truncating a library a
 # running .venv process maps).  So the source tree's ompt_py must not be imported:
 # pytest runs in the venv's folder (python -m and the tests' python -c children
 # put the working directory first on sys.path), with OMPTPY_TEST_INSTALLED=1, for
-# which tests/conftest.py refuses an ompt_py from the tree.  ompt-py's
-# dependencies and pytest are installed when pyproject.toml changes, ompt-py
-# itself when its sources do (build/*-cpython-3X, where pip builds, is emptied
-# first: setuptools does not rebuild _core for a changed header).  An interpreter
-# is `pyenv prefix V`'s, $$PYENV_ROOT/versions/V.*'s or pythonV on PATH; a version
+# which tests/conftest.py refuses an ompt_py from the tree.  ompt-py's dependencies
+# and pytest are installed when pyproject.toml changes, ompt-py itself when its
+# sources do (build/*-cpython-3X, where pip builds, is emptied first: setuptools
+# does not rebuild _core for a changed header).  The interpreter of version V:
+# `pyenv prefix V`'s, $PYENV_ROOT/versions/V.*'s or pythonV on PATH; a version
 # without one is reported and skipped, or fails with OMPTPY_REQUIRE_PYTHONS=1.
 # make test-sanitize (not part of make test): tests/tool/test_tool_c.py with the tool
 # built with AddressSanitizer and UBSan (gcc, -O1 -g) into build/sanitize/ and
