@@ -9,6 +9,24 @@
 # any_libomp) once more, every traced process on libomp $(OLD_TEST_LIBOMP)
 # (OMPTPY_TEST_LIBOMP, see tests/conftest.py).  Only 16 passes whole: libomp
 # 14 has no dispatch events, which several of those tests count.
+# make test-pythons (part of make test): the tests marked `pythons` (a smoke
+# subset: recording from Python, the tool under a C program, tables, Parquet/CSV/
+# Perfetto, the report) on every other supported Python, $(PYTHONS) (or
+# PYTHONS=...); .venv's 3.11 runs them all.  Each version gets a venv in
+# $(PYTHONS_DIR)/V with a regular (non-editable) install: pip builds that
+# version's wheel (libomptpy.so, _core, bundled runtime, headers) into its
+# site-packages, so they test what a wheel ships too.  Not in-place builds side by
+# side: ompt_py/ holds .venv's editable build, whose libomptpy.so, include/ and
+# runtime/ each version's in-place build would overwrite (truncating a library a
+# running .venv process maps).  So the source tree's ompt_py must not be imported:
+# pytest runs in the venv's folder (python -m and the tests' python -c children
+# put the working directory first on sys.path), with OMPTPY_TEST_INSTALLED=1, for
+# which tests/conftest.py refuses an ompt_py from the tree.  ompt-py's dependencies
+# and pytest are installed when pyproject.toml changes, ompt-py itself when its
+# sources do (build/*-cpython-3X, where pip builds, is emptied first: setuptools
+# does not rebuild _core for a changed header).  The interpreter of version V:
+# `pyenv prefix V`'s, $PYENV_ROOT/versions/V.*'s or pythonV on PATH; a version
+# without one is reported and skipped, or fails with OMPTPY_REQUIRE_PYTHONS=1.
 # make test-sanitize (not part of make test): tests/tool/test_tool_c.py with the tool
 # built with AddressSanitizer and UBSan (gcc, -O1 -g) into build/sanitize/ and
 # their runtime preloaded into the traced programs (OMPTPY_TEST_TOOL and
@@ -26,6 +44,12 @@ OLD_LIBOMP_VERSIONS := 14 16
 OLD_LIBOMP_DIR := .cache/libomp
 OLD_TEST_LIBOMP ?= 16
 SOURCES := setup.py pyproject.toml $(wildcard csrc/*/*.c csrc/*/*.h)
+PYTHONS ?= 3.9 3.10 3.12 3.13
+PYTHONS_DIR := .cache/pythons
+# What the `pythons` tests need besides ompt-py and its dependencies.
+PYTHONS_TEST_DEPS := 'pytest>=7.4'
+PACKAGE_FILES := $(SOURCES) MANIFEST.in $(wildcard runtime/*.py ompt_py/*.py ompt_py/*/*.py) \
+  ompt_py/_core.pyi ompt_py/py.typed
 
 SANITIZE_DIR := build/sanitize
 SANITIZE_PY := $(SANITIZE_DIR)/py
@@ -34,7 +58,7 @@ EXT_SUFFIX = $(shell $(BIN)/python -c 'import sysconfig; print(sysconfig.get_con
 SANITIZE_CFLAGS := -std=c11 -O1 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror \
   -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-.PHONY: demo test test-old-libomp test-sanitize setup system-deps old-runtimes lint bench clean
+.PHONY: demo test test-old-libomp test-pythons test-sanitize setup system-deps old-runtimes lint bench clean
 
 demo: setup
 	@mkdir -p examples/build
@@ -45,6 +69,9 @@ demo: setup
 test: setup lint old-runtimes
 	$(BIN)/python -m pytest -q
 	@$(MAKE) --no-print-directory test-old-libomp
+	@$(MAKE) --no-print-directory test-pythons
+	@echo "Every test ran on Python $$($(BIN)/python -c 'import platform; print(platform.python_version())')" \
+	  "(.venv); the pythons tests $$(cat $(PYTHONS_DIR)/last-run)"
 
 test-old-libomp: setup
 	@lib=$(OLD_LIBOMP_DIR)/$(OLD_TEST_LIBOMP); \
@@ -55,6 +82,54 @@ test-old-libomp: setup
 	  echo "Skipping the host-side tests on libomp $(OLD_TEST_LIBOMP): $$lib/libomp.so.5 is missing" \
 	       "(make old-runtimes fetches it)"; \
 	fi
+
+test-pythons: system-deps
+	@mkdir -p $(PYTHONS_DIR); tested=; skipped=; failed=; \
+	for v in $(PYTHONS); do \
+	  py=; \
+	  for c in "$$(pyenv prefix $$v 2>/dev/null)/bin/python$$v" \
+	           "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/$$v.*/bin/python$$v \
+	           "$$(command -v python$$v)"; do \
+	    if [ "$$("$$c" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = $$v ]; then \
+	      py=$$c; break; \
+	    fi; \
+	  done; \
+	  if [ -z "$$py" ]; then \
+	    echo "No Python $$v interpreter (pyenv install $$v, or python$$v on PATH)"; \
+	    if [ "$$OMPTPY_REQUIRE_PYTHONS" = 1 ]; then failed="$$failed $$v (no interpreter)"; else skipped="$$skipped $$v"; fi; \
+	    continue; \
+	  fi; \
+	  dir=$(PYTHONS_DIR)/$$v; \
+	  [ ! -e $$dir ] || $$dir/bin/python -c '' 2>/dev/null || rm -rf $$dir; \
+	  full=$$($$py -c 'import platform; print(platform.python_version())'); \
+	  echo "Python $$full ($$py): pytest -m pythons in $$dir"; \
+	  if $(MAKE) -s --no-print-directory $$dir/.ompt-py-installed PYTHONS_INTERPRETER=$$py \
+	     && (cd $$dir && OMPTPY_TEST_INSTALLED=1 bin/python -m pytest -q -p no:cacheprovider \
+	         -m pythons $(CURDIR)/tests); then \
+	    tested="$$tested $$full"; \
+	  else \
+	    failed="$$failed $$full"; \
+	  fi; \
+	done; \
+	echo "ran on Python$${tested:- none}$${skipped:+; skipped (no interpreter):$$skipped}$${failed:+; failed:$$failed}" \
+	  > $(PYTHONS_DIR)/last-run; \
+	echo "The pythons tests $$(cat $(PYTHONS_DIR)/last-run)"; \
+	[ -z "$$failed" ]
+
+# A venv of Python $* with ompt-py installed (see test-pythons).
+$(PYTHONS_DIR)/%/.ompt-py-installed: $(PACKAGE_FILES)
+	@[ -x $(@D)/bin/python ] || $(or $(PYTHONS_INTERPRETER),python$*) -m venv $(@D)
+	rm -rf build/*-cpython-$(subst .,,$*)
+	@if [ ! -e $(@D)/.deps-installed ] || [ pyproject.toml -nt $(@D)/.deps-installed ]; then \
+	  echo "$(@D)/bin/python -m pip install -q . $(PYTHONS_TEST_DEPS)"; \
+	  $(@D)/bin/python -m pip install -q --upgrade pip \
+	  && $(@D)/bin/python -m pip install -q . $(PYTHONS_TEST_DEPS) \
+	  && touch $(@D)/.deps-installed; \
+	else \
+	  echo "$(@D)/bin/python -m pip install -q --no-deps ."; \
+	  $(@D)/bin/python -m pip install -q --no-deps .; \
+	fi
+	@touch $@
 
 test-sanitize: setup
 	@mkdir -p $(SANITIZE_DIR)

@@ -17,6 +17,11 @@ never the other way round at import time.
 from __future__ import annotations
 
 import atexit
+
+# Imported now: a save at exit (_stop_at_exit) needs it (pyarrow's pandas shim imports
+# it; pandas 3 does at import, pandas 2 does not), and its import after threading's
+# shutdown raises "can't register atexit after shutdown".
+import concurrent.futures.thread  # noqa: F401
 import contextlib
 import functools
 import glob

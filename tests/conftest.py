@@ -26,6 +26,7 @@ Rules the helpers enforce:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -180,6 +181,26 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "any_libomp: runs on the libomp of OMPTPY_TEST_LIBOMP too (other tests "
         "skip when it is set)"
     )
+    config.addinivalue_line(
+        "markers", "pythons: the smoke subset `make test-pythons` runs on every other supported "
+        "Python version"
+    )
+    if os.environ.get("OMPTPY_TEST_INSTALLED") == "1":
+        _refuse_the_source_tree()
+
+
+def _refuse_the_source_tree() -> None:
+    """OMPTPY_TEST_INSTALLED=1 (`make test-pythons`): ompt_py must be imported from its
+    install, never from the source tree, which holds .venv's in-place build (another
+    Python version's _core) or none."""
+    spec = importlib.util.find_spec("ompt_py")
+    if spec is None or spec.origin is None:
+        raise pytest.UsageError(f"{sys.executable} cannot import ompt_py: install it")
+    if Path(spec.origin).resolve().parent == REPO / "ompt_py":
+        raise pytest.UsageError(
+            f"OMPTPY_TEST_INSTALLED=1, but ompt_py comes from the source tree ({spec.origin}): "
+            f"run pytest outside {REPO} (python -m and python -c put the working directory "
+            "first on sys.path), as `make test-pythons` does")
 
 
 # The folders whose tests read stored traces only, and what they may not use.

@@ -12,6 +12,7 @@ LAZY.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import subprocess
 import sys
@@ -156,6 +157,19 @@ def test_no_layer_imports_a_higher_one_or_another_layers_private_names():
             if private and theirs != mine and target != "ompt_py":
                 problems.append(f"{module} takes {private} from {target}")
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.pythons
+def test_every_module_is_installed_and_imports():
+    """A fresh interpreter imports every module of the sources, from where ompt_py is
+    installed (the magic needs IPython): `make test-pythons` runs it on each Python."""
+    names = [m.removesuffix(".__init__") for m in MODULES if not m.endswith("__main__")]
+    if importlib.util.find_spec("IPython") is None:
+        names.remove("ompt_py.presentation.magic")
+    code = "import importlib, sys\nfor name in sys.argv[1:]: importlib.import_module(name)"
+    r = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.endswith("__main__")))

@@ -98,6 +98,7 @@ def skewed() -> dict[str, Skewed]:
 # ---- known behaviour -------------------------------------------------------------------------
 
 
+@pytest.mark.pythons
 def test_static_loop_shows_the_designed_imbalance(skewed):
     run = skewed["static"]
     t = run.trace
@@ -236,6 +237,7 @@ def test_lock_hold_and_wait_times():
     assert totals["lock_wait_ns"].sum() == pytest.approx(lock.wait_total_ns, rel=0.01)
 
 
+@pytest.mark.pythons
 def test_summary_and_html(skewed):
     t = skewed["static"].trace
     s = t.summary()

@@ -68,6 +68,7 @@ def _rows(events: list[tuple[int, str, int, int | None]]) -> pd.DataFrame:
                          "kind": pd.array(kind, dtype="UInt64")})
 
 
+@pytest.mark.pythons
 def test_pairs_in_begin_order_with_the_unmatched_counted():
     rows = _rows([(1, "end", 0, 7),      # its begin came before the window
                   (5, "begin", 1, 8),    # thread 1, kind 8: outer, same nanosecond as

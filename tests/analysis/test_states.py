@@ -16,6 +16,7 @@ from ompt_py.records import EVENT_CODES, EVENT_DTYPE
 RUNTIMES = [pytest.param(v, id=f"libomp{v}") for v in STORED_RUNTIMES]
 
 
+@pytest.mark.pythons
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_waiting_thread_is_sampled_at_the_barrier(runtime):
     # imbalance 0.2, OMPTPY_SAMPLE_HZ=1000

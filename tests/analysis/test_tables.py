@@ -19,6 +19,7 @@ def stored(name, runtime):
     return load_stored(f"{name}-libomp{runtime}")
 
 
+@pytest.mark.pythons
 @on_both
 def test_nested_regions_have_parents_and_levels(runtime):
     t = stored("nested", runtime)
@@ -54,6 +55,7 @@ def test_contended_lock_waits_add_up_to_the_blocked_time(runtime):
     assert abs(waited - measured) <= 0.10 * measured, (waited, measured)
 
 
+@pytest.mark.pythons
 @on_both
 def test_tasks_and_their_dependence_graph(runtime):
     t = stored("deps", runtime)

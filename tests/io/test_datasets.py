@@ -88,6 +88,7 @@ def test_dataset_layout_and_queries(dataset):
     assert sorted(np.unique(table.column("pid").to_numpy()).tolist()) == pids
 
 
+@pytest.mark.pythons
 def test_dataset_round_trip(dataset, tmp_path):
     t = ompt_py.load(dataset)
     single = tmp_path / "one.parquet"

@@ -101,6 +101,7 @@ def test_processes_and_threads_are_named(trace, perfetto):
             assert (e["pid"], e["tid"]) in threads
 
 
+@pytest.mark.pythons
 def test_slices_are_the_paired_tables(trace, perfetto):
     df = trace.to_pandas()
     implicit = trace.implicit_tasks()
@@ -291,6 +292,7 @@ def test_perfetto_of_several_saved_processes_from_the_cli(trace_file, tmp_path):
 # ---- CSV ----------------------------------------------------------------------------------
 
 
+@pytest.mark.pythons
 def test_csv_round_trip(trace, tmp_path, monkeypatch):
     monkeypatch.setattr(streaming, "BATCH_ROWS", 100)  # several batches, and a header once
     path = tmp_path / "t.csv"

@@ -179,6 +179,7 @@ def parquet_file(raw_file, tmp_path_factory) -> bytes:
     return (d / "t.parquet").read_bytes()
 
 
+@pytest.mark.pythons
 def test_parquet_round_trip_of_raw(parquet_file, raw_file, tmp_path):
     p = tmp_path / "t.parquet"
     p.write_bytes(parquet_file)

@@ -125,6 +125,7 @@ def test_to_pandas(trace):
     assert df["wait_id"].notna().sum() == 26 and df["codeptr"].notna().sum() == 42
 
 
+@pytest.mark.pythons
 def test_the_three_forms_hold_the_same_trace():
     raw, *others = (ompt_py.load(stored_path(f"format-v1/{form}")) for form in FORMS)
     ev, pids = in_order(raw)

@@ -47,6 +47,7 @@ def mixed(runtime) -> ompt_py.Trace:
     return load_stored(f"inprocess-mixed-libomp{runtime}")
 
 
+@pytest.mark.pythons
 def test_to_pandas_columns_and_dtypes(mixed):
     df = mixed.to_pandas()
     assert list(df.columns) == COLUMNS
@@ -138,6 +139,7 @@ def test_to_pandas_names_and_nulls(mixed, runtime):
     assert df["pid"].nunique() == 1
 
 
+@pytest.mark.pythons
 def test_parquet_round_trip_in_pytest_process(mixed, tmp_path):
     path = tmp_path / "again.parquet"
     mixed.save(path)

@@ -104,6 +104,7 @@ print(json.dumps({{"errors": errors, "results": [before, paused, started, flushe
     assert c["codeptr"].tolist() == [0, 0, 0, 0]  # from Python
 
 
+@pytest.mark.pythons
 def test_region_markers_nest(omp_ext, scripting, tmp_path):
     """Markers from Python and C reach the trace and a handler (how they pair and
     nest: tests/analysis/test_user_regions.py, on a stored trace of this snippet)."""

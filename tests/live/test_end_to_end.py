@@ -29,6 +29,7 @@ def recorded(programs, tmp_path_factory):
     return out
 
 
+@pytest.mark.pythons
 def test_report_of_a_run(recorded):
     text = ok(cli("report", recorded)).stdout
     t = ompt_py.load(recorded)

@@ -72,6 +72,7 @@ def measured(t):
 # ---- counts ----------------------------------------------------------------------
 
 
+@pytest.mark.pythons
 def test_parallel_regions(run_traced):
     n = 6
     t = trace_of(run_traced, f"w.parallel({n})")
@@ -95,6 +96,7 @@ def test_parallel_regions(run_traced):
     assert set(np.unique(t.pids).tolist()) == {proc["pid"]}
 
 
+@pytest.mark.pythons
 def test_tasks(run_traced):
     n = 25
     t = trace_of(run_traced, f"w.tasks({n})")
@@ -156,6 +158,7 @@ def test_nested(run_traced):
     assert sorted(inner["task_id"].tolist()) == outer_tasks
 
 
+@pytest.mark.pythons
 def test_regions_from_two_python_threads(run_traced):
     k = 4
     t = run_traced(PROLOGUE + f"""
@@ -186,6 +189,7 @@ t.save(TRACE_PATH)
 # ---- windows ---------------------------------------------------------------------------
 
 
+@pytest.mark.pythons
 def test_start_stop_start_accumulates_windows(run_traced, tmp_path):
     first = tmp_path / "first.npy"
     t = run_traced(f"""
@@ -296,6 +300,7 @@ with ompt_py.trace(TRACE_PATH) as t:
     assert n_of(t.events, "parallel_begin") == 4
 
 
+@pytest.mark.pythons
 def test_trace_path_saves_at_interpreter_exit(run_traced):
     # still recording when the interpreter exits: saved by the atexit handler
     t = run_traced(PROLOGUE + """
@@ -366,6 +371,7 @@ with a:
 # ---- saved traces ----------------------------------------------------------------------
 
 
+@pytest.mark.pythons
 def test_saved_trace_is_the_recorded_one(omp_ext):
     """A trace of tasks, loops, critical/lock and regions, recorded in-process and
     saved: the loaded file is what was recorded, and it records no more (its
@@ -392,6 +398,7 @@ except ompt_py.OmptPyError:
 # ---- status and attach errors -------------------------------------------------------------
 
 
+@pytest.mark.pythons
 def test_status(omp_ext):
     r = run_python("""
 import json, os, ompt_py
@@ -649,6 +656,7 @@ t.save(TRACE_PATH)
     assert EV["dispatch"] in set(t.events["event"].tolist())
 
 
+@pytest.mark.pythons
 def test_runtime_info(omp_ext):
     r = run_python("""
 import json, ompt_py

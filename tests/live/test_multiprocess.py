@@ -83,6 +83,7 @@ MP_PROGRAM = textwrap.dedent("""
 """)
 
 
+@pytest.mark.pythons
 def test_multiprocessing_workers(tmp_path, omp_ext):
     script = tmp_path / "mp_work.py"
     script.write_text(MP_PROGRAM)

@@ -96,6 +96,7 @@ def trace_histogram(regions: pd.DataFrame) -> dict[int, dict]:
     return out
 
 
+@pytest.mark.pythons
 def test_histogram_equals_the_one_from_the_trace(omp_ext, scripting, tmp_path):
     # OMPTPY_CLOCK=monotonic: clock ticks are nanoseconds, so the handler's bins
     # are the trace's (within the trace's rounding to whole nanoseconds).

@@ -52,6 +52,7 @@ def test_run_command(programs, tmp_path):
     assert unmatched_scopes(t.events, t.pids) == []
 
 
+@pytest.mark.pythons
 def test_run_console_script(programs, tmp_path):
     assert CONSOLE_SCRIPT.exists(), f"{CONSOLE_SCRIPT} is not installed"
     out = tmp_path / "out.parquet"
@@ -72,6 +73,7 @@ def test_run_program_output_passes_through(programs, tmp_path):
     assert "hello-err" in r.stderr
 
 
+@pytest.mark.pythons
 def test_run_python_script(tmp_path, omp_ext):
     script = tmp_path / "work.py"
     script.write_text(textwrap.dedent("""

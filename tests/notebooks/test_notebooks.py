@@ -77,7 +77,12 @@ def execute(nb, env: dict[str, str], cwd: Path) -> None:
     try:
         client.execute(env=env)
     except nbclient.exceptions.CellExecutionError as e:
-        pytest.fail("a cell raised:\n" + re.sub(r"\x1b\[[0-9;]*m", "", str(e)))
+        pytest.fail("a cell raised:\n" + plain(str(e)))
+
+
+def plain(s: str) -> str:
+    """``s`` without terminal colours (Python 3.13 colours its tracebacks)."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", s)
 
 
 def notebook(*cells: str | tuple[str, list[str]]):
@@ -97,7 +102,7 @@ def text(cell) -> str:
             parts.append(o.text)
         elif o.output_type == "error":
             parts.append(f"{o.ename}: {o.evalue}")
-    return "".join(parts)
+    return plain("".join(parts))
 
 
 def mime(cell, kind: str) -> list[str]:

@@ -131,6 +131,7 @@ def test_imbalance_view(skewed):
     assert legend(ax) == ["busy", "barrier wait", "sync wait", "lock wait"]
 
 
+@pytest.mark.pythons
 def test_plots_draw_into_given_axes(skewed, tasks):
     from matplotlib.figure import Figure
 

@@ -18,6 +18,7 @@ from conftest import cli, load_stored, no_traceback, ok, stored_path
 # ---- report ---------------------------------------------------------------------------------
 
 
+@pytest.mark.pythons
 def test_report():
     recorded = stored_path("report-loops")  # ompt-py run -- loops 64
     r = ok(cli("report", recorded))
@@ -33,6 +34,7 @@ def test_report():
     assert re.search(r"thread", text, re.I)
 
 
+@pytest.mark.pythons
 def test_report_with_locks():
     out = stored_path("report-critical")  # ompt-py run -- critical 20
     r = ok(cli("report", out))

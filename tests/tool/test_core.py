@@ -31,6 +31,7 @@ def _stub_names() -> tuple[dict[str, ast.FunctionDef], set[str], set[str]]:
     return functions, constants, classes
 
 
+@pytest.mark.pythons
 def test_stub_declares_every_name_of_the_module():
     functions, constants, classes = _stub_names()
     assert {*functions, *constants, *classes} == {n for n in dir(_core) if not n.startswith("_")}
@@ -38,6 +39,7 @@ def test_stub_declares_every_name_of_the_module():
     assert all(isinstance(getattr(_core, name), type) for name in classes)
 
 
+@pytest.mark.pythons
 def test_stub_parameters_are_the_modules():
     """Every function takes positional arguments only; the stub names them as the
     signature at the head of the function's docstring does (module.c's DOC)."""
@@ -81,6 +83,7 @@ FROM_HEADERS = {
 }
 
 
+@pytest.mark.pythons
 def test_constants_are_the_headers():
     c = {}
     for header in (CSRC_TOOL / "omptpy_ompt.h", CSRC_TOOL / "omptpy_file.h",

@@ -87,6 +87,7 @@ def only_process(t):
 # ---- parallel regions --------------------------------------------------------
 
 
+@pytest.mark.pythons
 def test_parallel_regions_exact(traced):
     n = 7
     t, _ = traced("parallel", n)
@@ -241,6 +242,7 @@ def test_written_counts_match_records(traced, prog):
 # ---- tasks ---------------------------------------------------------------------------
 
 
+@pytest.mark.pythons
 def test_tasks_create_and_schedule(traced):
     n = 20
     t, _ = traced("tasks", n)
