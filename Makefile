@@ -46,8 +46,9 @@ OLD_TEST_LIBOMP ?= 16
 SOURCES := setup.py pyproject.toml $(wildcard csrc/*/*.c csrc/*/*.h)
 PYTHONS ?= 3.9 3.10 3.12 3.13
 PYTHONS_DIR := .cache/pythons
-# What the `pythons` tests need besides ompt-py and its dependencies.
-PYTHONS_TEST_DEPS := 'pytest>=7.4'
+# What the `pythons` tests need besides ompt-py and its dependencies (Cython: the
+# Python-stack tests build a prange ... nogil module on every version).
+PYTHONS_TEST_DEPS := 'pytest>=7.4' 'cython>=3.0'
 PACKAGE_FILES := $(SOURCES) MANIFEST.in $(wildcard runtime/*.py ompt_py/*.py ompt_py/*/*.py) \
   ompt_py/_core.pyi ompt_py/py.typed
 
@@ -120,7 +121,8 @@ test-pythons: system-deps
 $(PYTHONS_DIR)/%/.ompt-py-installed: $(PACKAGE_FILES)
 	@[ -x $(@D)/bin/python ] || $(or $(PYTHONS_INTERPRETER),python$*) -m venv $(@D)
 	rm -rf build/*-cpython-$(subst .,,$*)
-	@if [ ! -e $(@D)/.deps-installed ] || [ pyproject.toml -nt $(@D)/.deps-installed ]; then \
+	@if [ ! -e $(@D)/.deps-installed ] || [ pyproject.toml -nt $(@D)/.deps-installed ] \
+	     || [ Makefile -nt $(@D)/.deps-installed ]; then \
 	  echo "$(@D)/bin/python -m pip install -q . $(PYTHONS_TEST_DEPS)"; \
 	  $(@D)/bin/python -m pip install -q --upgrade pip \
 	  && $(@D)/bin/python -m pip install -q . $(PYTHONS_TEST_DEPS) \

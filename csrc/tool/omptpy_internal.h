@@ -275,8 +275,9 @@ int omptpy_sink_open(const omptpy_config *cfg);
 void omptpy_sink_prepare(void);
 /* Appends n records (one thread's, in order). Called under the drain lock. */
 void omptpy_sink_write(const omptpy_record *recs, size_t n);
-/* A JSON document written to the file sink (meta or stats block). */
-void omptpy_sink_json(int block_type, const char *json, size_t len);
+/* A JSON document written to the file sink (stats or stacks block), once records
+ * opened the file: whether it was written. */
+bool omptpy_sink_json(int block_type, const char *json, size_t len);
 bool omptpy_sink_is_file(void);
 /* Records that reached the sink but could not be stored (memory or disk full). */
 uint64_t omptpy_sink_lost(void);

@@ -192,9 +192,13 @@ void omptpy_sink_prepare(void) {
   pthread_mutex_unlock(&S.mem_lock);
 }
 
-void omptpy_sink_json(int block_type, const char *json, size_t len) {
-  if (!S.file || !file_ready()) return;
+/* Only into a file that records opened: a process that wrote none (a forked
+ * worker that ran no OpenMP code, a Python process of `ompt-py run` that loaded
+ * the tool for its stacks) leaves no file. */
+bool omptpy_sink_json(int block_type, const char *json, size_t len) {
+  if (!S.file || S.fd < 0) return false;
   if (write_block((uint32_t)block_type, json, len) != 0) S.failed = true;
+  return !S.failed;
 }
 
 omptpy_block omptpy_sink_take(void) {

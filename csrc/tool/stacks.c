@@ -362,8 +362,8 @@ void omptpy_stacks_to_sink(void) {
     return;
   omptpy_str s = {0};
   uint32_t codes = S.codes_written, stacks = S.stacks_written;
-  if (omptpy_stacks_json(&s, &codes, &stacks) == 0) {
-    omptpy_sink_json(OMPTPY_BLOCK_STACKS, s.p, s.len);
+  if (omptpy_stacks_json(&s, &codes, &stacks) == 0 &&
+      omptpy_sink_json(OMPTPY_BLOCK_STACKS, s.p, s.len)) {
     S.codes_written = codes;
     S.stacks_written = stacks;
     S.interpreter_written = changes;

@@ -38,6 +38,9 @@ APP_NAME = "tests/programs/pystacks_app.py"
 AT = marked_lines(APP)
 QUALIFIED = sys.version_info >= (3, 11)  # code objects have qualified names from 3.11 on
 
+# The frame layouts differ by version: these run on every supported Python.
+pytestmark = pytest.mark.pythons
+
 
 def name(qualified: str) -> str:
     """A function's name as this Python's code objects give it."""
@@ -49,17 +52,18 @@ def where(line: str, function: str) -> str:
 
 
 def run_script(script: Path, path: list[Path], *args: str, env: dict | None = None,
-               python_args: tuple = ()) -> subprocess.CompletedProcess:
+               python_args: tuple = (), cwd: Path = REPO) -> subprocess.CompletedProcess:
     full = clean_env(env)
     full["PYTHONPATH"] = ":".join(map(str, path))
-    r = subprocess.run([PYTHON, *python_args, str(script), *args], env=full, cwd=REPO,
+    r = subprocess.run([PYTHON, *python_args, str(script), *args], env=full, cwd=cwd,
                        capture_output=True, text=True, timeout=180)
     if r.returncode != 0:
         pytest.fail(f"{script.name} exited with {r.returncode}\n{r.stdout}{r.stderr}")
     return r
 
 
-def app_trace(tmp_path: Path, omp_ext: Path, setting: str = "on", **kw) -> ompt_py.Trace:
+def app_trace(tmp_path: Path, omp_ext: Path, setting: str = "on", **kw: object
+              ) -> ompt_py.Trace:
     out = tmp_path / f"app-{setting}.parquet"
     run_script(APP, [omp_ext], str(out), setting, **kw)
     return ompt_py.load(out)
@@ -257,15 +261,18 @@ def test_scikit_learn_regions_name_the_line_that_called_fit(tmp_path):
 
 
 def test_ompt_py_run_a_script(tmp_path, omp_ext):
+    """The same stacks as in-process (both run from tmp_path: `python -m` puts the
+    working directory first on sys.path, and the repository's ompt_py may be
+    another Python's build)."""
     out = tmp_path / "run.parquet"
     env = clean_env({"PYTHONPATH": str(omp_ext)})
     r = subprocess.run([PYTHON, "-m", "ompt_py", "run", "-q", "-o", str(out), str(APP),
                         "--untraced"],
-                       env=env, cwd=REPO, capture_output=True, text=True, timeout=180)
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
     t = ompt_py.load(out)
     assert t.meta["processes"][0]["python"]["status"] == "on"
-    inprocess = app_trace(tmp_path, omp_ext)
+    inprocess = app_trace(tmp_path, omp_ext, cwd=tmp_path)
     located = ["py_stack", "py_location", "py_inherited"]
     assert t.parallel_regions()[located].equals(inprocess.parallel_regions()[located])
     assert t.tasks()[located].equals(inprocess.tasks()[located])

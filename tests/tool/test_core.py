@@ -20,11 +20,12 @@ from ompt_py import _core
 STUB = Path(ompt_py.__file__).parent / "_core.pyi"
 
 
-def _stub_names() -> tuple[dict[str, ast.FunctionDef], set[str], set[str]]:
-    """(functions, constants, classes) the stub declares, stub-only helpers (_Name) aside."""
+def _stub_names() -> tuple[dict[str, ast.FunctionDef], dict[str, str], set[str]]:
+    """(functions, constants with their annotation, classes) the stub declares,
+    stub-only helpers (_Name) aside."""
     body = ast.parse(STUB.read_text()).body
     functions = {n.name: n for n in body if isinstance(n, ast.FunctionDef)}
-    constants = {n.target.id for n in body
+    constants = {n.target.id: ast.unparse(n.annotation) for n in body
                  if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
                  and not n.target.id.startswith("_")}
     classes = {n.name for n in body if isinstance(n, ast.ClassDef) and not n.name.startswith("_")}
@@ -35,7 +36,8 @@ def _stub_names() -> tuple[dict[str, ast.FunctionDef], set[str], set[str]]:
 def test_stub_declares_every_name_of_the_module():
     functions, constants, classes = _stub_names()
     assert {*functions, *constants, *classes} == {n for n in dir(_core) if not n.startswith("_")}
-    assert all(type(getattr(_core, name)) is int for name in constants)
+    types = {"Final[int]": (int,), "Final[str | None]": (str, type(None))}
+    assert all(type(getattr(_core, name)) in types[kind] for name, kind in constants.items())
     assert all(isinstance(getattr(_core, name), type) for name in classes)
 
 

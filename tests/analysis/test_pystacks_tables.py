@@ -13,6 +13,8 @@ import ompt_py
 AT = marked_lines(PROGRAMS / "pystacks_app.py")
 APP = "tests/programs/pystacks_app.py"
 
+pytestmark = pytest.mark.pythons
+
 
 def where(line: str, function: str) -> str:
     return f"{APP}:{AT[line]} in {function}"
