@@ -211,6 +211,7 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
   t->pos = 0;
   t->index = atomic_fetch_add(&B.next_index, 1);
   t->next_id = 0;
+  t->inner_task = 0;
   atomic_store(&t->dropped, 0);
   atomic_store(&t->cur_pub, t->cur);
   t->drained = 0;

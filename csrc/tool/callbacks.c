@@ -92,7 +92,7 @@ static void on_parallel_begin(ompt_data_t *encountering_task, const ompt_frame_t
   (void)frame;
   GUARD();
   uint32_t stack =
-      keeps(ompt_callback_parallel_begin) ? omptpy_stack_id(t, false, addr(codeptr)) : 0;
+      keeps(ompt_callback_parallel_begin) ? omptpy_stack_id(t, 0, addr(codeptr)) : 0;
   emit(t, ompt_callback_parallel_begin, ompt_scope_begin, 0, addr(codeptr), id_of(t, parallel_data),
        id_of(t, encountering_task), stack, 0, requested, (uint32_t)flags);
 }
@@ -127,10 +127,11 @@ static void on_task_create(ompt_data_t *encountering_task, const ompt_frame_t *f
                            ompt_data_t *new_task, int flags, int has_dependences,
                            const void *codeptr) {
   GUARD();
+  uint64_t encountering = id_of(t, encountering_task);
   uint32_t stack = keeps(ompt_callback_task_create) && (flags & ompt_task_explicit)
-                       ? omptpy_stack_id(t, true, addr(codeptr)) : 0;
+                       ? omptpy_stack_id(t, encountering ? encountering : 1, addr(codeptr)) : 0;
   emit(t, ompt_callback_task_create, 0, omptpy_frame_bits(frame), addr(codeptr),
-       frame ? frame->enter_frame.value : 0, id_of(t, new_task), id_of(t, encountering_task),
+       frame ? frame->enter_frame.value : 0, id_of(t, new_task), encountering,
        frame ? frame->exit_frame.value : 0, (uint32_t)(has_dependences != 0) | stack << 1,
        (uint32_t)flags);
 }
@@ -272,7 +273,7 @@ static void on_target_emi(ompt_target_t kind, ompt_scope_endpoint_t endpoint, in
                           ompt_data_t *target_data, const void *codeptr) {
   GUARD();
   uint32_t stack = endpoint == ompt_scope_begin && keeps(ompt_callback_target_emi)
-                       ? omptpy_stack_id(t, false, addr(codeptr)) : 0;
+                       ? omptpy_stack_id(t, 0, addr(codeptr)) : 0;
   emit(t, ompt_callback_target_emi, endpoint, kind, addr(codeptr), 0, id_of(t, task_data),
        id_of(t, target_data), id_of(t, target_task_data), (uint32_t)device_num, stack);
 }
@@ -298,7 +299,7 @@ static void on_target_submit_emi(ompt_scope_endpoint_t endpoint, ompt_data_t *ta
 
 void omptpy_emit_own(int event, int endpoint, uint64_t codeptr, uint64_t u64a, bool stack) {
   GUARD();
-  emit(t, event, endpoint, 0, codeptr, 0, 0, u64a, stack ? omptpy_stack_id(t, false, codeptr) : 0,
+  emit(t, event, endpoint, 0, codeptr, 0, 0, u64a, stack ? omptpy_stack_id(t, 0, codeptr) : 0,
        0, 0);
 }
 

@@ -160,6 +160,9 @@ typedef struct omptpy_thread {
   timer_t timers[2];      /* taking turns, see sampler.c */
   bool has_timer;
   uint64_t drained; /* records moved to the sink */
+  /* stacks.c: the last encountering task found inside a parallel region (task
+   * ids are never reused): its next tasks need no question to the runtime. */
+  uint64_t inner_task;
   int type;         /* ompt_thread_t */
   int runtime;      /* runtime instance that began the thread */
   pid_t tid;
@@ -467,15 +470,18 @@ static inline void omptpy_native_after(const omptpy_record *r) {
 extern _Atomic(const omptpy_stack_hooks *) omptpy_stack_hooks_now;
 
 /* The calling thread's stack id for a record (0: none), outside the hot path's
- * inline code; `gate`: only when the thread is outside every parallel region
- * (the encountering task is an initial task); codeptr: the construct's return
- * address, above which the native frames are (omptpy_stacks_set_native). */
-uint32_t omptpy_stack_capture(const omptpy_stack_hooks *h, omptpy_thread *t, bool gate,
+ * inline code; codeptr: the construct's return address, above which the native
+ * frames are (omptpy_stacks_set_native). */
+uint32_t omptpy_stack_capture(const omptpy_stack_hooks *h, omptpy_thread *t, uint64_t gate,
                               uint64_t codeptr);
 
-static inline uint32_t omptpy_stack_id(omptpy_thread *t, bool gate, uint64_t codeptr) {
+/* gate: 0, or the id of the encountering task, for a capture only when it is an
+ * initial task (outside every parallel region). */
+static inline uint32_t omptpy_stack_id(omptpy_thread *t, uint64_t gate, uint64_t codeptr) {
   const omptpy_stack_hooks *h = atomic_load_explicit(&omptpy_stack_hooks_now, memory_order_relaxed);
-  return OMPTPY_UNLIKELY(h != NULL) ? omptpy_stack_capture(h, t, gate, codeptr) : 0;
+  return OMPTPY_UNLIKELY(h != NULL) && (!gate || gate != t->inner_task)
+             ? omptpy_stack_capture(h, t, gate, codeptr)
+             : 0;
 }
 
 /* New codes and stacks since *codes_from / *stacks_from (updated) as a JSON

@@ -151,7 +151,7 @@ OMPTPY_API int omptpy_stacks_set_native(int depth) {
   return 0;
 }
 
-uint32_t omptpy_stack_capture(const omptpy_stack_hooks *h, omptpy_thread *t, bool gate,
+uint32_t omptpy_stack_capture(const omptpy_stack_hooks *h, omptpy_thread *t, uint64_t gate,
                               uint64_t codeptr) {
   int depth = atomic_load_explicit(&S.native_depth, memory_order_relaxed);
   /* Ask whether the thread runs Python before costlier work: the runtime's
@@ -162,8 +162,10 @@ uint32_t omptpy_stack_capture(const omptpy_stack_hooks *h, omptpy_thread *t, boo
      * only capture when the encountering task is an initial task. */
     ompt_get_task_info_t info = omptpy_g.runtimes[t->runtime].get_task_info;
     int flags = 0;
-    if (!info || info(0, &flags, NULL, NULL, NULL, NULL) != 2 || !(flags & ompt_task_initial))
+    if (!info || info(0, &flags, NULL, NULL, NULL, NULL) != 2 || !(flags & ompt_task_initial)) {
+      t->inner_task = gate; /* its other tasks skip the question */
       return 0;
+    }
   }
   uint64_t native[OMPTPY_STACK_MAX_NATIVE];
   uint32_t n = depth && codeptr ? native_frames(codeptr, depth, native) : 0;
