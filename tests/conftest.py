@@ -26,6 +26,7 @@ Rules the helpers enforce:
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -389,11 +390,41 @@ def prange_mod(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return outdir
 
 
+@functools.cache
 def marked_lines(path: Path) -> dict[str, int]:
     """NAME -> the number of the line of ``path`` that ends with ``# at: NAME``."""
     lines = path.read_text().splitlines()
     return {m.group(1): i for i, text in enumerate(lines, start=1)
             if (m := re.search(r"# at: ([\w-]+)$", text.rstrip()))}
+
+
+#: The Python program of known lines of the Python-stack tests (stored trace
+#: pystacks-inprocess).
+PYSTACKS_APP = PROGRAMS / "pystacks_app.py"
+
+
+def app_location(name: str, function: str) -> str:
+    """The py_location of PYSTACKS_APP's line marked ``at: NAME``, as a trace of it
+    run from the repository names it; ``function`` as the trace's Python gives it
+    (qualified names from 3.11 on)."""
+    return f"{PYSTACKS_APP.relative_to(REPO)}:{marked_lines(PYSTACKS_APP)[name]} in {function}"
+
+
+def app_region_counts(where) -> dict[str, int]:
+    """py_location -> the parallel regions PYSTACKS_APP starts there from Python
+    (outermost ones), ``where(name, qualified function)`` making the locations."""
+    return {
+        where("regions", "regions"): 3,  # helper() twice, inside the marker once
+        where("nogil", "without_gil"): 5,  # main thread 2, the second thread 3, no GIL
+        where("critical", "locked"): 1,
+        where("single", "main"): 3,
+        where("tasks", "main"): 1,
+        where("nested", "main"): 1,
+        where("lambda", "main.<locals>.<lambda>"): 1,
+        where("generator", "generated"): 1,
+        where("coroutine", "coroutine"): 1,
+        "<generated>:2 in gone": 1,  # exec'd code, deleted after the call
+    }
 
 
 @pytest.fixture(scope="session")

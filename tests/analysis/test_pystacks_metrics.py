@@ -10,18 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import PROGRAMS, load_stored, marked_lines
+from conftest import app_location, load_stored
 
 from ompt_py.analysis import metrics
 
-LINES = marked_lines(PROGRAMS / "pystacks_app.py")
-APP = "tests/programs/pystacks_app.py"  # as the stored trace names it
 NO_PYTHON = "(no Python stack)"
 
 
-def at(name: str, function: str) -> str:
-    """The py_location of the app's line marked ``at: NAME``."""
-    return f"{APP}:{LINES[name]} in {function}"
+at = app_location  # the py_location of the app's line marked `at: NAME`
 
 
 @pytest.fixture(scope="module")

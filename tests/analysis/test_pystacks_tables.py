@@ -6,18 +6,15 @@ read ``tests/programs/pystacks_app.py:LINE in FUNCTION``)."""
 from __future__ import annotations
 
 import pytest
-from conftest import PROGRAMS, load_stored, marked_lines
+from conftest import PYSTACKS_APP, app_location, app_region_counts, load_stored, marked_lines
 
 import ompt_py
-
-AT = marked_lines(PROGRAMS / "pystacks_app.py")
-APP = "tests/programs/pystacks_app.py"
 
 pytestmark = pytest.mark.pythons
 
 
-def where(line: str, function: str) -> str:
-    return f"{APP}:{AT[line]} in {function}"
+where = app_location
+AT = marked_lines(PYSTACKS_APP)
 
 
 @pytest.fixture(scope="module")
@@ -61,18 +58,7 @@ def test_stacks_are_frames_outermost_first(trace):
 def test_every_region_names_its_line(trace):
     regions = trace.parallel_regions()
     top = regions[regions["level"] == 1]
-    assert top["py_location"].value_counts().to_dict() == {
-        where("regions", "regions"): 3,
-        where("nogil", "without_gil"): 5,
-        where("critical", "locked"): 1,
-        where("single", "main"): 3,
-        where("tasks", "main"): 1,
-        where("nested", "main"): 1,
-        where("lambda", "main.<locals>.<lambda>"): 1,
-        where("generator", "generated"): 1,
-        where("coroutine", "coroutine"): 1,
-        "<generated>:2 in gone": 1,
-    }
+    assert top["py_location"].value_counts().to_dict() == app_region_counts(where)
     assert not top["py_inherited"].any()
     inner = regions[regions["level"] == 2]
     assert len(inner) == 2 and set(inner["py_location"]) == {where("nested", "main")}

@@ -17,25 +17,21 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from conftest import PROGRAMS, load_stored, marked_lines
+from conftest import app_location, load_stored
 from test_export import nested, ns
 
 import ompt_py
 from ompt_py.analysis import cache, tables
 from ompt_py.records import EVENT_CODES
 
-LINES = marked_lines(PROGRAMS / "pystacks_app.py")
-APP = "tests/programs/pystacks_app.py"  # as the stored trace names it
-
-
-def at(name: str, function: str) -> str:
-    return f"{APP}:{LINES[name]} in {function}"
-
 
 def exported(trace, path):
     trace.to_perfetto(path)
     with open(path) as f:
         return json.load(f)["traceEvents"]
+
+
+at = app_location  # the py_location of the app's line marked `at: NAME`
 
 
 @pytest.fixture(scope="module")

@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 from conftest import (
     CLANG,
-    PROGRAMS,
+    PYSTACKS_APP,
     PYTHON,
     REPO,
+    app_location,
+    app_region_counts,
     clean_env,
     cli,
     marked_lines,
@@ -33,9 +35,8 @@ from conftest import (
 import ompt_py
 from ompt_py.records import python_stack_ids
 
-APP = PROGRAMS / "pystacks_app.py"
+APP = PYSTACKS_APP
 APP_NAME = "tests/programs/pystacks_app.py"
-AT = marked_lines(APP)
 QUALIFIED = sys.version_info >= (3, 11)  # code objects have qualified names from 3.11 on
 
 # The frame layouts differ by version: these run on every supported Python.
@@ -48,7 +49,7 @@ def name(qualified: str) -> str:
 
 
 def where(line: str, function: str) -> str:
-    return f"{APP_NAME}:{AT[line]} in {name(function)}"
+    return app_location(line, name(function))
 
 
 def run_script(script: Path, path: list[Path], *args: str, env: dict | None = None,
@@ -83,19 +84,7 @@ def test_each_construct_names_its_python_line(tmp_path, omp_ext):
     top = regions[regions["level"] == 1]
     assert not top["py_inherited"].any()
     assert top["py_location"].notna().all()
-    counts = top["py_location"].value_counts().to_dict()
-    assert counts == {
-        where("regions", "regions"): 3,  # helper() twice, inside the marker once
-        where("nogil", "without_gil"): 5,  # main thread 2, the second thread 3, no GIL
-        where("critical", "locked"): 1,
-        where("single", "main"): 3,
-        where("tasks", "main"): 1,
-        where("nested", "main"): 1,
-        where("lambda", "main.<locals>.<lambda>"): 1,
-        where("generator", "generated"): 1,
-        where("coroutine", "coroutine"): 1,
-        "<generated>:2 in gone": 1,  # exec'd code, deleted after the call
-    }
+    assert top["py_location"].value_counts().to_dict() == app_region_counts(where)
 
     # whole stacks, outermost first: from the main thread, and from the second thread
     helper = top.loc[top["py_location"] == where("regions", "regions"), "py_stack"].iloc[0]

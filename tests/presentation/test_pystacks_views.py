@@ -10,16 +10,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import PROGRAMS, cli, load_stored, marked_lines, ok, stored_path
+from conftest import app_location, cli, load_stored, ok, stored_path
 
 from ompt_py.presentation import report
 
-LINES = marked_lines(PROGRAMS / "pystacks_app.py")
-APP = "tests/programs/pystacks_app.py"  # as the stored trace names it
-
-
-def at(name: str, function: str) -> str:
-    return f"{APP}:{LINES[name]} in {function}"
+at = app_location  # the py_location of the app's line marked `at: NAME`
 
 
 @pytest.fixture(scope="module")
