@@ -392,7 +392,7 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
         "complete", "py_stack"]]
     # Nested regions inherit the stack of their parent (parallel_regions, closed ones).
     parents = regions[["pid", "parallel_id"]].merge(
-        tables.parallel_regions(trace)[["pid", "parallel_id", "py_stack"]].drop_duplicates(
+        tables.linked_regions(trace).table[["pid", "parallel_id", "py_stack"]].drop_duplicates(
             ["pid", "parallel_id"]), on=["pid", "parallel_id"], how="left")
     regions = pystacks.with_python(trace, regions.reset_index(drop=True),
                                    around=parents["py_stack"].astype("Int64"))

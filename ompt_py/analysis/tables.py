@@ -229,17 +229,10 @@ def with_source(trace: Trace, table: pd.DataFrame) -> pd.DataFrame:
     return merged.drop(columns="_cp")
 
 
-def parallel_regions(trace: Trace) -> pd.DataFrame:
-    """Parallel regions: pid, parallel_id, parent_id, level (1: outermost), begin_ns,
-    end_ns, duration_ns, requested and actual team size, invoker (program or
-    runtime), league, flags, codeptr, the encountering thread and task, the
-    function and location of the code address, and the Python code that
-    started it (pystacks.COLUMNS: py_stack, py_location, py_inherited).
-
-    A region's parent is the region of the implicit task that encountered it;
-    regions started from outside any region of the trace have level 1.
-    Nested regions without a Python stack of their own inherit their parent's.
-    """
+@per_trace
+def linked_regions(trace: Trace) -> Intervals:
+    """parallel_regions() before symbolization: the regions with their parents,
+    levels and Python stacks (for the analyses that need no source location)."""
     regions = region_intervals(trace)
     implicit = implicit_intervals(trace).table
     t = regions.table.reset_index(drop=True)
@@ -253,8 +246,24 @@ def parallel_regions(trace: Trace) -> pd.DataFrame:
                "duration_ns", "requested_team_size", "team_size", "invoker", "league", "flags",
                "codeptr", "encountering_thread", "encountering_task_id", "py_stack"]
     t = pystacks.with_python(trace, t[columns], parent=("parent_id", "parallel_id"))
-    return Intervals(with_source(trace, t), regions.unmatched_begins,
-                     regions.unmatched_ends).counted()
+    return Intervals(t, regions.unmatched_begins, regions.unmatched_ends)
+
+
+def parallel_regions(trace: Trace) -> pd.DataFrame:
+    """Parallel regions: pid, parallel_id, parent_id, level (1: outermost), begin_ns,
+    end_ns, duration_ns, requested and actual team size, invoker (program or
+    runtime), league, flags, codeptr, the encountering thread and task, the
+    Python code that started it (pystacks.COLUMNS: py_stack, py_location,
+    py_inherited, native_callers), and the function, name and location of the
+    code address.
+
+    A region's parent is the region of the implicit task that encountered it;
+    regions started from outside any region of the trace have level 1.
+    Nested regions without a Python stack of their own inherit their parent's.
+    """
+    linked = linked_regions(trace)
+    return Intervals(with_source(trace, linked.table), linked.unmatched_begins,
+                     linked.unmatched_ends).counted()
 
 
 def implicit_tasks(trace: Trace) -> pd.DataFrame:
@@ -305,7 +314,7 @@ def tasks(trace: Trace) -> pd.DataFrame:
     out["dependences"] = [d if isinstance(d, list) else [] for d in out["dependences"]]
     # Created by an implicit task: the stack of its region.
     implicit = implicit_intervals(trace).table[["pid", "task_id", "parallel_id"]]
-    regions = parallel_regions(trace)[["pid", "parallel_id", "py_stack"]]
+    regions = linked_regions(trace).table[["pid", "parallel_id", "py_stack"]]
     in_region = out[["pid", "parent_id"]].merge(
         implicit.merge(regions, on=["pid", "parallel_id"]).drop_duplicates(["pid", "task_id"])
         .rename(columns={"task_id": "parent_id"}), on=["pid", "parent_id"], how="left")
@@ -387,6 +396,7 @@ def user_regions(trace: Trace) -> pd.DataFrame:
     level = pairing.nesting_levels(up)
     names = _marker_names(trace.meta, pids, markers["u64a"])
     b = found.begins
+    stacks = python_stack_ids(markers[b])
     at = number[b]
     parent = up[at]
     table = pd.DataFrame({
@@ -400,10 +410,9 @@ def user_regions(trace: Trace) -> pd.DataFrame:
         "begin_ns": markers["time_ns"][b],
         "end_ns": markers["time_ns"][found.ends],
         "codeptr": markers["codeptr"][b],
-        "py_stack": python_stack_ids(markers[b]).astype(np.int64),
+        "py_stack": pd.arrays.IntegerArray(stacks.astype(np.int64), stacks == 0),
     })
     table["duration_ns"] = table["end_ns"] - table["begin_ns"]
-    table["py_stack"] = table["py_stack"].where(table["py_stack"] > 0).astype("Int64")
     table = pystacks.with_python(trace, table, parent=("parent_id", "id"))
     table = table[USER_REGION_COLUMNS].sort_values(["pid", "begin_ns", "thread", "level"],
                                                    kind="stable").reset_index(drop=True)

@@ -66,6 +66,13 @@ def finish() -> None:
         return
 
 
+def _count(value: object) -> int | None:
+    """The whole number a setting spells: an int (not a bool), or a string of digits."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value if type(value) is int else None
+
+
 def python_stacks_depth(value: object, max_depth: int) -> int:
     """The depth of the Python stacks a setting asks for, 0 for none: True or
     "on" (PYTHON_STACKS_DEPTH frames), False or "off", or a depth from 1 to
@@ -80,8 +87,8 @@ def python_stacks_depth(value: object, max_depth: int) -> int:
     word = value.strip().lower() if isinstance(value, str) else None
     if word in ("on", "off"):
         return PYTHON_STACKS_DEPTH if word == "on" else 0
-    depth = int(word) if word and word.isdigit() else value if type(value) is int else None
-    if isinstance(depth, int) and 1 <= depth <= max_depth:
+    depth = _count(value)
+    if depth is not None and 1 <= depth <= max_depth:
         return depth
     raise ValueError(f"{where} must be {allowed} from 1 to {max_depth} (the frames kept "
                      f"per stack); got {value!r}")
@@ -94,9 +101,8 @@ def native_depth(value: object, max_depth: int) -> int:
     where = "native_depth"
     if value is None:
         where, value = NATIVE_DEPTH_VARIABLE, os.environ.get(NATIVE_DEPTH_VARIABLE) or "0"
-    word = value.strip() if isinstance(value, str) else None
-    depth = int(word) if word and word.isdigit() else value if type(value) is int else None
-    if isinstance(depth, int) and 0 <= depth <= max_depth:
+    depth = _count(value)
+    if depth is not None and 0 <= depth <= max_depth:
         return depth
     raise ValueError(f"{where} must be a number of frames from 0 (none) to {max_depth}; "
                      f"got {value!r}")
