@@ -172,11 +172,11 @@ def locations(trace: Trace) -> pd.DataFrame:
 def with_python(trace: Trace, table: pd.DataFrame, parent: tuple[str, str] | None = None,
                 around: pd.Series | None = None) -> pd.DataFrame:
     """``table`` (with pid and py_stack columns: the ids its events recorded)
-    with py_stack, py_location and py_inherited: rows without a stack of their
-    own take ``around`` (the stack of what encloses them, aligned with the
-    rows), else the stack of their parent row, found by ``parent`` = (the
-    column naming the parent, the column it names), through any number of
-    levels."""
+    with COLUMNS (py_stack, py_location, py_inherited, native_callers): rows
+    without a stack of their own take ``around`` (the stack of what encloses
+    them, aligned with the rows), else the stack of their parent row, found by
+    ``parent`` = (the column naming the parent, the column it names), through
+    any number of levels."""
     own = table["py_stack"].astype("Int64")
     stack = own.copy()
     if around is not None:
@@ -184,7 +184,7 @@ def with_python(trace: Trace, table: pd.DataFrame, parent: tuple[str, str] | Non
     if parent is not None and len(table):
         up, key = parent
         index = pd.MultiIndex.from_arrays([table["pid"], table[key]])
-        for _ in range(64):  # one level of nesting per pass
+        while True:  # one level of nesting per pass; each fills at least one row
             lookup = pd.Series(stack.to_numpy(), index=index)
             lookup = lookup[~lookup.index.duplicated()]
             wanted = stack.isna() & table[up].notna()
@@ -196,8 +196,7 @@ def with_python(trace: Trace, table: pd.DataFrame, parent: tuple[str, str] | Non
                 break
             stack.loc[wanted] = got
     out = table.drop(columns=[c for c in COLUMNS if c in table])
-    out["py_stack"] = stack.to_numpy()
-    out["py_stack"] = out["py_stack"].astype("Int64")
+    out["py_stack"] = stack
     out["py_inherited"] = stack.notna() & own.isna()
     names = locations(trace)[["pid", "py_stack", "py_location", "native_callers"]]
     if names.empty:
