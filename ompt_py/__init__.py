@@ -22,6 +22,7 @@ from .errors import (
     NativeHandlerError,
     OmptPyError,
     TraceFileError,
+    TraceWarning,
 )
 from .live.attach import TOOL_PATH, RuntimeInfo, runtime_info, status
 from .live.control import control
@@ -51,6 +52,7 @@ __all__ = [
     "RuntimeInfo",
     "Trace",
     "TraceFileError",
+    "TraceWarning",
     "__version__",
     "active_handlers",
     "control",

@@ -31,5 +31,9 @@ class NativeHandlerError(OmptPyError, RuntimeError):
     """A native handler's C source did not compile or does not define its function."""
 
 
+class TraceWarning(UserWarning):
+    """A trace was loaded or written only in part: what was skipped or lost, and why."""
+
+
 class HandlerWarning(RuntimeWarning):
     """Events for handlers were dropped: the handlers fell behind and their queue was full."""

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import _core
 from .. import meta as trace_meta
-from ..errors import TraceFileError
+from ..errors import TraceFileError, TraceWarning
 from ..records import RAW_DTYPE, RECORD_SIZE, to_events
 from . import Parts
 
@@ -112,6 +112,7 @@ def read(path: str) -> RawProcess:
         warnings.warn(
             f"{path} ends in the middle of a block (the process was killed while writing); "
             "the complete part is kept",
+            TraceWarning,
             stacklevel=2,
         )
     return RawProcess(path, meta, records[:nrec], stats, stacks, truncated)
