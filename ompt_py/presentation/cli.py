@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+
+from ..errors import ConfigError
 
 DESCRIPTION = """\
 Trace what the OpenMP runtime does.
@@ -38,10 +41,49 @@ runtime and why something is not traced.
 
 RUN_EPILOG = """\
 The target is a Python script (ends in .py), -m MODULE, or a command after
-`--`.  The exit status is the command's.  Environment variables of the tool
-(OMPTPY_BUFFER_SIZE, OMPTPY_OVERFLOW, OMPTPY_CLOCK, OMPTPY_DRAIN_MS) pass
-through; the options below override them.
+`--`.  Environment variables of the tool (OMPTPY_BUFFER_SIZE, OMPTPY_OVERFLOW,
+OMPTPY_CLOCK, OMPTPY_DRAIN_MS) pass through; the options below override them.
+
+Exit status: the command's when it failed (128 + N when signal N killed it);
+else 1 when the trace holds less than was traced (records lost or dropped,
+raw files that could not be read: the message says what and where the raw
+files are kept); else 0.  Usage errors: 2.
+
+Signals: SIGINT (Ctrl-C), SIGTERM, SIGHUP and SIGQUIT sent to ompt-py run, or
+to its process group, go to every process of the command once (it runs in a
+process group of its own); ompt-py run then waits up to --kill-after seconds
+for them to end, SIGKILLs what is left, and writes what they had flushed.
+The command never outlives ompt-py run.  Raw files that did not all make it
+into the output are never deleted.
 """
+
+
+def _check_output(path: str, option: str, directory_ok: bool = False) -> None:
+    """A usage error unless ``path`` can be created: its folder exists and is
+    writable, and (unless ``directory_ok``) it is not a directory."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ConfigError(f"cannot write {path}: {folder} is not a directory; create it or "
+                          f"choose another {option}")
+    if not os.access(folder, os.W_OK):
+        raise ConfigError(f"cannot write {path}: {folder} is not writable; choose another "
+                          f"{option}")
+    if not directory_ok and os.path.isdir(path):
+        raise ConfigError(f"cannot write {path}: it is a directory; give a file name to "
+                          f"{option}")
+
+
+def _positive(kind: type):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+        return value
+
+    return parse
 
 
 def _run_command(args: argparse.Namespace) -> list[str]:
@@ -51,33 +93,54 @@ def _run_command(args: argparse.Namespace) -> list[str]:
     if rest and rest[0] == "--":
         rest = rest[1:]
     if not rest:
-        raise SystemExit("ompt-py run: nothing to run; give a script, -m MODULE, or -- COMMAND")
+        raise ConfigError("nothing to run; give a script, -m MODULE, or -- COMMAND")
     if rest[0].endswith(".py"):
         if not os.path.isfile(rest[0]):
-            raise SystemExit(f"ompt-py run: no such script: {rest[0]}")
+            raise ConfigError(f"no such script: {rest[0]}")
         return [sys.executable, *rest]
     if shutil.which(rest[0]) is None:
-        raise SystemExit(f"ompt-py run: command not found: {rest[0]}")
+        raise ConfigError(f"command not found: {rest[0]} (not an executable file on PATH or "
+                          "at that path)")
     return rest
 
 
+def _check_run_paths(args: argparse.Namespace) -> None:
+    _check_output(args.output, "-o", directory_ok=not args.output.endswith(".parquet"))
+    if os.path.isdir(args.output) and os.listdir(args.output):
+        raise ConfigError(f"{args.output} is a directory that is not empty; its traces would "
+                          "be mixed with this one; give an empty or new directory")
+    if args.keep_raw:
+        if os.path.exists(args.keep_raw) and not os.path.isdir(args.keep_raw):
+            raise ConfigError(f"--keep-raw {args.keep_raw} is not a directory; give a new or "
+                              "empty directory")
+        if os.path.isdir(args.keep_raw) and os.listdir(args.keep_raw):
+            raise ConfigError(f"--keep-raw {args.keep_raw} is not empty; its files would be "
+                              "merged into this trace; give an empty or new directory")
+
+
+class _Interrupted(Exception):
+    """A signal arrived while the trace was being written."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise _Interrupted(signum)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    """``ompt-py run``: the command runs under ompt_py.live.launch (its own process
+    group; SIGINT, SIGTERM, SIGHUP and SIGQUIT forwarded to that group once, a
+    bounded wait, then SIGKILL; the terminal handed over as a shell does; no
+    orphan: see that module), then the raw files are merged into the output.  A
+    raw file is deleted only when all of them made it into the output."""
     from .. import _core, tool_path
-    from ..errors import TraceFileError
-    from ..live import attach, runhook, runtime
-    from ..trace import load
+    from ..live import attach, launch, runhook, runtime
 
     command = _run_command(args)
-    out_dir = os.path.dirname(os.path.abspath(args.output))
-    if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
-        raise SystemExit(f"ompt-py run: cannot write {args.output}: {out_dir} is not a writable "
-                         "directory; create it or choose another -o")
-    if os.path.isdir(args.output) and os.listdir(args.output):
-        raise SystemExit(f"ompt-py run: {args.output} is a directory that is not empty; its "
-                         "traces would be mixed with this one; give an empty or new directory")
-    if args.keep_raw and os.path.isdir(args.keep_raw) and os.listdir(args.keep_raw):
-        raise SystemExit(f"ompt-py run: --keep-raw {args.keep_raw} is not empty; its files would "
-                         "be merged into this trace; give an empty or new directory")
+    _check_run_paths(args)
     if args.buffer_size:
         os.environ["OMPTPY_BUFFER_SIZE"] = args.buffer_size
     if args.overflow:
@@ -94,8 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             check(None, most)
         except ValueError as e:
-            raise SystemExit(f"ompt-py run: {e}".replace(variable, option if given else variable)
-                             ) from None
+            raise ConfigError(str(e).replace(variable, option if given else variable)) from None
     attach.check_environment()
     env = dict(os.environ)
     libomp = runtime.launcher_libomp(args.runtime or env.get("OMPTPY_RUNTIME"))
@@ -103,7 +165,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         env["LD_PRELOAD"] = ":".join([libomp, *(p for p in env.get("LD_PRELOAD", "").split(":")
                                                 if p and p != libomp)])
     raw_dir = args.keep_raw or tempfile.mkdtemp(prefix="ompt-py-")
-    os.makedirs(raw_dir, exist_ok=True)
+    try:
+        os.makedirs(raw_dir, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create --keep-raw {raw_dir}: {e.strerror}; choose another "
+                          "directory") from None
     others = [p for p in env.get("OMP_TOOL_LIBRARIES", "").split(":") if p and p != tool_path()]
     env["OMP_TOOL_LIBRARIES"] = ":".join([tool_path(), *others])
     env["OMPTPY_OUTPUT"] = os.path.abspath(raw_dir)
@@ -114,29 +180,77 @@ def cmd_run(args: argparse.Namespace) -> int:
     shutil.copyfile(runhook.__file__,
                     os.path.join(site_dir, "sitecustomize.py"))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (site_dir, env.get("PYTHONPATH")) if p)
-    # The terminal's Ctrl-C reaches the command; we wait for it and still save.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        returncode = subprocess.call(command, env=env)
+        ended = launch.run(command, env, args.kill_after)
+    except OSError as e:
+        if not args.keep_raw:
+            shutil.rmtree(raw_dir, ignore_errors=True)  # nothing ran: it is empty
+        raise ConfigError(f"cannot run {command[0]}: {e.strerror}") from None
     finally:
-        signal.signal(signal.SIGINT, previous)
         shutil.rmtree(site_dir, ignore_errors=True)
-    if returncode < 0:  # killed by a signal: report it as a shell does
-        returncode = 128 - returncode
+    if ended.forwarded is not None:
+        how = (f"they did not end within {args.kill_after:g} s: killed (SIGKILL)" if ended.killed
+               else "they ended")
+        print(f"ompt-py run: {signal.Signals(ended.forwarded).name} sent to the command's "
+              f"processes; {how}; the trace holds what they had written", file=sys.stderr)
+    # A signal now interrupts the writing; the raw files are kept.
+    caught = [s for s in launch.FORWARDED if signal.getsignal(s) != signal.SIG_IGN]
+    previous = {s: signal.signal(s, _interrupt) for s in caught}
     try:
-        trace = load(raw_dir)
+        return _write_trace(args, raw_dir, ended.returncode)
+    except _Interrupted as e:
+        print(f"ompt-py run: {signal.Signals(e.signum).name} while writing {args.output}: "
+              f"stopped; {_kept(raw_dir)}", file=sys.stderr)
+        return ended.returncode or 128 + e.signum
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _kept(raw_dir: str) -> str:
+    return (f"the raw files are kept in {raw_dir} (ompt-py report {raw_dir}, or "
+            f"ompt_py.load({raw_dir!r}))")
+
+
+def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int:
+    """Merges the raw files into ``args.output``; the exit status of ``ompt-py run``."""
+    import warnings
+
+    from ..errors import TraceFileError, TraceWarning
+    from ..io import rawfile
+    from ..trace import load
+
+    try:
+        files = rawfile.list_dir(raw_dir)
     except TraceFileError as e:
         print(f"ompt-py run: no trace written: {e}", file=sys.stderr)
+        return returncode or 1
+    if not files:
+        print("ompt-py run: no trace written: no process of the command started an OpenMP "
+              "runtime with OMPT support (LLVM libomp)", file=sys.stderr)
         if not args.keep_raw:
-            shutil.rmtree(raw_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.rmdir(raw_dir)  # only if empty: files of others are not ours to delete
         return returncode
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always", TraceWarning)
+        try:
+            trace = load(raw_dir)
+        except TraceFileError as e:
+            print(f"ompt-py run: no trace written: {e}; {_kept(raw_dir)}", file=sys.stderr)
+            return returncode or 1
+    partial = [str(w.message) for w in warned if issubclass(w.category, TraceWarning)]
+    partial += [f"{s['source']}: {s['reason']}" for s in trace.meta.get("skipped", [])]
+    for w in warned:
+        if not issubclass(w.category, TraceWarning):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     try:
         trace.save(args.output)
     except OSError as e:
-        print(f"ompt-py run: cannot write {args.output} ({e}); the raw trace is kept in "
-              f"{raw_dir} (ompt-py report {raw_dir})", file=sys.stderr)
+        print(f"ompt-py run: cannot write {args.output} ({e.strerror or e}); {_kept(raw_dir)}",
+              file=sys.stderr)
         return returncode or 1
-    if not args.keep_raw:
+    if not args.keep_raw and not partial:
         shutil.rmtree(raw_dir, ignore_errors=True)
     if not args.quiet:
         procs = trace.meta["processes"]
@@ -146,10 +260,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"         see: ompt-py report {args.output}",
             file=sys.stderr,
         )
-        if trace.dropped:
-            print("ompt-py: records were dropped (buffers full): raise --buffer-size or use "
-                  "--overflow flush", file=sys.stderr)
-    return returncode
+    lost, dropped = trace.meta.get("lost", 0), trace.dropped
+    losses = [f"{lost:,} records lost (never written to a raw file)"] * bool(lost)
+    if dropped:
+        losses.append(f"{dropped:,} records dropped (buffers full: raise --buffer-size or use "
+                      "--overflow flush)")
+    if partial:
+        losses.append("raw files not read in full:\n  " + "\n  ".join(partial) + "\n  "
+                      + _kept(raw_dir))
+    if losses:
+        print("ompt-py run: the trace holds less than was traced: " + "; ".join(losses),
+              file=sys.stderr)
+    return returncode or (1 if losses else 0)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -159,31 +281,42 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         print(doctor.report(), end="")
         return 0
     # The program runs with ompt_py imported first; the report comes at its exit.
+    check = ""
     if args.module:
+        # A module that is not there is a usage error, told in one line.
+        check = (f"if importlib.util.find_spec({args.module!r}) is None:\n"
+                 f"    print('ompt-py doctor: no module named {args.module}; give one that "
+                 "python -m runs, or a script', file=sys.stderr)\n"
+                 "    sys.exit(2)\n")
         run = f"runpy.run_module({args.module!r}, run_name='__main__', alter_sys=True)"
         argv = [args.module, *args.target]
     else:
         target = [t for t in args.target if t != "--"]
         if not target or not target[0].endswith(".py"):
-            raise SystemExit("ompt-py doctor: give a Python script (.py) or -m MODULE; for other "
-                             "programs use ompt-py run and ompt-py report")
+            raise ConfigError("give a Python script (.py) or -m MODULE; for other programs "
+                              "use ompt-py run and ompt-py report")
+        if not os.path.isfile(target[0]):
+            raise ConfigError(f"no such script: {target[0]}")
         run = f"runpy.run_path({target[0]!r}, run_name='__main__')"
         argv = target
-    code = ("import ompt_py, atexit, runpy, sys\n"
+    code = (f"import ompt_py, atexit, importlib.util, runpy, sys\nsys.argv = {argv!r}\n{check}"
             "atexit.register(lambda: print(ompt_py.doctor(), end='', file=sys.stderr))\n"
-            f"sys.argv = {argv!r}\n{run}\n")
-    return subprocess.call([sys.executable, "-c", code])
+            f"{run}\n")
+    r = subprocess.call([sys.executable, "-c", code])
+    return r if r >= 0 else 128 - r
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from ..io import export
     from ..trace import load
 
+    _check_output(args.output, "-o", directory_ok=args.format == "parquet")
     trace = load(args.trace)
     try:
         export(trace, args.output, args.format)
     except OSError as e:
-        print(f"ompt-py export: cannot write {args.output}: {e}", file=sys.stderr)
+        print(f"ompt-py export: cannot write {args.output}: {e.strerror or e}; choose "
+              "another -o", file=sys.stderr)
         return 1
     if not args.quiet:
         print(f"ompt-py: {len(trace):,} events from {len(trace.meta['processes'])} process(es) "
@@ -191,10 +324,27 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_plot(path: str) -> None:
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    _check_output(path, "--plot")
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    ext = os.path.splitext(path)[1][1:].lower()
+    if ext not in kinds:
+        what = f".{ext} files" if ext else "a file without an extension"
+        raise ConfigError(f"--plot {path}: matplotlib cannot write {what}; end the name in "
+                          f"one of: .{', .'.join(sorted(kinds))}")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from ..trace import load
     from .report import render, render_html
 
+    # Checked before the work: a wrong name is not told after a minute of plotting.
+    if args.plot:
+        _check_plot(args.plot)
+    if args.html:
+        _check_output(args.html, "--html")
     trace = load(args.trace)
     print(render(trace, top=args.top), end="")
     try:
@@ -208,14 +358,15 @@ def cmd_report(args: argparse.Namespace) -> int:
                 f.write(render_html(trace, top=args.top, title=os.path.basename(args.trace)))
             print(f"ompt-py report: HTML report -> {args.html}", file=sys.stderr)
     except OSError as e:
-        print(f"ompt-py report: cannot write the output ({e}); choose another path",
-              file=sys.stderr)
+        print(f"ompt-py report: cannot write {e.filename or 'the output'}: "
+              f"{e.strerror or e}; choose another path", file=sys.stderr)
         return 1
     return 0
 
 
 def parser() -> argparse.ArgumentParser:
     from ..io import EXPORT_FORMATS
+    from ..live.launch import KILL_AFTER
 
     p = argparse.ArgumentParser(
         prog="ompt-py", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
@@ -240,7 +391,12 @@ def parser() -> argparse.ArgumentParser:
                      help="run libgomp-built code on LLVM libomp (preloaded): auto (default: "
                           "the system's libomp, else the bundled one), bundled, system, or off")
     run.add_argument("--keep-raw", metavar="DIR",
-                     help="write the per-process raw files into DIR and keep them")
+                     help="write the per-process raw files into DIR and keep them (without "
+                          "it they go to a temporary directory, deleted once merged in full)")
+    run.add_argument("--kill-after", metavar="SECONDS", type=_positive(float),
+                     default=KILL_AFTER,
+                     help="after forwarding a signal to the command, wait this long for its "
+                          "processes to end, then SIGKILL them (default: %(default)g)")
     run.add_argument("--python-stacks", metavar="on|off|DEPTH",
                      help="record the Python call stack that started each region in the "
                           "command's Python processes (default: on, 32 frames; "
@@ -248,7 +404,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--native-depth", metavar="N",
                      help="with each Python stack, N native frames above the region's code "
                           "(default 0; costs microseconds per region; OMPTPY_NATIVE_DEPTH)")
-    run.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
+    run.add_argument("-q", "--quiet", action="store_true",
+                     help="no summary on stderr (losses and errors are still told)")
     run.add_argument("target", nargs=argparse.REMAINDER,
                      help="SCRIPT.py [ARGS], or -- COMMAND [ARGS]")
     run.set_defaults(func=cmd_run)
@@ -259,7 +416,8 @@ def parser() -> argparse.ArgumentParser:
                          "source location, thread states, load imbalance per region, task "
                          "durations, lock contention, and the per-thread timeline.")
     rep.add_argument("trace", help="a trace file (.parquet), raw directory or .omptraw file")
-    rep.add_argument("--top", type=int, default=10, help="rows per table (default: %(default)s)")
+    rep.add_argument("--top", type=_positive(int), default=10,
+                     help="rows per table (default: %(default)s)")
     rep.add_argument("--plot", metavar="FILE",
                      help="write the per-thread timeline and state breakdown as an image "
                           "(format from the extension: .png, .svg, .pdf)")
@@ -292,6 +450,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``ompt-py`` command: its exit status (2 for usage errors, 1 for failures)."""
     import warnings
 
     from ..errors import OmptPyError
@@ -304,3 +463,9 @@ def main(argv: list[str] | None = None) -> int:
     except OmptPyError as e:
         print(f"ompt-py {args.command}: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"ompt-py {args.command}: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except BrokenPipeError:  # the reader of our output left (ompt-py report | head)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
