@@ -60,7 +60,8 @@ into the output are never deleted.
 
 def _check_output(path: str, option: str, directory_ok: bool = False) -> None:
     """A usage error unless ``path`` can be created: its folder exists and is
-    writable, and (unless ``directory_ok``) it is not a directory."""
+    writable, and it is a regular file or nothing (or, if ``directory_ok``, a
+    directory)."""
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise ConfigError(f"cannot write {path}: {folder} is not a directory; create it or "
@@ -68,9 +69,14 @@ def _check_output(path: str, option: str, directory_ok: bool = False) -> None:
     if not os.access(folder, os.W_OK):
         raise ConfigError(f"cannot write {path}: {folder} is not writable; choose another "
                           f"{option}")
-    if not directory_ok and os.path.isdir(path):
-        raise ConfigError(f"cannot write {path}: it is a directory; give a file name to "
-                          f"{option}")
+    if os.path.isdir(path):
+        if not directory_ok:
+            raise ConfigError(f"cannot write {path}: it is a directory; give a file name to "
+                              f"{option}")
+    elif os.path.exists(path) and not os.path.isfile(path):
+        # A device or a pipe would be replaced (files are written beside and renamed).
+        raise ConfigError(f"cannot write {path}: it is not a regular file; give a file name "
+                          f"to {option}")
 
 
 def _positive(kind: type):
@@ -347,20 +353,29 @@ def cmd_report(args: argparse.Namespace) -> int:
         _check_output(args.html, "--html")
     trace = load(args.trace)
     print(render(trace, top=args.top), end="")
-    try:
-        if args.plot:
-            from .plots import overview
 
-            overview(trace).savefig(args.plot, dpi=100)
-            print(f"ompt-py report: timeline and thread states -> {args.plot}", file=sys.stderr)
-        if args.html:
-            with open(args.html, "w", encoding="utf-8") as f:
-                f.write(render_html(trace, top=args.top, title=os.path.basename(args.trace)))
-            print(f"ompt-py report: HTML report -> {args.html}", file=sys.stderr)
-    except OSError as e:
-        print(f"ompt-py report: cannot write {e.filename or 'the output'}: "
-              f"{e.strerror or e}; choose another path", file=sys.stderr)
-        return 1
+    def plot(path: str) -> None:
+        from .plots import overview
+
+        overview(trace).savefig(path, dpi=100)
+
+    def html(path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(render_html(trace, top=args.top, title=os.path.basename(args.trace)))
+
+    for path, write, what in ((args.plot, plot, "timeline and thread states"),
+                              (args.html, html, "HTML report")):
+        if not path:
+            continue
+        try:
+            write(path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.remove(path)  # what was written of it
+            print(f"ompt-py report: cannot write {path}: {e.strerror or e}; choose another "
+                  "path", file=sys.stderr)
+            return 1
+        print(f"ompt-py report: {what} -> {path}", file=sys.stderr)
     return 0
 
 

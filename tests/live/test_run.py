@@ -5,7 +5,10 @@ Spec: ``ompt-py run [-o OUT.parquet] [--buffer-size SIZE] [--overflow
 flush|drop|grow] [--keep-raw DIR] (SCRIPT.py ARGS | -m MODULE ARGS | --
 COMMAND ARGS)`` runs the command with the tool attached (child processes
 included, each keyed by pid), writes OUT (default ompt-trace.parquet) and
-exits with the command's exit code.  ``ompt-py report TRACE`` prints a
+exits with the command's exit code when it is not 0; else 1 when the trace
+holds less than was traced (records lost or dropped, raw files not read in
+full: the raw files are then kept and named), else 0.  Signals:
+test_run_signals.py.  ``ompt-py report TRACE`` prints a
 summary: counts and time per construct, per parallel region, per-thread busy
 vs waiting, written and dropped records.  ``--help`` states the attach rule
 (import ompt_py first).
@@ -19,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -165,8 +169,94 @@ def test_run_exit_code_of_script(tmp_path, omp_ext):
 
 def test_run_missing_command(tmp_path):
     r = cli("run", "-o", tmp_path / "o.parquet", "--", str(tmp_path / "no-such-program"))
-    assert r.returncode != 0
+    assert r.returncode == 2
     no_traceback(r)
+
+
+def test_run_command_that_cannot_be_executed(tmp_path):
+    """An executable file the kernel cannot run (no #! line): a usage error."""
+    script = tmp_path / "noshebang"
+    script.write_text("echo hello\n")
+    script.chmod(0o755)
+    r = cli("run", "-o", tmp_path / "o.parquet", "--", script)
+    assert r.returncode == 2, r.stderr
+    no_traceback(r)
+    assert f"cannot run {script}" in r.stderr
+    assert not list(tmp_path.glob("o.parquet*"))
+
+
+def test_run_empty_raw_part(programs, tmp_path):
+    """A process whose raw file stays empty (its writes fail: here the file size
+    limit, as a full disk would) among complete ones: nothing is deleted, the
+    folder of raw files is named with the command to read it, the exit status
+    says that the trace holds less than was traced, and the output holds what the
+    raw files can give (all of it, or none when a load cannot leave a file out)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = tmp_path / "out.parquet"
+    full_disk = f"(ulimit -f 0; trap '' XFSZ; exec {programs.parallel} 3)"
+    r = cli("run", "-o", out, "--", "bash", "-c",
+            f"{programs.parallel} 2; {full_disk}; {programs.parallel} 1", env={"TMPDIR": tmp})
+    no_traceback(r)
+    assert r.returncode == 1, r.stderr
+    (raw,) = tmp.glob("ompt-py-*")
+    sizes = sorted(f.stat().st_size for f in raw.iterdir())
+    assert len(sizes) == 3 and sizes[0] == 0 and sizes[1] > 0, sizes
+    assert f"kept in {raw}" in r.stderr and f"ompt-py report {raw}" in r.stderr
+    try:
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            merged = ompt_py.load(raw)
+    except ompt_py.TraceFileError:  # the loader cannot leave the empty file out
+        assert not out.exists()
+        assert "no trace written" in r.stderr
+        return
+    assert any(issubclass(w.category, ompt_py.TraceWarning) for w in warned)
+    t = ompt_py.load(out)
+    assert n_of(t.events, "parallel_begin") == 3 == n_of(merged.events, "parallel_begin")
+    assert "less than was traced" in r.stderr
+
+
+def test_run_output_cannot_be_written(programs, tmp_path):
+    """The output's folder is gone when the trace is written (here the command
+    removes it): exit 1, the raw files kept and named, with how to read them."""
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = cli("run", "-o", outdir / "t.parquet", "--", "bash", "-c",
+            f"{programs.parallel} 2; rmdir {outdir}", env={"TMPDIR": tmp})
+    no_traceback(r)
+    assert r.returncode == 1, r.stderr
+    (raw,) = tmp.glob("ompt-py-*")
+    assert f"cannot write {outdir / 't.parquet'}" in r.stderr
+    assert f"kept in {raw}" in r.stderr and f"ompt-py report {raw}" in r.stderr
+    assert n_of(ompt_py.load(raw).events, "parallel_begin") == 2
+
+
+def test_run_dropped_records_exit_status(programs, tmp_path):
+    """Records dropped (--overflow drop; see tests/tool/test_overflow.py for the
+    pressure): the trace is written, the raw files deleted (they hold all that was
+    kept), and the exit status is 1 with a message saying how many and what to do."""
+    out = tmp_path / "out.parquet"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = cli("run", "-o", out, "--buffer-size", "128K", "--overflow", "drop", "--",
+            programs.many, "200000", env={"OMPTPY_DRAIN_MS": "1000", "TMPDIR": tmp})
+    no_traceback(r)
+    dropped = ompt_py.load(out).dropped
+    assert dropped > 0, "the burst was expected to overflow a 128K buffer"
+    assert r.returncode == 1, r.stderr
+    assert f"{dropped:,} records dropped" in r.stderr and "--buffer-size" in r.stderr
+    assert not list(tmp.iterdir())
+
+
+def test_run_dropped_records_command_status_wins(programs, tmp_path):
+    out = tmp_path / "out.parquet"
+    r = cli("run", "-o", out, "--buffer-size", "128K", "--overflow", "drop", "--", "bash",
+            "-c", f"{programs.many} 200000; exit 7", env={"OMPTPY_DRAIN_MS": "1000"})
+    assert ompt_py.load(out).dropped > 0
+    assert r.returncode == 7, r.stderr
 
 
 def test_run_buffer_options(programs, tmp_path):
