@@ -10,6 +10,8 @@
   ``markers`` (``ompt_py.region``).
 * ``runhook``: the start-up hook of every Python process ``ompt-py run``
   starts (standard library only).
+* ``launch``: runs the command of ``ompt-py run`` (its process group, the
+  signals forwarded to it, the terminal, no orphan).
 
 Modules here import the base modules (``records``, ``meta``, ``errors``,
 ``elf``) and each other; ``ompt_py.trace`` only inside the function that needs

@@ -42,7 +42,7 @@ runtime and why something is not traced.
 RUN_EPILOG = """\
 The target is a Python script (ends in .py), -m MODULE, or a command after
 `--`.  Environment variables of the tool (OMPTPY_BUFFER_SIZE, OMPTPY_OVERFLOW,
-OMPTPY_CLOCK, OMPTPY_DRAIN_MS) pass through; the options below override them.
+OMPTPY_CLOCK, OMPTPY_DRAIN_MS) pass through; the options above override them.
 
 Exit status: the command's when it failed (128 + N when signal N killed it);
 else 1 when the trace holds less than was traced (records lost or dropped,
