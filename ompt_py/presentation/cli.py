@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 
 from ..errors import ConfigError
 
@@ -79,8 +80,10 @@ def _check_output(path: str, option: str, directory_ok: bool = False) -> None:
                           f"to {option}")
 
 
-def _positive(kind: type):
-    def parse(text: str):
+def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    """An argparse type: a number of ``kind`` above 0."""
+
+    def parse(text: str) -> float:
         try:
             value = kind(text)
         except ValueError:
