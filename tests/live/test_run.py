@@ -2,7 +2,7 @@
 and ``--help``: tests/presentation/test_report.py.
 
 Spec: ``ompt-py run [-o OUT.parquet] [--buffer-size SIZE] [--overflow
-flush|drop|grow] [--keep-raw DIR] (SCRIPT.py ARGS | -m MODULE ARGS | --
+flush|drop|grow] [--keep-raw DIR] [--kill-after S] (SCRIPT.py ARGS | -m MODULE ARGS | --
 COMMAND ARGS)`` runs the command with the tool attached (child processes
 included, each keyed by pid), writes OUT (default ompt-trace.parquet) and
 exits with the command's exit code when it is not 0; else 1 when the trace
