@@ -130,7 +130,14 @@ static bool file_ready(void) {
   int rc = omptpy_meta_json(&meta);
   if (rc == 0) rc = write_block(OMPTPY_BLOCK_META, meta.p, meta.len);
   omptpy_str_free(&meta);
-  if (rc == 0) omptpy_ledger_open();
+  if (rc == 0) {
+    omptpy_ledger_open();
+  } else { /* a file without its META (a full disk) is no trace: it would only fail loads */
+    unlink(S.path);
+    S.path[0] = '\0';
+    close(S.fd);
+    S.fd = -1;
+  }
   return rc == 0;
 }
 
