@@ -115,18 +115,19 @@ _Static_assert(sizeof(omptpy_chunk) == OMPTPY_CACHELINE, "a chunk descriptor is 
 /* Under the registry lock.  The descriptors go into the file's ledger once and
  * stay (a slot whose records could not be mapped tries again, with the same
  * descriptors, when a later thread takes it). */
+static bool no_buffer(size_t bytes, const char *why) {
+  if (!B.nobuf_told)
+    fprintf(stderr, "ompt-py: no memory for a thread's %zu MiB buffer (%s): its records are "
+            "counted as lost; lower OMPTPY_BUFFER_SIZE\n", bytes >> 20, why);
+  B.nobuf_told = true;
+  return false;
+}
+
 static bool arena_new(omptpy_thread *t) {
   size_t bytes = (size_t)B.max_chunks * OMPTPY_CHUNK_BYTES;
-  if (!omptpy_mem_fits(bytes)) {
-    if (!B.nobuf_told)
-      fprintf(stderr, "ompt-py: no memory left for a thread's %zu MiB buffer (%zu MiB "
-              "available): its records are counted as lost; lower OMPTPY_BUFFER_SIZE\n",
-              bytes >> 20, omptpy_mem_available() >> 20);
-    B.nobuf_told = true;
-    return false;
-  }
+  if (!omptpy_mem_fits(bytes)) return no_buffer(bytes, "too little memory available");
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return false;
+  if (p == MAP_FAILED) return no_buffer(bytes, strerror(errno));
   madvise(p, bytes, MADV_HUGEPAGE);
   memset(p, 0, bytes); /* fault every page in now, not on the hot path */
   size_t desc_bytes = (size_t)B.max_chunks * sizeof(omptpy_chunk);

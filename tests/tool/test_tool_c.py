@@ -640,6 +640,28 @@ def test_sample_signal_realtime_accepted(programs, tmp_path):
     assert n_of(ompt_py.load(out).events, "sample") > 0
 
 
+def test_thread_without_memory_for_its_buffer_counts_its_records(programs, tmp_path):
+    """Room (RLIMIT_AS) for one 256 MiB buffer, not two: the second thread gets none,
+    and its records are counted as lost with the reason (not an OOM kill, not a
+    silent empty trace)."""
+    import resource
+
+    out = tmp_path / "raw"
+    out.mkdir()
+    limit = 400 << 20
+    r = subprocess.run([programs.parallel, "3"], env=tool_env(out, OMPTPY_BUFFER_SIZE="256M"),
+                       capture_output=True, text=True, timeout=60,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert r.returncode == 0, r.stderr
+    assert "no memory for a thread's 256 MiB buffer" in r.stderr, r.stderr
+    with pytest.warns(ompt_py.TraceWarning, match="no memory for the thread's buffer"):
+        t = ompt_py.load(out)
+    proc = only_process(t)
+    assert len(t.events) > 0 and proc["lost"] > 0
+    assert len(t.events) + proc["lost"] == parallel_records(3)
+    assert list(proc["lost_reasons"]) == ["no memory for the thread's buffer"]
+
+
 def test_too_small_buffer_is_refused_and_suggested_minimum_works(programs, tmp_path):
     out = tmp_path / "raw"
     r = run_with_tool([programs.parallel, "1"], out, OMPTPY_BUFFER_SIZE="64K")
