@@ -147,7 +147,9 @@ def account(proc: RawProcess, rows: list[dict]) -> dict:
     only the ledger knows are added): ``written`` becomes what the file holds,
     ``dropped`` the ledger's count, ``lost`` the records lost.  Returns the
     process's keys: ``lost``, ``ending``, ``lost_reasons`` ({reason: records})
-    and ``unaccounted_threads``; without a ledger (an older file, or one whose
+    and ``unaccounted_threads`` (threads beyond the ledger's capacity, and those
+    whose last chunk it could not see: a chunk grown outside the thread's
+    buffer, or a buffer made after the disk was full); without a ledger (an older file, or one whose
     ledger could not be written), ``ending`` "unknown" and nothing lost."""
     in_file = np.bincount(proc.records["thread"].astype(np.int64)) if len(proc.records) else []
     kept = {i: int(n) for i, n in enumerate(in_file) if n}
@@ -158,8 +160,9 @@ def account(proc: RawProcess, rows: list[dict]) -> dict:
             r.setdefault("lost", 0)
         return {"lost": 0, "ending": "unknown", "lost_reasons": {}, "unaccounted_threads": 0}
     reasons: dict[str, int] = {}
-    total = 0
+    total, partial = 0, 0
     for index, c in sorted(ledger.threads.items()):
+        partial += c.partial and ledger.ending == "killed"  # else a flush took that chunk
         row = by_index.get(index)
         if row is None:
             row = by_index[index] = {"thread": index, "type": THREAD_TYPES.get(c.type, str(c.type)),
@@ -181,7 +184,7 @@ def account(proc: RawProcess, rows: list[dict]) -> dict:
         r.setdefault("lost", 0)
     rows.sort(key=lambda r: r["thread"])
     return {"lost": total, "ending": ledger.ending, "lost_reasons": reasons,
-            "unaccounted_threads": ledger.unaccounted}
+            "unaccounted_threads": ledger.unaccounted + partial}
 
 
 def warn(entry: dict) -> None:
@@ -193,9 +196,10 @@ def warn(entry: dict) -> None:
         warnings.warn(f"{where} lost {entry['lost']:,} records that are in no part of the "
                       f"trace: {why}", TraceWarning, stacklevel=4)
     if entry["unaccounted_threads"]:
-        warnings.warn(f"{where}: {entry['unaccounted_threads']} threads beyond the ledger's "
-                      "capacity are not accounted for (their losses, if any, are not counted)",
-                      TraceWarning, stacklevel=4)
+        warnings.warn(f"{where}: the losses of {entry['unaccounted_threads']} threads are not "
+                      "fully counted (beyond the ledger's capacity, or the chunk they were "
+                      "filling was not in it: up to 1,024 records each)", TraceWarning,
+                      stacklevel=4)
 
 
 def images(procs: list[RawProcess]) -> list[list[RawProcess]]:
