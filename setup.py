@@ -1,7 +1,8 @@
-"""Builds libomptpy.so (the OMPT tool, csrc/tool/: plain C, no Python) and the
-_core extension module that binds it (csrc/ext/), and bundles an LLVM libomp
-(runtime/).  Only a C compiler and the Python headers are needed: the OMPT
-declarations are the project's own (csrc/tool/omptpy_ompt.h)."""
+"""Builds libomptpy.so (the OMPT tool, csrc/tool/: plain C, no Python), its
+preload hook libomptpy_hook.so (csrc/hook/) and the _core extension module
+that binds the tool (csrc/ext/), and bundles an LLVM libomp (runtime/).  Only
+a C compiler and the Python headers are needed: the OMPT declarations are the
+project's own (csrc/tool/omptpy_ompt.h)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from runtime.bundle import LICENSE_NAME, SONAME, bundle
 
 # Each folder of csrc/ is one thing (csrc/*/README.md): every C file of tool/ goes
-# into libomptpy.so, every one of ext/ into _core.
+# into libomptpy.so, every one of hook/ into libomptpy_hook.so, every one of ext/
+# into _core.
 TOOL_SOURCES = sorted(glob.glob(os.path.join("csrc", "tool", "*.c")))
+HOOK_SOURCES = sorted(glob.glob(os.path.join("csrc", "hook", "*.c")))
 EXT_SOURCES = sorted(glob.glob(os.path.join("csrc", "ext", "*.c")))
 # The public headers, shipped in the package (ompt_py.include_dir()): the record,
 # for native handlers, and the region markers, for extensions.
@@ -25,6 +28,7 @@ INCLUDE_DIR = os.path.join("csrc", "include")
 PUBLIC_HEADERS = sorted(n for n in os.listdir(INCLUDE_DIR) if n.endswith(".h"))
 CFLAGS = ["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"]
 TOOL_NAME = "libomptpy.so"
+HOOK_NAME = "libomptpy_hook.so"
 
 
 class BuildToolAndExtension(build_ext):
@@ -44,6 +48,12 @@ class BuildToolAndExtension(build_ext):
             libraries=["pthread", "dl", "rt", "m", "gcc_s"],  # gcc_s: _Unwind_Backtrace
             extra_postargs=[f"-Wl,-soname,{TOOL_NAME}", "-Wl,-z,defs"],
         )
+        hook_objects = self.compiler.compile(HOOK_SOURCES, output_dir=self.build_temp,
+                                             extra_postargs=CFLAGS)
+        self.compiler.link_shared_object(
+            hook_objects, os.path.join(outdir, HOOK_NAME), libraries=["dl"],
+            extra_postargs=[f"-Wl,-soname,{HOOK_NAME}", "-Wl,-z,defs"],
+        )
         self._bundled = bundle(os.path.join(outdir, "runtime"), self.build_temp) is not None
         os.makedirs(os.path.join(outdir, "include"), exist_ok=True)
         for header in PUBLIC_HEADERS:
@@ -58,7 +68,7 @@ class BuildToolAndExtension(build_ext):
         """(built, in-place) paths of what is built beside the _core extension."""
         build_py = self.get_finalized_command("build_py")
         inplace_ext, built_ext = self._get_inplace_equivalent(build_py, self.extensions[0])
-        names = [TOOL_NAME, *(os.path.join("include", h) for h in PUBLIC_HEADERS)]
+        names = [TOOL_NAME, HOOK_NAME, *(os.path.join("include", h) for h in PUBLIC_HEADERS)]
         if getattr(self, "_bundled", False):
             names += [os.path.join("runtime", SONAME), os.path.join("runtime", LICENSE_NAME)]
         return [

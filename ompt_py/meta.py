@@ -20,17 +20,22 @@ from .records import THREAD_TYPES
 
 #: The version of the trace metadata's layout (``meta["format"]``), kept in Parquet files.
 FORMAT = 1
+#: The reason of the records of a thread that got no buffer (no memory left for it).
+NOBUF_REASON = "no memory for the thread's buffer"
 
 
-def thread_rows(stats: dict, before: dict[int, tuple[int, int]] | None = None) -> list[dict]:
+def thread_rows(stats: dict, before: dict[int, tuple[int, int, int]] | None = None
+                ) -> list[dict]:
     """One row per thread of a STATS document: its type, runtime, OS thread id and
-    the records written and dropped (since ``before``: counts per thread at a
-    window's start; threads with nothing new are left out)."""
+    the records written, dropped and lost (not buffered: no memory for the
+    thread's buffer) since ``before`` (counts per thread at a window's start;
+    threads with nothing new are left out).  The raw-file reader replaces the
+    counts with its ledger's (io/ledger.py)."""
     rows = []
     for th in stats["threads"]:
-        w0, d0 = (before or {}).get(th["thread"], (0, 0))
-        written, dropped = th["written"] - w0, th["dropped"] - d0
-        if before is not None and th["thread"] in before and not (written or dropped):
+        w0, d0, l0 = (before or {}).get(th["thread"], (0, 0, 0))
+        written, dropped, lost = th["written"] - w0, th["dropped"] - d0, th.get("nobuf", 0) - l0
+        if before is not None and th["thread"] in before and not (written or dropped or lost):
             continue
         rows.append(
             {
@@ -40,6 +45,7 @@ def thread_rows(stats: dict, before: dict[int, tuple[int, int]] | None = None) -
                 "tid": th["tid"],
                 "written": written,
                 "dropped": dropped,
+                "lost": lost,
                 "samples_skipped": th.get("samples_skipped", 0),
             }
         )
@@ -59,7 +65,11 @@ def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
                   stacks: list[dict], **extra: Any) -> dict:
     """The trace metadata of one process, from its META document, its latest
     STATS document, its thread rows and its STACKS documents (python_entry);
-    ``extra``: more keys."""
+    ``extra``: more keys.  ``lost`` (records its threads produced that are in no
+    part of the trace) is the sum of its threads' unless ``extra`` gives it;
+    ``ending`` (how it ended: "finalize", "exit", "_exit", "exec", "abort",
+    "finish", "killed" when nothing was recorded, "stop" for a trace stopped in
+    the process) comes from ``extra``."""
     keep = ("pid", "ppid", "hostname", "exe", "argv", "ld_preload", "clock", "config",
             "runtimes")
     entry = {k: meta[k] for k in keep}
@@ -79,6 +89,7 @@ def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
     entry["threads"] = threads
     entry["written"] = sum(t["written"] for t in threads)
     entry["dropped"] = sum(t["dropped"] for t in threads)
+    entry["lost"] = sum(t.get("lost", 0) for t in threads)
     entry["sink_lost"] = last_stats["sink_lost"] if last_stats else 0
     entry["buffer_bytes"] = last_stats["buffer_bytes"] if last_stats else None
     # Region names grow as the run goes: the longest list is the latest.
@@ -125,10 +136,25 @@ def python_entry(docs: list[dict], source: str) -> dict | None:
 
 
 def trace_meta(processes: list[dict], origin_mono_ns: int | None) -> dict:
-    """The metadata of a trace of these processes, with its written/dropped totals."""
+    """The metadata of a trace of these processes, with its written/dropped/lost totals."""
     return {"format": FORMAT, "origin_mono_ns": origin_mono_ns, "processes": processes,
             "written": sum(p["written"] for p in processes),
-            "dropped": sum(p["dropped"] for p in processes)}
+            "dropped": sum(p["dropped"] for p in processes),
+            "lost": sum(p.get("lost", 0) for p in processes)}
+
+
+def with_losses(meta: dict) -> dict:
+    """``meta`` with the loss keys of traces written before the tool kept a ledger
+    (none lost, ending "unknown"), so that every trace has them."""
+    for proc in meta.get("processes", []):
+        for th in proc.get("threads", []):
+            th.setdefault("lost", 0)
+        proc.setdefault("lost", sum(th["lost"] for th in proc.get("threads", [])))
+        proc.setdefault("ending", "unknown")
+        proc.setdefault("lost_reasons", {})
+        proc.setdefault("unaccounted_threads", 0)
+    meta.setdefault("lost", sum(p["lost"] for p in meta.get("processes", [])))
+    return meta
 
 
 def ranks(meta: dict, pids: np.ndarray) -> pd.arrays.IntegerArray | None:

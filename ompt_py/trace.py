@@ -289,6 +289,12 @@ class Trace:
     def dropped(self) -> int:
         return self.meta.get("dropped", 0)
 
+    @property
+    def lost(self) -> int:
+        """Records the program's threads produced that are in no part of the trace
+        (killed, _exit, exec, disk full...: ``meta["processes"][i]["lost_reasons"]``)."""
+        return self.meta.get("lost", 0)
+
     def __len__(self) -> int:
         return sum(len(s) for s in self._segments)
 

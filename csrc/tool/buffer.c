@@ -21,10 +21,19 @@
  * threads write in place into the trace region (zerocopy.c).  Both share the
  * hot path: one compare of pos against the thread's limit, a cached record
  * pointer, one release store of the count.
+ *
+ * With the file sink a slot's chunk descriptors live in the raw file (a
+ * LEDGER block mapped shared, ledger.c), and each thread's ledger entry is
+ * kept on the slow path (a chunk handed over, a record dropped, a chunk
+ * drained): the loader counts from them what a killed process lost.  A slot
+ * whose buffer would not fit in the memory the machine has left gets none:
+ * its thread's records are counted (nobuf) instead of getting the program
+ * OOM-killed.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -45,7 +54,7 @@ typedef struct retired_stats {
   int type;
   int runtime;
   pid_t tid;
-  uint64_t written, dropped, samples_skipped;
+  uint64_t written, dropped, samples_skipped, nobuf;
 } retired_stats;
 
 static struct {
@@ -53,6 +62,8 @@ static struct {
   uint32_t max_chunks; /* per-thread bound: the arena of every thread */
   uint32_t ring_cap;
   _Atomic uint32_t next_index;
+  uint32_t nslots;     /* slots made, under the registry lock */
+  bool nobuf_told;     /* the missing buffer was reported on stderr */
   retired_stats *retired; /* counters of threads that ended, under drain_lock */
   size_t nretired, capretired;
 } B;
@@ -101,14 +112,30 @@ static void ring_reset(omptpy_ring *r) {
 
 _Static_assert(sizeof(omptpy_chunk) == OMPTPY_CACHELINE, "a chunk descriptor is one cache line");
 
+/* Under the registry lock.  The descriptors go into the file's ledger once and
+ * stay (a slot whose records could not be mapped tries again, with the same
+ * descriptors, when a later thread takes it). */
+static bool no_buffer(size_t bytes, const char *why) {
+  if (!B.nobuf_told)
+    fprintf(stderr, "ompt-py: no memory for a thread's %zu MiB buffer (%s): its records are "
+            "counted as lost; lower OMPTPY_BUFFER_SIZE\n", bytes >> 20, why);
+  B.nobuf_told = true;
+  return false;
+}
+
 static bool arena_new(omptpy_thread *t) {
   size_t bytes = (size_t)B.max_chunks * OMPTPY_CHUNK_BYTES;
+  if (!omptpy_mem_fits(bytes)) return no_buffer(bytes, "too little memory available");
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return false;
+  if (p == MAP_FAILED) return no_buffer(bytes, strerror(errno));
   madvise(p, bytes, MADV_HUGEPAGE);
   memset(p, 0, bytes); /* fault every page in now, not on the hot path */
   size_t desc_bytes = (size_t)B.max_chunks * sizeof(omptpy_chunk);
-  t->arena = aligned_alloc(OMPTPY_CACHELINE, desc_bytes);
+  if (!t->arena && omptpy_sink_is_file()) {
+    t->arena = omptpy_ledger_slot(t->slot_no);
+    t->arena_shared = t->arena != NULL;
+  }
+  if (!t->arena) t->arena = aligned_alloc(OMPTPY_CACHELINE, desc_bytes);
   if (!t->arena) {
     munmap(p, bytes);
     return false;
@@ -121,7 +148,7 @@ static bool arena_new(omptpy_thread *t) {
 }
 
 static bool in_arena(const omptpy_thread *t, const omptpy_chunk *c) {
-  return c >= t->arena && c < t->arena + B.max_chunks;
+  return t->arena_recs && c >= t->arena && c < t->arena + B.max_chunks;
 }
 
 /* A grown chunk: its descriptor, then its records, in one allocation. */
@@ -139,6 +166,52 @@ static void chunk_reset(omptpy_chunk *c) {
   atomic_store_explicit(&c->n, 0, memory_order_relaxed);
 }
 
+/* ---- the thread's ledger entry (ledger.c) --------------------------------- */
+
+/* The entry is read after the process died, in the order its stores were
+ * made (one thread's stores, to memory the kernel keeps): a kill between two
+ * of them leaves it counting a chunk once or not at all, never twice. */
+static inline void ledger_store_u32(uint32_t *p, uint32_t v) {
+  atomic_signal_fence(memory_order_seq_cst);
+  *(volatile uint32_t *)p = v;
+}
+
+static inline void ledger_add(uint64_t *p, uint64_t v) {
+  atomic_signal_fence(memory_order_seq_cst);
+  *(volatile uint64_t *)p += v;
+}
+
+/* The chunk c becomes the thread's current one (slow path). */
+static void ledger_current(omptpy_thread *t, omptpy_chunk *c) {
+  omptpy_ledger_thread *e = t->led;
+  if (!e) return;
+  bool known = t->arena_shared && in_arena(t, c);
+  ledger_store_u32(&e->cur, known ? (uint32_t)(c - t->arena) : OMPTPY_LEDGER_NONE);
+  ledger_store_u32(&e->flags, known ? e->flags & ~(uint32_t)OMPTPY_LEDGER_UNKNOWN
+                                    : e->flags | OMPTPY_LEDGER_UNKNOWN);
+}
+
+/* Under the registry lock: a thread takes a slot. */
+static void ledger_enter(omptpy_thread *t) {
+  omptpy_ledger_thread *e = t->led = omptpy_ledger_thread_entry(t->index);
+  if (!e) return;
+  *e = (omptpy_ledger_thread){.used = t->index + 1, .slot = t->arena_shared ? t->slot_no + 1 : 0,
+                              .tid = t->tid, .cur = OMPTPY_LEDGER_NONE, .type = t->type,
+                              .flags = t->arena_recs ? 0 : OMPTPY_LEDGER_NOBUF};
+  if (t->cur) ledger_current(t, t->cur);
+}
+
+/* Under drain_lock: the thread ended and was drained whole; its entry is final. */
+static void ledger_final(omptpy_thread *t) {
+  omptpy_ledger_thread *e = t->led;
+  if (!e) return;
+  omptpy_chunk *c = atomic_load(&t->cur_pub);
+  ledger_store_u32(&e->cur, OMPTPY_LEDGER_NONE);
+  ledger_add(&e->handed, c ? atomic_load(&c->n) : 0);
+  ledger_store_u32(&e->flags, (e->flags & ~(uint32_t)OMPTPY_LEDGER_UNKNOWN) | OMPTPY_LEDGER_FINAL);
+  t->led = NULL;
+}
+
 /* ---- threads -------------------------------------------------------------- */
 
 static omptpy_thread *thread_new(void) {
@@ -149,12 +222,14 @@ static omptpy_thread *thread_new(void) {
   t->full.mask = t->free.mask = B.ring_cap - 1;
   t->full.slots = calloc(B.ring_cap, sizeof(omptpy_chunk *));
   t->free.slots = calloc(B.ring_cap, sizeof(omptpy_chunk *));
-  if (!t->full.slots || !t->free.slots || !arena_new(t)) {
+  if (!t->full.slots || !t->free.slots) {
     free(t->full.slots);
     free(t->free.slots);
     free(t);
     return NULL;
   }
+  t->slot_no = B.nslots++;
+  arena_new(t); /* without one (no memory), the slot's threads count their records as nobuf */
   return t;
 }
 
@@ -199,14 +274,22 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
   } else {
     ring_reset(&t->full);
     ring_reset(&t->free);
-    for (uint32_t i = 0; i < B.max_chunks; i++) {
-      chunk_reset(&t->arena[i]);
-      if (i) ring_push(&t->free, &t->arena[i]);
+    if (!t->arena_recs && !fresh) arena_new(t);
+    if (t->arena_recs) {
+      for (uint32_t i = 0; i < B.max_chunks; i++) {
+        chunk_reset(&t->arena[i]);
+        if (i) ring_push(&t->free, &t->arena[i]);
+      }
+      atomic_store(&t->nchunks, B.max_chunks);
+      t->cur = &t->arena[0];
+      t->recs = t->cur->recs;
+      atomic_store(&t->limit, OMPTPY_CHUNK_RECORDS);
+    } else {
+      atomic_store(&t->nchunks, 0);
+      t->cur = NULL;
+      t->recs = NULL;
+      atomic_store(&t->limit, 0);
     }
-    atomic_store(&t->nchunks, B.max_chunks);
-    t->cur = &t->arena[0];
-    t->recs = t->cur->recs;
-    atomic_store(&t->limit, OMPTPY_CHUNK_RECORDS);
   }
   t->pos = 0;
   t->index = atomic_fetch_add(&B.next_index, 1);
@@ -220,6 +303,8 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
   t->tid = (pid_t)syscall(SYS_gettid);
   atomic_store(&t->in_tool, 0);
   t->samples_skipped = 0;
+  t->nobuf = 0;
+  ledger_enter(t);
   atomic_store_explicit(&t->state, OMPTPY_THREAD_LIVE, memory_order_release);
   if (fresh) {
     t->all_next = atomic_load(&omptpy_buf.all);
@@ -263,8 +348,17 @@ static omptpy_chunk *overflow(omptpy_thread *t) {
 
 omptpy_record *omptpy_slot_slow(omptpy_thread *t) {
   if (omptpy_buf.zc) return omptpy_zc_slot_slow(t);
+  if (OMPTPY_UNLIKELY(!t->arena_recs)) { /* no buffer: counted, not written */
+    t->nobuf++;
+    if (t->led) ledger_add(&t->led->nobuf, 1);
+    return NULL;
+  }
   if (t->cur) {
     ring_push(&t->full, t->cur); /* cannot fail: the ring holds every chunk the thread owns */
+    if (t->led) {
+      ledger_store_u32(&t->led->cur, OMPTPY_LEDGER_NONE);
+      ledger_add(&t->led->handed, t->pos);
+    }
     t->cur = NULL;
     atomic_store_explicit(&t->cur_pub, NULL, memory_order_release);
   }
@@ -275,9 +369,11 @@ omptpy_record *omptpy_slot_slow(omptpy_thread *t) {
     t->pos = OMPTPY_CHUNK_RECORDS;
     atomic_store_explicit(&t->dropped, atomic_load_explicit(&t->dropped, memory_order_relaxed) + 1,
                           memory_order_relaxed);
+    if (t->led) ledger_add(&t->led->dropped, 1);
     return NULL;
   }
   atomic_store_explicit(&c->n, 0, memory_order_relaxed);
+  ledger_current(t, c);
   t->cur = c;
   t->recs = c->recs;
   t->pos = 0;
@@ -294,7 +390,13 @@ static bool take_records(omptpy_thread *t, omptpy_chunk *c) {
   if (n > c->taken) {
     const omptpy_record *r = &c->recs[c->taken];
     size_t k = omptpy_tap_push(r, n - c->taken);
-    t->drained += omptpy_to_sink(r, k);
+    uint64_t lost = 0;
+    size_t kept = omptpy_to_sink(r, k, &lost);
+    t->drained += kept;
+    if (t->led) {
+      ledger_add(&t->led->discarded, k - kept);
+      ledger_add(&t->led->sink_lost, lost);
+    }
     c->taken += (uint32_t)k;
   }
   if (c->taken == n) return true;
@@ -334,8 +436,10 @@ static void remember_retired(omptpy_thread *t) {
     B.retired = p;
     B.capretired = cap;
   }
-  B.retired[B.nretired++] = (retired_stats){t->index, t->type, t->runtime, t->tid, t->drained,
-                                            atomic_load(&t->dropped), t->samples_skipped};
+  B.retired[B.nretired++] = (retired_stats){t->index,   t->type,
+                                            t->runtime, t->tid,
+                                            t->drained, atomic_load(&t->dropped),
+                                            t->samples_skipped, t->nobuf};
 }
 
 /* Chunks a slot holds outside its arena (grow policy) are freed when it is released. */
@@ -355,6 +459,7 @@ static void release_slot(omptpy_thread *t) {
   if ((c = atomic_load(&t->cur_pub)) && !in_arena(t, c)) free(c);
   atomic_store(&t->cur_pub, NULL);
   t->cur = NULL;
+  t->led = NULL;
   atomic_store(&t->nchunks, 0);
   atomic_store_explicit(&t->state, OMPTPY_THREAD_FREE, memory_order_release);
 }
@@ -365,6 +470,7 @@ void omptpy_thread_retire(omptpy_thread *t) {
   if (omptpy_buf.zc) omptpy_zc_retire(t);
   else omptpy_drain_thread(t, true);
   if (omptpy_buf.drain_stalled) return; /* retired at a later pass, once drained whole */
+  ledger_final(t);
   remember_retired(t);
   pthread_mutex_lock(&omptpy_buf.lock);
   release_slot(t);
@@ -380,6 +486,8 @@ static void retire_ended(void) {
   pthread_mutex_unlock(&omptpy_buf.drain_lock);
 }
 
+uint32_t omptpy_next_thread_index(void) { return atomic_load(&B.next_index); }
+
 size_t omptpy_buffer_bytes(void) {
   size_t slots = 0;
   for (omptpy_thread *t = atomic_load(&omptpy_buf.all); t; t = t->all_next) slots++;
@@ -393,14 +501,13 @@ void omptpy_visit_threads(omptpy_thread_visit fn, void *ctx) {
   for (size_t i = 0; i < B.nretired; i++) {
     retired_stats *r = &B.retired[i];
     fn(ctx, r->index, r->type, r->runtime, r->tid, r->written, r->dropped, r->samples_skipped,
-       false);
+       r->nobuf, false);
   }
   for (omptpy_thread *t = atomic_load(&omptpy_buf.all); t; t = t->all_next) {
     int s = atomic_load(&t->state);
     if (s == OMPTPY_THREAD_LIVE || s == OMPTPY_THREAD_ENDED)
       fn(ctx, t->index, t->type, t->runtime, t->tid, t->drained, atomic_load(&t->dropped),
-         t->samples_skipped,
-         s == OMPTPY_THREAD_LIVE);
+         t->samples_skipped, t->nobuf, s == OMPTPY_THREAD_LIVE);
   }
   pthread_mutex_unlock(&omptpy_buf.drain_lock);
 }
@@ -413,6 +520,8 @@ int omptpy_buffers_init(const omptpy_config *cfg) {
   B.ring_cap = 1;
   while (B.ring_cap < need) B.ring_cap <<= 1;
   if (pthread_key_create(&exit_key, thread_exited) != 0) return -EAGAIN;
+  omptpy_ledger_init(B.max_chunks);
+  atomic_store(&B.next_index, omptpy_ledger_base()); /* after an exec: the previous image's */
   omptpy_buf.zc = omptpy_zc_init(cfg);
   omptpy_buf.ready = true;
   return 0;
@@ -456,8 +565,10 @@ void omptpy_buffers_after_fork_child(void) {
       }
     }
     t->drained = 0;
+    t->nobuf = 0;
     atomic_store(&t->dropped, 0);
     t->tid = (pid_t)syscall(SYS_gettid);
+    ledger_enter(t); /* the child's own ledger (omptpy_ledger_after_fork_child) */
     t->has_timer = false; /* timers are not inherited by a child */
     omptpy_sampler_thread_start(t);
   }

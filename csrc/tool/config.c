@@ -1,12 +1,14 @@
 /* The tool's environment variables, parsed once when the runtime starts the tool. */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "omptpy_internal.h"
 
@@ -59,6 +61,35 @@ static int parse_size(const char *v, size_t *out) {
   return 0;
 }
 
+size_t omptpy_mem_available(void) {
+  char buf[4096];
+  int fd = open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *p = strstr(buf, "MemAvailable:");
+  unsigned long long kib;
+  return p && sscanf(p, "MemAvailable: %llu kB", &kib) == 1 ? (size_t)kib << 10 : 0;
+}
+
+bool omptpy_mem_fits(size_t bytes) {
+  size_t avail = omptpy_mem_available();
+  return avail == 0 || bytes <= avail / 4 * 3;
+}
+
+/* A size the machine can give now (omptpy_mem_fits), else the error. */
+static int check_memory(omptpy_config *cfg, const char *name, const char *value, size_t bytes,
+                        const char *what) {
+  if (omptpy_mem_fits(bytes)) return 0;
+  snprintf(cfg->error, sizeof cfg->error,
+           "%s='%.200s' is more than this machine can give %s (%zu MiB available now, and "
+           "the program needs memory too); use at most %zu MiB",
+           name, value, what, omptpy_mem_available() >> 20, omptpy_mem_available() / 4 * 3 >> 20);
+  return -EINVAL;
+}
+
 /* ---- scripting callbacks (ompt_py.on) ---------------------------------------------- */
 
 #define DEFAULT_HANDLER_QUEUE_BYTES ((size_t)64 << 20)
@@ -84,6 +115,7 @@ int omptpy_config_read(omptpy_config *cfg) {
   cfg->clock = -1;
   cfg->drain_ms = 10;
   cfg->sample_signal = SIGRTMIN + 4;
+  cfg->zero_copy = true;
 
   const char *v;
   if ((v = getenv("OMPTPY_TOOL")) && *v) {
@@ -105,10 +137,21 @@ int omptpy_config_read(omptpy_config *cfg) {
                (MIN_BUFFER_BYTES + 1023) >> 10);
       return -EINVAL;
     }
+    /* Each thread maps this much when it starts; a thread that finds too little
+     * memory left later gets no buffer (its records are counted, buffer.c). */
+    if (check_memory(cfg, "OMPTPY_BUFFER_SIZE", v, cfg->buffer_bytes, "for one thread's buffer"))
+      return -EINVAL;
   }
   if ((v = getenv("OMPTPY_RESERVE")) && *v) {
     if (parse_size(v, &cfg->reserve_bytes) != 0)
       return bad(cfg, "OMPTPY_RESERVE", v, "a size in bytes such as 512M or 2G, or 0");
+    if (check_memory(cfg, "OMPTPY_RESERVE", v, cfg->reserve_bytes, "to provision"))
+      return -EINVAL;
+  }
+  if ((v = getenv("OMPTPY_ZERO_COPY")) && *v) {
+    int s = parse_switch(v);
+    if (s < 0) return bad(cfg, "OMPTPY_ZERO_COPY", v, "on or off");
+    cfg->zero_copy = s;
   }
   if ((v = getenv("OMPTPY_OVERFLOW")) && *v) {
     if (strcmp(v, "flush") == 0) cfg->overflow = OMPTPY_OVERFLOW_FLUSH;
@@ -140,9 +183,16 @@ int omptpy_config_read(omptpy_config *cfg) {
     cfg->sample_hz = (unsigned)hz;
   }
   if ((v = getenv("OMPTPY_SAMPLE_SIGNAL")) && *v) {
+    /* Only a real-time signal: the others mean something to the program or the
+     * system (SIGSEGV, SIGTERM, SIGINT...), and a handler for them would
+     * swallow the real ones.  SIGRTMIN is glibc's, above the threads library's. */
     long sig;
-    if (parse_range(v, 1, SIGRTMAX, &sig) != 0 || sig == SIGKILL || sig == SIGSTOP)
-      return bad(cfg, "OMPTPY_SAMPLE_SIGNAL", v, "a signal number that is not SIGKILL or SIGSTOP");
+    if (parse_range(v, SIGRTMIN, SIGRTMAX, &sig) != 0) {
+      char allowed[96];
+      snprintf(allowed, sizeof allowed, "a real-time signal number from %d to %d (default %d)",
+               SIGRTMIN, SIGRTMAX, SIGRTMIN + 4);
+      return bad(cfg, "OMPTPY_SAMPLE_SIGNAL", v, allowed);
+    }
     cfg->sample_signal = (int)sig;
   }
   if ((v = getenv("OMPTPY_OUTPUT")) && *v) {

@@ -41,17 +41,17 @@ static struct {
 
 /* A thread's records are in time order, so only a range that straddles an
  * edge of the window is looked at record by record. */
-size_t omptpy_to_sink(const omptpy_record *r, size_t n) {
+size_t omptpy_to_sink(const omptpy_record *r, size_t n, uint64_t *lost) {
   if (n == 0 || W.from >= W.until) return 0;
   if (r[0].time >= W.from && r[n - 1].time < W.until) {
-    omptpy_sink_write(r, n);
+    *lost += n - omptpy_sink_write(r, n);
     return n;
   }
   size_t kept = 0;
   for (size_t i = 0, j; i < n; i = j) {
     for (; i < n && (r[i].time < W.from || r[i].time >= W.until); i++) continue;
     for (j = i; j < n && r[j].time >= W.from && r[j].time < W.until; j++) continue;
-    if (j > i) omptpy_sink_write(r + i, j - i);
+    if (j > i) *lost += (j - i) - omptpy_sink_write(r + i, j - i);
     kept += j - i;
   }
   return kept;
@@ -83,6 +83,22 @@ void omptpy_flush(void) {
 
 bool omptpy_flush_try(void) {
   if (!omptpy_buf.ready || pthread_mutex_trylock(&omptpy_buf.drain_lock) != 0) return false;
+  drain_all(true);
+  pthread_mutex_unlock(&omptpy_buf.drain_lock);
+  return true;
+}
+
+/* For the endings the preload hook sees (_exit, abort, exec), which may come
+ * from a signal handler that interrupted this very thread's drain pass: the
+ * lock is only tried, for at most `ns`, never waited for. */
+bool omptpy_flush_within(uint64_t ns) {
+  if (!omptpy_buf.ready) return false;
+  uint64_t until = omptpy_monotonic_ns() + ns;
+  while (pthread_mutex_trylock(&omptpy_buf.drain_lock) != 0) {
+    if (omptpy_monotonic_ns() >= until) return false;
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
   drain_all(true);
   pthread_mutex_unlock(&omptpy_buf.drain_lock);
   return true;

@@ -259,6 +259,10 @@ int omptpy_meta_json(omptpy_str *s) {
   const char *preload = getenv("LD_PRELOAD");
   rc = rc ? rc : omptpy_put(s, ",\"ld_preload\":");
   rc = rc ? rc : omptpy_put_string(s, preload ? preload : "", preload ? strlen(preload) : 0);
+  /* The file of the image this one replaced by an exec (ledger.c), "" if none. */
+  const char *exec_from = omptpy_ledger_exec_from();
+  rc = rc ? rc : omptpy_put(s, ",\"exec_from\":");
+  rc = rc ? rc : omptpy_put_string(s, exec_from, strlen(exec_from));
   rc = rc ? rc : omptpy_put(s, ",\"clock\":\"%s\",\"tick_ns_estimate\":%.9f,"
                      "\"start_anchor\":{\"ticks\":%llu,\"mono_ns\":%llu},\"start_realtime_ns\":%llu,",
                      omptpy_clock_name(), g->tick_ns_estimate,
@@ -277,6 +281,8 @@ int omptpy_meta_json(omptpy_str *s) {
   rc = rc ? rc : omptpy_put_string(s, g->cfg.error, strlen(g->cfg.error));
   rc = rc ? rc : omptpy_put(s, ",\"handler_queue_bytes\":%zu", g->cfg.handler_queue_bytes);
   rc = rc ? rc : omptpy_put(s, ",\"zero_copy\":%s", omptpy_zero_copy() ? "true" : "false");
+  rc = rc ? rc : omptpy_put(s, ",\"sample_signal\":%d,\"sample_error\":", g->cfg.sample_signal);
+  rc = rc ? rc : omptpy_put_string(s, g->cfg.sample_error, strlen(g->cfg.sample_error));
   rc = rc ? rc : omptpy_put(s, "},\"start_tool_calls\":%d,\"declined\":%d,\"runtimes\":[",
                      g->start_tool_calls, g->declined);
   int nrt = atomic_load(&g->nruntimes);
@@ -355,15 +361,15 @@ typedef struct visit_ctx {
 } visit_ctx;
 
 static void visit(void *p, uint32_t index, int type, int runtime, pid_t tid, uint64_t written,
-                  uint64_t dropped, uint64_t samples_skipped, bool live) {
+                  uint64_t dropped, uint64_t samples_skipped, uint64_t nobuf, bool live) {
   visit_ctx *v = p;
   if (v->rc) return;
   v->rc = omptpy_put(v->s,
               "%s{\"thread\":%u,\"type\":%d,\"runtime\":%d,\"tid\":%d,\"written\":%llu,"
-              "\"dropped\":%llu,\"samples_skipped\":%llu,\"live\":%s}",
+              "\"dropped\":%llu,\"samples_skipped\":%llu,\"nobuf\":%llu,\"live\":%s}",
               v->first ? "" : ",", index, type, runtime, (int)tid, (unsigned long long)written,
               (unsigned long long)dropped, (unsigned long long)samples_skipped,
-              live ? "true" : "false");
+              (unsigned long long)nobuf, live ? "true" : "false");
   v->first = false;
 }
 

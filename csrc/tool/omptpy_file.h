@@ -1,12 +1,30 @@
 /*
- * The raw trace file the file sink writes (OMPTPY_OUTPUT), one per process:
- * a sequence of blocks, each a header and `length` bytes of payload: META
- * (JSON, first), RECORDS (the omptpy_record array of one thread, in order),
- * STATS (JSON counters with a clock anchor, written as the run goes and once
- * more at the end) and STACKS (JSON: the interpreter call stacks added since
- * the previous STACKS block, see omptpy_stacks in omptpy_api.h).  Readers
- * take these values from here (ompt_py through _core's FILE_MAGIC, BLOCK_*
- * and BLOCK_HEADER_SIZE).
+ * The raw trace file the file sink writes (OMPTPY_OUTPUT), one per process
+ * image: a sequence of blocks, each a header and `length` bytes of payload:
+ * META (JSON, first), LEDGER (see below: the first one right after META),
+ * RECORDS (the omptpy_record array of one thread, in order), STATS (JSON
+ * counters with a clock anchor, written as the run goes and once more at the
+ * end) and STACKS (JSON: the interpreter call stacks added since the previous
+ * STACKS block, see omptpy_stacks in omptpy_api.h).  Readers take these
+ * values from here (ompt_py through _core's FILE_MAGIC, BLOCK_*, LEDGER_* and
+ * BLOCK_HEADER_SIZE).
+ *
+ * LEDGER blocks hold what the loader needs to count the records a process
+ * lost however it ended (ledger.c): their data is mapped MAP_SHARED from the
+ * file, so what the tool stores there reaches the file even when the process
+ * is killed, and it was written (allocated) before, so a full disk cannot
+ * fault it.  A payload is an omptpy_ledger_prefix, zeros up to data_offset
+ * (the data starts on a page of the file), then data_bytes of data:
+ *  - kind PROCESS (one, right after META): an omptpy_ledger_head, then
+ *    `thread_cap` omptpy_ledger_thread entries, entry i for thread index
+ *    thread_base + i;
+ *  - kind SLOT (one per thread slot: buffer.c reuses slots for later
+ *    threads): that slot's `max_chunks` chunk descriptors (omptpy_chunk, one
+ *    per OMPTPY_LEDGER_DESC_SIZE bytes, the uint32 count of records written
+ *    into the chunk first), stored per record on the hot path anyway.
+ * A thread has written handed + (cur != NONE ? n of descriptor cur of its
+ * slot : 0) records into its buffer; the loader subtracts those in the file
+ * and those discarded (outside the sink's window) to find the lost ones.
  */
 #ifndef OMPTPY_FILE_H
 #define OMPTPY_FILE_H
@@ -16,7 +34,7 @@
 #define OMPTPY_FILE_MAGIC 0x5450504fu /* "OPPT" in the file's (little-endian) bytes */
 
 enum { OMPTPY_BLOCK_META = 1, OMPTPY_BLOCK_RECORDS = 2, OMPTPY_BLOCK_STATS = 3,
-       OMPTPY_BLOCK_STACKS = 4 };
+       OMPTPY_BLOCK_STACKS = 4, OMPTPY_BLOCK_LEDGER = 5 };
 
 typedef struct omptpy_block_header {
   uint32_t magic;
@@ -25,5 +43,67 @@ typedef struct omptpy_block_header {
 } omptpy_block_header;
 
 _Static_assert(sizeof(omptpy_block_header) == 16, "a block header is 16 bytes, no padding");
+
+enum { OMPTPY_LEDGER_PROCESS = 1, OMPTPY_LEDGER_SLOT = 2 };
+
+/* How the process image ended, as whoever saw it recorded it (0: nobody did:
+ * killed by a signal or crashed). */
+enum {
+  OMPTPY_END_NONE = 0,
+  OMPTPY_END_FINALIZE = 1, /* the runtime's finalize */
+  OMPTPY_END_EXIT = 2,     /* exit() without finalize (the tool's destructor) */
+  OMPTPY_END__EXIT = 3,    /* _exit / _Exit (the preload hook) */
+  OMPTPY_END_EXEC = 4,     /* an exec* call (the preload hook) */
+  OMPTPY_END_ABORT = 5,    /* abort() (the preload hook) */
+  OMPTPY_END_FINISH = 6    /* omptpy_finish: ompt-py run's Python hook (os._exit, SIGTERM) */
+};
+
+#define OMPTPY_LEDGER_NONE 0xffffffffu /* omptpy_ledger_thread.cur: no chunk */
+#define OMPTPY_LEDGER_DESC_SIZE 64u
+
+typedef struct omptpy_ledger_prefix {
+  uint32_t kind;        /* OMPTPY_LEDGER_* */
+  uint32_t data_offset; /* from the start of the payload */
+  uint64_t data_bytes;
+  uint32_t slot;        /* SLOT: the slot's number */
+  uint32_t reserved[3];
+} omptpy_ledger_prefix;
+
+typedef struct omptpy_ledger_head {
+  uint32_t version;        /* 1 */
+  uint32_t thread_cap;     /* entries that follow */
+  uint32_t thread_base;    /* thread index of entry 0 (after an exec: the previous image's next) */
+  uint32_t chunk_records;
+  uint32_t max_chunks;     /* descriptors per SLOT block */
+  uint32_t ending;         /* OMPTPY_END_* */
+  int32_t sink_errno;      /* why the file sink failed, 0 if it did not */
+  uint32_t unaccounted;    /* threads beyond thread_cap: their records are not counted here */
+  uint64_t reserved[4];
+} omptpy_ledger_head;
+
+/* Flags of a thread entry. */
+enum {
+  OMPTPY_LEDGER_FINAL = 1,    /* the thread ended and was drained whole: handed is all */
+  OMPTPY_LEDGER_UNKNOWN = 2,  /* its chunk is not in a SLOT block: up to a chunk is not counted */
+  OMPTPY_LEDGER_NOBUF = 4     /* no memory for its buffer: its records are in `nobuf` */
+};
+
+typedef struct omptpy_ledger_thread {
+  uint32_t used;      /* thread index + 1, 0 for an unused entry */
+  uint32_t slot;      /* slot number + 1, 0: none */
+  int32_t tid;
+  uint32_t flags;     /* OMPTPY_LEDGER_FINAL | ... */
+  uint32_t cur;       /* descriptor (of the slot) being filled, OMPTPY_LEDGER_NONE */
+  int32_t type;       /* ompt_thread_t */
+  uint64_t handed;    /* records in chunks the thread filled and handed over */
+  uint64_t dropped;   /* records lost to overflow (buffers full) */
+  uint64_t discarded; /* records drained outside the sink's window (written for handlers) */
+  uint64_t sink_lost; /* records the sink could not write (disk full, write error) */
+  uint64_t nobuf;     /* records of a thread without a buffer (no memory for it) */
+} omptpy_ledger_thread;
+
+_Static_assert(sizeof(omptpy_ledger_prefix) == 32, "the ledger prefix is 32 bytes");
+_Static_assert(sizeof(omptpy_ledger_head) == 64, "the ledger head is 64 bytes");
+_Static_assert(sizeof(omptpy_ledger_thread) == 64, "a ledger thread entry is 64 bytes");
 
 #endif /* OMPTPY_FILE_H */

@@ -63,6 +63,8 @@ typedef struct omptpy_config {
   unsigned drain_ms;      /* OMPTPY_DRAIN_MS: longest sleep of the drainer */
   unsigned sample_hz;     /* OMPTPY_SAMPLE_HZ: state samples per second and thread, 0 off */
   int sample_signal;      /* OMPTPY_SAMPLE_SIGNAL: the signal the sampling timers send */
+  char sample_error[160]; /* why the sampler is not armed ("" if it is, or is off) */
+  bool zero_copy;         /* OMPTPY_ZERO_COPY: the memory sink may write in place */
   bool place_info;        /* OMPTPY_PLACE_INFO: processor and place at implicit task begin */
   size_t handler_queue_bytes; /* OMPTPY_HANDLER_QUEUE: bound of the Python handlers' queue */
   char output[4096];      /* OMPTPY_OUTPUT: directory of the file sink, "" for memory */
@@ -70,6 +72,11 @@ typedef struct omptpy_config {
 } omptpy_config;
 
 int omptpy_config_read(omptpy_config *cfg);
+/* MemAvailable of /proc/meminfo in bytes, 0 when unknown. */
+size_t omptpy_mem_available(void);
+/* Whether `bytes` more may be committed without risking the OOM killer: at
+ * most three quarters of MemAvailable (the program needs memory too). */
+bool omptpy_mem_fits(size_t bytes);
 
 /* ---- clock (clock.c; the conversion of ticks is in omptpy_api.h) ---------- */
 
@@ -160,6 +167,12 @@ typedef struct omptpy_thread {
   timer_t timers[2];      /* taking turns, see sampler.c */
   bool has_timer;
   uint64_t drained; /* records moved to the sink */
+  /* The ledger (ledger.c): the thread's entry (NULL: none), the slot's number,
+   * whether the arena's descriptors are in the file. */
+  omptpy_ledger_thread *led;
+  uint32_t slot_no;
+  bool arena_shared;
+  uint64_t nobuf; /* records lost because the slot has no buffer (no memory for it) */
   /* stacks.c: the last encountering task found inside a parallel region (task
    * ids are never reused): its next tasks need no question to the runtime. */
   uint64_t inner_task;
@@ -204,11 +217,13 @@ void omptpy_buffers_atfork_parent(void);
 /* Calls fn for each thread whose counters are of interest, under the drain lock. */
 typedef void (*omptpy_thread_visit)(void *ctx, uint32_t index, int type, int runtime, pid_t tid,
                                     uint64_t written, uint64_t dropped, uint64_t samples_skipped,
-                                    bool live);
+                                    uint64_t nobuf, bool live);
 void omptpy_visit_threads(omptpy_thread_visit fn, void *ctx);
 /* Memory mapped for per-thread buffers: one arena per thread slot ever needed
  * at once (slots are reused by later threads). */
 size_t omptpy_buffer_bytes(void);
+/* The index the next thread will get (an exec's successor goes on from it). */
+uint32_t omptpy_next_thread_index(void);
 
 static inline omptpy_thread *omptpy_self(void) {
   omptpy_thread *t = omptpy_tls_thread;
@@ -267,17 +282,30 @@ static inline uint64_t omptpy_new_id(omptpy_thread *t) {
 
 /* ---- sampling (sampler.c) ------------------------------------------------ */
 
-int omptpy_sampler_init(const omptpy_config *cfg);
+int omptpy_sampler_init(omptpy_config *cfg); /* on failure: cfg->sample_error */
 void omptpy_sampler_thread_start(omptpy_thread *t);
 void omptpy_sampler_thread_stop(omptpy_thread *t);
 
 /* ---- sink (sink.c) ------------------------------------------------------ */
 
 int omptpy_sink_open(const omptpy_config *cfg);
+/* Creates this process's file now (the file sink; under no drain-side lock
+ * but the registry's): whether it is there. */
+bool omptpy_sink_file_open(void);
+/* The file's path, "" before it is created. */
+const char *omptpy_sink_path(void);
+/* Appends a LEDGER block of `bytes` of data and maps the data (at `at` if not
+ * NULL); NULL if it cannot.  _locked: the caller holds the file lock (the
+ * ledger's first block, from the file's creation). */
+void *omptpy_sink_ledger_block(uint32_t kind, uint32_t slot, size_t bytes, void *at);
+void *omptpy_sink_ledger_block_locked(uint32_t kind, uint32_t slot, size_t bytes, void *at);
+void omptpy_sink_atfork_prepare(void);
+void omptpy_sink_atfork_parent(void);
 /* Provisions the OMPTPY_RESERVE memory, if any, before a recording starts. */
 void omptpy_sink_prepare(void);
-/* Appends n records (one thread's, in order). Called under the drain lock. */
-void omptpy_sink_write(const omptpy_record *recs, size_t n);
+/* Appends n records (one thread's, in order); returns n, or 0 when they could
+ * not be stored (counted as the sink's loss).  Called under the drain lock. */
+size_t omptpy_sink_write(const omptpy_record *recs, size_t n);
 /* A JSON document written to the file sink (stats or stacks block), once records
  * opened the file: whether it was written. */
 bool omptpy_sink_json(int block_type, const char *json, size_t len);
@@ -317,6 +345,25 @@ void omptpy_zc_set_window(bool open, uint64_t now);
 void omptpy_zc_populate_ahead(void);
 void omptpy_zc_after_fork_child(void);
 
+/* ---- the ledger (ledger.c; the format in omptpy_file.h) --------------------- */
+
+/* Reads OMPTPY_EXEC_FROM (before the buffers: their indices start at its base). */
+void omptpy_ledger_init(uint32_t max_chunks);
+uint32_t omptpy_ledger_base(void);
+const char *omptpy_ledger_exec_from(void); /* "" when this image is no exec's successor */
+bool omptpy_ledger_on(void);
+/* sink.c: the file was just created. */
+void omptpy_ledger_open(void);
+/* The chunk descriptors of a new slot, in the file; NULL if they cannot be. */
+omptpy_chunk *omptpy_ledger_slot(uint32_t slot);
+/* Thread index's entry, NULL without a ledger or beyond its capacity (counted
+ * as unaccounted).  Under the registry lock. */
+omptpy_ledger_thread *omptpy_ledger_thread_entry(uint32_t index);
+void omptpy_ledger_end(int how); /* OMPTPY_END_* */
+void omptpy_ledger_end_exit(void); /* OMPTPY_END_EXIT unless an ending is recorded */
+void omptpy_ledger_sink_failed(int err);
+void omptpy_ledger_after_fork_child(void);
+
 /* ---- draining (drainer.c) ----------------------------------------------- */
 
 /* Futex words: the drainer's wake-up word, and the handlers' queue's (tap.c). */
@@ -344,8 +391,11 @@ bool omptpy_flush_try(void);
  * written before; closing takes effect for records stamped after it. */
 void omptpy_sink_window(bool open);
 /* Under drain_lock: writes the records of r[0..n) (one thread's, in order)
- * stamped inside the sink window to the sink; returns how many. */
-size_t omptpy_to_sink(const omptpy_record *r, size_t n);
+ * stamped inside the sink window to the sink; returns how many, and adds
+ * those the sink could not store to *lost. */
+size_t omptpy_to_sink(const omptpy_record *r, size_t n, uint64_t *lost);
+/* omptpy_flush, waiting at most `ns` for the drain lock (false: not done). */
+bool omptpy_flush_within(uint64_t ns);
 
 /* ---- tool state (tool.c) ------------------------------------------------ */
 

@@ -33,6 +33,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -107,16 +108,25 @@ static void on_sample(int sig, siginfo_t *si, void *ucontext) {
   errno = saved_errno;
 }
 
-int omptpy_sampler_init(const omptpy_config *cfg) {
+/* The timers are armed only once the handler is installed: a timer whose
+ * signal has no handler would end the program. */
+int omptpy_sampler_init(omptpy_config *cfg) {
   if (cfg->sample_hz == 0) return 0;
   sample_signal = cfg->sample_signal;
-  period_ns = 1000000000u / cfg->sample_hz;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_sample;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  return sigaction(sample_signal, &sa, NULL) == 0 ? 0 : -errno;
+  if (sigaction(sample_signal, &sa, NULL) != 0) {
+    int e = errno;
+    snprintf(cfg->sample_error, sizeof cfg->sample_error,
+             "cannot install the sampling signal handler for signal %d: %s; no samples are "
+             "taken", sample_signal, strerror(e));
+    return -e;
+  }
+  period_ns = 1000000000u / cfg->sample_hz;
+  return 0;
 }
 
 void omptpy_sampler_thread_start(omptpy_thread *t) {

@@ -10,8 +10,13 @@
  * which never run OpenMP leave no file.  Each block is a 16-byte header
  * {magic, type, length} and its payload: META (JSON, first), RECORDS (raw
  * omptpy_record array of one thread, in order) and STATS (JSON counters);
- * see omptpy_file.h.
- * All functions are called under the drain lock or before threads exist.
+ * see omptpy_file.h.  The file is created with the first thread's buffer
+ * (omptpy_sink_file_open), not at the first records: its LEDGER blocks
+ * (ledger.c) must exist before any thread counts records into them, so that
+ * a process killed before its first drain still says what it lost.
+ * Writes to the file take the file lock (they come from the drain passes and
+ * from the creation of thread buffers); the memory sink's functions are
+ * called under the drain lock or before threads exist.
  *
  * Fresh memory costs more than copying into it (the kernel zeroes and maps
  * every page on first touch: on the machines measured, 15 ns per 64-byte
@@ -26,6 +31,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
@@ -40,14 +46,18 @@
 static struct {
   bool file;
   char dir[4096];
+  char path[4200];    /* of the file, once created */
   int fd;             /* -1 until the first block */
   bool failed;        /* a write failed: the rest is counted as lost */
+  int error;          /* the errno of that failure */
+  uint64_t size;      /* bytes written to the file */
+  pthread_mutex_t file_lock; /* fd, size, failed: the file's writers */
   uint64_t lost;      /* records that could not be written */
   omptpy_block mem;   /* memory sink */
   size_t populated;   /* bytes of mem.base known to be faulted in */
   size_t reserve;     /* OMPTPY_RESERVE: bytes to populate before recording */
   pthread_mutex_t mem_lock;
-} S = {.fd = -1, .mem_lock = PTHREAD_MUTEX_INITIALIZER};
+} S = {.fd = -1, .mem_lock = PTHREAD_MUTEX_INITIALIZER, .file_lock = PTHREAD_MUTEX_INITIALIZER};
 
 bool omptpy_sink_is_file(void) { return S.file; }
 
@@ -80,34 +90,103 @@ static int write_all(int fd, struct iovec *iov, int n) {
   return 0;
 }
 
+/* Under file_lock.  A failed write marks the file failed: what follows is counted as lost. */
 static int write_block(uint32_t type, const void *data, size_t len) {
   omptpy_block_header h = {OMPTPY_FILE_MAGIC, type, len};
   struct iovec iov[2] = {{&h, sizeof h}, {(void *)data, len}};
-  return write_all(S.fd, iov, 2);
+  int rc = write_all(S.fd, iov, 2);
+  if (rc == 0) {
+    S.size += sizeof h + len;
+  } else if (!S.failed) {
+    S.failed = true;
+    S.error = -rc;
+    fprintf(stderr, "ompt-py: writing the trace to %s failed: %s; the records that follow are "
+            "counted as lost\n", S.path, strerror(-rc));
+    omptpy_ledger_sink_failed(-rc);
+  }
+  return rc;
 }
 
-/* Opens this process's file and writes its META block. */
+/* Under file_lock: opens this process's file, writes its META block and the
+ * ledger's first block. */
 static bool file_ready(void) {
-  if (S.fd >= 0) return true;
+  if (S.fd >= 0) return !S.failed;
   if (S.failed) return false;
-  char path[4200];
   for (int n = 0; n < 1000 && S.fd < 0; n++) {
-    snprintf(path, sizeof path, "%s/ompt-%d-%d.omptraw", S.dir, (int)getpid(), n);
-    S.fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
+    snprintf(S.path, sizeof S.path, "%s/ompt-%d-%d.omptraw", S.dir, (int)getpid(), n);
+    S.fd = open(S.path, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
     if (S.fd < 0 && errno != EEXIST) break;
   }
   if (S.fd < 0) {
     fprintf(stderr, "ompt-py: cannot create a trace file in %s: %s; records are counted as lost\n",
             S.dir, strerror(errno));
     S.failed = true;
+    S.error = errno;
+    S.path[0] = '\0';
     return false;
   }
+  S.size = 0;
   omptpy_str meta = {0};
   int rc = omptpy_meta_json(&meta);
   if (rc == 0) rc = write_block(OMPTPY_BLOCK_META, meta.p, meta.len);
   omptpy_str_free(&meta);
-  if (rc != 0) S.failed = true;
+  if (rc == 0) {
+    omptpy_ledger_open();
+  } else { /* a file without its META (a full disk) is no trace: it would only fail loads */
+    unlink(S.path);
+    S.path[0] = '\0';
+    close(S.fd);
+    S.fd = -1;
+  }
   return rc == 0;
+}
+
+bool omptpy_sink_file_open(void) {
+  if (!S.file) return false;
+  pthread_mutex_lock(&S.file_lock);
+  bool ok = file_ready();
+  pthread_mutex_unlock(&S.file_lock);
+  return ok;
+}
+
+const char *omptpy_sink_path(void) { return S.fd >= 0 ? S.path : ""; }
+
+/* Under file_lock (omptpy_ledger_open) or holding it: appends a LEDGER block
+ * whose data (`bytes`, zeros, a multiple of the page size) starts on a page of
+ * the file, and maps the data MAP_SHARED (at `at`, replacing what is there, if
+ * not NULL).  Writing the zeros allocates the file's blocks, so a later store
+ * into the mapping cannot fault on a full disk. */
+static void *map_ledger_block(uint32_t kind, uint32_t slot, size_t bytes, void *at) {
+  if (S.fd < 0 || S.failed) return NULL;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uint64_t payload = S.size + sizeof(omptpy_block_header);
+  uint64_t data = (payload + sizeof(omptpy_ledger_prefix) + page - 1) / page * page;
+  size_t pad = (size_t)(data - payload);
+  char *buf = calloc(1, pad + bytes);
+  if (!buf) return NULL;
+  omptpy_ledger_prefix pre = {kind, (uint32_t)pad, bytes, slot, {0}};
+  memcpy(buf, &pre, sizeof pre);
+  int rc = write_block(OMPTPY_BLOCK_LEDGER, buf, pad + bytes);
+  free(buf);
+  if (rc != 0) return NULL;
+  /* The fd is write-only (O_APPEND): a mapping needs one opened for reading too. */
+  int fd = open(S.path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  void *p = mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), fd,
+                 (off_t)data);
+  close(fd);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+void *omptpy_sink_ledger_block(uint32_t kind, uint32_t slot, size_t bytes, void *at) {
+  pthread_mutex_lock(&S.file_lock);
+  void *p = file_ready() ? map_ledger_block(kind, slot, bytes, at) : NULL;
+  pthread_mutex_unlock(&S.file_lock);
+  return p;
+}
+
+void *omptpy_sink_ledger_block_locked(uint32_t kind, uint32_t slot, size_t bytes, void *at) {
+  return map_ledger_block(kind, slot, bytes, at);
 }
 
 /* The memory sink reserves a large range of address space once (nothing is
@@ -154,27 +233,26 @@ static bool mem_room(size_t need) {
   return true;
 }
 
-static void mem_append(const omptpy_record *recs, size_t n) {
+static size_t mem_append(const omptpy_record *recs, size_t n) {
   pthread_mutex_lock(&S.mem_lock);
-  if (!mem_room((S.mem.nrecs + n) * sizeof *recs)) {
+  bool ok = mem_room((S.mem.nrecs + n) * sizeof *recs);
+  if (!ok) {
     S.lost += n;
   } else {
     memcpy((omptpy_record *)S.mem.base + S.mem.nrecs, recs, n * sizeof *recs);
     S.mem.nrecs += n;
   }
   pthread_mutex_unlock(&S.mem_lock);
+  return ok ? n : 0;
 }
 
-void omptpy_sink_write(const omptpy_record *recs, size_t n) {
-  if (!S.file) {
-    mem_append(recs, n);
-    return;
-  }
-  if (!file_ready() || write_block(OMPTPY_BLOCK_RECORDS, recs, n * sizeof *recs) != 0) {
-    if (!S.failed) fprintf(stderr, "ompt-py: writing the trace failed: %s\n", strerror(errno));
-    S.failed = true;
-    S.lost += n;
-  }
+size_t omptpy_sink_write(const omptpy_record *recs, size_t n) {
+  if (!S.file) return mem_append(recs, n);
+  pthread_mutex_lock(&S.file_lock);
+  bool ok = file_ready() && write_block(OMPTPY_BLOCK_RECORDS, recs, n * sizeof *recs) == 0;
+  if (!ok) S.lost += n;
+  pthread_mutex_unlock(&S.file_lock);
+  return ok ? n : 0;
 }
 
 void omptpy_sink_prepare(void) {
@@ -196,9 +274,11 @@ void omptpy_sink_prepare(void) {
  * worker that ran no OpenMP code, a Python process of `ompt-py run` that loaded
  * the tool for its stacks) leaves no file. */
 bool omptpy_sink_json(int block_type, const char *json, size_t len) {
-  if (!S.file || S.fd < 0) return false;
-  if (write_block((uint32_t)block_type, json, len) != 0) S.failed = true;
-  return !S.failed;
+  if (!S.file) return false;
+  pthread_mutex_lock(&S.file_lock);
+  bool ok = S.fd >= 0 && !S.failed && write_block((uint32_t)block_type, json, len) == 0;
+  pthread_mutex_unlock(&S.file_lock);
+  return ok;
 }
 
 omptpy_block omptpy_sink_take(void) {
@@ -213,11 +293,17 @@ void omptpy_block_free(omptpy_block b) {
   if (b.base) munmap(b.base, b.bytes);
 }
 
+void omptpy_sink_atfork_prepare(void) { pthread_mutex_lock(&S.file_lock); }
+
+void omptpy_sink_atfork_parent(void) { pthread_mutex_unlock(&S.file_lock); }
+
 void omptpy_sink_after_fork_child(void) {
   pthread_mutex_init(&S.mem_lock, NULL);
+  pthread_mutex_init(&S.file_lock, NULL);
   if (S.fd >= 0) close(S.fd); /* the parent's file stays the parent's */
   S.fd = -1;
   S.failed = false;
+  S.error = 0;
   S.lost = 0;
   omptpy_block_free(S.mem);
   memset(&S.mem, 0, sizeof S.mem);

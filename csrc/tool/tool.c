@@ -21,6 +21,9 @@ omptpy_tool omptpy_g = {.wanted = UINT64_MAX};
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static int init_rc;
+/* The process the tool's state is of: a child made by vfork (which shares it
+ * and runs no fork handler) must not touch it from the preload hook. */
+static pid_t tool_pid;
 /* Serialises changes of the recording state and of the registered callbacks. */
 static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -59,23 +62,30 @@ void omptpy_recording_set(int on) {
   pthread_mutex_unlock(&control_lock);
 }
 
-/* Lock order: drain_lock, registry lock (buffer.c), then the module walk's (meta.c). */
+/* Lock order: drain_lock, registry lock (buffer.c), the file's (sink.c), then
+ * the module walk's (meta.c). */
 static void atfork_prepare(void) {
   omptpy_buffers_atfork_prepare();
+  omptpy_sink_atfork_prepare();
   omptpy_meta_atfork_prepare();
 }
 
 static void atfork_parent(void) {
   omptpy_meta_atfork_parent();
+  omptpy_sink_atfork_parent();
   omptpy_buffers_atfork_parent();
 }
 
+/* The sink first (the parent's file closed), then the ledger (the child's own
+ * file), then the buffers (the forking thread enters the child's ledger). */
 static void atfork_child(void) {
+  tool_pid = getpid();
   pthread_mutex_init(&control_lock, NULL);
   omptpy_meta_after_fork_child();
   omptpy_drainer_after_fork_child();
-  omptpy_buffers_after_fork_child();
   omptpy_sink_after_fork_child();
+  omptpy_ledger_after_fork_child();
+  omptpy_buffers_after_fork_child();
   omptpy_tap_after_fork_child();
   omptpy_native_after_fork_child();
   omptpy_region_after_fork_child();
@@ -86,8 +96,34 @@ static void atfork_child(void) {
   if (live) omptpy_drainer_start();
 }
 
+static void write_stats(bool final);
+
+/* How the process image ends, from the preload hook (csrc/hook): what is
+ * buffered goes to the sink (the drain lock is only tried: the hook may run
+ * in a signal handler, or in abort() inside a drain pass), the final counters
+ * follow, and the ending goes into the ledger.  For an exec, `link` gets
+ * OMPTPY_EXEC_FROM=NEXT_INDEX:PATH for the new image ("" without a file);
+ * OMPTPY_END_NONE undoes an exec that failed. */
+OMPTPY_API int omptpy_ending(int how, char *link, size_t size) {
+  if (link && size) link[0] = '\0';
+  if (init_rc != 0 || !omptpy_g.cfg.enabled || getpid() != tool_pid) return 0;
+  if (how != OMPTPY_END_NONE && omptpy_flush_within(200000000u)) write_stats(true);
+  omptpy_ledger_end(how);
+  if (how == OMPTPY_END_EXEC && link && *omptpy_sink_path())
+    snprintf(link, size, "OMPTPY_EXEC_FROM=%u:%s", omptpy_next_thread_index(), omptpy_sink_path());
+  return 0;
+}
+
+/* The preload hook, if the process has it, learns where the tool is. */
+static void register_with_hook(void) {
+  typedef void (*hook_register)(int (*)(int, char *, size_t));
+  hook_register reg = (hook_register)dlsym(RTLD_DEFAULT, "omptpy_hook_register");
+  if (reg) reg(omptpy_ending);
+}
+
 static void global_init(void) {
   omptpy_tool *g = &omptpy_g;
+  tool_pid = getpid();
   init_rc = omptpy_config_read(&g->cfg);
   omptpy_clock_init(g->cfg.clock);
   g->start_anchor = omptpy_clock_anchor();
@@ -99,14 +135,14 @@ static void global_init(void) {
   omptpy_sink_open(&g->cfg);
   omptpy_drainer_init(&g->cfg);
   omptpy_buffers_init(&g->cfg);
-  if (omptpy_sampler_init(&g->cfg) != 0)
-    fprintf(stderr, "ompt-py: cannot install the sampling signal handler: %s\n", strerror(errno));
+  if (omptpy_sampler_init(&g->cfg) != 0) fprintf(stderr, "ompt-py: %s\n", g->cfg.sample_error);
   /* Recording starts at once for a file sink; in memory, when Python asks. */
   int record = g->cfg.record >= 0 ? g->cfg.record : omptpy_sink_is_file();
   omptpy_sink_window(record);
   atomic_store(&g->sink_on, record);
   atomic_store(&g->recording, record);
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  register_with_hook();
 }
 
 static int on_initialize(ompt_function_lookup_t lookup, int initial_device_num,
@@ -156,6 +192,7 @@ static void on_finalize(ompt_data_t *tool_data) {
   omptpy_drainer_stop();
   omptpy_flush();
   write_stats(true);
+  omptpy_ledger_end(OMPTPY_END_FINALIZE);
 }
 
 /* Runs before finalize when the tool was preloaded or dlopened after the
@@ -166,6 +203,7 @@ __attribute__((destructor)) static void at_unload(void) {
   omptpy_drainer_stop();
   omptpy_flush();
   write_stats(false);
+  omptpy_ledger_end_exit();
 }
 
 OMPTPY_API ompt_start_tool_result_t *ompt_start_tool(unsigned int omp_version,
@@ -231,6 +269,7 @@ OMPTPY_API void omptpy_finish(void) {
   omptpy_drainer_stop();
   omptpy_flush();
   write_stats(true);
+  omptpy_ledger_end(OMPTPY_END_FINISH);
 }
 
 OMPTPY_API void omptpy_flush_all(void) {

@@ -374,8 +374,7 @@ void omptpy_zc_set_window(bool open, uint64_t now) {
 
 bool omptpy_zc_init(const omptpy_config *cfg) {
   /* Only in memory, and only if take() can quiesce the writers (membarrier). */
-  const char *zc = getenv("OMPTPY_ZERO_COPY");
-  if (cfg->output[0] != '\0' || (zc && strcmp(zc, "0") == 0) ||
+  if (cfg->output[0] != '\0' || !cfg->zero_copy ||
       syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0)
     return false;
   omptpy_region *r = region_new();

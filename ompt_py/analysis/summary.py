@@ -95,7 +95,7 @@ class Summary:
         o = self.overview
         lines = [f"{o['events']:,} events over {format_ns(o['span_ns'])}, "
                  f"{o['processes']} process(es), {o['threads']} thread(s); records written "
-                 f"{o['written']:,}, dropped {o['dropped']:,}"]
+                 f"{o['written']:,}, dropped {o['dropped']:,}, lost {o['lost']:,}"]
         started = (self.python[self.python["py_location"] != metrics.NO_PYTHON]
                    if self.python is not None else None)
         if started is not None and len(started):
@@ -197,12 +197,12 @@ def _percent(share: float) -> str:
 
 
 def overview(trace: Trace) -> dict:
-    """Counts of the trace: events, processes, threads, span, written, dropped."""
+    """Counts of the trace: events, processes, threads, span, written, dropped, lost."""
     t = trace.events["time_ns"]
     threads = len(thread_keys(trace))
     return {"events": len(t), "processes": len(trace.meta.get("processes", [])),
             "threads": threads, "span_ns": int(t.max() - t.min()) if len(t) else 0,
-            "written": trace.written, "dropped": trace.dropped}
+            "written": trace.written, "dropped": trace.dropped, "lost": trace.lost}
 
 
 def summary(trace: Trace, top: int = 10) -> Summary:

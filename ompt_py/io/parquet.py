@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import TraceFileError
-from ..meta import FORMAT, ranks, trace_meta
+from ..meta import FORMAT, ranks, trace_meta, with_losses
 from ..records import EVENT_CATEGORIES, EVENT_DTYPE, KIND_CATEGORIES, RAW_FIELDS, kind_keys
 from . import Parts
 from .streaming import Progress, batches
@@ -119,7 +119,7 @@ def read(path: str) -> Parts:
     raw_meta = (table.schema.metadata or {}).get(PARQUET_KEY)
     if raw_meta is None:
         raise TraceFileError(f"{path} is a Parquet file but not an ompt-py trace (no metadata)")
-    meta = json.loads(raw_meta)
+    meta = with_losses(json.loads(raw_meta))
     if meta.get("format") != FORMAT:
         raise TraceFileError(f"{path} has trace format {meta.get('format')}; expected {FORMAT}")
     one_process = len(meta.get("processes", [])) == 1

@@ -1,9 +1,10 @@
 """Reading the files the tool writes with OMPTPY_OUTPUT (one per process).
 
 A file is a sequence of blocks, each a 16-byte header (magic, type, length)
-and its payload: META (JSON, first), RECORDS (64-byte records of one
-thread, in order) and STATS (JSON counters with a clock anchor; the tool
-writes one as it goes and a final one at exit).
+and its payload: META (JSON, first), LEDGER (what each thread wrote into its
+buffers, kept up to date however the process ends: see ``ledger``), RECORDS
+(64-byte records of one thread, in order) and STATS (JSON counters with a
+clock anchor; the tool writes one as it goes and a final one at exit).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from .. import meta as trace_meta
 from ..errors import TraceFileError, TraceWarning
 from ..records import RAW_DTYPE, RECORD_SIZE, to_events
 from . import Parts
+from . import ledger as raw_ledger
 
 MAGIC = _core.FILE_MAGIC
 BLOCK_META, BLOCK_RECORDS, BLOCK_STATS = _core.BLOCK_META, _core.BLOCK_RECORDS, _core.BLOCK_STATS
-BLOCK_STACKS = _core.BLOCK_STACKS
+BLOCK_STACKS, BLOCK_LEDGER = _core.BLOCK_STACKS, _core.BLOCK_LEDGER
 HEADER = struct.Struct("<IIQ")  # magic, type, payload length (csrc/tool/omptpy_file.h)
 if HEADER.size != _core.BLOCK_HEADER_SIZE:
     raise ImportError("ompt_py._core was built for another raw file format; reinstall the "
@@ -42,6 +44,7 @@ class RawProcess:
     stats: list[dict] = field(default_factory=list)
     stacks: list[dict] = field(default_factory=list)
     truncated: bool = False
+    ledger: raw_ledger.Ledger | None = None
 
 
 def read(path: str) -> RawProcess:
@@ -60,7 +63,7 @@ def read(path: str) -> RawProcess:
         records = np.empty(size // RECORD_SIZE, dtype=RAW_DTYPE)
         out = memoryview(records.view(np.uint8))
         off = nrec = 0
-        meta, stats, stacks, truncated = None, [], [], False
+        meta, stats, stacks, truncated, ledgers = None, [], [], False, []
         header = bytearray(HEADER.size)
         while off < size:
             if f.readinto(header) != HEADER.size:
@@ -70,7 +73,7 @@ def read(path: str) -> RawProcess:
             if magic != MAGIC:
                 what = "is not an ompt-py trace file" if off == 0 else "is corrupt"
                 raise TraceFileError(f"{path} {what} (bad block header at byte {off})")
-            if kind not in (BLOCK_META, BLOCK_RECORDS, BLOCK_STATS, BLOCK_STACKS):
+            if kind not in (BLOCK_META, BLOCK_RECORDS, BLOCK_STATS, BLOCK_STACKS, BLOCK_LEDGER):
                 raise TraceFileError(
                     f"{path} is corrupt (unknown block type {kind} at byte {off})"
                 )
@@ -86,6 +89,8 @@ def read(path: str) -> RawProcess:
                 start = nrec * RECORD_SIZE
                 got = f.readinto(out[start : start + take])
                 nrec += (got or 0) // RECORD_SIZE
+            elif kind == BLOCK_LEDGER and whole:
+                ledgers.append(f.read(length))
             elif whole:
                 try:
                     doc = json.loads(f.read(length))
@@ -108,14 +113,13 @@ def read(path: str) -> RawProcess:
             f"{path} was written with {meta.get('record_size')}-byte records; this ompt_py "
             f"reads {RECORD_SIZE}-byte records (format {meta.get('record_version')})"
         )
+    ledger = raw_ledger.parse(ledgers, path)
     if truncated:
-        warnings.warn(
-            f"{path} ends in the middle of a block (the process was killed while writing); "
-            "the complete part is kept",
-            TraceWarning,
-            stacklevel=2,
-        )
-    return RawProcess(path, meta, records[:nrec], stats, stacks, truncated)
+        why = (f"writing it failed: {raw_ledger.errno_text(ledger.sink_errno)}"
+               if ledger and ledger.sink_errno else "the process was killed while writing")
+        warnings.warn(f"{path} ends in the middle of a block ({why}); the complete part is kept",
+                      TraceWarning, stacklevel=2)
+    return RawProcess(path, meta, records[:nrec], stats, stacks, truncated, ledger)
 
 
 def list_dir(directory: str) -> list[str]:
@@ -135,25 +139,38 @@ def load(paths: list[str], source: str) -> Parts:
             f"{source} holds no trace files (*{SUFFIX}): no process in the run "
             "started an OpenMP runtime with OMPT support (LLVM libomp)."
         )
-    procs = [read(p) for p in paths]
+    every = [read(p) for p in paths]
+    procs = [p for p in every if not _empty(p)] or every
     origin = min(p.meta["start_anchor"]["mono_ns"] for p in procs)
     segments, pids, entries = [], [], []
-    for p in procs:
-        last = p.stats[-1] if p.stats else None
-        events = to_events(p.records, p.meta["start_anchor"], last["anchor"] if last else None,
-                           p.meta["tick_ns_estimate"], origin)
-        segments.append(events)
-        pids.append((p.meta["pid"], len(events)))
-        threads = trace_meta.thread_rows(last) if last else []
-        entries.append(
-            trace_meta.process_entry(
+    for chain in raw_ledger.images(procs):
+        images = []
+        for p in chain:
+            last = p.stats[-1] if p.stats else None
+            events = to_events(p.records, p.meta["start_anchor"],
+                               last["anchor"] if last else None, p.meta["tick_ns_estimate"],
+                               origin)
+            segments.append(events)
+            pids.append((p.meta["pid"], len(events)))
+            threads = trace_meta.thread_rows(last) if last else []
+            losses = raw_ledger.account(p, threads)
+            images.append(trace_meta.process_entry(
                 p.meta, last, threads, p.stacks,
                 complete=any(s["final"] for s in p.stats),
                 modules=trace_meta.modules(p.meta, *p.stats),
                 truncated=p.truncated,
                 source=p.path,
-            )
-        )
-        if not threads:  # killed before any counters were written: count what is there
-            entries[-1]["written"] = len(events)
+                **losses,
+            ))
+            if p.ledger is None and not threads:  # killed before any counters: count the file
+                images[-1]["written"] = len(events)
+        entries.append(raw_ledger.merge_images(images))
+        raw_ledger.warn(entries[-1])
     return Parts(segments, trace_meta.trace_meta(entries, origin), pids)
+
+
+def _empty(p: RawProcess) -> bool:
+    """A file of a process that traced nothing (a forked child that ran no OpenMP
+    code, an image that exec'd before recording): no record, nothing lost."""
+    return (len(p.records) == 0 and p.ledger is not None and not p.ledger.unaccounted
+            and not any(c.buffered or c.dropped or c.nobuf for c in p.ledger.threads.values()))

@@ -66,6 +66,9 @@ def check_environment() -> None:
         raise ConfigError(_config_message(error))
 
 TOOL_PATH: str = _core.tool_path()
+#: The preload hook (csrc/hook) beside the tool: `ompt-py run` puts it on LD_PRELOAD so
+#: that _exit, abort and exec flush the trace and record how each process ended.
+HOOK_PATH: str = os.path.join(os.path.dirname(TOOL_PATH), "libomptpy_hook.so")
 
 
 def _put_tool_first() -> None:

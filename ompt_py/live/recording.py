@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 from .. import _core
-from ..meta import modules, process_entry, thread_rows, trace_meta
+from ..meta import NOBUF_REASON, modules, process_entry, thread_rows, trace_meta
 from ..records import RAW_DTYPE, to_events
 from . import attach, runhook
 
@@ -30,7 +30,7 @@ class Recorder:
     depth of the Python stacks it captures (0: none) and of their native frames."""
 
     def __init__(self, python_depth: int, native_depth: int) -> None:
-        self.before: dict[int, tuple[int, int]] = {}
+        self.before: dict[int, tuple[int, int, int]] = {}
         self.threads: dict[int, dict] = {}
         self.origin: int | None = None
         self.start_realtime: int | None = None
@@ -44,7 +44,8 @@ class Recorder:
         _core.flush()
         _core.take()  # drop what was recorded outside any trace window
         stats = json.loads(_core.stats())
-        self.before = {t["thread"]: (t["written"], t["dropped"]) for t in stats["threads"]}
+        self.before = {t["thread"]: (t["written"], t["dropped"], t.get("nobuf", 0))
+                       for t in stats["threads"]}
         if self.origin is None:
             self.origin = stats["anchor"]["mono_ns"]
             self.start_realtime = stats["realtime_ns"]
@@ -65,6 +66,7 @@ class Recorder:
             if prev:
                 prev["written"] += row["written"]
                 prev["dropped"] += row["dropped"]
+                prev["lost"] += row["lost"]
             else:
                 self.threads[row["thread"]] = row
         threads = sorted(self.threads.values(), key=lambda r: r["thread"])
@@ -74,10 +76,13 @@ class Recorder:
                 "the code that ran used no OpenMP, or a runtime without OMPT (GNU libgomp)",
                 stacklevel=3,
             )
+        lost = sum(t["lost"] for t in threads)  # only threads that got no buffer lose records
         fb = attach.FALLBACK
         stacks = [json.loads(_core.stack_tables(0, 0))]
         proc = process_entry(meta, stats, threads, stacks, complete=True, truncated=False,
-                             source="in-process", modules=modules(meta, stats),
+                             source="in-process", modules=modules(meta, stats), ending="stop",
+                             lost_reasons={NOBUF_REASON: lost} if lost else {},
+                             unaccounted_threads=0,
                              fallback={"policy": fb.policy, "libomp": fb.libomp, "how": fb.how,
                                        "early_gnu_modules": fb.early_gnu_modules})
         proc["start_realtime_ns"] = self.start_realtime

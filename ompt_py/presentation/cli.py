@@ -173,6 +173,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if libomp:  # libgomp-built code runs on libomp, in the command and its children
         env["LD_PRELOAD"] = ":".join([libomp, *(p for p in env.get("LD_PRELOAD", "").split(":")
                                                 if p and p != libomp)])
+    # The preload hook: _exit, abort and exec flush the trace and record how each ended.
+    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p != attach.HOOK_PATH]
+    env["LD_PRELOAD"] = ":".join([attach.HOOK_PATH, *preload])
     raw_dir = args.keep_raw or tempfile.mkdtemp(prefix="ompt-py-")
     try:
         os.makedirs(raw_dir, exist_ok=True)

@@ -89,9 +89,11 @@ def render(trace: Trace, top: int = 10) -> str:
         state = "complete" if p.get("complete") else "incomplete (no final flush: killed or _exit)"
         if p.get("truncated"):
             state += ", file truncated"
-        lost = f", lost by the sink {p['sink_lost']:,}" if p["sink_lost"] else ""
+        lost = (f", lost {p['lost']:,} ({'; '.join(p.get('lost_reasons', {}))})"
+                if p.get("lost") else "")
         out.write(f"  pid {p['pid']}: {' '.join(p['argv'])[:100]}\n"
-                  f"    runtime: {rt}; clock {p['clock']}; {state}\n"
+                  f"    runtime: {rt}; clock {p['clock']}; {state}; "
+                  f"ending {p.get('ending', 'unknown')}\n"
                   f"    records written {p['written']:,}, dropped {p['dropped']:,}{lost}\n")
         if p.get("python"):
             out.write(f"    python stacks: {_python_status(p['python'])}\n")

@@ -255,12 +255,15 @@ def test_unreadable_file(raw_file, write):
 
 
 def test_directory_of_two_runs(raw_file, tmp_path):
+    """Two files of one pid that no exec links (here: copies of one file) are two
+    processes that cannot be told apart: an error naming both, not a merge."""
     d = tmp_path / "two"
     d.mkdir()
     for name in ("ompt-100-0.omptraw", "ompt-200-0.omptraw"):
         (d / name).write_bytes(raw_file)
-    t = ompt_py.load(d)
-    assert len(t.events) == 2 * parallel_records(N_REGIONS)
-    assert len(t.meta["processes"]) == 2
-    assert t.meta["written"] == 2 * parallel_records(N_REGIONS)
+    with pytest.raises(ompt_py.TraceFileError) as e:
+        ompt_py.load(d)
+    assert "ompt-100-0.omptraw" in str(e.value) and "ompt-200-0.omptraw" in str(e.value)
+    assert "one by one" in str(e.value)
+    assert len(ompt_py.load(d / "ompt-100-0.omptraw").events) == parallel_records(N_REGIONS)
     shutil.rmtree(d)

@@ -103,3 +103,12 @@ def test_windows_while_threads_write(stream_lib, env):
             assert w["buffer_bytes"] <= 65536 * max(w["live"], 1) + 2 * 65536, w
     assert sum(w["whole"] for w in windows) > 0
     assert sum(w["n"] for w in windows) > 1000
+
+
+@pytest.mark.parametrize(("value", "zero_copy"), [("off", False), ("false", False), ("no", False),
+                                                  ("0", False), ("on", True), ("1", True)])
+def test_zero_copy_setting_spellings(value, zero_copy):
+    """OMPTPY_ZERO_COPY takes the usual spellings of off and on."""
+    r = run_python("import ompt_py; print(ompt_py.status()['config']['zero_copy'])",
+                   {"OMPTPY_ZERO_COPY": value})
+    assert r.stdout.split()[-1] == str(zero_copy)

@@ -142,3 +142,5 @@ def test_each_folder_includes_only_what_its_readme_allows():
         assert path.suffix == ".h" or _includes(path)[0] == '"ext.h"', path  # ext.h first
     for name in TOOL_HEADERS_FOR_EXT:
         assert '"omptpy_internal.h"' not in _includes(CSRC_TOOL / name), name
+    for path in sorted((csrc / "hook").glob("*.[ch]")):  # the preload hook: the file format only
+        assert {i for i in _includes(path) if i.startswith('"')} <= {'"../tool/omptpy_file.h"'}

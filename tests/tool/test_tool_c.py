@@ -596,6 +596,14 @@ def test_clock_choice(programs, tmp_path, clock):
         ("OMPTPY_CLOCK", "sundial", ["auto", "tsc", "monotonic"]),
         ("OMPTPY_TOOL", "maybe", ["on", "off"]),
         ("OMPTPY_DRAIN_MS", "0", ["1", "1000"]),
+        # only real-time signals: 11 would swallow real segfaults, 15 and 2 the
+        # program's own; 32 is no signal a program can use (glibc's threads)
+        ("OMPTPY_SAMPLE_SIGNAL", "11", ["real-time", "34", "64"]),
+        ("OMPTPY_SAMPLE_SIGNAL", "15", ["real-time"]),
+        ("OMPTPY_SAMPLE_SIGNAL", "2", ["real-time"]),
+        ("OMPTPY_SAMPLE_SIGNAL", "32", ["real-time"]),
+        ("OMPTPY_BUFFER_SIZE", "1024G", ["available", "MiB"]),
+        ("OMPTPY_ZERO_COPY", "maybe", ["on", "off"]),
     ],
 )
 def test_bad_setting_no_trace_and_message(programs, tmp_path, var, value, allowed):
@@ -606,6 +614,52 @@ def test_bad_setting_no_trace_and_message(programs, tmp_path, var, value, allowe
     assert var in r.stderr and value in r.stderr
     for word in allowed:
         assert word in r.stderr, r.stderr
+
+
+def mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
+
+
+def test_reserve_beyond_memory_is_refused(programs, tmp_path):
+    """Twice the memory available: refused, not an OOM kill."""
+    out = tmp_path / "raw"
+    size = f"{2 * mem_available() >> 30 or 1}G"
+    r = run_with_tool([programs.parallel, "1"], out, OMPTPY_RESERVE=size)
+    assert r.returncode == 0 and os.listdir(out) == []
+    assert "OMPTPY_RESERVE" in r.stderr and "available" in r.stderr, r.stderr
+
+
+def test_sample_signal_realtime_accepted(programs, tmp_path):
+    out = tmp_path / "raw"
+    r = run_with_tool([programs.imbalance, "0.05"], out, OMPTPY_SAMPLE_HZ="1000",
+                      OMPTPY_SAMPLE_SIGNAL="40")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    proc = only_process(ompt_py.load(out))
+    assert proc["config"]["sample_signal"] == 40 and proc["config"]["sample_error"] == ""
+    assert n_of(ompt_py.load(out).events, "sample") > 0
+
+
+def test_thread_without_memory_for_its_buffer_counts_its_records(programs, tmp_path):
+    """Room (RLIMIT_AS) for one 256 MiB buffer, not two: the second thread gets none,
+    and its records are counted as lost with the reason (not an OOM kill, not a
+    silent empty trace)."""
+    import resource
+
+    out = tmp_path / "raw"
+    out.mkdir()
+    limit = 400 << 20
+    r = subprocess.run([programs.parallel, "3"], env=tool_env(out, OMPTPY_BUFFER_SIZE="256M"),
+                       capture_output=True, text=True, timeout=60,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+    assert r.returncode == 0, r.stderr
+    assert "no memory for a thread's 256 MiB buffer" in r.stderr, r.stderr
+    with pytest.warns(ompt_py.TraceWarning, match="no memory for the thread's buffer"):
+        t = ompt_py.load(out)
+    proc = only_process(t)
+    assert len(t.events) > 0 and proc["lost"] > 0
+    assert len(t.events) + proc["lost"] == parallel_records(3)
+    assert list(proc["lost_reasons"]) == ["no memory for the thread's buffer"]
 
 
 def test_too_small_buffer_is_refused_and_suggested_minimum_works(programs, tmp_path):
