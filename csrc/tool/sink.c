@@ -132,8 +132,7 @@ static bool file_ready(void) {
   omptpy_str_free(&meta);
   if (rc == 0) {
     omptpy_ledger_open();
-  } else { /* a file without its META (a full disk) is no trace: it would only fail loads */
-    unlink(S.path);
+  } else { /* kept, empty or cut short: the loader reports a process whose trace was lost */
     S.path[0] = '\0';
     close(S.fd);
     S.fd = -1;
