@@ -74,23 +74,24 @@ static __attribute__((noinline, cold)) bool begun_grow(omptpy_thread *t) {
 }
 
 /* Out of memory: the region is not listed, and its end record has parallel id 0. */
-static inline void begun_push(omptpy_thread *t, const ompt_data_t *encountering, uint64_t id) {
+static inline void begun_push(omptpy_thread *t, uint64_t encountering, uint64_t id) {
   if (OMPTPY_UNLIKELY(t->nbegun == t->capbegun) && !begun_grow(t)) return;
   t->begun[t->nbegun++] = (omptpy_begun){
-      (uintptr_t)encountering, id,
+      encountering, id,
       atomic_load_explicit(&t->run_task, memory_order_relaxed),
       atomic_load_explicit(&t->run_parallel, memory_order_relaxed)};
 }
 
-/* The innermost region begun by this encountering task, taken off the list
- * with any inside it whose end was not seen; NULL if its begin was not seen.
- * The task is the key, not parallel_data: libomp hands parallel_begin a
- * variable on its stack, copied into the team afterwards.  A task that
- * began a region waits in it until it ends, so no two regions on the list
- * have the same encountering task. */
-static inline const omptpy_begun *begun_pop(omptpy_thread *t, const ompt_data_t *encountering) {
+/* The innermost region begun by this encountering task (its id), taken off
+ * the list with any inside it whose end was not seen; NULL if its begin was
+ * not seen.  The task is the key, by id: libomp hands parallel_begin a
+ * variable on its stack (copied into the team afterwards), and nested
+ * serialized regions share one task descriptor whose contents it swaps.  A
+ * task that began a region waits in it until it ends, so no two regions on
+ * the list have the same encountering task. */
+static inline const omptpy_begun *begun_pop(omptpy_thread *t, uint64_t encountering) {
   for (uint32_t i = t->nbegun; i-- > 0;)
-    if (t->begun[i].encountering == (uintptr_t)encountering) {
+    if (t->begun[i].encountering == encountering) {
       t->nbegun = i;
       return &t->begun[i];
     }
@@ -242,13 +243,13 @@ static void on_parallel_begin(ompt_data_t *encountering_task, const ompt_frame_t
   bool recording = omptpy_recording();
   omptpy_thread *t = recording ? omptpy_self() : omptpy_tls_thread;
   if (OMPTPY_UNLIKELY(!t)) return;
-  uint64_t id = id_of(t, parallel_data);
-  begun_push(t, encountering_task, id);
+  uint64_t id = id_of(t, parallel_data), encountering = id_of(t, encountering_task);
+  begun_push(t, encountering, id);
   if (!recording) return;
   uint32_t stack =
       keeps(ompt_callback_parallel_begin) ? omptpy_stack_id(t, 0, addr(codeptr)) : 0;
-  emit(t, ompt_callback_parallel_begin, ompt_scope_begin, 0, addr(codeptr), id,
-       id_of(t, encountering_task), stack, 0, requested, (uint32_t)flags);
+  emit(t, ompt_callback_parallel_begin, ompt_scope_begin, 0, addr(codeptr), id, encountering,
+       stack, 0, requested, (uint32_t)flags);
 }
 
 /* parallel_data is not read: libomp 19 gives the team back to its pool before
@@ -261,7 +262,8 @@ static void on_parallel_end(ompt_data_t *parallel_data, ompt_data_t *encounterin
   omptpy_thread *t = recording ? omptpy_self() : omptpy_tls_thread;
   if (OMPTPY_UNLIKELY(!t)) return;
   (void)parallel_data;
-  const omptpy_begun *b = begun_pop(t, encountering_task);
+  uint64_t encountering = id_of(t, encountering_task);
+  const omptpy_begun *b = begun_pop(t, encountering);
   if (OMPTPY_UNLIKELY(omptpy_sampling)) {
     atomic_store_explicit(&t->run_task, b ? b->run_task : 0, memory_order_relaxed);
     atomic_store_explicit(&t->run_parallel, b ? b->run_parallel : 0, memory_order_relaxed);
@@ -269,7 +271,7 @@ static void on_parallel_end(ompt_data_t *parallel_data, ompt_data_t *encounterin
   }
   if (!recording) return;
   emit(t, ompt_callback_parallel_end, ompt_scope_end, 0, addr(codeptr), b ? b->parallel_id : 0,
-       id_of(t, encountering_task), 0, 0, 0, (uint32_t)flags);
+       encountering, 0, 0, 0, (uint32_t)flags);
 }
 
 /* OMPTPY_PLACE_INFO: place number << 32 | processor, at an implicit task's

@@ -143,7 +143,7 @@ enum { OMPTPY_THREAD_FREE = 0, OMPTPY_THREAD_LIVE = 1, OMPTPY_THREAD_ENDED = 2 }
 
 /* A parallel region a thread began and has not ended (callbacks.c). */
 typedef struct omptpy_begun {
-  uintptr_t encountering; /* the encountering task's ompt_data_t, compared at parallel_end */
+  uint64_t encountering; /* the encountering task's id, looked for at parallel_end */
   uint64_t parallel_id;
   uint64_t run_task, run_parallel; /* the encountering task's, for samples after the end */
 } omptpy_begun;
