@@ -742,7 +742,8 @@ def test_place_info_in_a_forked_child(programs, tmp_path):
     begins = df[(df["event"] == "implicit_task") & (df["endpoint"] == "begin")]
     assert (begins["proc_id"] >= 0).all()
     initial = begins[(begins["flags"].astype(int) & TASK_INITIAL) != 0]
-    assert len(initial) >= 2 and (initial["place_num"] == -1).all()  # not asked there
+    # not asked there (libomp 19 begins the child's initial task again, 14 and 16 do not)
+    assert len(initial) >= 1 and (initial["place_num"] == -1).all()
 
 
 # ---- other tools, abnormal ends ---------------------------------------------------------
