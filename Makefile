@@ -27,12 +27,20 @@
 # does not rebuild _core for a changed header).  The interpreter of version V:
 # `pyenv prefix V`'s, $PYENV_ROOT/versions/V.*'s or pythonV on PATH; a version
 # without one is reported and skipped, or fails with OMPTPY_REQUIRE_PYTHONS=1.
-# make test-sanitize (not part of make test): tests/tool/test_tool_c.py with the tool
+# make test-sanitize (part of make test): tests/tool/test_tool_c.py and
+# tests/tool/test_sanitized.py (deep nesting, thread churn, sampling) with the tool
 # built with AddressSanitizer and UBSan (gcc, -O1 -g) into build/sanitize/ and
 # their runtime preloaded into the traced programs (OMPTPY_TEST_TOOL and
 # OMPTPY_TEST_PRELOAD, see tests/conftest.py); any error fails the program, and
 # leaks are reported except libomp's own (tests/lsan.supp); then the Python-stack
 # capture, in a sanitized copy of the package, on tests/programs/pystacks_app.py.
+# make sanitize (not part of make test): test-sanitize, then
+# tests/tool/test_sanitized.py with the tool built with ThreadSanitizer (clang-19,
+# build/tsan/) and the programs linked with its runtime (OMPTPY_TEST_SANITIZER=
+# thread); a race report fails the test; tests/tsan.supp says what is suppressed
+# (libomp's own interceptor calls) and why.  libarcher (LLVM's OMPT tool that
+# tells TSan about OpenMP's synchronisation) cannot be used: libomp takes one
+# tool, the first of OMP_TOOL_LIBRARIES that accepts, and that is ompt-py.
 
 PYTHON ?= python3
 VENV := .venv
@@ -53,13 +61,14 @@ PACKAGE_FILES := $(SOURCES) MANIFEST.in $(wildcard runtime/*.py ompt_py/*.py omp
   ompt_py/_core.pyi ompt_py/py.typed
 
 SANITIZE_DIR := build/sanitize
+TSAN_DIR := build/tsan
 SANITIZE_PY := $(SANITIZE_DIR)/py
 PY_INCLUDE = $(shell $(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 EXT_SUFFIX = $(shell $(BIN)/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 SANITIZE_CFLAGS := -std=c11 -O1 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror \
   -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-.PHONY: demo test test-old-libomp test-pythons test-sanitize setup system-deps old-runtimes lint bench clean
+.PHONY: demo test test-old-libomp test-pythons test-sanitize sanitize setup system-deps old-runtimes lint bench clean
 
 demo: setup
 	@mkdir -p examples/build
@@ -69,6 +78,7 @@ demo: setup
 
 test: setup lint old-runtimes
 	$(BIN)/python -m pytest -q
+	@$(MAKE) --no-print-directory test-sanitize
 	@$(MAKE) --no-print-directory test-old-libomp
 	@$(MAKE) --no-print-directory test-pythons
 	@echo "Every test ran on Python $$($(BIN)/python -c 'import platform; print(platform.python_version())')" \
@@ -142,7 +152,7 @@ test-sanitize: setup
 	ASAN_OPTIONS=detect_leaks=1 \
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	$(BIN)/python -m pytest -q tests/tool/test_tool_c.py
+	$(BIN)/python -m pytest -q tests/tool/test_tool_c.py tests/tool/test_sanitized.py
 	@# The Python-stack capture (csrc/ext/pystack.c, csrc/tool/stacks.c) runs only in
 	@# Python: a copy of the package with both libraries sanitized runs the program of
 	@# known lines (tests/programs/pystacks_app.py) with native frames on.
@@ -157,6 +167,15 @@ test-sanitize: setup
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	OMPTPY_NATIVE_DEPTH=4 PYTHONPATH=$(SANITIZE_PY) \
 	$(BIN)/python tests/programs/pystacks_app.py $(SANITIZE_PY)/trace.parquet on
+
+sanitize: test-sanitize
+	@mkdir -p $(TSAN_DIR)
+	clang-19 -std=c11 -O1 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror -fsanitize=thread \
+	  -Icsrc/include -shared -Wl,-soname,libomptpy.so -o $(TSAN_DIR)/libomptpy.so \
+	  $(wildcard csrc/tool/*.c) -lpthread -ldl -lrt -lm
+	OMPTPY_TEST_SANITIZER=thread OMPTPY_TEST_TOOL=$(CURDIR)/$(TSAN_DIR)/libomptpy.so \
+	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=0" \
+	$(BIN)/python -m pytest -q tests/tool/test_sanitized.py
 
 lint: setup
 	$(BIN)/ruff check ompt_py tests bench runtime setup.py

@@ -295,6 +295,12 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
   t->index = atomic_fetch_add(&B.next_index, 1);
   t->next_id = 0;
   t->inner_task = 0;
+  t->nbegun = 0;
+  atomic_store(&t->run_task, 0);
+  atomic_store(&t->run_parallel, 0);
+  atomic_store(&t->run_frame, NULL);
+  t->barrier_task = 0;
+  t->nsuspended = 0;
   atomic_store(&t->dropped, 0);
   atomic_store(&t->cur_pub, t->cur);
   t->drained = 0;
@@ -302,7 +308,7 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
   t->runtime = runtime;
   t->tid = (pid_t)syscall(SYS_gettid);
   atomic_store(&t->in_tool, 0);
-  t->samples_skipped = 0;
+  atomic_store(&t->samples_skipped, 0);
   t->nobuf = 0;
   ledger_enter(t);
   atomic_store_explicit(&t->state, OMPTPY_THREAD_LIVE, memory_order_release);
@@ -439,7 +445,7 @@ static void remember_retired(omptpy_thread *t) {
   B.retired[B.nretired++] = (retired_stats){t->index,   t->type,
                                             t->runtime, t->tid,
                                             t->drained, atomic_load(&t->dropped),
-                                            t->samples_skipped, t->nobuf};
+                                            atomic_load(&t->samples_skipped), t->nobuf};
 }
 
 /* Chunks a slot holds outside its arena (grow policy) are freed when it is released. */
@@ -507,7 +513,7 @@ void omptpy_visit_threads(omptpy_thread_visit fn, void *ctx) {
     int s = atomic_load(&t->state);
     if (s == OMPTPY_THREAD_LIVE || s == OMPTPY_THREAD_ENDED)
       fn(ctx, t->index, t->type, t->runtime, t->tid, t->drained, atomic_load(&t->dropped),
-         t->samples_skipped, t->nobuf, s == OMPTPY_THREAD_LIVE);
+         atomic_load(&t->samples_skipped), t->nobuf, s == OMPTPY_THREAD_LIVE);
   }
   pthread_mutex_unlock(&omptpy_buf.drain_lock);
 }

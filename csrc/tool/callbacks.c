@@ -1,19 +1,37 @@
 /*
  * One handler per OMPT event: each writes one record into the calling
  * thread's buffer.  Nothing here locks, allocates (beyond a thread's first
- * event) or calls into Python.  Ids are assigned into the runtime's
- * ompt_data_t the first time the tool sees an object.
+ * event, or its deepest nesting of parallel regions so far) or calls into
+ * Python.  Ids are assigned into the runtime's ompt_data_t the first time
+ * the tool sees an object.
+ *
+ * What the runtime hands a callback is read only while it is sure to be
+ * alive: libomp 19 calls parallel_end after it gave the team back (another
+ * thread may have reaped it), so parallel_end takes the region's id from the
+ * thread's own list of the regions it began (begun_*).  Samples (sampler.c)
+ * read only what these callbacks kept for them (track_*).
  */
 #define _GNU_SOURCE
+#include <sched.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "omptpy_frames.h"
 #include "omptpy_internal.h"
 
+/* Threads of a team may see an object first at the same time (a region whose
+ * begin came while the tool was paused): one id wins.  Atomic accesses, as
+ * the runtime's synchronisation of its objects is invisible to
+ * ThreadSanitizer (libomp is not instrumented); plain moves on x86-64. */
 static inline uint64_t id_of(omptpy_thread *t, ompt_data_t *d) {
   if (!d) return 0;
-  if (OMPTPY_UNLIKELY(d->value == 0)) d->value = omptpy_new_id(t);
-  return d->value;
+  uint64_t id = __atomic_load_n(&d->value, __ATOMIC_RELAXED);
+  if (OMPTPY_UNLIKELY(id == 0)) {
+    uint64_t mine = omptpy_new_id(t);
+    id = __atomic_compare_exchange_n(&d->value, &id, mine, false, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED) ? mine : id;
+  }
+  return id;
 }
 
 static inline uint64_t addr(const void *p) { return (uint64_t)(uintptr_t)p; }
@@ -43,6 +61,136 @@ static inline void emit(omptpy_thread *t, int event, int endpoint, int kind, uin
   if (!omptpy_recording()) return;       \
   omptpy_thread *t = omptpy_self();      \
   if (OMPTPY_UNLIKELY(!t)) return
+
+/* ---- the regions a thread began (parallel_end's id) ------------------------ */
+
+static __attribute__((noinline, cold)) bool begun_grow(omptpy_thread *t) {
+  uint32_t cap = t->capbegun ? 2 * t->capbegun : 16;
+  omptpy_begun *p = realloc(t->begun, cap * sizeof *p);
+  if (!p) return false;
+  t->begun = p;
+  t->capbegun = cap;
+  return true;
+}
+
+/* Out of memory: the region is not listed, and its end record has parallel id 0. */
+static inline void begun_push(omptpy_thread *t, uint64_t encountering, uint64_t id) {
+  if (OMPTPY_UNLIKELY(t->nbegun == t->capbegun) && !begun_grow(t)) return;
+  t->begun[t->nbegun++] = (omptpy_begun){
+      encountering, id,
+      atomic_load_explicit(&t->run_task, memory_order_relaxed),
+      atomic_load_explicit(&t->run_parallel, memory_order_relaxed)};
+}
+
+/* The innermost region begun by this encountering task (its id), taken off
+ * the list with any inside it whose end was not seen; NULL if its begin was
+ * not seen.  The task is the key, by id: libomp hands parallel_begin a
+ * variable on its stack (copied into the team afterwards), and nested
+ * serialized regions share one task descriptor whose contents it swaps.  A
+ * task that began a region waits in it until it ends, so no two regions on
+ * the list have the same encountering task. */
+static inline const omptpy_begun *begun_pop(omptpy_thread *t, uint64_t encountering) {
+  for (uint32_t i = t->nbegun; i-- > 0;)
+    if (t->begun[i].encountering == encountering) {
+      t->nbegun = i;
+      return &t->begun[i];
+    }
+  return NULL;
+}
+
+/* ---- what samples read (OMPTPY_SAMPLE_HZ) --------------------------------------
+ * The thread's running task, its region and its frame, set by the thread's
+ * own callbacks and read by its sampling handler (same thread: relaxed
+ * atomics suffice, the handler runs between two of the thread's
+ * instructions).  The frame pointer is taken from the runtime in a callback,
+ * only when the runtime's current task is the one the callback names, and
+ * cleared before that task can end or be freed: when it completes or is
+ * switched away from (task_schedule), at the barrier that ends its region
+ * (another thread frees the team after it), at its end.  The initial task's
+ * begin asks nothing: libomp runs it inside its root registration, in a
+ * forked child inside its post-fork handler. */
+
+static inline void run_frame_set(omptpy_thread *t, const ompt_frame_t *frame) {
+  atomic_store_explicit(&t->run_frame, frame, memory_order_relaxed);
+}
+
+/* The frame of `task` if it is the task the runtime says the thread runs
+ * (and whether it is untied), else NULL. */
+static const ompt_frame_t *frame_if_running(omptpy_thread *t, const ompt_data_t *task) {
+  const omptpy_runtime *rt = &omptpy_g.runtimes[t->runtime];
+  ompt_data_t *running = NULL, *parallel = NULL;
+  ompt_frame_t *frame = NULL;
+  int flags = 0, thread_num = 0;
+  if (!task || !rt->get_task_info ||
+      rt->get_task_info(0, &flags, &running, &frame, &parallel, &thread_num) != 2 ||
+      running != task)
+    return NULL;
+  t->run_untied = (flags & ompt_task_untied) != 0;
+  return frame;
+}
+
+static void track_implicit(omptpy_thread *t, ompt_scope_endpoint_t endpoint,
+                           ompt_data_t *parallel_data, ompt_data_t *task_data, int flags) {
+  run_frame_set(t, NULL);
+  t->nsuspended = 0;
+  t->barrier_task = 0;
+  if (endpoint == ompt_scope_begin) {
+    atomic_store_explicit(&t->run_task, id_of(t, task_data), memory_order_relaxed);
+    atomic_store_explicit(&t->run_parallel, id_of(t, parallel_data), memory_order_relaxed);
+    if (!(flags & ompt_task_initial)) run_frame_set(t, frame_if_running(t, task_data));
+  } else {
+    atomic_store_explicit(&t->run_task, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->run_parallel, 0, memory_order_relaxed);
+  }
+}
+
+/* The barrier at the end of an implicit task's region (libomp 19 names it,
+ * 14 and 16 call it and a worksharing construct's barrier_implicit).  Once a
+ * thread arrived, the team may be freed: the implicit task's frame is
+ * dropped, and not taken again when a task run in the barrier ends. */
+static inline bool region_end_barrier(int kind) {
+  return kind == ompt_sync_region_barrier_implicit_parallel ||
+         kind == ompt_sync_region_barrier_teams || kind == ompt_sync_region_barrier_implicit;
+}
+
+static void track_sync(omptpy_thread *t, int kind, ompt_scope_endpoint_t endpoint,
+                       ompt_data_t *task_data) {
+  if (!region_end_barrier(kind)) return;
+  if (endpoint == ompt_scope_begin) {
+    run_frame_set(t, NULL);
+    t->barrier_task = atomic_load_explicit(&t->run_task, memory_order_relaxed);
+  } else if (kind == ompt_sync_region_barrier_implicit) {
+    /* libomp 14/16: the end of a worksharing construct's barrier (a region's
+     * comes late, followed by the implicit task's end) */
+    t->barrier_task = 0;
+    run_frame_set(t, frame_if_running(t, task_data));
+  }
+}
+
+/* The prior task stops running here: it is suspended (yield, switch: the
+ * next task runs on top of it, and it resumes on this thread when that one is
+ * done, unless untied) or done.  libomp names the next task while its own
+ * current task is still the prior one when a task completes: a resumed task's
+ * frame is the one kept when it was suspended. */
+static void track_schedule(omptpy_thread *t, ompt_data_t *prior, ompt_task_status_t status,
+                           ompt_data_t *next) {
+  const ompt_frame_t *prior_frame = atomic_load_explicit(&t->run_frame, memory_order_relaxed);
+  run_frame_set(t, NULL);
+  if ((status == ompt_task_yield || status == ompt_task_switch) && prior_frame && !t->run_untied &&
+      t->nsuspended < OMPTPY_SUSPENDED_MAX) {
+    t->suspended[t->nsuspended].task = prior;
+    t->suspended[t->nsuspended++].frame = prior_frame;
+  }
+  uint64_t id = id_of(t, next);
+  atomic_store_explicit(&t->run_task, id, memory_order_relaxed);
+  const ompt_frame_t *kept = NULL;
+  if (t->nsuspended && t->suspended[t->nsuspended - 1].task == next) {
+    kept = t->suspended[--t->nsuspended].frame;
+    t->run_untied = false;
+  }
+  const ompt_frame_t *frame = frame_if_running(t, next);
+  if (id != t->barrier_task) run_frame_set(t, frame ? frame : kept);
+}
 
 static void thread_begin(ompt_thread_t type, ompt_data_t *thread_data, int runtime) {
   /* A thread the tool already knows (announced again, e.g. by the runtime of a
@@ -86,37 +234,77 @@ static void on_thread_end(ompt_data_t *thread_data) {
   omptpy_thread_detach(t);
 }
 
+/* Regions are listed while the tool is paused too (begin and end may fall on
+ * either side of a trace window), by every thread the tool knows. */
 static void on_parallel_begin(ompt_data_t *encountering_task, const ompt_frame_t *frame,
                               ompt_data_t *parallel_data, unsigned int requested, int flags,
                               const void *codeptr) {
   (void)frame;
-  GUARD();
+  bool recording = omptpy_recording();
+  omptpy_thread *t = recording ? omptpy_self() : omptpy_tls_thread;
+  if (OMPTPY_UNLIKELY(!t)) return;
+  uint64_t id = id_of(t, parallel_data), encountering = id_of(t, encountering_task);
+  begun_push(t, encountering, id);
+  if (!recording) return;
   uint32_t stack =
       keeps(ompt_callback_parallel_begin) ? omptpy_stack_id(t, 0, addr(codeptr)) : 0;
-  emit(t, ompt_callback_parallel_begin, ompt_scope_begin, 0, addr(codeptr), id_of(t, parallel_data),
-       id_of(t, encountering_task), stack, 0, requested, (uint32_t)flags);
+  emit(t, ompt_callback_parallel_begin, ompt_scope_begin, 0, addr(codeptr), id, encountering,
+       stack, 0, requested, (uint32_t)flags);
 }
 
+/* parallel_data is not read: libomp 19 gives the team back to its pool before
+ * this callback, and another thread may free it meanwhile (AddressSanitizer
+ * saw it under nested regions of changing sizes).  The encountering task is
+ * the thread's own, running again. */
 static void on_parallel_end(ompt_data_t *parallel_data, ompt_data_t *encountering_task, int flags,
                             const void *codeptr) {
-  GUARD();
-  emit(t, ompt_callback_parallel_end, ompt_scope_end, 0, addr(codeptr), id_of(t, parallel_data),
-       id_of(t, encountering_task), 0, 0, 0, (uint32_t)flags);
+  bool recording = omptpy_recording();
+  omptpy_thread *t = recording ? omptpy_self() : omptpy_tls_thread;
+  if (OMPTPY_UNLIKELY(!t)) return;
+  (void)parallel_data;
+  uint64_t encountering = id_of(t, encountering_task);
+  const omptpy_begun *b = begun_pop(t, encountering);
+  if (OMPTPY_UNLIKELY(omptpy_sampling)) {
+    atomic_store_explicit(&t->run_task, b ? b->run_task : 0, memory_order_relaxed);
+    atomic_store_explicit(&t->run_parallel, b ? b->run_parallel : 0, memory_order_relaxed);
+    run_frame_set(t, frame_if_running(t, encountering_task));
+  }
+  if (!recording) return;
+  emit(t, ompt_callback_parallel_end, ompt_scope_end, 0, addr(codeptr), b ? b->parallel_id : 0,
+       encountering, 0, 0, 0, (uint32_t)flags);
+}
+
+/* OMPTPY_PLACE_INFO: place number << 32 | processor, at an implicit task's
+ * begin.  The processor from sched_getcpu() (what libomp's ompt_get_proc_id
+ * answers); the place from the runtime, but not for the initial task: libomp
+ * begins it while it registers the thread, holding its own lock, and
+ * ompt_get_place_num would register the thread again and wait for that lock
+ * (a forked child hung so in libomp's post-fork handler).  Its place is -1,
+ * what libomp answered there anyway (affinity is set up later). */
+static uint64_t where_now(const omptpy_thread *t, int flags) {
+  const omptpy_runtime *rt = &omptpy_g.runtimes[t->runtime];
+  int proc = sched_getcpu();
+  int place = (flags & ompt_task_initial) || !rt->get_place_num ? -1 : rt->get_place_num();
+  return (uint64_t)(uint32_t)place << 32 | (uint32_t)proc;
 }
 
 static void on_implicit_task(ompt_scope_endpoint_t endpoint, ompt_data_t *parallel_data,
                              ompt_data_t *task_data, unsigned int actual, unsigned int index,
                              int flags) {
-  GUARD();
-  uint64_t where = 0; /* OMPTPY_PLACE_INFO: place number << 32 | processor id, at begin */
-  if (OMPTPY_UNLIKELY(omptpy_g.cfg.place_info) && endpoint == ompt_scope_begin) {
-    const omptpy_runtime *rt = &omptpy_g.runtimes[t->runtime];
-    int proc = rt->get_proc_id ? rt->get_proc_id() : -1;
-    int place = rt->get_place_num ? rt->get_place_num() : -1;
-    where = (uint64_t)(uint32_t)place << 32 | (uint32_t)proc;
+  omptpy_thread *t = omptpy_tls_thread;
+  if (OMPTPY_UNLIKELY(omptpy_sampling) && t)
+    track_implicit(t, endpoint, parallel_data, task_data, flags);
+  if (omptpy_recording() && (t || (t = omptpy_self()))) {
+    uint64_t where = OMPTPY_UNLIKELY(omptpy_g.cfg.place_info) && endpoint == ompt_scope_begin
+                         ? where_now(t, flags) : 0;
+    emit(t, ompt_callback_implicit_task, endpoint, 0, 0, id_of(t, parallel_data),
+         id_of(t, task_data), index, where, actual, (uint32_t)flags);
   }
-  emit(t, ompt_callback_implicit_task, endpoint, 0, 0, id_of(t, parallel_data), id_of(t, task_data),
-       index, where, actual, (uint32_t)flags);
+  /* The task's id goes with it: a worker released from its team ends its
+   * implicit task late, with libomp's copy of the task data in the thread,
+   * which libomp later requires empty (KMP_ASSERT(taskwait_task_data->ptr ==
+   * NULL) at an undeferred task with dependences: an abort). */
+  if (endpoint == ompt_scope_end && task_data) __atomic_store_n(&task_data->value, 0, __ATOMIC_RELAXED);
 }
 
 /* The encountering task's frame: exit frame in u64b, enter frame in
@@ -137,6 +325,8 @@ static void on_task_create(ompt_data_t *encountering_task, const ompt_frame_t *f
 }
 
 static void on_task_schedule(ompt_data_t *prior, ompt_task_status_t status, ompt_data_t *next) {
+  if (OMPTPY_UNLIKELY(omptpy_sampling) && omptpy_tls_thread)
+    track_schedule(omptpy_tls_thread, prior, status, next);
   GUARD();
   emit(t, ompt_callback_task_schedule, 0, status, 0, 0, id_of(t, prior), id_of(t, next), 0, 0, 0);
 }
@@ -161,6 +351,16 @@ static void on_dispatch(ompt_data_t *parallel_data, ompt_data_t *task_data, ompt
        0, 0);
 }
 
+static void on_sync_region(ompt_sync_region_t kind, ompt_scope_endpoint_t endpoint,
+                           ompt_data_t *parallel_data, ompt_data_t *task_data,
+                           const void *codeptr) {
+  if (OMPTPY_UNLIKELY(omptpy_sampling) && omptpy_tls_thread)
+    track_sync(omptpy_tls_thread, kind, endpoint, task_data);
+  GUARD();
+  emit(t, ompt_callback_sync_region, endpoint, kind, addr(codeptr), id_of(t, parallel_data),
+       id_of(t, task_data), 0, 0, 0, 0);
+}
+
 #define SYNC_HANDLER(name, event)                                                              \
   static void name(ompt_sync_region_t kind, ompt_scope_endpoint_t endpoint,                    \
                    ompt_data_t *parallel_data, ompt_data_t *task_data, const void *codeptr) {  \
@@ -168,7 +368,6 @@ static void on_dispatch(ompt_data_t *parallel_data, ompt_data_t *task_data, ompt
     emit(t, event, endpoint, kind, addr(codeptr), id_of(t, parallel_data), id_of(t, task_data), \
          0, 0, 0, 0);                                                                          \
   }
-SYNC_HANDLER(on_sync_region, ompt_callback_sync_region)
 SYNC_HANDLER(on_sync_region_wait, ompt_callback_sync_region_wait)
 SYNC_HANDLER(on_reduction, ompt_callback_reduction)
 
@@ -396,6 +595,14 @@ void omptpy_register_callbacks(omptpy_runtime *rt) {
  * all.  Thread and tool-control events stay registered: the tool needs them.
  * Called under the tool's control lock. */
 void omptpy_callbacks_enable(omptpy_runtime *rt, uint64_t events) {
+  /* parallel_end's id comes from parallel_begin; samples need what these
+   * events tell (track_*): registered even when their records are not wanted. */
+#define BIT(ev) ((uint64_t)1 << ompt_callback_##ev)
+  if (events & BIT(parallel_end)) events |= BIT(parallel_begin);
+  if (omptpy_sampling)
+    events |= BIT(parallel_begin) | BIT(parallel_end) | BIT(implicit_task) | BIT(task_schedule) |
+              BIT(sync_region);
+#undef BIT
   for (size_t i = 0; i < sizeof TABLE / sizeof *TABLE; i++) {
     int ev = TABLE[i].event;
     uint64_t bit = (uint64_t)1 << ev;
@@ -405,7 +612,8 @@ void omptpy_callbacks_enable(omptpy_runtime *rt, uint64_t events) {
     if (events & bit) {
       if (!(rt->registered & bit)) rt->set_callback(ev, TABLE[i].fn);
       rt->registered |= bit;
-    } else if (!rt->initialized && (rt->registered & bit)) {
+    } else if (!atomic_load_explicit(&rt->initialized, memory_order_relaxed) &&
+               (rt->registered & bit)) {
       rt->set_callback(ev, NULL);
       rt->registered &= ~bit;
     }

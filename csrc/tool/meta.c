@@ -289,13 +289,16 @@ int omptpy_meta_json(omptpy_str *s) {
   if (nrt > OMPTPY_MAX_RUNTIMES) nrt = OMPTPY_MAX_RUNTIMES;
   for (int i = 0; rc == 0 && i < nrt; i++) {
     const omptpy_runtime *rt = &g->runtimes[i];
+    /* levels and path are written before initialized (release), and only then. */
+    bool initialized = atomic_load_explicit(&rt->initialized, memory_order_acquire);
+    bool finalized = atomic_load_explicit(&rt->finalized, memory_order_acquire);
     rc = omptpy_put(s, "%s{\"omp_version\":%u,\"version\":", i ? "," : "", rt->omp_version);
     rc = rc ? rc : omptpy_put_string(s, rt->version, strlen(rt->version));
     rc = rc ? rc : omptpy_put(s, ",\"path\":");
-    rc = rc ? rc : omptpy_put_string(s, rt->path, strlen(rt->path));
+    rc = rc ? rc : omptpy_put_string(s, initialized ? rt->path : "", initialized ? strlen(rt->path) : 0);
     rc = rc ? rc : omptpy_put(s, ",\"initialized\":%s,\"finalized\":%s,\"callbacks\":{",
-                       rt->initialized ? "true" : "false", rt->finalized ? "true" : "false");
-    for (int ev = 0, first = 1; rc == 0 && ev < OMPTPY_MAX_EVENTS; ev++) {
+                       initialized ? "true" : "false", finalized ? "true" : "false");
+    for (int ev = 0, first = 1; rc == 0 && initialized && ev < OMPTPY_MAX_EVENTS; ev++) {
       if (rt->levels[ev] < 0 || !omptpy_event_name(ev)) continue;
       rc = omptpy_put(s, "%s\"%s\":\"%s\"", first ? "" : ",", omptpy_event_name(ev),
                level_name(rt->levels[ev]));
@@ -327,7 +330,9 @@ int omptpy_runtime_info_json(omptpy_str *s) {
   int n = atomic_load(&omptpy_g.nruntimes);
   for (int i = 0, first = 1; rc == 0 && i < n && i < OMPTPY_MAX_RUNTIMES; i++) {
     const omptpy_runtime *rt = &omptpy_g.runtimes[i];
-    if (!rt->initialized || rt->finalized) continue;
+    if (!atomic_load_explicit(&rt->initialized, memory_order_acquire) ||
+        atomic_load_explicit(&rt->finalized, memory_order_acquire))
+      continue;
     rc = omptpy_put(s, "%s{\"path\":", first ? "" : ",");
     first = 0;
     rc = rc ? rc : omptpy_put_string(s, rt->path, strlen(rt->path));
@@ -389,8 +394,8 @@ int omptpy_stats_json(omptpy_str *s, bool final) {
   int nrt = atomic_load(&omptpy_g.nruntimes);
   for (int i = 0; rc == 0 && i < nrt && i < OMPTPY_MAX_RUNTIMES; i++)
     rc = omptpy_put(s, "%s{\"initialized\":%s,\"finalized\":%s}", i ? "," : "",
-             omptpy_g.runtimes[i].initialized ? "true" : "false",
-             omptpy_g.runtimes[i].finalized ? "true" : "false");
+             atomic_load_explicit(&omptpy_g.runtimes[i].initialized, memory_order_acquire) ? "true" : "false",
+             atomic_load_explicit(&omptpy_g.runtimes[i].finalized, memory_order_acquire) ? "true" : "false");
   rc = rc ? rc : omptpy_put(s, "]");
   return finish_document(s, rc);
 }

@@ -137,6 +137,17 @@ typedef struct omptpy_ring {
 
 enum { OMPTPY_THREAD_FREE = 0, OMPTPY_THREAD_LIVE = 1, OMPTPY_THREAD_ENDED = 2 };
 
+/* Frames of suspended tasks a thread keeps for samples; deeper ones are not
+ * kept (samples then have no frame once they resume). */
+#define OMPTPY_SUSPENDED_MAX 16
+
+/* A parallel region a thread began and has not ended (callbacks.c). */
+typedef struct omptpy_begun {
+  uint64_t encountering; /* the encountering task's id, looked for at parallel_end */
+  uint64_t parallel_id;
+  uint64_t run_task, run_parallel; /* the encountering task's, for samples after the end */
+} omptpy_begun;
+
 typedef struct omptpy_thread {
   /* Written by the owning thread on the hot path. */
   _Alignas(OMPTPY_CACHELINE) omptpy_chunk *cur; /* chunk being filled, NULL if none */
@@ -162,7 +173,8 @@ typedef struct omptpy_thread {
   /* Inside a callback or the sampling handler: a sample now would race it, and
    * take() waits for it to drop to 0 (stored with release). */
   _Atomic int in_tool;
-  uint64_t samples_skipped;
+  /* Written by the sampling handler, read by the drainer (stats). */
+  _Atomic uint64_t samples_skipped;
   uint64_t sample_index; /* the period of the last sample (periods since the clock's 0) */
   timer_t timers[2];      /* taking turns, see sampler.c */
   bool has_timer;
@@ -176,6 +188,25 @@ typedef struct omptpy_thread {
   /* stacks.c: the last encountering task found inside a parallel region (task
    * ids are never reused): its next tasks need no question to the runtime. */
   uint64_t inner_task;
+  /* callbacks.c: the parallel regions this thread began and has not ended,
+   * innermost last; the array is kept when the slot is reused. */
+  omptpy_begun *begun;
+  uint32_t nbegun, capbegun;
+  /* What the thread runs now, as its own callbacks said (kept only while
+   * sampling): the sampling handler reads these, never the runtime's objects.
+   * run_frame is the running task's frame, cleared before that task can end
+   * or be freed (NULL: none that is sure to be alive). */
+  _Atomic uint64_t run_task, run_parallel;
+  _Atomic(const ompt_frame_t *) run_frame;
+  uint64_t barrier_task; /* the implicit task whose region-end barrier the thread is in, else 0 */
+  bool run_untied;       /* the running task is untied: another thread may resume it */
+  /* Tied tasks suspended on this thread (a task scheduling point ran another
+   * task), with their frames, innermost last: taken back when they resume. */
+  struct {
+    const ompt_data_t *task;
+    const ompt_frame_t *frame;
+  } suspended[OMPTPY_SUSPENDED_MAX];
+  uint32_t nsuspended;
   int type;         /* ompt_thread_t */
   int runtime;      /* runtime instance that began the thread */
   pid_t tid;
@@ -282,6 +313,9 @@ static inline uint64_t omptpy_new_id(omptpy_thread *t) {
 
 /* ---- sampling (sampler.c) ------------------------------------------------ */
 
+/* OMPTPY_SAMPLE_HZ is set and its handler installed: the callbacks keep what
+ * samples read (run_* above). */
+extern bool omptpy_sampling;
 int omptpy_sampler_init(omptpy_config *cfg); /* on failure: cfg->sample_error */
 void omptpy_sampler_thread_start(omptpy_thread *t);
 void omptpy_sampler_thread_stop(omptpy_thread *t);
@@ -407,8 +441,10 @@ typedef struct omptpy_runtime {
   unsigned int omp_version;
   char version[256];
   char path[1024];
-  int initialized;
-  int finalized;
+  /* Set under tool.c's control lock, read without it (meta.c, the drainer's
+   * stats): stored with release after everything they publish. */
+  _Atomic int initialized;
+  _Atomic int finalized;
   uint64_t registered; /* events whose callbacks are registered (callbacks.c) */
   /* Entry points, looked up once at initialize. */
   ompt_set_callback_t set_callback;

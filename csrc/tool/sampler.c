@@ -1,14 +1,25 @@
 /*
  * Asynchronous state sampling, as the OMPT design intends: per-thread POSIX
  * timers (CLOCK_MONOTONIC, so waiting and sleeping threads are sampled too)
- * send a signal to their thread; the handler calls only the async-signal-safe
- * inquiry functions (ompt_get_state, ompt_get_parallel_info,
- * ompt_get_task_info) and writes one sample record into the thread's own
- * buffer.  It never takes the slow path (no lock, no allocation): a sample
- * that finds the thread inside the tool or its chunk full (or its limit
- * lowered by take()) is counted as skipped.  It marks itself in_tool around
- * the write, as a callback does, so take() waits for it.  Off unless
- * OMPTPY_SAMPLE_HZ is set.
+ * send a signal to their thread; the handler writes one sample record into
+ * the thread's own buffer.  It never takes the slow path (no lock, no
+ * allocation): a sample that finds the thread inside the tool or its chunk
+ * full (or its limit lowered by take()) is counted as skipped.  It marks
+ * itself in_tool around the write, as a callback does, so take() waits for
+ * it.  Off unless OMPTPY_SAMPLE_HZ is set.
+ *
+ * What a sample reads: the state and wait id from ompt_get_state (the
+ * thread's own descriptor, which lives as long as the thread), the
+ * interrupted address, and what the thread's callbacks kept for it
+ * (callbacks.c, track_*): the running task, its region and its frame.  It
+ * does not ask ompt_get_task_info or ompt_get_parallel_info: they hand out
+ * the runtime's task and team objects, which the signal may find freed (a
+ * task just finished, a team reaped by another thread: AddressSanitizer saw
+ * the frame of a freed task read here).  A frame is read only through the
+ * pointer the callbacks keep, which they clear before its task can end: so
+ * samples have no frames where the tool cannot be sure the task is alive
+ * (from the barrier that ends a region until the thread's next task, before
+ * the initial task's first region, on a thread the runtime did not announce).
  *
  * Where the time goes (README, "Limits"): on a virtual machine a sample costs
  * the timer interrupt, and each write of the CPU's timer register, far more
@@ -47,41 +58,42 @@
 #define sigev_notify_thread_id _sigev_un._tid
 #endif
 
+bool omptpy_sampling;
 static int sample_signal;
 static uint64_t period_ns;
 
-static void on_sample(int sig, siginfo_t *si, void *ucontext) {
-  (void)sig, (void)si;
-  omptpy_thread *t = omptpy_tls_thread;
-  if (!t) return;
+/* Only the interrupted thread writes its counter (the signal is blocked while
+ * its handler runs); the drainer reads it. */
+static inline void skipped(omptpy_thread *t, uint64_t n) {
+  atomic_store_explicit(&t->samples_skipped,
+                        atomic_load_explicit(&t->samples_skipped, memory_order_relaxed) + n,
+                        memory_order_relaxed);
+}
+
+static void sample(omptpy_thread *t, void *ucontext) {
   uint64_t index = omptpy_monotonic_ns() / period_ns; /* the expiration it stands for */
   if (index <= t->sample_index) return;
   uint64_t missed = index - t->sample_index - 1;
   t->sample_index = index;
   if (!omptpy_recording()) return;
-  t->samples_skipped += missed;
+  if (missed) skipped(t, missed);
   if (atomic_load_explicit(&t->in_tool, memory_order_relaxed)) {
-    t->samples_skipped++;
+    skipped(t, 1);
     return;
   }
   /* Inside the tool from here on, as a callback is: take() may be waiting. */
   omptpy_enter(t);
   if (t->pos >= atomic_load_explicit(&t->limit, memory_order_relaxed)) {
     omptpy_leave(t);
-    t->samples_skipped++;
+    skipped(t, 1);
     return;
   }
-  int saved_errno = errno;
   const omptpy_runtime *rt = &omptpy_g.runtimes[t->runtime];
   ompt_wait_id_t wait_id = 0;
   int state = rt->get_state ? rt->get_state(&wait_id) : -1;
-  ompt_data_t *parallel = NULL, *task = NULL, *task_parallel = NULL;
-  int team_size = 0, flags = 0, thread_num = 0;
-  ompt_frame_t *frame = NULL;
-  if (rt->get_parallel_info) rt->get_parallel_info(0, &parallel, &team_size);
-  if (rt->get_task_info) rt->get_task_info(0, &flags, &task, &frame, &task_parallel, &thread_num);
-  /* The innermost task's frame, packed (omptpy.h): the exit frame (else the
+  /* The running task's frame, packed (omptpy.h): the exit frame (else the
    * enter frame) in full, the enter frame as its distance below the exit frame. */
+  const ompt_frame_t *frame = atomic_load_explicit(&t->run_frame, memory_order_relaxed);
   uint8_t frame_bits = omptpy_frame_bits(frame);
   uint64_t exit_frame = frame ? frame->exit_frame.value : 0;
   uint64_t enter_frame = frame ? frame->enter_frame.value : 0;
@@ -99,12 +111,21 @@ static void on_sample(int sig, siginfo_t *si, void *ucontext) {
   (void)ucontext;
 #endif
   omptpy_fill(&t->recs[t->pos], t, OMPTPY_EVENT_SAMPLE, 0, frame_bits, pc,
-              parallel ? parallel->value : 0, task ? task->value : 0, wait_id,
+              atomic_load_explicit(&t->run_parallel, memory_order_relaxed),
+              atomic_load_explicit(&t->run_task, memory_order_relaxed), wait_id,
               exit_frame ? exit_frame : enter_frame,
               ((uint32_t)state & 0xFFFF) | (uint32_t)(missed < 0xFFFF ? missed : 0xFFFF) << 16,
               below);
   omptpy_commit(t);
   omptpy_leave(t);
+}
+
+/* errno is the interrupted code's: saved before anything that may set it. */
+static void on_sample(int sig, siginfo_t *si, void *ucontext) {
+  (void)sig, (void)si;
+  int saved_errno = errno;
+  omptpy_thread *t = omptpy_tls_thread;
+  if (t) sample(t, ucontext);
   errno = saved_errno;
 }
 
@@ -126,6 +147,7 @@ int omptpy_sampler_init(omptpy_config *cfg) {
     return -e;
   }
   period_ns = 1000000000u / cfg->sample_hz;
+  omptpy_sampling = true;
   return 0;
 }
 

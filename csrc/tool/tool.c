@@ -41,7 +41,9 @@ static void consumers_changed_locked(void) {
   int n = atomic_load(&omptpy_g.nruntimes);
   for (int i = 0; i < n && i < OMPTPY_MAX_RUNTIMES; i++) {
     omptpy_runtime *rt = &omptpy_g.runtimes[i];
-    if (rt->initialized && !rt->finalized) omptpy_callbacks_enable(rt, events);
+    if (atomic_load_explicit(&rt->initialized, memory_order_relaxed) &&
+        !atomic_load_explicit(&rt->finalized, memory_order_relaxed))
+      omptpy_callbacks_enable(rt, events);
   }
   if (!active) atomic_store(&omptpy_g.recording, 0);
 }
@@ -92,7 +94,8 @@ static void atfork_child(void) {
   omptpy_stacks_after_fork_child();
   int live = 0;
   for (int i = 0; i < atomic_load(&omptpy_g.nruntimes) && i < OMPTPY_MAX_RUNTIMES; i++)
-    live |= omptpy_g.runtimes[i].initialized && !omptpy_g.runtimes[i].finalized;
+    live |= atomic_load_explicit(&omptpy_g.runtimes[i].initialized, memory_order_relaxed) &&
+            !atomic_load_explicit(&omptpy_g.runtimes[i].finalized, memory_order_relaxed);
   if (live) omptpy_drainer_start();
 }
 
@@ -167,7 +170,8 @@ static int on_initialize(ompt_function_lookup_t lookup, int initial_device_num,
     snprintf(rt->path, sizeof rt->path, "%s", info.dli_fname);
   pthread_mutex_lock(&control_lock);
   omptpy_register_callbacks(rt);
-  rt->initialized = 1;
+  /* Publishes path and levels to the readers of meta.c. */
+  atomic_store_explicit(&rt->initialized, 1, memory_order_release);
   consumers_changed_locked();
   pthread_mutex_unlock(&control_lock);
   if (atomic_load(&omptpy_g.sink_on)) omptpy_sink_prepare();
@@ -186,7 +190,7 @@ static void write_stats(bool final) {
 static void on_finalize(ompt_data_t *tool_data) {
   omptpy_runtime *rt = tool_data->ptr;
   pthread_mutex_lock(&control_lock);
-  rt->finalized = 1;
+  atomic_store_explicit(&rt->finalized, 1, memory_order_release);
   pthread_mutex_unlock(&control_lock);
   omptpy_tap_shutdown();
   omptpy_drainer_stop();
