@@ -42,8 +42,10 @@ def test_task_frames_place_samples_in_nested_tasks(programs, tmp_path):
     df = t.to_pandas()
     serial, inner = df[df["event"] == "task_create"].itertuples()
     # The initial task was not called by the runtime (no exit frame), but it
-    # called into the runtime to create its task (an enter frame).
-    assert pd.isna(serial.exit_frame) and pd.notna(serial.enter_frame)
+    # called into the runtime to create its task (an enter frame): a NULL the
+    # runtime passed is 0, with no flags.
+    assert serial.exit_frame == 0 and pd.isna(serial.exit_frame_flags)
+    assert serial.enter_frame > 0
     # The single's implicit task: started by the runtime, calling into it to
     # create the task, a few frames deeper on the same stack.
     assert 0 < inner.exit_frame - inner.enter_frame < 1 << 16
