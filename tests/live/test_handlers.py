@@ -204,10 +204,12 @@ print(json.dumps({{"received": h.received, "calls": h.calls, "stats": ompt_py.ha
 def test_slow_handler_drops_are_counted_and_reported(omp_ext, scripting):
     n = 20_000
     out, r = run(f"""
+done = threading.Event()
 def slow(ev):
-    time.sleep(0.05)
+    done.wait()  # until the program made every event: the queue must overflow, however fast
 h = ompt_py.on("task_create", slow)
 s.tasks_nogil({n})
+done.set()
 assert ompt_py.drain_handlers(timeout=60)
 print(json.dumps({{"received": h.received, "stats": ompt_py.handler_stats()}}))
 """, omp_ext, scripting, env={"OMPTPY_HANDLER_QUEUE": "64K"})
