@@ -25,9 +25,12 @@ def test_waiting_thread_is_sampled_at_the_barrier(programs, tmp_path):
     (info,) = (th for th in proc["threads"] if th["type"] == "worker")
     samples = select(t.events, "sample")
     mine = samples[samples["thread"] == info["thread"]]
-    # 1 kHz over about 0.3 s: taken, or skipped because the worker got no CPU
-    assert len(mine) + info["samples_skipped"] >= 200, info
-    assert len(mine) >= 50
+    # 1 kHz over the worker's time in the region, as the program measured it (about
+    # 0.3 s; less when the machine started the worker late): each period taken, or
+    # skipped because the worker had no CPU then (other processes: most of them)
+    inside_ms = float(r.stdout.split()[3]) * 1e3
+    assert len(mine) + info["samples_skipped"] >= 0.9 * inside_ms, (info, inside_ms)
+    assert len(mine) >= 10
     assert proc["config"]["sample_hz"] == 1000
 
 
