@@ -103,6 +103,20 @@ print(json.dumps({{"batches": len(got), "origin": t.meta["origin_mono_ns"]}}))
     assert len(handled) > len(trace.events)
 
 
+def test_frames_of_error_events_carry_their_message(omp_ext, scripting):
+    """A handler's frame names an error's message from the live table of strings."""
+    out, _ = run("""
+frames = []
+ompt_py.on("error", frames.append, frame=True)
+s.error_directive()
+assert ompt_py.drain_handlers()
+df = frames[0]
+print(json.dumps({"message": df["message"].tolist(), "length": df["message_length"].tolist(),
+                  "kind": df["kind"].astype(str).tolist()}))
+""", omp_ext, scripting)
+    assert out == {"message": ["from scripting_ext"], "length": [18], "kind": ["warning"]}
+
+
 def test_delay_bound_on_a_long_running_program(omp_ext, scripting):
     """Batches reach the handlers while the program runs, each within the delay of
     its oldest event, plus what the scheduler and the GIL cost any Python thread

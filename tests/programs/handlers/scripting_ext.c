@@ -117,6 +117,13 @@ static PyObject *py_c_regions(PyObject *m, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* error_directive(): an OpenMP error directive (a warning) with a message. */
+static PyObject *py_error_directive(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+#pragma omp error at(execution) severity(warning) message("from scripting_ext")
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"tasks_nogil", py_tasks_nogil, METH_VARARGS, "work_tasks(n) without the GIL"},
     {"steady", py_steady, METH_VARARGS, "steady(seconds, period_us): a region every period"},
@@ -126,6 +133,7 @@ static PyMethodDef methods[] = {
     {"control_arg", py_control_arg, METH_NOARGS, "the address control() passes as arg"},
     {"pause_resume", py_pause_resume, METH_NOARGS, "regions around pause and start, in C"},
     {"c_regions", py_c_regions, METH_VARARGS, "region markers from C (omptpy_region.h)"},
+    {"error_directive", py_error_directive, METH_NOARGS, "#pragma omp error, a warning"},
     {NULL, NULL, 0, NULL},
 };
 
