@@ -144,12 +144,13 @@ def columns(
     records: Buffer,
     order: Buffer | None,
     fields: list[tuple[Buffer, int, int]],
-    lookups: list[tuple[Buffer, Buffer, int] | tuple[Buffer, Buffer, int, int, int]],
-    frames: tuple[Buffer, Buffer, Buffer, Buffer, Buffer, Buffer] | None,
+    lookups: list[tuple[Buffer, Buffer, int]],
+    frames: tuple[Buffer, Buffer, Buffer, Buffer, Buffer, Buffer, Buffer, Buffer] | None,
     /,
 ) -> None:
     """The columns of Trace.to_pandas() in one pass over the records: fields as
-    (out, offset, size), lookups as (out, table, KEY_*[, offset, size])."""
+    (out, offset, size), lookups as (out, table, KEY_*), frames as (exit, enter,
+    exit flags, enter flags, no frame, no enter frame, no exit flags, no enter flags)."""
 
 def pair(
     keys: list[_KeyColumn],

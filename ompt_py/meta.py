@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import TraceFileError
-from .records import THREAD_TYPES
+from .records import RECORD_VERSION, THREAD_TYPES
 
 #: The version of the trace metadata's layout (``meta["format"]``), kept in Parquet files.
 FORMAT = 1
@@ -92,9 +92,14 @@ def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
     entry["lost"] = sum(t.get("lost", 0) for t in threads)
     entry["sink_lost"] = last_stats["sink_lost"] if last_stats else 0
     entry["buffer_bytes"] = last_stats["buffer_bytes"] if last_stats else None
-    # Region names grow as the run goes: the longest list is the latest.
+    # Region names grow as the run goes: the longest list is the latest.  The table
+    # holds the error callback's messages too; what it refused when full is counted
+    # (the keys are there only then: traces that lost nothing read as before).
     entry["region_names"] = max(meta.get("region_names", []),
                                 (last_stats or {}).get("region_names", []), key=len)
+    for refused in ("region_unnamed", "error_messages_unkept"):
+        if (last_stats or meta).get(refused):
+            entry[refused] = (last_stats or meta)[refused]
     python = python_entry(stacks, extra.get("source", "the trace"))
     if python is not None:
         entry["python"] = python
@@ -155,6 +160,33 @@ def with_losses(meta: dict) -> dict:
         proc.setdefault("unaccounted_threads", 0)
     meta.setdefault("lost", sum(p["lost"] for p in meta.get("processes", [])))
     return meta
+
+
+def interned_strings(meta: dict, pids: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """The text of each of ``ids`` (region marker names, error messages: None for id 0
+    or an id the metadata lacks), from its process's table of strings
+    (``meta["processes"][i]["region_names"]``, id 1 first)."""
+    out = np.full(len(pids), None, dtype=object)
+    for proc in meta.get("processes", []):
+        mine = pids == proc["pid"]
+        table = np.array([None, *proc.get("region_names", [])], dtype=object)
+        of = ids[mine].astype(np.int64)
+        out[mine] = table[np.where((of >= 0) & (of < len(table)), of, 0)]
+    return out
+
+
+def record_versions(meta: dict, pids: np.ndarray) -> np.ndarray | None:
+    """The record version (csrc/include/omptpy.h) of the process of each of ``pids``
+    (a process whose metadata does not say: this one's); None when every process
+    wrote the current version."""
+    known = {p["pid"]: p.get("tool", {}).get("record_version", RECORD_VERSION)
+             for p in meta.get("processes", [])}
+    if all(v >= RECORD_VERSION for v in known.values()):
+        return None
+    keys = np.array(sorted(known), dtype=np.int64)
+    values = np.array([known[k] for k in keys], dtype=np.int16)
+    at = np.minimum(np.searchsorted(keys, pids), len(keys) - 1)
+    return np.where(keys[at] == pids, values[at], RECORD_VERSION)
 
 
 def ranks(meta: dict, pids: np.ndarray) -> pd.arrays.IntegerArray | None:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import _core
 
-RECORD_VERSION = 4
+RECORD_VERSION = 5
 RECORD_SIZE = 64
 
 # (field, numpy type) in the order of struct omptpy_record.
@@ -331,6 +331,7 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "runtime": ("u32a", ("thread_begin",)),
     "command": ("u64a", ("control_tool",)),
     "modifier": ("u64b", ("control_tool",)),
+    "arg": ("u32ab", ("control_tool",)),  # the pointer, u32a low and u32b high
     "message_length": ("u64a", ("error",)),
     "device_num": ("u32a", ("device_initialize", "device_finalize", "device_load",
                             "target_emi")),
@@ -343,8 +344,42 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+#: The error callback's message: the column of Trace.to_pandas() holding its text
+#: (the record: its id in the process's table of strings, meta "region_names").
+MESSAGE_COLUMN, MESSAGE_FIELD = "message", "u64b"
+
+#: The id fields each event has (the others are <NA> in Trace.to_pandas(); in a
+#: field an event has, 0 is a NULL the runtime passed, or none at that moment).
+ID_FIELDS: dict[str, tuple[str, ...]] = {
+    "parallel_id": ("parallel_begin", "parallel_end", "implicit_task", "work", "dispatch",
+                    "sync_region", "sync_region_wait", "reduction", "masked", "sample"),
+    "task_id": ("parallel_begin", "parallel_end", "implicit_task", "task_create",
+                "task_schedule", "work", "dispatch", "sync_region", "sync_region_wait",
+                "reduction", "masked", "cancel", "dependences", "task_dependence", "target_emi",
+                "target_data_op_emi", "target_submit_emi", "sample"),
+    "codeptr": ("parallel_begin", "parallel_end", "task_create", "work", "sync_region",
+                "sync_region_wait", "reduction", "mutex_acquire", "mutex_acquired",
+                "mutex_released", "lock_init", "lock_destroy", "nest_lock", "masked", "flush",
+                "cancel", "control_tool", "error", "device_load", "target_emi",
+                "target_data_op_emi", "sample", "region"),
+}
+
+#: How Trace.to_pandas() shows a NULL the runtime passed where 0 is not it: the next
+#: task of task_schedule (other_task_id) is -1, as LLVM's reference tool prints it.
+NULL_NEXT_TASK = -1
+
+#: The first record version that keeps a column for an event (before it the
+#: column is <NA> for that event's records): column -> {event: version}.
+#: FRAME_COLUMNS share the entry "frames".
+SINCE: dict[str, dict[str, int]] = {
+    "arg": {"control_tool": 2},
+    MESSAGE_COLUMN: {"error": 5},
+    "frames": {"task_create": 2, "sample": 2, "parallel_begin": 5},
+}
+
+
 #: Where a record keeps the id of its Python call stack (0: none; see "Stack ids"
-#: in csrc/include/omptpy.h): event -> (field, right shift).
+#: in csrc/include/omptpy.h): event -> (field, right shift); the id is 32 bits.
 PY_STACK_FIELDS = {"parallel_begin": ("u64a", 0), "task_create": ("u32a", 1),
                    "target_emi": ("u32b", 0), "region": ("u64b", 0)}
 
@@ -356,20 +391,23 @@ def python_stack_ids(events: np.ndarray) -> np.ndarray:
     for name, (field, shift) in PY_STACK_FIELDS.items():
         rows = np.flatnonzero(codes == EVENT_CODES[name])
         if len(rows):
-            out[rows] = events[field][rows] >> shift
+            out[rows] = (events[field][rows] >> shift) & 0xFFFF_FFFF
     return out
 
 
 #: Argument columns holding a C int (device numbers: -1 is the host, or none).
 SIGNED_COLUMNS = frozenset({"device_num", "src_device", "dest_device"})
+#: Argument columns holding an int64 (task ids, NULL_NEXT_TASK for none).
+INT64_COLUMNS = frozenset({"other_task_id"})
 
 
 # ---- task frames (task_create, sample): see "Frames" in csrc/include/omptpy.h ----------------
 
 #: Columns of Trace.to_pandas() holding task frames (decoded by _core.columns), and
-#: the events that have them.
+#: the events that have them: the encountering task's (task_create, parallel_begin)
+#: or the innermost task's (sample).
 FRAME_COLUMNS = ("exit_frame", "enter_frame", "exit_frame_flags", "enter_frame_flags")
-FRAME_EVENTS = ("task_create", "sample")
+FRAME_EVENTS = tuple(SINCE["frames"])
 
 
 check_layout(_core.record_layout())

@@ -35,7 +35,7 @@ import pandas as pd
 
 from . import _core
 from .errors import OmptPyError, TraceFileError
-from .meta import FORMAT, ranks, trace_meta
+from .meta import FORMAT, interned_strings, ranks, record_versions, trace_meta
 from .records import (
     ARGUMENT_COLUMNS,
     ENDPOINT_CATEGORIES,
@@ -45,10 +45,16 @@ from .records import (
     EVENTS,
     FRAME_COLUMNS,
     FRAME_EVENTS,
+    ID_FIELDS,
+    INT64_COLUMNS,
     KIND_CATEGORIES,
     KIND_RAW_CATEGORIES,
+    MESSAGE_COLUMN,
+    MESSAGE_FIELD,
+    NULL_NEXT_TASK,
     SCOPE_BEGIN,
     SIGNED_COLUMNS,
+    SINCE,
     python_stack_ids,
 )
 
@@ -317,15 +323,24 @@ class Trace:
         vocabulary for every libomp version: `loop`, `barrier_implicit`...),
         kind_raw (the runtime's own name: `loop_dynamic`,
         `barrier_implicit_parallel`...), then the event arguments (see
-        ARGUMENT_COLUMNS), which are <NA> for events that do not have them, then
-        the task frames (FRAME_COLUMNS) of task_create (the encountering task's)
-        and sample (the innermost task's): exit_frame (where the runtime called
-        the task's code), enter_frame (where that code called into the
-        runtime), both stack addresses, and their ompt_frame_flag_t; then
-        py_stack, the Python call stack of the thread that began a parallel,
-        teams or target region or a region marker, or created an explicit
-        task outside any region (an id of python_stacks(); <NA> for other
-        events and threads that ran no Python).
+        ARGUMENT_COLUMNS), then ``message`` (the text of an error event's
+        message, a categorical), then the task frames (FRAME_COLUMNS) of
+        task_create and parallel_begin (the encountering task's) and sample
+        (the innermost task's): exit_frame (where the runtime called the task's
+        code), enter_frame (where that code called into the runtime), both
+        stack addresses, and their ompt_frame_flag_t; then py_stack, the
+        Python call stack of the thread that began a parallel, teams or target
+        region or a region marker, or created an explicit task outside any
+        region (an id of python_stacks(); <NA> for other events and threads
+        that ran no Python).
+
+        <NA> is a value the event does not have (records.ID_FIELDS for the
+        ids and codeptr, ARGUMENT_COLUMNS for the arguments), or that the
+        record version of its process did not keep (records.SINCE), or that
+        the tool could not keep (an enter frame too far from the exit frame,
+        a message the full table of strings refused, the flags of a missing
+        frame address).  A NULL the runtime passed is 0 (an id, codeptr or
+        frame address), or NULL_NEXT_TASK (-1) for task_schedule's next task.
 
         The nullable and categorical columns are read-only (the argument
         columns share their values and masks with each other): assigning into
@@ -346,17 +361,14 @@ class Trace:
         # (category codes, masks of the rows without a value).
         lookups: list[tuple] = []
 
-        def lookup(table: np.ndarray, key: int, dtype: type = bool, *zero_field: int
-                   ) -> np.ndarray:
+        def lookup(table: np.ndarray, key: int, dtype: type = bool) -> np.ndarray:
             out = np.empty(n, dtype)
-            lookups.append((out, table, key, *zero_field))
+            lookups.append((out, table, key))
             return out
 
         codes = {name: lookup(names.lookup, key, np.int8)
                  for name, (names, key) in _CATEGORICALS.items()}
-        missing = {name: lookup(table, _core.KEY_EVENT, bool, EVENT_DTYPE.fields[name][1],
-                                EVENT_DTYPE[name].itemsize)
-                   for name, table in _ID_MISSING.items()}
+        missing = {name: lookup(table, _core.KEY_EVENT) for name, table in _ID_MISSING.items()}
         # The argument columns with values: those of events the trace has, each
         # with the mask of the rows whose event lacks it (shared by the columns
         # of one set of events).
@@ -370,20 +382,33 @@ class Trace:
             if (users, place) not in masks:
                 masks[users, place] = lookup(*_lacks(users, place))
             plan.append((name, source, masks[users, place]))
-        # Task frames (task_create, sample): the exit frames are the u64b field.
         frames = not present.isdisjoint(EVENT_CODES[e] for e in FRAME_EVENTS)
-        frame_out = (np.empty(n, np.uint64), np.empty(n, np.uint8), np.empty(n, np.uint8),
-                     np.empty(n, bool), np.empty(n, bool), np.empty(n, bool)) if frames else None
-        wanted = {"time_ns", "thread", *_ID_COLUMNS, *(["u64b"] if frames else []),
+        frame_out = ((np.empty(n, np.uint64), np.empty(n, np.uint64), np.empty(n, np.uint8),
+                      np.empty(n, np.uint8), *(np.empty(n, bool) for _ in range(4)))
+                     if frames else None)
+        errors = EVENT_CODES["error"] in present
+        wanted = {"time_ns", "thread", *_ID_COLUMNS, *([MESSAGE_FIELD] if errors else []),
                   *(_PART_OF.get(source, source) for _, source, mask in plan if mask is not None)}
-        field = {name: np.empty(n, EVENT_DTYPE[name]) for name in EVENT_DTYPE.names
+        field = {name: np.empty(n, dtype) for name, (_, dtype) in _FIELDS.items()
                  if name in wanted}
-        _core.columns(ev, order, [(field[name], EVENT_DTYPE.fields[name][1],
-                                   EVENT_DTYPE[name].itemsize) for name in field],
-                      lookups, frame_out)
+        _core.columns(ev, order, [(field[name], _FIELDS[name][0], _FIELDS[name][1].itemsize)
+                                  for name in field], lookups, frame_out)
+        sorted_pids = pids[order] if self.single_pid is None else pids  # one process: all equal
+        # Records of older versions lack some columns (records.SINCE): <NA> there.
+        versions = record_versions(self.meta, sorted_pids)
+
+        def older(column: str) -> np.ndarray | None:
+            """The rows of the events whose records (of their version) lack ``column``."""
+            if versions is None:
+                return None
+            rows = np.zeros(n, bool)
+            for event, since in SINCE[column].items():
+                rows |= (codes["event"] == _EVENT_INDEX[event]) & (versions < since)
+            return rows if rows.any() else None
+
         cols: dict[str, Any] = {
             "time_ns": field["time_ns"],
-            "pid": pids[order] if self.single_pid is None else pids,  # one process: all equal
+            "pid": sorted_pids,
             "thread": field["thread"],
             "event": EVENT_CATEGORIES.from_codes(codes["event"]),
             "endpoint": ENDPOINT_CATEGORIES.from_codes(codes["endpoint"]),
@@ -401,23 +426,37 @@ class Trace:
         for name, source, mask in plan:
             half = _HALVES.get(source)  # a half of a field (little-endian)
             dtype = (np.dtype(half[2]) if half else np.dtype(np.int32) if name in SIGNED_COLUMNS
-                     else EVENT_DTYPE[_PART_OF.get(source, source)])
+                     else np.dtype(np.int64) if name in INT64_COLUMNS
+                     else _FIELDS[_PART_OF.get(source, source)][1])
             if mask is None:
                 cols[name] = no_values(dtype)
-            elif source in _LOW_BITS:
-                cols[name] = pd.arrays.IntegerArray(field[_LOW_BITS[source]] & 1, mask)
+                continue
+            if name in SINCE and (old := older(name)) is not None:
+                mask = mask | old  # its own mask: the shared one stays as it is
+            if source in _LOW_BITS:
+                values = field[_LOW_BITS[source]] & 1
             elif half:
                 whole, index, _ = half
-                cols[name] = pd.arrays.IntegerArray(
-                    np.ascontiguousarray(field[whole].view(dtype)[index::2]), mask)
+                values = np.ascontiguousarray(field[whole].view(dtype)[index::2])
             else:
-                cols[name] = pd.arrays.IntegerArray(field[source].view(dtype), mask)
+                values = field[source].view(dtype)
+            if name == "other_task_id":  # a NULL next task, as LLVM's reference tool shows it
+                null = (codes["event"] == _EVENT_INDEX["task_schedule"]) & (values == 0)
+                if null.any():
+                    values = np.where(null, NULL_NEXT_TASK, values)
+            cols[name] = pd.arrays.IntegerArray(values, mask)
+        cols[MESSAGE_COLUMN] = self._messages(codes["event"], sorted_pids,
+                                              field.get(MESSAGE_FIELD))
         if frame_out is not None:
-            enter, exit_flags, enter_flags, no_exit, no_enter, no_enter_flags = frame_out
-            cols["exit_frame"] = pd.arrays.IntegerArray(field["u64b"], no_exit)
+            exit_, enter, exit_flags, enter_flags, none, no_enter, no_exit_flags, no_enter_flags = (
+                frame_out)
+            if (old := older("frames")) is not None:
+                for mask in (none, no_enter, no_exit_flags, no_enter_flags):
+                    mask |= old
+            cols["exit_frame"] = pd.arrays.IntegerArray(exit_, none)
             cols["enter_frame"] = pd.arrays.IntegerArray(enter, no_enter)
-            cols["exit_frame_flags"] = pd.arrays.IntegerArray(exit_flags, no_exit)
-            cols["enter_frame_flags"] = pd.arrays.IntegerArray(enter_flags, no_enter_flags)
+            cols["exit_frame_flags"] = pd.arrays.IntegerArray(exit_flags, no_exit_flags | none)
+            cols["enter_frame_flags"] = pd.arrays.IntegerArray(enter_flags, no_enter_flags | none)
         else:
             for name in FRAME_COLUMNS:
                 cols[name] = no_values(np.dtype(np.uint8 if name.endswith("_flags")
@@ -588,6 +627,18 @@ class Trace:
 
         return states.thread_totals(self)
 
+    def _messages(self, events: np.ndarray, pids: np.ndarray, ids: np.ndarray | None
+                  ) -> pd.Categorical:
+        """to_pandas()'s ``message``: the text of each error event's message (<NA> for
+        other events, and where it was not kept); ``events``: the rows' event codes
+        (EVENT_CATEGORIES), ``ids``: their message field (None: no error events)."""
+        at = (np.flatnonzero(events == _EVENT_INDEX["error"]) if ids is not None
+              else np.empty(0, np.intp))
+        codes, categories = np.full(len(events), -1, np.int32), []
+        if len(at):
+            codes[at], categories = pd.factorize(interned_strings(self.meta, pids[at], ids[at]))
+        return pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=object))
+
     def _repr_html_(self) -> str:
         from .analysis import summary
 
@@ -673,11 +724,17 @@ _CATEGORICALS = {
     "kind": (KIND_CATEGORIES, _core.KEY_EVENT_KIND),
     "kind_raw": (KIND_RAW_CATEGORIES, _core.KEY_EVENT_KIND),
 }
-# Per event, whether its id column is <NA> whatever the field holds (0 is <NA>
-# too): task_create keeps a frame in parallel_id (enter_frame).
-_ID_MISSING = {name: np.zeros(1, np.uint8) for name in _ID_COLUMNS}
-_ID_MISSING["parallel_id"] = np.zeros(EVENT_CODES["task_create"] + 2, np.uint8)
-_ID_MISSING["parallel_id"][EVENT_CODES["task_create"]] = 1
+# Per event, whether its id column is <NA> (records.ID_FIELDS: the event has no
+# such field; the last entry: events beyond EVENTS).
+_ID_MISSING = {name: np.ones(max(EVENTS) + 2, np.uint8) for name in _ID_COLUMNS}
+for _name, _users in ID_FIELDS.items():
+    _ID_MISSING[_name][[EVENT_CODES[u] for u in _users]] = 0
+# An event's code in the ``event`` categorical (codes of EVENT_CATEGORIES).
+_EVENT_INDEX = {name: int(EVENT_CATEGORIES.lookup[code]) for code, name in EVENTS.items()}
+# The record fields to_pandas() reads (name -> offset, dtype), and the control_tool
+# arg pointer: u32a (low half) and u32b (high half) together, a little-endian uint64.
+_FIELDS = {name: (EVENT_DTYPE.fields[name][1], EVENT_DTYPE[name]) for name in EVENT_DTYPE.names}
+_FIELDS["u32ab"] = (EVENT_DTYPE.fields["u32a"][1], np.dtype("<u8"))
 # Argument columns that are half of a field (ARGUMENT_COLUMNS): the field, which
 # half (little-endian) and its type.  The u64b halves are the processor and
 # place of implicit-task begins (OMPTPY_PLACE_INFO).

@@ -715,7 +715,8 @@ def unmatched_scopes(ev: np.ndarray, pids: np.ndarray | None = None) -> list[str
 
     Per thread, scoped events must nest: an end closes the innermost open
     begin of the same event (parallel_end closes parallel_begin, thread_end
-    thread_begin), kind, and task (parallel id for parallel events).  The ids
+    thread_begin), kind (but parallel events: the begin's kind holds its frame),
+    and task (parallel id for parallel events).  The ids
     are compared only where both are non-zero: libomp passes no parallel data
     at a worker's implicit-task and implicit-barrier end.
     """
@@ -733,7 +734,9 @@ def unmatched_scopes(ev: np.ndarray, pids: np.ndarray | None = None) -> list[str
                 b = stack.pop()
                 be = int(b["event"])
                 want = _PAIR.get(be, be)
-                same = want == e and b["kind"] == r["kind"]
+                same = want == e
+                if e != EV["parallel_end"]:  # parallel_begin's kind: the frame's bits
+                    same &= b["kind"] == r["kind"]
                 if e == EV["parallel_end"]:
                     same &= b["parallel_id"] == r["parallel_id"]
                 elif b["task_id"] and r["task_id"]:

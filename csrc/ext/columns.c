@@ -76,34 +76,17 @@ release_src:
 typedef struct {
   unsigned char *out;
   const unsigned char *table;
-  Py_ssize_t len, offset, size; /* size 0: no field tested for 0 */
+  Py_ssize_t len;
   int key;
 } lookup;
 
-/* Frame columns (see "Frames" in omptpy.h), in the order of columns()' frames. */
-enum { FR_ENTER, FR_EXIT_FLAGS, FR_ENTER_FLAGS, FR_NO_EXIT, FR_NO_ENTER, FR_NO_ENTER_FLAGS, FR_N };
-
-/* Field of `size` bytes at `in`, as an unsigned number. */
-static inline uint64_t load_field(const char *in, Py_ssize_t size) {
-  switch (size) {
-    case 8: {
-      uint64_t v;
-      memcpy(&v, in, 8);
-      return v;
-    }
-    case 4: {
-      uint32_t v;
-      memcpy(&v, in, 4);
-      return v;
-    }
-    case 2: {
-      uint16_t v;
-      memcpy(&v, in, 2);
-      return v;
-    }
-    default: return (unsigned char)*in;
-  }
-}
+/* Frame columns (see "Frames" in omptpy.h), in the order of columns()' frames:
+ * the addresses (8 bytes each), their flags, and the masks of the rows
+ * without frames, without a known enter frame, and without flags. */
+enum {
+  FR_EXIT, FR_ENTER, FR_EXIT_FLAGS, FR_ENTER_FLAGS, FR_NONE, FR_NO_ENTER, FR_NO_EXIT_FLAGS,
+  FR_NO_ENTER_FLAGS, FR_N
+};
 
 enum { BLOCK = 512 }; /* records per block of columns() */
 
@@ -127,31 +110,38 @@ static void gather(char *out, const char *const *rec, Py_ssize_t m, Py_ssize_t o
 }
 
 /* The task frames of one record: task_create carries the encountering task's
- * frame (exit frame in u64b, enter frame in parallel_id), a sample the
- * innermost task's (the exit frame, else the enter frame, in u64b; the enter
- * frame's distance below the exit frame in u32b, INT32_MIN when unknown).
- * Other events (and records of version 1, kind 0) have none: 0 and missing. */
+ * frame (exit frame in u64b, enter frame in parallel_id); parallel_begin the
+ * encountering task's and a sample the innermost task's, packed
+ * (omptpy_frame_pack: the distance in u64a's high half, in u32b).  An
+ * address the runtime did not give is 0 and has no flags.  Other events have
+ * no frame (records of version 1 neither: kind 0, for the caller to mask). */
 static inline void decode_frames(const omptpy_record *rec, unsigned char *const fr[FR_N],
                                  Py_ssize_t i) {
   uint8_t bits = 0;
-  uint64_t enter = 0;
-  int enter_unknown = 0;
+  uint64_t exit_frame = 0, enter_frame = 0;
+  int none = 0, known = 1;
   if (rec->event == ompt_callback_task_create) {
     bits = rec->kind;
-    enter = rec->parallel_id;
+    exit_frame = bits & OMPTPY_FRAME_EXIT ? rec->u64b : 0;
+    enter_frame = bits & OMPTPY_FRAME_ENTER ? rec->parallel_id : 0;
+  } else if (rec->event == ompt_callback_parallel_begin) {
+    bits = rec->kind;
+    known = omptpy_frame_unpack(bits, rec->u64b, (uint32_t)(rec->u64a >> 32), &exit_frame,
+                                &enter_frame);
   } else if (rec->event == OMPTPY_EVENT_SAMPLE) {
     bits = rec->kind;
-    int32_t below = (int32_t)rec->u32b;
-    int has_exit = (bits & OMPTPY_FRAME_EXIT) != 0;
-    enter = has_exit ? rec->u64b - (uint64_t)(int64_t)below : rec->u64b;
-    enter_unknown = has_exit && below == INT32_MIN;
+    known = omptpy_frame_unpack(bits, rec->u64b, rec->u32b, &exit_frame, &enter_frame);
+  } else {
+    none = 1;
   }
-  memcpy(fr[FR_ENTER] + i * 8, &enter, 8);
+  memcpy(fr[FR_EXIT] + i * 8, &exit_frame, 8);
+  memcpy(fr[FR_ENTER] + i * 8, &enter_frame, 8);
   fr[FR_EXIT_FLAGS][i] = omptpy_frame_flags_of3(bits >> 2 & 7);
   fr[FR_ENTER_FLAGS][i] = omptpy_frame_flags_of3(bits >> 5 & 7);
-  fr[FR_NO_EXIT][i] = !(bits & OMPTPY_FRAME_EXIT);
+  fr[FR_NONE][i] = (unsigned char)none;
+  fr[FR_NO_ENTER][i] = none || !known;
+  fr[FR_NO_EXIT_FLAGS][i] = !(bits & OMPTPY_FRAME_EXIT);
   fr[FR_NO_ENTER_FLAGS][i] = !(bits & OMPTPY_FRAME_ENTER);
-  fr[FR_NO_ENTER][i] = !(bits & OMPTPY_FRAME_ENTER) || enter_unknown;
 }
 
 /* columns(records, order, fields, lookups, frames): one pass over the records,
@@ -160,15 +150,13 @@ static inline void decode_frames(const omptpy_record *rec, unsigned char *const 
  * column.
  *   fields: [(out, offset, size)]: out[i] = the field at `offset` (1, 2, 4 or
  *     8 bytes) of record order[i].
- *   lookups: [(out, table, key)] or [(out, table, key, offset, size)]: one
- *     byte per record (a category code, a mask), out[i] = table[key], the
- *     table's last byte for keys beyond it; key is one of KEY_* (the module's
- *     KEY_EVENT...).  With offset and size, out[i] is also 1 where that field
- *     is 0 (a mask of missing ids).
- *   frames: None, or the 6 columns of the task frames (FR_*): enter frame
- *     (8 bytes), exit and enter frame flags (ompt_frame_flag_t, 1 byte), and
- *     the masks of missing exit frames, enter frames and enter frame flags;
- *     the exit frames themselves are the u64b field. */
+ *   lookups: [(out, table, key)]: one byte per record (a category code, a
+ *     mask), out[i] = table[key], the table's last byte for keys beyond it;
+ *     key is one of KEY_* (the module's KEY_EVENT...).
+ *   frames: None, or the 8 columns of the task frames (FR_*): exit and enter
+ *     frames (8 bytes), their flags (ompt_frame_flag_t, 1 byte), and the
+ *     masks of the rows without frames, without a known enter frame, and
+ *     without exit or enter frame flags. */
 PyObject *omptpy_py_columns(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *records, *order, *fields, *lookups, *frames;
@@ -215,14 +203,9 @@ PyObject *omptpy_py_columns(PyObject *m, PyObject *args) {
   for (Py_ssize_t k = 0; k < nlook; k++) {
     PyObject *out, *table;
     lookup *l = &look[k];
-    l->offset = l->size = 0;
-    if (!PyArg_ParseTuple(PyList_GET_ITEM(lookups, k), "OOi|nn", &out, &table, &l->key,
-                          &l->offset, &l->size))
-      goto done;
-    if (l->key < 0 || l->key >= KEYS ||
-        (l->size && (l->offset < 0 || l->offset + l->size > (Py_ssize_t)sizeof(omptpy_record) ||
-                     (l->size != 1 && l->size != 2 && l->size != 4 && l->size != 8)))) {
-      PyErr_SetString(PyExc_ValueError, "columns: a lookup's key or field is invalid");
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(lookups, k), "OOi", &out, &table, &l->key)) goto done;
+    if (l->key < 0 || l->key >= KEYS) {
+      PyErr_SetString(PyExc_ValueError, "columns: a lookup's key is invalid");
       goto done;
     }
     if (!(l->out = (unsigned char *)output(out, n, buf, &nbuf))) goto done;
@@ -236,7 +219,7 @@ PyObject *omptpy_py_columns(PyObject *m, PyObject *args) {
   if (frames != Py_None)
     for (int f = 0; f < FR_N; f++) {
       PyObject *out = PyTuple_GET_ITEM(frames, f);
-      if (!(fr[f] = (unsigned char *)output(out, f == FR_ENTER ? 8 * n : n, buf, &nbuf)))
+      if (!(fr[f] = (unsigned char *)output(out, f <= FR_ENTER ? 8 * n : n, buf, &nbuf)))
         goto done;
     }
   Py_ssize_t bad = -1;
@@ -270,10 +253,8 @@ PyObject *omptpy_py_columns(PyObject *m, PyObject *args) {
       unsigned char *out = l->out + b;
       Py_ssize_t last = l->len - 1;
       for (Py_ssize_t j = 0; j < m; j++) out[j] = l->table[key[j] < last ? key[j] : last];
-      if (l->size)
-        for (Py_ssize_t j = 0; j < m; j++) out[j] |= load_field(rec[j] + l->offset, l->size) == 0;
     }
-    if (fr[FR_ENTER])
+    if (fr[FR_EXIT])
       for (Py_ssize_t j = 0; j < m; j++) decode_frames((const omptpy_record *)rec[j], fr, b + j);
   }
   Py_END_ALLOW_THREADS

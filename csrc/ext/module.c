@@ -302,7 +302,8 @@ static PyMethodDef methods[] = {
     {"columns", omptpy_py_columns, METH_VARARGS,
      DOC("columns($module, records, order, fields, lookups, frames, /)",
          "The columns of Trace.to_pandas() in one pass over the records: fields as "
-         "[(out, offset, size)], lookups as [(out, table, KEY_*[, offset, size])].")},
+         "[(out, offset, size)], lookups as [(out, table, KEY_*)], frames as a tuple of 8 "
+         "outputs or None.")},
     {"pair", omptpy_py_pair, METH_VARARGS,
      DOC("pair($module, keys, begins, begin_value, partner, tags=None, enclosing=None, /)",
          "Begin/end pairing per key (a list of columns) in time order; partner[i]: the row "

@@ -17,12 +17,20 @@
 extern "C" {
 #endif
 
-#define OMPTPY_RECORD_VERSION 4
+#define OMPTPY_RECORD_VERSION 5
 
 /*
  * Field use per event (event = OMPT callback number, see omptpy_ompt.h):
- *   parallel_begin  parallel_id, task_id = encountering task, u32a = requested
- *                   team size, u32b = flags, u64a = stack id (see below)
+ *   parallel_begin  (teams too: flags has ompt_parallel_league) parallel_id,
+ *                   task_id = encountering task, u32a = requested team size
+ *                   (teams: number of teams), u32b = flags, u64a = stack id
+ *                   (see below) in the low 32 bits; the encountering task's
+ *                   frame (record version 5; 0 before), packed as a
+ *                   sample's: u64b = exit frame, or the enter frame when
+ *                   there is no exit frame; high 32 bits of u64a = exit frame
+ *                   - enter frame (int32) when there are both (INT32_MIN: too
+ *                   far apart, the enter frame is not recorded); kind =
+ *                   frame bits
  *   parallel_end    parallel_id, task_id = encountering task, u32b = flags
  *   implicit_task   parallel_id (0 at end if the runtime passes none),
  *                   task_id, u32a = actual team size, u64a = thread number
@@ -55,9 +63,16 @@ extern "C" {
  *                   the list, u32b = length of the list
  *   task_dependence task_id = source task, u64a = sink task
  *   control_tool    u64a = command, u64b = modifier, u32a/u32b = low/high
- *                   32 bits of the arg pointer (omp_control_tool, or
- *                   ompt_py.control: codeptr 0)
- *   error           kind = severity, u64a = message length
+ *                   32 bits of the arg pointer, i.e. the little-endian
+ *                   uint64 at u32a's offset (omp_control_tool, or
+ *                   ompt_py.control: codeptr 0; record version 1: 0)
+ *   error           kind = severity, u64a = message length (as the runtime
+ *                   passed it), u64b = the message's id in the table of
+ *                   strings that holds the region names (the first
+ *                   OMPTPY_MESSAGE_MAX = 512 bytes of the text, up to a NUL;
+ *                   0: no message, or the table was full, counted in the
+ *                   meta's error_messages_unkept; record version 5, 0
+ *                   before)
  *   device_initialize, device_finalize
  *                   u32a = device number
  *   device_load     u32a = device number, u64a = bytes, u64b = module id,
@@ -107,9 +122,11 @@ extern "C" {
  * frame's, each as (flags & 1) | (flags >> 4 & 3) << 1 (application bit;
  * 1 cfa, 2 framepointer, 3 stackaddress).
  * Every record: time (raw clock ticks, see omptpy_clock_*), codeptr (return
- * address, 0 where the event has none), thread (the tool's index of the OS
- * thread, unique for the process), endpoint (ompt_scope_endpoint_t, 0 where
- * the event has none).
+ * address, 0 where the event has none or the runtime passed NULL), thread
+ * (the tool's index of the OS thread, unique for the process), endpoint
+ * (ompt_scope_endpoint_t, 0 where the event has none).  Ids are 1 and up: 0
+ * is a NULL ompt_data_t the runtime passed (which fields an event has:
+ * ompt_py/records.py, ID_FIELDS).
  */
 typedef struct omptpy_record {
   uint64_t time;

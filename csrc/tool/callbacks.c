@@ -235,11 +235,14 @@ static void on_thread_end(ompt_data_t *thread_data) {
 }
 
 /* Regions are listed while the tool is paused too (begin and end may fall on
- * either side of a trace window), by every thread the tool knows. */
+ * either side of a trace window), by every thread the tool knows.  The
+ * encountering task's frame, packed (omptpy_frame_pack): the exit frame, else
+ * the enter frame, in u64b; the enter frame's distance below the exit frame
+ * in the high half of u64a, the stack id in its low half; frame bits in kind.
+ * Teams constructs come here too (flags: ompt_parallel_league). */
 static void on_parallel_begin(ompt_data_t *encountering_task, const ompt_frame_t *frame,
                               ompt_data_t *parallel_data, unsigned int requested, int flags,
                               const void *codeptr) {
-  (void)frame;
   bool recording = omptpy_recording();
   omptpy_thread *t = recording ? omptpy_self() : omptpy_tls_thread;
   if (OMPTPY_UNLIKELY(!t)) return;
@@ -248,8 +251,10 @@ static void on_parallel_begin(ompt_data_t *encountering_task, const ompt_frame_t
   if (!recording) return;
   uint32_t stack =
       keeps(ompt_callback_parallel_begin) ? omptpy_stack_id(t, 0, addr(codeptr)) : 0;
-  emit(t, ompt_callback_parallel_begin, ompt_scope_begin, 0, addr(codeptr), id, encountering,
-       stack, 0, requested, (uint32_t)flags);
+  uint32_t below;
+  uint64_t frame_addr = omptpy_frame_pack(frame, &below);
+  emit(t, ompt_callback_parallel_begin, ompt_scope_begin, omptpy_frame_bits(frame), addr(codeptr),
+       id, encountering, (uint64_t)below << 32 | stack, frame_addr, requested, (uint32_t)flags);
 }
 
 /* parallel_data is not read: libomp 19 gives the team back to its pool before
@@ -429,11 +434,13 @@ static void on_task_dependence(ompt_data_t *src, ompt_data_t *sink) {
   emit(t, ompt_callback_task_dependence, 0, 0, 0, 0, id_of(t, src), id_of(t, sink), 0, 0, 0);
 }
 
+/* The message's text goes to the table of strings (region.c: bounded, a
+ * lock only for a text not seen before; errors are rare), its id into u64b. */
 static void on_error(ompt_severity_t severity, const char *message, size_t length,
                      const void *codeptr) {
-  (void)message;
   GUARD();
-  emit(t, ompt_callback_error, 0, severity, addr(codeptr), 0, 0, length, 0, 0, 0);
+  uint64_t text = keeps(ompt_callback_error) ? omptpy_intern_message(message, length) : 0;
+  emit(t, ompt_callback_error, 0, severity, addr(codeptr), 0, 0, length, text, 0, 0);
 }
 
 /* Device and target events that fire on the host.  A target region's id is

@@ -199,8 +199,9 @@ static int put_modules(omptpy_str *s) {
   return m.rc ? m.rc : omptpy_put(s, "]");
 }
 
-/* The names of user-code regions (region.c), id 1 first: written with the
- * meta and with every stats block, since names are added as the run goes. */
+/* The names of user-code regions and the error messages (region.c), id 1
+ * first: written with the meta and with every stats block, since names are
+ * added as the run goes; then what the full table refused. */
 static int put_region_names(omptpy_str *s) {
   uint32_t n = omptpy_region_count();
   int rc = omptpy_put(s, ",\"region_names\":[");
@@ -209,7 +210,9 @@ static int put_region_names(omptpy_str *s) {
     rc = omptpy_put(s, id > 1 ? "," : "");
     rc = rc ? rc : omptpy_put_string(s, name, strlen(name));
   }
-  rc = rc ? rc : omptpy_put(s, "],\"region_unnamed\":%llu", (unsigned long long)omptpy_region_unnamed());
+  rc = rc ? rc : omptpy_put(s, "],\"region_unnamed\":%llu,\"error_messages_unkept\":%llu",
+                            (unsigned long long)omptpy_region_unnamed(),
+                            (unsigned long long)omptpy_messages_unkept());
   return rc;
 }
 

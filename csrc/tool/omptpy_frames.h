@@ -1,7 +1,7 @@
 /*
  * Task frames in records (see "Frames" in omptpy.h): the kind byte of a
- * task_create or sample record says which of the two frame addresses the
- * runtime gave and with which flags.
+ * task_create, parallel_begin or sample record says which of the two frame
+ * addresses the runtime gave and with which flags.
  */
 #ifndef OMPTPY_FRAMES_H
 #define OMPTPY_FRAMES_H
@@ -32,6 +32,32 @@ static inline uint8_t omptpy_frame_bits(const ompt_frame_t *f) {
   if (f->enter_frame.ptr)
     bits |= OMPTPY_FRAME_ENTER | omptpy_frame_flags3(f->enter_frame_flags) << 5;
   return bits;
+}
+
+/* A frame packed into 96 bits (parallel_begin and sample records, which have
+ * no room for two addresses): returns the exit frame, or the enter frame when
+ * there is no exit frame; *below = exit frame - enter frame (int32) when
+ * there are both, INT32_MIN when they are too far apart to say (the enter
+ * frame is then not kept), else 0. */
+static inline uint64_t omptpy_frame_pack(const ompt_frame_t *f, uint32_t *below) {
+  uint64_t exit_frame = f ? f->exit_frame.value : 0, enter_frame = f ? f->enter_frame.value : 0;
+  *below = 0;
+  if (exit_frame && enter_frame) {
+    int64_t d = (int64_t)(exit_frame - enter_frame);
+    *below = d > INT32_MIN && d <= INT32_MAX ? (uint32_t)(int32_t)d : (uint32_t)INT32_MIN;
+  }
+  return exit_frame ? exit_frame : enter_frame;
+}
+
+/* The inverse of omptpy_frame_pack, given the frame bits: the exit and enter
+ * frames (0 where the runtime gave none); returns 0 when the enter frame was
+ * not kept (too far from the exit frame). */
+static inline int omptpy_frame_unpack(uint8_t bits, uint64_t packed, uint32_t below,
+                                      uint64_t *exit_frame, uint64_t *enter_frame) {
+  int has_exit = (bits & OMPTPY_FRAME_EXIT) != 0, has_enter = (bits & OMPTPY_FRAME_ENTER) != 0;
+  *exit_frame = has_exit ? packed : 0;
+  *enter_frame = !has_enter ? 0 : has_exit ? packed - (uint64_t)(int64_t)(int32_t)below : packed;
+  return !(has_exit && has_enter && (int32_t)below == INT32_MIN);
 }
 
 #endif /* OMPTPY_FRAMES_H */

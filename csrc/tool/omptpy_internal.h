@@ -580,6 +580,12 @@ void omptpy_stacks_after_fork_child(void);
 
 #define OMPTPY_REGION_MAX_NAMES 16384
 uint64_t omptpy_region_unnamed(void); /* markers past the name limit */
+/* Error messages share the table of region names, each cut to its first
+ * OMPTPY_MESSAGE_MAX bytes (the record keeps the full length). */
+#define OMPTPY_MESSAGE_MAX 512
+/* The id of an error message's text (0: none, or the table is full). */
+uint64_t omptpy_intern_message(const char *message, size_t length);
+uint64_t omptpy_messages_unkept(void); /* error messages past the table's limit */
 void omptpy_region_after_fork_child(void);
 
 #pragma GCC visibility pop

@@ -6,7 +6,7 @@
  * (u64a).  Names are interned here, once each: lookups do not lock (entries
  * are published once and never change), a new name takes a lock and one
  * allocation.  The meta and stats JSON list the names, so readers map ids
- * back to them.
+ * back to them.  The error callback's messages (bounded) share the table.
  */
 #define _GNU_SOURCE
 #include <stdlib.h>
@@ -20,6 +20,7 @@ static _Atomic(const char *) names[OMPTPY_REGION_MAX_NAMES]; /* id - 1 -> name *
 static _Atomic uint32_t nnames;
 static _Atomic uint32_t table[TABLE_SIZE]; /* name id, 0 if empty */
 static _Atomic uint64_t unnamed;           /* markers past the name limit, recorded with id 0 */
+static _Atomic uint64_t messages_unkept;   /* error messages past the limit, recorded with id 0 */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static uint64_t hash(const char *s) {
@@ -38,7 +39,8 @@ static uint32_t probe(const char *name, uint64_t h, uint32_t *id) {
   }
 }
 
-static uint64_t intern(const char *name) {
+/* The id of name (1 and up), 0 when the table is full: then *refused counts it. */
+static uint64_t intern(const char *name, _Atomic uint64_t *refused) {
   if (!name) return 0;
   uint64_t h = hash(name);
   uint32_t id;
@@ -55,13 +57,25 @@ static uint64_t intern(const char *name) {
     atomic_store_explicit(&table[slot], id, memory_order_release);
   }
   pthread_mutex_unlock(&lock);
-  if (!id) atomic_fetch_add(&unnamed, 1);
+  if (!id) atomic_fetch_add(refused, 1);
   return id;
 }
 
+uint64_t omptpy_intern_message(const char *message, size_t length) {
+  if (!message) return 0;
+  /* A bounded copy: the runtime's text need not end within `length`. */
+  char text[OMPTPY_MESSAGE_MAX + 1];
+  size_t n = length < OMPTPY_MESSAGE_MAX ? length : OMPTPY_MESSAGE_MAX;
+  memcpy(text, message, n);
+  text[n] = 0;
+  return intern(text, &messages_unkept);
+}
+
+uint64_t omptpy_messages_unkept(void) { return atomic_load(&messages_unkept); }
+
 OMPTPY_API void omptpy_region_mark(int endpoint, const char *name, uintptr_t codeptr) {
   if (!omptpy_recording()) return;
-  omptpy_emit_own(OMPTPY_EVENT_REGION, endpoint, codeptr, intern(name),
+  omptpy_emit_own(OMPTPY_EVENT_REGION, endpoint, codeptr, intern(name, &unnamed),
                   endpoint == ompt_scope_begin);
 }
 

@@ -94,14 +94,8 @@ static void sample(omptpy_thread *t, void *ucontext) {
   /* The running task's frame, packed (omptpy.h): the exit frame (else the
    * enter frame) in full, the enter frame as its distance below the exit frame. */
   const ompt_frame_t *frame = atomic_load_explicit(&t->run_frame, memory_order_relaxed);
-  uint8_t frame_bits = omptpy_frame_bits(frame);
-  uint64_t exit_frame = frame ? frame->exit_frame.value : 0;
-  uint64_t enter_frame = frame ? frame->enter_frame.value : 0;
-  uint32_t below = 0;
-  if (exit_frame && enter_frame) {
-    int64_t d = (int64_t)(exit_frame - enter_frame);
-    below = d > INT32_MIN && d <= INT32_MAX ? (uint32_t)(int32_t)d : (uint32_t)INT32_MIN;
-  }
+  uint32_t below;
+  uint64_t frame_addr = omptpy_frame_pack(frame, &below);
   uint64_t pc = 0;
 #if defined(__x86_64__)
   pc = (uint64_t)((ucontext_t *)ucontext)->uc_mcontext.gregs[REG_RIP];
@@ -110,10 +104,9 @@ static void sample(omptpy_thread *t, void *ucontext) {
 #else
   (void)ucontext;
 #endif
-  omptpy_fill(&t->recs[t->pos], t, OMPTPY_EVENT_SAMPLE, 0, frame_bits, pc,
+  omptpy_fill(&t->recs[t->pos], t, OMPTPY_EVENT_SAMPLE, 0, omptpy_frame_bits(frame), pc,
               atomic_load_explicit(&t->run_parallel, memory_order_relaxed),
-              atomic_load_explicit(&t->run_task, memory_order_relaxed), wait_id,
-              exit_frame ? exit_frame : enter_frame,
+              atomic_load_explicit(&t->run_task, memory_order_relaxed), wait_id, frame_addr,
               ((uint32_t)state & 0xFFFF) | (uint32_t)(missed < 0xFFFF ? missed : 0xFFFF) << 16,
               below);
   omptpy_commit(t);

@@ -271,24 +271,34 @@ def acquisitions(waits: list[np.ndarray], holds: list[np.ndarray]
     """The rows of mutex_table: an outer join of the waits (acquire -> acquired)
     and holds (acquired -> released) with the same keys (arrays of pid, thread,
     wait id and acquired time), as positions in each (-1: none), ordered by the
-    acquired time, then pid, thread and wait id."""
+    acquired time, then pid, thread and wait id.  Waits and holds of the same
+    keys (acquisitions at one clock tick) pair one to one, in their order: the
+    table has at most a row per wait and hold, however many share a time."""
     n = len(waits[0])
     keys = [np.concatenate(pair) for pair in zip(waits, holds)]
     group, count = group_ids(pd.DataFrame(dict(enumerate(keys)), copy=False))
     of_wait, of_hold = group[:n], group[n:]
+    nth_wait, nth_hold = _rank_in_group(of_wait, count), _rank_in_group(of_hold, count)
     holds_of = np.bincount(of_hold, minlength=count)
+    waits_of = np.bincount(of_wait, minlength=count)
+    # The k-th hold of a group, by group and rank: holds in group order, then rank.
     by_group = np.argsort(of_hold, kind="stable")
     first = np.cumsum(holds_of) - holds_of
-    # Each wait once per hold of its keys (once if none), then the holds without a wait.
-    times = np.maximum(holds_of[of_wait], 1)
-    w = np.repeat(np.arange(n), times)
-    h = np.full(len(w), -1, np.intp)
-    held = holds_of[of_wait[w]] > 0
-    nth = np.arange(len(w)) - np.repeat(np.cumsum(times) - times, times)
-    h[held] = by_group[first[of_wait[w[held]]] + nth[held]]
-    alone = np.flatnonzero(np.bincount(of_wait, minlength=count)[of_hold] == 0)
-    w = np.concatenate([w, np.full(len(alone), -1, np.intp)])
+    paired = nth_wait < holds_of[of_wait]
+    h = np.full(n, -1, np.intp)
+    h[paired] = by_group[first[of_wait[paired]] + nth_wait[paired]]
+    alone = np.flatnonzero(nth_hold >= waits_of[of_hold])  # holds beyond their group's waits
+    w = np.concatenate([np.arange(n), np.full(len(alone), -1, np.intp)])
     h = np.concatenate([h, alone])
     at = np.where(w >= 0, w, n + h)
     order = np.lexsort([keys[2][at], keys[1][at], keys[0][at], keys[3][at]])
     return w[order], h[order]
+
+
+def _rank_in_group(group: np.ndarray, count: int) -> np.ndarray:
+    """Each row's rank among the rows of its group (0 for the first), in row order."""
+    order = np.argsort(group, kind="stable")
+    sizes = np.bincount(group, minlength=count)
+    rank = np.empty(len(group), np.intp)
+    rank[order] = np.arange(len(group)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return rank

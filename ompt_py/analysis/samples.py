@@ -40,7 +40,8 @@ def samples(trace: Trace) -> pd.DataFrame:
     codes = s["state"].to_numpy(np.int64, na_value=np.iinfo(np.int64).max)  # <NA>: none
     s["state"] = STATE_CATEGORIES.categorical(codes)
     s.insert(4, "state_raw", STATE_RAW_CATEGORIES.categorical(codes))
-    runtime = s["enter_frame"].notna().to_numpy() | ~np.isin(codes, WORK_STATES)
+    runtime = (s["enter_frame"].to_numpy(np.uint64, na_value=0) != 0) | ~np.isin(codes,
+                                                                              WORK_STATES)
     s["where"] = pd.Categorical.from_codes(runtime.astype(np.int8),
                                            categories=["user", "runtime"])
     return s
@@ -64,7 +65,7 @@ def state_breakdown(trace: Trace, by: str = "thread", raw: bool = False) -> pd.D
         raise ValueError(f"by={by!r}: use 'thread' or 'region'")
     s = samples(trace)
     if by == "region":
-        s = s[s["parallel_id"].notna()]
+        s = s[s["parallel_id"].to_numpy(np.uint64, na_value=0) != 0]  # 0: in no region
     state = "state_raw" if raw else "state"
     s = s.assign(periods=s["missed"].to_numpy(np.int64, na_value=0) + 1)
     per_state = s.groupby([*keys, state], observed=True)["periods"].agg(["size", "sum"])

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..meta import interned_strings
 from ..records import (
     EVENT_CODES,
     PARALLEL_INVOKER_PROGRAM,
@@ -154,13 +155,14 @@ def task_pieces(trace: Trace) -> pd.DataFrame:
         return pd.DataFrame(columns=["pid", "thread", "task_id", "begin_ns", "end_ns",
                                      "duration_ns", "status"])
     explicit = df.loc[df["event"] == "task_create", "task_id"].dropna()
+    switched_to = sched["other_task_id"].to_numpy(np.int64, na_value=0)  # -1: no next task
     run, nxt = pairing.task_runs(sched[_BASE], sched["task_id"].to_numpy(np.uint64, na_value=0),
-                                 sched["other_task_id"].to_numpy(np.uint64, na_value=0),
+                                 np.maximum(switched_to, 0).view(np.uint64),
                                  explicit.to_numpy(np.uint64))
     time = sched["time_ns"].to_numpy()
     running = pd.DataFrame({
         "pid": sched["pid"].to_numpy()[run], "thread": sched["thread"].to_numpy()[run],
-        "task_id": sched["other_task_id"].array[run], "begin_ns": time[run],
+        "task_id": sched["task_id"].array[nxt], "begin_ns": time[run],  # nxt switches from it
         "end_ns": time[nxt], "status": sched["kind"].array[nxt],
     })
     running["duration_ns"] = running["end_ns"] - running["begin_ns"]
@@ -293,7 +295,7 @@ def tasks(trace: Trace) -> pd.DataFrame:
                   ["pid", "task_id", "other_task_id", "thread", "time_ns", "flags",
                    "has_dependences", "codeptr", "py_stack"]].rename(
         columns={"other_task_id": "parent_id", "thread": "creator_thread",
-                 "time_ns": "created_ns"})
+                 "time_ns": "created_ns"}).astype({"parent_id": "UInt64"})  # a task id
     runs = task_pieces(trace)
     agg = runs.groupby(["pid", "task_id"]).agg(
         first_start_ns=("begin_ns", "min"), end_ns=("end_ns", "max"),
@@ -328,8 +330,8 @@ def task_graph(trace: Trace) -> pd.DataFrame:
     """The task dependence graph as edges (task_dependence events): source -> sink."""
     df = frame(trace)
     e = df.loc[df["event"] == "task_dependence", ["pid", "task_id", "other_task_id", "time_ns"]]
-    return e.rename(columns={"task_id": "source_id", "other_task_id": "sink_id"}).reset_index(
-        drop=True)
+    return e.rename(columns={"task_id": "source_id", "other_task_id": "sink_id"}).astype(
+        {"sink_id": "UInt64"}).reset_index(drop=True)
 
 
 @per_trace
@@ -394,7 +396,7 @@ def user_regions(trace: Trace) -> pd.DataFrame:
     outer = found.enclosing[begin_rows]
     up = np.where(outer >= 0, number[np.maximum(outer, 0)], -1)
     level = pairing.nesting_levels(up)
-    names = _marker_names(trace.meta, pids, markers["u64a"])
+    names = interned_strings(trace.meta, pids, markers["u64a"])
     b = found.begins
     stacks = python_stack_ids(markers[b])
     at = number[b]
@@ -419,18 +421,6 @@ def user_regions(trace: Trace) -> pd.DataFrame:
     table.attrs["unmatched_begins"] = len(found.open)
     table.attrs["unmatched_ends"] = found.unmatched_ends
     return table
-
-
-def _marker_names(meta: dict, pids: np.ndarray, name_ids: np.ndarray) -> np.ndarray:
-    """The name of each marker (None for id 0 or an id the metadata lacks), from its
-    process's interned names (``meta["processes"][i]["region_names"]``, id 1 first)."""
-    out = np.full(len(pids), None, dtype=object)
-    for proc in meta.get("processes", []):
-        mine = pids == proc["pid"]
-        table = np.array([None, *proc.get("region_names", [])], dtype=object)
-        ids = name_ids[mine].astype(np.int64)
-        out[mine] = table[np.where(ids < len(table), ids, 0)]
-    return out
 
 
 @per_trace

@@ -199,13 +199,14 @@ class Handler:
 
 def _frame(ev: np.ndarray) -> Any:
     """A batch as a pandas frame (the columns of Trace.to_pandas; time_ns is
-    CLOCK_MONOTONIC nanoseconds)."""
+    CLOCK_MONOTONIC nanoseconds; error messages from the live table of strings)."""
     from ..meta import FORMAT
     from ..trace import Trace  # the facade above this layer: imported when first needed
 
-    meta = {"format": FORMAT,
-            "processes": [{"pid": os.getpid(), "rank": None, "config": _config()}]}
-    return Trace.from_records(ev, meta).to_pandas()
+    proc = {"pid": os.getpid(), "rank": None, "config": _config()}
+    if (ev["event"] == EVENT_CODES["error"]).any():  # their messages' texts
+        proc["region_names"] = _core.region_names()
+    return Trace.from_records(ev, {"format": FORMAT, "processes": [proc]}).to_pandas()
 
 
 _config_cache: dict = {}

@@ -50,5 +50,6 @@ class region(contextlib.ContextDecorator):  # lower case: used like a function
 
 def region_names() -> list[str]:
     """The region names interned so far in this process; a marker's ``u64a`` is
-    the index into this list plus one (0: an end without a name)."""
+    the index into this list plus one (0: an end without a name).  The error
+    callback's messages share the list (an error record's ``u64b``)."""
     return _core.region_names()

@@ -8,8 +8,12 @@ and place info need the program itself: tests/tool/test_attribution.py.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from conftest import STORED_RUNTIMES, load_stored, stored_output
+
+import ompt_py
+from ompt_py.records import EVENT_CODES, EVENT_DTYPE, MUTEX_KINDS
 
 on_both = pytest.mark.parametrize(
     "runtime", [pytest.param(v, id=f"libomp{v}") for v in STORED_RUNTIMES])
@@ -53,6 +57,28 @@ def test_contended_lock_waits_add_up_to_the_blocked_time(runtime):
     waited = float(locks["wait_ns"].sum())
     assert measured > 1e6, "the threads were expected to contend"
     assert abs(waited - measured) <= 0.10 * measured, (waited, measured)
+
+
+def test_acquisitions_at_one_clock_tick_pair_one_to_one():
+    """Many acquisitions of one lock on one thread at the same time (a coarse clock,
+    a synthetic trace): each wait pairs with one hold, in their order, so mutex()
+    has a row per acquisition; pairing every wait with every hold of the same
+    time gave n * n rows (61,620 tied events exhausted the memory of summary())."""
+    n = 3000
+    codes = [EVENT_CODES[e] for e in ("mutex_acquire", "mutex_acquired", "mutex_released")]
+    ev = np.zeros(3 * n + 1, EVENT_DTYPE)
+    ev["event"][:-1] = np.tile(codes, n)
+    ev["event"][-1] = codes[2]  # a release without its acquisition: held before the window
+    ev["kind"] = next(k for k, name in MUTEX_KINDS.items() if name == "lock")
+    ev["u64a"], ev["time_ns"] = 0x1000, 7
+    ev["codeptr"][0::3][:n] = np.arange(n)  # tells the acquisitions apart
+    t = ompt_py.Trace.from_records(ev, {"processes": [{"pid": 1, "config": {}}]}, pids=1)
+    m = t.mutex()
+    assert len(m) == n
+    assert (m["wait_ns"] == 0).all() and (m["hold_ns"] == 0).all()
+    assert m["codeptr"].tolist() == list(range(n))  # each wait once, in order
+    contention = t.lock_contention()
+    assert contention["acquisitions"].tolist() == [n]
 
 
 @pytest.mark.pythons

@@ -28,9 +28,9 @@ COLUMNS = [
     "kind", "kind_raw", "team_size", "thread_num", "proc_id", "place_num", "flags",
     "has_dependences", "other_task_id", "variable", "dependence_index", "dependence_count",
     "count", "instance", "chunk_iterations", "wait_id", "hint", "impl", "os_tid", "state",
-    "missed", "runtime", "command", "modifier", "message_length", "device_num", "target_id",
-    "target_region_id", "bytes", "src_device", "dest_device", "requested_num_teams",
-    "exit_frame", "enter_frame", "exit_frame_flags", "enter_frame_flags", "py_stack",
+    "missed", "runtime", "command", "modifier", "arg", "message_length", "device_num",
+    "target_id", "target_region_id", "bytes", "src_device", "dest_device", "requested_num_teams",
+    "message", "exit_frame", "enter_frame", "exit_frame_flags", "enter_frame_flags", "py_stack",
 ]
 # per process: argv[1:], rank, written, dropped, (thread, type, written) of each thread
 PROCESSES = {
@@ -122,7 +122,13 @@ def test_to_pandas(trace):
     assert df.loc[df["pid"] == PARALLEL, "rank"].isna().all()
     assert df["team_size"].value_counts().to_dict() == {2: 12, 0: 5, 1: 2}
     assert df["thread_num"].value_counts().to_dict() == {1: 10, 0: 6}
-    assert df["wait_id"].notna().sum() == 26 and df["codeptr"].notna().sum() == 42
+    assert df["wait_id"].notna().sum() == 26
+    # the events with a code address; 14 of them the runtime passed as NULL
+    assert df["codeptr"].notna().sum() == 56 and df["codeptr"].eq(0).sum() == 14
+    # record version 3 kept no frame at parallel_begin and no error message
+    begins = df[df["event"] == "parallel_begin"]
+    assert len(begins) == 3 and begins[["exit_frame", "enter_frame"]].isna().all().all()
+    assert df["message"].isna().all()
 
 
 @pytest.mark.pythons

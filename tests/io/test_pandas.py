@@ -27,10 +27,11 @@ COLUMNS = [
     "kind_raw", "team_size", "thread_num", "proc_id", "place_num", "flags", "has_dependences",
     "other_task_id", "variable", "dependence_index", "dependence_count", "count", "instance",
     "chunk_iterations", "wait_id", "hint", "impl", "os_tid", "state", "missed", "runtime",
-    "command", "modifier", "message_length", "device_num", "target_id", "target_region_id",
-    "bytes", "src_device", "dest_device", "requested_num_teams", "exit_frame", "enter_frame",
-    "exit_frame_flags", "enter_frame_flags", "py_stack",
+    "command", "modifier", "arg", "message_length", "device_num", "target_id",
+    "target_region_id", "bytes", "src_device", "dest_device", "requested_num_teams", "message",
+    "exit_frame", "enter_frame", "exit_frame_flags", "enter_frame_flags", "py_stack",
 ]
+INTEGERS = [c for c in COLUMNS[5:8] + COLUMNS[10:] if c != "message"]
 
 
 
@@ -56,9 +57,9 @@ def test_to_pandas_columns_and_dtypes(mixed):
     assert df["time_ns"].is_monotonic_increasing
     assert df["pid"].dtype.kind == "i"
     assert df["thread"].dtype.kind in "iu"
-    for c in ("event", "endpoint", "kind", "kind_raw"):
+    for c in ("event", "endpoint", "kind", "kind_raw", "message"):
         assert isinstance(df[c].dtype, pd.CategoricalDtype), c
-    for c in COLUMNS[5:8] + COLUMNS[10:]:
+    for c in INTEGERS:
         assert isinstance(df[c].dtype, pd.api.extensions.ExtensionDtype), c
         assert df[c].dtype.kind in "iu", c
 
@@ -67,7 +68,7 @@ def test_to_pandas_frame_is_read_only(mixed):
     """Argument columns share values and masks: a write into one would show in
     the others, so the frame refuses writes; a copy takes them."""
     df = mixed.to_pandas()
-    sharing = [c for c in COLUMNS[10:] if df[c].notna().any()]
+    sharing = [c for c in INTEGERS[3:] if df[c].notna().any()]
     before = {c: df[c].copy() for c in sharing}
     for column, value in ((sharing[0], 5), (sharing[0], pd.NA), ("parallel_id", 1),
                           ("event", "flush")):
@@ -130,12 +131,16 @@ def test_to_pandas_names_and_nulls(mixed, runtime):
     loops = df[(df["event"] == "work") & (df["endpoint"] == "begin")
                & df["kind_raw"].isin(["loop_static", "loop_dynamic", "loop"])]
     assert loops["count"].eq(8).all() and len(loops) == 4
-    # ids: 0 in the record is <NA> in the frame; task_create has no parallel id (its
-    # record keeps the encountering task's enter frame there)
-    no_region = (ev["parallel_id"] == 0) | (ev["event"] == EV["task_create"])
-    assert df["parallel_id"].isna().sum() == int(no_region.sum())
+    # ids: <NA> for the events without the field (task_create has no parallel id: its
+    # record keeps the encountering task's enter frame there), 0 where the runtime
+    # passed NULL (libomp 16 and 19: an implicit task's end has no parallel data)
+    lacks = ~np.isin(ev["event"], [EVENT_CODES[e] for e in rec.ID_FIELDS["parallel_id"]])
+    assert df["parallel_id"].isna().sum() == int(lacks.sum())
     assert (ev[ev["event"] == EV["task_create"]]["parallel_id"] != 0).all()
     assert df.loc[df["event"] == "task_create", "parallel_id"].isna().all()
+    ends = df[(df["event"] == "implicit_task") & (df["endpoint"] == "end")]
+    assert ends["parallel_id"].notna().all() and (ends["parallel_id"] == 0).any()
+    assert df.loc[df["event"] == "task_schedule", "codeptr"].isna().all()
     assert df["pid"].nunique() == 1
 
 
@@ -150,32 +155,99 @@ def test_parquet_round_trip_in_pytest_process(mixed, tmp_path):
     pd.testing.assert_frame_equal(again.to_pandas(), mixed.to_pandas())
 
 
+def _records(rows: list[dict], versions: dict[int, int] | None = None) -> ompt_py.Trace:
+    """A trace of hand-made records, all at time 0 (to_pandas keeps their order):
+    each row's fields by name (``event`` by name, ``pid`` its process, 1 by
+    default); ``versions``: the record version of processes other than the current."""
+    ev = np.zeros(len(rows), EVENT_DTYPE)
+    for i, row in enumerate(rows):
+        for name, value in row.items():
+            if name != "pid":
+                ev[i][name] = EVENT_CODES[value] if name == "event" else value
+    pids = np.array([row.get("pid", 1) for row in rows])
+    procs = [{"pid": int(pid), "config": {}, "region_names": ["deco", "stop here"],
+              "tool": {"record_version": (versions or {}).get(int(pid), rec.RECORD_VERSION)}}
+             for pid in sorted(set(pids.tolist()))]
+    return ompt_py.Trace.from_records(ev, {"processes": procs}, pids=pids)
+
+
+def _values(df: pd.DataFrame, *names: str) -> dict[str, list]:
+    return {name: [None if pd.isna(v) else v for v in df[name]] for name in names}
+
+
 def test_frame_fields_decode():
     """The packing of csrc/include/omptpy.h ("Frames"), decoded by to_pandas without a
-    runtime: every combination the sampler and task_create write, and version-1
-    records."""
-    sample, create, work = (EVENT_CODES[e] for e in ("sample", "task_create", "work"))
+    runtime: every combination the sampler, task_create and parallel_begin write; an
+    address the runtime did not give is 0 (and has no flags), an event without
+    frames <NA>, and so are the records of versions that did not keep them."""
     exit_frame, enter_frame = 0x7FFD_0000_1F40, 0x7FFD_0000_1E80
+    below = exit_frame - enter_frame
     fp, cfa_app = 0b100, 0b011  # framepointer; cfa | application, packed in 3 bits
-    rows = [  # event, kind (frame bits), u64b, u32b, parallel_id
-        (sample, 0x01 | fp << 2, exit_frame, 0, 0),  # in the task's code
-        (sample, 0x03 | fp << 2 | cfa_app << 5, exit_frame, exit_frame - enter_frame, 0),
-        (sample, 0x02 | fp << 5, enter_frame, 0, 0),  # initial task in the runtime
-        (sample, 0x03, exit_frame, 0x8000_0000, 0),  # too far apart: enter unknown
-        (sample, 0, 2, 1, 0),  # record version 1: team size 2, thread 1, no frames
-        (create, 0x03 | fp << 2 | fp << 5, exit_frame, 4, enter_frame),
-        (work, 0x03, 40, 0, 7),  # other events: never frames
-    ]
-    ev = np.zeros(len(rows), EVENT_DTYPE)  # all at time 0: to_pandas keeps their order
-    for i, (code, kind, u64b, u32b, parallel_id) in enumerate(rows):
-        ev[i]["event"], ev[i]["kind"], ev[i]["u64b"] = code, kind, u64b
-        ev[i]["u32b"], ev[i]["parallel_id"] = u32b, parallel_id
-    trace = ompt_py.Trace.from_records(ev, {"processes": [{"pid": 1, "config": {}}]}, pids=1)
+    trace = _records([
+        dict(event="sample", kind=0x01 | fp << 2, u64b=exit_frame),  # in the task's code
+        dict(event="sample", kind=0x03 | fp << 2 | cfa_app << 5, u64b=exit_frame, u32b=below),
+        dict(event="sample", kind=0x02 | fp << 5, u64b=enter_frame),  # initial task, runtime
+        dict(event="sample", kind=0x03, u64b=exit_frame, u32b=0x8000_0000),  # enter unknown
+        dict(event="sample", u64b=2, u32b=1, pid=2),  # version 1: team size 2, thread 1
+        dict(event="task_create", kind=0x03 | fp << 2 | fp << 5, u64b=exit_frame, u32b=4,
+             parallel_id=enter_frame),
+        dict(event="work", kind=0x03, u64b=40, parallel_id=7),  # other events: never frames
+        # parallel_begin: the distance in u64a's high half, the stack id (5) in its low half
+        dict(event="parallel_begin", kind=0x03 | fp << 2 | fp << 5, u64b=exit_frame,
+             u64a=below << 32 | 5),
+        dict(event="parallel_begin", kind=0x02 | fp << 5, u64b=enter_frame),  # initial task
+        dict(event="parallel_begin", u64a=5, pid=3),  # version 4: no frame
+    ], versions={2: 1, 3: 4})
     df = trace.to_pandas()
-    got = {name: [None if pd.isna(v) else int(v) for v in df[name]] for name in FRAME_COLUMNS}
-    assert got == {
-        "exit_frame": [exit_frame, exit_frame, None, exit_frame, None, exit_frame, None],
-        "enter_frame": [None, enter_frame, enter_frame, None, None, enter_frame, None],
-        "exit_frame_flags": [0x20, 0x20, None, 0, None, 0x20, None],
-        "enter_frame_flags": [None, 0x11, 0x20, 0, None, 0x20, None],
+    assert _values(df, *FRAME_COLUMNS) == {
+        "exit_frame": [exit_frame, exit_frame, 0, exit_frame, None, exit_frame, None,
+                       exit_frame, 0, None],
+        "enter_frame": [0, enter_frame, enter_frame, None, None, enter_frame, None,
+                        enter_frame, enter_frame, None],
+        "exit_frame_flags": [0x20, 0x20, None, 0, None, 0x20, None, 0x20, None, None],
+        "enter_frame_flags": [None, 0x11, 0x20, 0, None, 0x20, None, 0x20, 0x20, None],
     }
+    assert df["py_stack"].isna().all()  # no Python in these processes' metadata
+
+
+def test_null_passed_and_field_absent_differ():
+    """An id, a next task or an address the runtime passed as NULL is 0 (a next task
+    -1, as LLVM's callback.h prints it); a field the event does not have is <NA>."""
+    df = _records([
+        dict(event="implicit_task", endpoint=rec.SCOPE_END, task_id=9),  # no parallel data
+        dict(event="task_schedule", kind=1, task_id=9),  # complete, no next task
+        dict(event="task_schedule", kind=7, task_id=9, u64a=12),  # switch to task 12
+        dict(event="task_create", task_id=12, u64a=0),  # no encountering task
+        dict(event="sync_region", kind=2, endpoint=rec.SCOPE_BEGIN, task_id=9),  # no codeptr
+        dict(event="mutex_acquire", kind=1, u64a=0x1000),
+    ]).to_pandas()
+    assert _values(df, "parallel_id", "task_id", "codeptr", "other_task_id") == {
+        "parallel_id": [0, None, None, None, 0, None],
+        "task_id": [9, 9, 9, 12, 9, None],
+        "codeptr": [None, None, None, 0, 0, 0],
+        "other_task_id": [None, -1, 12, 0, None, None],
+    }
+    assert df["other_task_id"].dtype == "Int64"
+
+
+def test_error_message_and_control_tool_arg():
+    """The error callback's message (its text from the process's table of strings, the
+    length as the runtime passed it) and the control_tool arg pointer (u32a and u32b);
+    <NA> in the records of versions that did not keep them."""
+    arg = 0x7FFD_1234_5678
+    df = _records([
+        dict(event="error", kind=1, u64a=9, u64b=2),  # "stop here"
+        dict(event="error", kind=2, u64a=700, u64b=0),  # not kept: the table was full
+        dict(event="error", kind=1, u64a=9, pid=2),  # version 4: no message kept
+        dict(event="control_tool", u64a=64, u64b=3, u32a=arg & 0xFFFF_FFFF, u32b=arg >> 32),
+        dict(event="control_tool", u64a=1, pid=2),  # NULL arg
+        dict(event="control_tool", u64a=1, pid=3),  # version 1: no arg kept
+        dict(event="work", u64b=2),
+    ], versions={2: 4, 3: 1}).to_pandas()
+    assert _values(df, "message", "message_length", "arg", "command") == {
+        "message": ["stop here", None, None, None, None, None, None],
+        "message_length": [9, 700, 9, None, None, None, None],
+        "arg": [None, None, None, arg, 0, None, None],
+        "command": [None, None, None, 64, 1, 1, None],
+    }
+    assert list(df["kind"][:2]) == ["warning", "fatal"]

@@ -103,8 +103,27 @@ print(json.dumps({{"batches": len(got), "origin": t.meta["origin_mono_ns"]}}))
     assert len(handled) > len(trace.events)
 
 
-def test_delay_bound_on_a_long_running_program(omp_ext, scripting):
+def test_frames_of_error_events_carry_their_message(omp_ext, scripting):
+    """A handler's frame names an error's message from the live table of strings."""
     out, _ = run("""
+frames = []
+ompt_py.on("error", frames.append, frame=True)
+s.error_directive()
+assert ompt_py.drain_handlers()
+df = frames[0]
+print(json.dumps({"message": df["message"].tolist(), "length": df["message_length"].tolist(),
+                  "kind": df["kind"].astype(str).tolist()}))
+""", omp_ext, scripting)
+    assert out == {"message": ["from scripting_ext"], "length": [18], "kind": ["warning"]}
+
+
+def test_delay_bound_on_a_long_running_program(omp_ext, scripting):
+    """Batches reach the handlers while the program runs, each within the delay of
+    its oldest event, plus what the scheduler and the GIL cost any Python thread
+    meanwhile: a thread beside the dispatcher measures how late its 10 ms sleeps
+    end (a few ms on a quiet machine, tens with CPU-bound processes beside)."""
+    out, _ = run("""
+import threading
 seen = []
 
 @ompt_py.on()
@@ -115,45 +134,64 @@ def h(ev):
 quick = []
 ompt_py.on("task_create", lambda ev: quick.append(time.monotonic_ns() - int(ev["time_ns"].min())),
            delay=0.02)
+late, done = [], threading.Event()
+
+def ticker():
+    while not done.is_set():
+        due = time.monotonic_ns() + 10_000_000
+        time.sleep(0.01)
+        late.append(time.monotonic_ns() - due)
+
+beside = threading.Thread(target=ticker)
+beside.start()
 t0 = time.monotonic_ns()
 regions = s.steady(3.0, 2000)       # 3 s of events, the GIL released
 t1 = time.monotonic_ns()
+done.set()
+beside.join()
 assert ompt_py.drain_handlers()
 during = [x for x in seen if x[0] <= t1]
-print(json.dumps({"regions": regions, "t0": t0, "t1": t1, "during": during,
+print(json.dumps({"regions": regions, "t0": t0, "t1": t1, "during": during, "late": late,
                   "quick": quick, "events": sum(x[2] for x in seen)}))
 """, omp_ext, scripting)
     during = out["during"]
-    assert out["regions"] > 100
-    # delivered while the program ran, in many batches, from its first half on
-    assert len(during) >= 20
-    assert during[0][0] - out["t0"] < 0.5e9
+    late = np.array(out["late"]) / 1e6
+    # a region every 2 ms when the program has the CPUs (1,000 or more in 3 s), each
+    # with 4 tasks: enough for many batches even when other processes slow it down
+    assert out["regions"] >= 20 and len(late) >= 20
+    # delivered while the program ran, in many batches, the first one soon after it began
+    assert len(during) >= 10
+    first_ms = (during[0][0] - out["t0"]) / 1e6
+    assert first_ms <= 500 + late.max(), (first_ms, np.sort(late)[-5:])
     delays = np.array([d for _, d, _ in during]) / 1e6
-    # delay=0.05 (default): the oldest event of each batch waited at most 50 ms
-    assert np.percentile(delays, 95) <= 50, np.sort(delays)[-10:]
-    # The worst batch waits for the scheduler too: 183 ms once with two CPU-bound
-    # processes beside the program; a stall of the tool would take seconds.
-    assert delays.max() <= 1000, np.sort(delays)[-10:]
+    # delay=0.05 (default): the oldest event of each batch waited at most 50 ms, more
+    # only by as much as the scheduler kept Python threads waiting
+    assert np.percentile(delays, 95) <= 50 + np.percentile(late, 95), (
+        np.sort(delays)[-10:], np.sort(late)[-10:])
+    # a stall of the tool would take seconds
+    assert delays.max() <= 1000 + late.max(), (np.sort(delays)[-10:], np.sort(late)[-10:])
     quick = np.array(out["quick"]) / 1e6  # the handler with delay=0.02 sets the pace
-    assert np.percentile(quick, 95) <= 20, np.sort(quick)[-10:]
+    assert np.percentile(quick, 95) <= 20 + np.percentile(late, 95), (
+        np.sort(quick)[-10:], np.sort(late)[-10:])
 
 
 def test_gil_held_in_a_parallel_region_with_handlers_registered(omp_ext, scripting):
-    # busy_with_gil keeps the GIL while both OpenMP threads make dispatch events:
-    # the dispatcher cannot run handlers meanwhile; the queue fills and drops,
-    # the OpenMP threads never wait, and the program finishes.
+    # busy_with_gil keeps the GIL while both OpenMP threads make 100,000 dispatch
+    # events (a count: as many on a busy machine): the dispatcher cannot run
+    # handlers meanwhile; the queue (1 MiB: 16,384 records) fills and drops, the
+    # OpenMP threads never wait, and the program finishes.
     out, r = run("""
 import warnings
 warnings.simplefilter("always")
 got = []
 h = ompt_py.on("dispatch", lambda ev: got.append(len(ev)))
-iterations = s.busy_with_gil(1.0)
+iterations = s.busy_with_gil(100_000)
 assert ompt_py.drain_handlers(timeout=60)
 st = ompt_py.handler_stats()
 print(json.dumps({"iterations": iterations, "received": h.received, "stats": st}))
 """, omp_ext, scripting, env={"OMPTPY_HANDLER_QUEUE": "1M"}, timeout=300)
     st = out["stats"]
-    assert out["iterations"] > 100_000
+    assert out["iterations"] == 100_000
     # every dispatch event was either delivered or counted as dropped
     assert out["received"] + st["dropped"] == out["iterations"]
     assert st["queued"] == out["received"]
@@ -180,10 +218,12 @@ print(json.dumps({{"received": h.received, "calls": h.calls, "stats": ompt_py.ha
 def test_slow_handler_drops_are_counted_and_reported(omp_ext, scripting):
     n = 20_000
     out, r = run(f"""
+done = threading.Event()
 def slow(ev):
-    time.sleep(0.05)
+    done.wait()  # until the program made every event: the queue must overflow, however fast
 h = ompt_py.on("task_create", slow)
 s.tasks_nogil({n})
+done.set()
 assert ompt_py.drain_handlers(timeout=60)
 print(json.dumps({{"received": h.received, "stats": ompt_py.handler_stats()}}))
 """, omp_ext, scripting, env={"OMPTPY_HANDLER_QUEUE": "64K"})

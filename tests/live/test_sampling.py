@@ -25,9 +25,12 @@ def test_waiting_thread_is_sampled_at_the_barrier(programs, tmp_path):
     (info,) = (th for th in proc["threads"] if th["type"] == "worker")
     samples = select(t.events, "sample")
     mine = samples[samples["thread"] == info["thread"]]
-    # 1 kHz over about 0.3 s: taken, or skipped because the worker got no CPU
-    assert len(mine) + info["samples_skipped"] >= 200, info
-    assert len(mine) >= 50
+    # 1 kHz over the worker's time in the region, as the program measured it (about
+    # 0.3 s; less when the machine started the worker late): each period taken, or
+    # skipped because the worker had no CPU then (other processes: most of them)
+    inside_ms = float(r.stdout.split()[3]) * 1e3
+    assert len(mine) + info["samples_skipped"] >= 0.9 * inside_ms, (info, inside_ms)
+    assert len(mine) >= 10
     assert proc["config"]["sample_hz"] == 1000
 
 
@@ -42,8 +45,10 @@ def test_task_frames_place_samples_in_nested_tasks(programs, tmp_path):
     df = t.to_pandas()
     serial, inner = df[df["event"] == "task_create"].itertuples()
     # The initial task was not called by the runtime (no exit frame), but it
-    # called into the runtime to create its task (an enter frame).
-    assert pd.isna(serial.exit_frame) and pd.notna(serial.enter_frame)
+    # called into the runtime to create its task (an enter frame): a NULL the
+    # runtime passed is 0, with no flags.
+    assert serial.exit_frame == 0 and pd.isna(serial.exit_frame_flags)
+    assert serial.enter_frame > 0
     # The single's implicit task: started by the runtime, calling into it to
     # create the task, a few frames deeper on the same stack.
     assert 0 < inner.exit_frame - inner.enter_frame < 1 << 16

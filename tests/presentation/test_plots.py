@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import re
-import time
 
 import numpy as np
 import pytest
@@ -83,15 +82,13 @@ def test_timeline_lanes_layers_and_window(skewed):
         skewed.plot_timeline(start_ns=end, end_ns=start)
 
 
-def test_timeline_of_many_intervals_is_quick(tmp_path):
+def test_timeline_of_many_intervals_draws_few_bars(tmp_path):
     t = many_regions(100)  # 30000 regions of 2 threads, as `parallel 30000`
     intervals = (len(states.closed(t, tables.implicit_intervals))
                  + len(states.closed(t, tables.wait_intervals)))
     assert intervals > 100_000
-    started = time.perf_counter()
-    fig = t.plot_timeline()
+    fig = t.plot_timeline()  # its time: bench/analysis.py
     fig.savefig(tmp_path / "many.png", dpi=80)
-    assert time.perf_counter() - started < 20
     (bars,) = fig.axes[0].collections
     # closer than a pixel: drawn as one bar
     assert len(bars.get_paths()) < intervals / 10

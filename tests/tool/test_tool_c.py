@@ -16,6 +16,7 @@ import time
 from collections import Counter
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import (
     BEGIN,
@@ -49,6 +50,7 @@ from conftest import (
     n_of,
     parallel_records,
     per_thread,
+    printed,
     run_with_tool,
     select,
     summary,
@@ -57,6 +59,7 @@ from conftest import (
 )
 
 import ompt_py
+from ompt_py.records import PARALLEL_LEAGUE
 
 pytestmark = [pytest.mark.needs_clang, pytest.mark.any_libomp]
 
@@ -279,7 +282,7 @@ def test_task_create_records_the_encountering_task_frame(traced):
     df = t.to_pandas()
     created = df[df["event"] == "task_create"]
     assert len(created) == n
-    assert created["exit_frame"].notna().all() and created["enter_frame"].notna().all()
+    assert (created["exit_frame"] > 0).all() and (created["enter_frame"] > 0).all()
     # one invocation of the single's code, calling into the runtime from one place
     assert created["exit_frame"].nunique() == 1 and created["enter_frame"].nunique() == 1
     exit_frame, enter_frame = created["exit_frame"].iloc[0], created["enter_frame"].iloc[0]
@@ -292,10 +295,60 @@ def test_task_create_records_the_encountering_task_frame(traced):
     assert set(ev["u64b"].tolist()) == {exit_frame}
     assert set(ev["parallel_id"].tolist()) == {enter_frame}
     assert created["parallel_id"].isna().all()
-    # frames exist for task_create and samples only
-    others = df[df["event"] != "task_create"]
+    # frames exist for task_create, parallel_begin and samples only
+    others = df[~df["event"].isin(["task_create", "parallel_begin"])]
     assert others[["exit_frame", "enter_frame", "exit_frame_flags",
                    "enter_frame_flags"]].isna().all().all()
+
+
+def test_parallel_begin_frames_error_message_and_control_arg(traced):
+    """The three arguments held against what the program sees without OMPT (the
+    values LLVM's reference tool, openmp/runtime/test/ompt/callback.h, prints as
+    parent_task_frame.exit/.reenter, arg and message/length)."""
+    t, r = traced("args")
+    df = t.to_pandas()
+    main_frame, = printed(r.stdout, "main_frame")
+    begins = df[(df["event"] == "parallel_begin") & (df["thread"] == 0)]
+    # the outer region, the nested one, the league of teams, then each team's region
+    outer, inner, teams = (begins.iloc[i] for i in range(3))
+    assert [outer["team_size"], inner["team_size"], teams["team_size"]] == [2, 2, 2]
+    assert teams["flags"] & PARALLEL_LEAGUE and not outer["flags"] & PARALLEL_LEAGUE
+    # the initial task: no exit frame (NULL, not <NA>), its enter frame just below
+    # main's frame (the runtime's: libomp 16 and 19 give no flags for it)
+    for initial in (outer, teams):
+        assert initial["exit_frame"] == 0 and pd.isna(initial["exit_frame_flags"])
+        assert 0 <= main_frame - initial["enter_frame"] < 4096
+    assert outer["enter_frame"] == teams["enter_frame"]
+    # the outer region's implicit task on thread 0 (LLVM's parallel/nested.c): its exit
+    # frame is the frame of the runtime function that called the region's code, its
+    # enter frame the frame of that code, which called into the runtime
+    assert inner["task_id"] != outer["task_id"]
+    assert inner["exit_frame"] == printed(r.stdout, "outer_exit")[0]
+    assert inner["enter_frame"] == printed(r.stdout, "outer_frame")[0]
+    assert inner["exit_frame_flags"] == inner["enter_frame_flags"] == 0x20  # runtime frame pointers
+    # omp_control_tool's arg: the pointer as passed, and NULL as 0
+    control = df[df["event"] == "control_tool"]
+    assert control["command"].tolist() == [64, 65] and control["modifier"].tolist() == [7, 0]
+    assert control["arg"].tolist() == [printed(r.stdout, "control")[0], 0]
+    # the error directives' messages: the text (its first 512 bytes) and the length
+    errors = df[df["event"] == "error"]
+    assert errors["kind"].astype(str).tolist() == ["warning", "warning"]
+    assert errors["message_length"].tolist() == printed(r.stdout, "error") == [600, 5]
+    long_text = "abcdefghij" * 60
+    assert errors["message"].tolist() == [long_text[:512], "short"]
+    assert "error_messages_unkept" not in only_process(t)  # the table refused nothing
+
+
+def test_error_messages_past_the_table_of_strings_are_counted(traced):
+    """Messages share the table of region names (16384 strings): once region markers
+    filled it, an error's message is <NA> and counted, its length still kept."""
+    t, _ = traced("args", "full")
+    df = t.to_pandas()
+    errors = df[df["event"] == "error"]
+    assert errors["message"].isna().all() and errors["message_length"].tolist() == [600, 5]
+    proc = only_process(t)
+    assert len(proc["region_names"]) == 16384 and proc["error_messages_unkept"] == 2
+    assert "region_unnamed" not in proc
 
 
 # ---- worksharing -----------------------------------------------------------------------

@@ -46,29 +46,21 @@ static PyObject *py_steady(PyObject *m, PyObject *args) {
   Py_END_ALLOW_THREADS return PyLong_FromLong(regions);
 }
 
-/* busy_with_gil(seconds): keeps the GIL while both threads of a region run a
- * dynamic,1 loop (one dispatch event per iteration) for `seconds`.  Returns
- * the iterations. */
+/* busy_with_gil(iterations): keeps the GIL while both threads of a region run
+ * dynamic,1 loops of 1000 iterations (one dispatch event each) until
+ * `iterations` (rounded up to a thousand) are done: a count, not a time, so
+ * that a busy machine makes as many events.  Returns the iterations. */
 static PyObject *py_busy_with_gil(PyObject *m, PyObject *args) {
   (void)m;
-  double seconds;
-  if (!PyArg_ParseTuple(args, "d", &seconds)) return NULL;
-  long total = 0;
-  double end = now_s() + seconds;
-  volatile int stop = 0;
+  long iterations;
+  if (!PyArg_ParseTuple(args, "l", &iterations)) return NULL;
+  long total = 0, rounds = (iterations + 999) / 1000;
 #pragma omp parallel num_threads(2) reduction(+ : total)
-  {
-    for (;;) {
-#pragma omp for schedule(dynamic, 1) nowait
-      for (int i = 0; i < 1000; i++) {
-        OPAQUE();
-        total++;
-      }
-      if (omp_get_thread_num() == 0 && now_s() >= end) stop = 1;
-#pragma omp barrier
-      int done = stop; /* read by both between two barriers: they leave together */
-#pragma omp barrier
-      if (done) break;
+  for (long r = 0; r < rounds; r++) {
+#pragma omp for schedule(dynamic, 1)
+    for (int i = 0; i < 1000; i++) {
+      OPAQUE();
+      total++;
     }
   }
   return PyLong_FromLong(total);
@@ -125,15 +117,23 @@ static PyObject *py_c_regions(PyObject *m, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* error_directive(): an OpenMP error directive (a warning) with a message. */
+static PyObject *py_error_directive(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+#pragma omp error at(execution) severity(warning) message("from scripting_ext")
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"tasks_nogil", py_tasks_nogil, METH_VARARGS, "work_tasks(n) without the GIL"},
     {"steady", py_steady, METH_VARARGS, "steady(seconds, period_us): a region every period"},
     {"busy_with_gil", py_busy_with_gil, METH_VARARGS,
-     "busy_with_gil(seconds): dispatch events on 2 threads while holding the GIL"},
+     "busy_with_gil(iterations): dispatch events on 2 threads while holding the GIL"},
     {"control", py_control, METH_VARARGS, "omp_control_tool(command, modifier, arg?)"},
     {"control_arg", py_control_arg, METH_NOARGS, "the address control() passes as arg"},
     {"pause_resume", py_pause_resume, METH_NOARGS, "regions around pause and start, in C"},
     {"c_regions", py_c_regions, METH_VARARGS, "region markers from C (omptpy_region.h)"},
+    {"error_directive", py_error_directive, METH_NOARGS, "#pragma omp error, a warning"},
     {NULL, NULL, 0, NULL},
 };
 
