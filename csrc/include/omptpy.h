@@ -94,8 +94,10 @@ extern "C" {
  *                   (their expirations merged into this sample's signal
  *                   while the thread had no CPU; at most 0xFFFF; record
  *                   version 2 had 0 there), u64a = wait id, parallel_id and
- *                   task_id of the moment, codeptr = interrupted address;
- *                   the innermost task's frame (ompt_get_task_info(0)),
+ *                   task_id of the moment (as the thread's callbacks last
+ *                   reported them: the sampler asks the runtime nothing),
+ *                   codeptr = interrupted address; the running task's frame
+ *                   as its callbacks kept it (none in a region-end barrier),
  *                   packed: u64b = exit frame, or the enter frame when
  *                   there is no exit frame; u32b = exit frame - enter frame
  *                   (int32) when there are both (INT32_MIN: too far apart,

@@ -158,9 +158,9 @@ def test_report_writes_plot_and_html(tmp_path):
     assert len(images) == 3  # timeline and states, imbalance, task durations
     assert all(base64.b64decode(i).startswith(PNG_MAGIC) for i in images)
     assert "src='http" not in html and 'src="http' not in html  # self-contained
-    # an unwritable destination is an error that says so
+    # a destination in a missing folder is a usage error that says so
     r = cli("report", trace, "--plot", tmp_path / "missing" / "x.png")
-    assert r.returncode == 1 and "cannot write" in r.stderr
+    assert r.returncode == 2 and "cannot write" in r.stderr
     assert "Traceback" not in r.stderr
 
 
