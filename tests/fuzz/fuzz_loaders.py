@@ -16,7 +16,8 @@ pandas or pyarrow).
 
 The committed corpus (tests/fuzz/corpus/TARGET) holds seeds made from tests/data
 (``--seeds``) and the inputs the fuzzer found that reach new code, minimised
-(libFuzzer ``-merge=1``); ``make fuzz`` writes new ones to build/fuzz/TARGET.
+(``fuzz_loaders.py TARGET -merge=1 NEW_DIR tests/fuzz/corpus/TARGET build/fuzz/TARGET``,
+then NEW_DIR in its place); ``make fuzz`` writes new ones to build/fuzz/TARGET.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import atexit
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import struct
 import sys
@@ -94,7 +96,8 @@ def one_input(target: str):
 
 def seeds(corpus: Path) -> None:
     """Write the seeds made from tests/data into corpus/TARGET: the small raw files of
-    format-v1 (one with a STACKS block), Parquet files of one and two processes."""
+    format-v1 (one with a STACKS block) and one of today's tool (LEDGER blocks),
+    Parquet files of one and two processes."""
     raw = [p.read_bytes() for p in sorted((DATA / "format-v1" / "raw").glob("*.omptraw"))]
     meta = json.loads(pq.read_schema(DATA / "pystacks-inprocess.parquet").metadata[b"ompt_py"])
     py = meta["processes"][0]["python"]
@@ -104,6 +107,7 @@ def seeds(corpus: Path) -> None:
                       "native_missed": 0}).encode()
     raw.append(raw[0] + struct.pack("<IIQ", ompt_py._core.FILE_MAGIC,
                                     ompt_py._core.BLOCK_STACKS, len(doc)) + doc)
+    raw.append((DATA / "raw-ledger.omptraw").read_bytes())
     parquets = [(DATA / "format-v1" / "trace.parquet").read_bytes(),
                 next((DATA / "format-v1" / "dataset").glob("*/part-0.parquet")).read_bytes()]
     trace = json.loads(TABLE.schema.metadata[parquet.PARQUET_KEY])
@@ -121,10 +125,17 @@ def main() -> None:
     if sys.argv[1:2] == ["--seeds"]:
         seeds(HERE / "corpus")
         return
-    if len(sys.argv) < 2 or sys.argv[1] not in TARGETS:
+    # The target is in the environment too: libFuzzer runs this script again without
+    # it for -merge=1 (the corpus minimised) and -fork.
+    if sys.argv[1:2] and sys.argv[1] in TARGETS:
+        os.environ["OMPTPY_FUZZ_TARGET"] = sys.argv.pop(1)
+    target = os.environ.get("OMPTPY_FUZZ_TARGET")
+    if target not in TARGETS:
         sys.exit(f"usage: {sys.argv[0]} {'|'.join(TARGETS)} [libFuzzer options] [CORPUS...]"
                  " | --seeds")
-    target = sys.argv.pop(1)
+    # libFuzzer runs those again through the shell, its argv[0] first: this interpreter
+    # and this script.
+    sys.argv[0] = f"{shlex.quote(sys.executable)} {shlex.quote(str(Path(__file__).resolve()))}"
     atheris.Setup(sys.argv, one_input(target))
     atheris.Fuzz()
 
