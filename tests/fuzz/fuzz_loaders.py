@@ -22,12 +22,10 @@ then NEW_DIR in its place); ``make fuzz`` writes new ones to build/fuzz/TARGET.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
 import shlex
-import shutil
 import struct
 import sys
 import tempfile
@@ -47,11 +45,12 @@ with atheris.instrument_imports(include=["ompt_py"]):
 TARGETS = ("raw", "parquet", "load")
 HERE = Path(__file__).resolve().parent
 DATA = HERE.parent / "data"
-# A file per input in memory-backed storage when there is one (the readers take paths).
-SCRATCH = Path(tempfile.mkdtemp(prefix="ompt-py-fuzz-",
-                                dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
-atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
-RAW, PARQUET = SCRATCH / "ompt-1-0.omptraw", SCRATCH / "t.parquet"
+# A file per input in memory-backed storage when there is one (the readers take
+# paths), removed after each input: libFuzzer ends the process without Python's
+# atexit handlers.
+SCRATCH = Path("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir())
+RAW = SCRATCH / f"ompt-py-fuzz-{os.getpid()}.omptraw"
+PARQUET = SCRATCH / f"ompt-py-fuzz-{os.getpid()}.parquet"
 TABLE = pq.read_table(DATA / "format-v1" / "trace.parquet")
 
 
@@ -89,7 +88,11 @@ def one_input(target: str):
     def test_one_input(data: bytes) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            run(data)
+            try:
+                run(data)
+            finally:
+                for path in (RAW, PARQUET):
+                    path.unlink(missing_ok=True)
 
     return test_one_input
 
