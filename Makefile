@@ -27,6 +27,14 @@
 # does not rebuild _core for a changed header).  The interpreter of version V:
 # `pyenv prefix V`'s, $PYENV_ROOT/versions/V.*'s or pythonV on PATH; a version
 # without one is reported and skipped, or fails with OMPTPY_REQUIRE_PYTHONS=1.
+# make fuzz (not part of make test): coverage-guided fuzzing of the trace readers
+# (tests/fuzz/fuzz_loaders.py, atheris: the pyproject's fuzz extra, installed into
+# .venv here), each target for $(FUZZ_SECONDS) s (the load target, which runs the
+# summary and the report on each input, twice that): the raw reader, the Parquet
+# reader, and load + to_pandas + summary + report.  Seeds: the committed corpus
+# tests/fuzz/corpus/TARGET; the inputs found that reach new code go to
+# build/fuzz/TARGET, a finding (any exception but TraceFileError) to
+# build/fuzz/TARGET-crash-*, and the target fails.
 # make test-sanitize (part of make test): tests/tool/test_tool_c.py and
 # tests/tool/test_sanitized.py (deep nesting, thread churn, sampling) with the tool
 # built with AddressSanitizer and UBSan (gcc, -O1 -g) into build/sanitize/ and
@@ -60,6 +68,10 @@ PYTHONS_TEST_DEPS := 'pytest>=7.4' 'cython>=3.0'
 PACKAGE_FILES := $(SOURCES) MANIFEST.in $(wildcard runtime/*.py ompt_py/*.py ompt_py/*/*.py) \
   ompt_py/_core.pyi ompt_py/py.typed
 
+FUZZ_SECONDS ?= 60
+FUZZ_STAMP := $(VENV)/.fuzz-installed
+FUZZ_DIR := build/fuzz
+
 SANITIZE_DIR := build/sanitize
 TSAN_DIR := build/tsan
 SANITIZE_PY := $(SANITIZE_DIR)/py
@@ -68,7 +80,7 @@ EXT_SUFFIX = $(shell $(BIN)/python -c 'import sysconfig; print(sysconfig.get_con
 SANITIZE_CFLAGS := -std=c11 -O1 -g -fPIC -fvisibility=hidden -Wall -Wextra -Werror \
   -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-.PHONY: demo test test-old-libomp test-pythons test-sanitize sanitize setup system-deps old-runtimes lint bench clean
+.PHONY: demo test test-old-libomp test-pythons test-sanitize sanitize fuzz setup system-deps old-runtimes lint bench clean
 
 demo: setup
 	@mkdir -p examples/build
@@ -176,6 +188,25 @@ sanitize: test-sanitize
 	OMPTPY_TEST_SANITIZER=thread OMPTPY_TEST_TOOL=$(CURDIR)/$(TSAN_DIR)/libomptpy.so \
 	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=0" \
 	$(BIN)/python -m pytest -q tests/tool/test_sanitized.py
+
+fuzz: setup $(FUZZ_STAMP)
+	@mkdir -p $(FUZZ_DIR)
+	@for target in raw parquet load; do \
+	  seconds=$(FUZZ_SECONDS); [ $$target != load ] || seconds=$$((2 * $(FUZZ_SECONDS))); \
+	  mkdir -p $(FUZZ_DIR)/$$target; \
+	  echo "Fuzzing $$target for $$seconds s (new inputs: $(FUZZ_DIR)/$$target)"; \
+	  $(BIN)/python tests/fuzz/fuzz_loaders.py $$target -max_total_time=$$seconds -timeout=60 \
+	    -artifact_prefix=$(FUZZ_DIR)/$$target- -print_final_stats=1 \
+	    $(FUZZ_DIR)/$$target tests/fuzz/corpus/$$target 2>&1 \
+	    | grep -vE '^INFO: Instrumenting|^#[0-9]+[[:space:]]+(NEW|REDUCE|pulse|INITED)'; \
+	  found=$$(ls $(FUZZ_DIR)/$$target-crash-* $(FUZZ_DIR)/$$target-timeout-* \
+	           $(FUZZ_DIR)/$$target-oom-* 2>/dev/null); \
+	  [ -z "$$found" ] || { echo "fuzz: findings (remove them once fixed): $$found"; exit 1; }; \
+	done
+
+$(FUZZ_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test,fuzz]'
+	@touch $@
 
 lint: setup
 	$(BIN)/ruff check ompt_py tests bench runtime setup.py

@@ -15,11 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .errors import TraceFileError
 from .records import RECORD_VERSION, THREAD_TYPES
+from .schema import FORMAT
 
-#: The version of the trace metadata's layout (``meta["format"]``), kept in Parquet files.
-FORMAT = 1
 #: The reason of the records of a thread that got no buffer (no memory left for it).
 NOBUF_REASON = "no memory for the thread's buffer"
 
@@ -100,52 +98,51 @@ def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
     for refused in ("region_unnamed", "error_messages_unkept"):
         if (last_stats or meta).get(refused):
             entry[refused] = (last_stats or meta)[refused]
-    python = python_entry(stacks, extra.get("source", "the trace"))
+    python = python_entry(stacks)
     if python is not None:
         entry["python"] = python
     entry.update(extra)
     return entry
 
 
-def python_entry(docs: list[dict], source: str) -> dict | None:
+def python_entry(docs: list[dict]) -> dict | None:
     """A process's Python call stacks (``meta["processes"][i]["python"]``) from
-    the tool's STACKS documents, in the order written (each adds the codes and
-    stacks from its ``codes_from``/``stacks_from`` on): the interpreter's
-    description (status: on, off or unsupported, and why; depth; version;
-    working directory; library folders), ``codes`` ([file, name, first line],
-    code id 1 first), ``stacks`` ([truncated, code, line, code, line...],
-    frames outermost first, then a list of native return addresses, outermost
-    first, when the capture kept native frames; stack id 1 first), the codes
-    and stacks the tool's full tables refused, and the captures whose native
-    frames were not found (native_missed).  None when the process ran no
-    Python stacks.
-    TraceFileError, naming ``source``, for documents of another shape."""
+    the tool's STACKS documents (of the shape schema.STACKS_DOC), in the order
+    written (each adds the codes and stacks from its ``codes_from``/``stacks_from``
+    on): the interpreter's description (status: on, off or unsupported, and
+    why; depth; version; working directory; library folders), ``codes``
+    ([file, name, first line], code id 1 first), ``stacks`` ([truncated, code,
+    line, code, line...], frames outermost first, then a list of native return
+    addresses, outermost first, when the capture kept native frames; stack id
+    1 first), the codes and stacks the tool's full tables refused, and the
+    captures whose native frames were not found (native_missed).  None when
+    the process ran no Python stacks."""
     codes: list[list] = []
     stacks: list[list] = []
     interpreter, refused = None, {"codes_refused": 0, "stacks_refused": 0, "native_missed": 0}
-    try:
-        for doc in docs:
-            for table, key in ((codes, "codes"), (stacks, "stacks")):
-                start, rows = int(doc[f"{key}_from"]), list(doc[key])
-                table.extend([None] * (start - len(table)))  # a block lost in between
-                table[start:start + len(rows)] = rows
-            interpreter = dict(doc["interpreter"] or interpreter or {})
-            refused = {k: int(doc[k] if k != "native_missed" else doc.get(k, 0))
-                       for k in refused}
-    except (KeyError, TypeError, ValueError) as e:
-        raise TraceFileError(f"{source}: the Python stacks are corrupt ({type(e).__name__}: {e})"
-                             ) from e
+    for doc in docs:
+        for table, key in ((codes, "codes"), (stacks, "stacks")):
+            start, rows = doc[f"{key}_from"], doc[key]
+            table.extend([None] * (start - len(table)))  # a block lost in between
+            table[start:start + len(rows)] = rows
+        interpreter = dict(doc["interpreter"] or interpreter or {})
+        refused = {k: doc.get(k, 0) for k in refused}
     if not interpreter and not stacks:
         return None
     return {**(interpreter or {"status": "on"}), "codes": codes, "stacks": stacks, **refused}
 
 
-def trace_meta(processes: list[dict], origin_mono_ns: int | None) -> dict:
-    """The metadata of a trace of these processes, with its written/dropped/lost totals."""
+def trace_meta(processes: list[dict], origin_mono_ns: int | None,
+               skipped: list[dict] | None = None) -> dict:
+    """The metadata of a trace of these processes, with its written/dropped/lost
+    totals and what a partial load left out (``skipped``: {"source", "reason"}
+    each, none repeated)."""
+    unique = {(s["source"], s["reason"]): s for s in skipped or []}
     return {"format": FORMAT, "origin_mono_ns": origin_mono_ns, "processes": processes,
             "written": sum(p["written"] for p in processes),
             "dropped": sum(p["dropped"] for p in processes),
-            "lost": sum(p.get("lost", 0) for p in processes)}
+            "lost": sum(p.get("lost", 0) for p in processes),
+            "skipped": list(unique.values())}
 
 
 def with_losses(meta: dict) -> dict:

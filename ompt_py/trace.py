@@ -35,7 +35,7 @@ import pandas as pd
 
 from . import _core
 from .errors import OmptPyError, TraceFileError
-from .meta import FORMAT, interned_strings, ranks, record_versions, trace_meta
+from .meta import interned_strings, ranks, record_versions, trace_meta
 from .records import (
     ARGUMENT_COLUMNS,
     ENDPOINT_CATEGORIES,
@@ -126,7 +126,7 @@ class Trace:
         self._recorder: Recorder | None = None
         self._recordable = True
         self.revision = 0
-        self.meta: dict[str, Any] = {"format": FORMAT, "processes": []}
+        self.meta: dict[str, Any] = trace_meta([], None)
 
     # ---- constructors ----------------------------------------------------------
 
@@ -141,7 +141,7 @@ class Trace:
         if events.dtype != EVENT_DTYPE:
             raise TypeError(f"events must have the dtype ompt_py.records.EVENT_DTYPE, "
                             f"not {events.dtype}")
-        meta = meta if meta is not None else {"format": FORMAT, "processes": []}
+        meta = meta if meta is not None else trace_meta([], None)
         if pids is None:
             procs = meta.get("processes", [])
             pids = procs[0]["pid"] if len(procs) == 1 else 0
@@ -163,7 +163,9 @@ class Trace:
     @classmethod
     def from_raw(cls, paths: str | os.PathLike | list[str | os.PathLike]) -> Trace:
         """The trace of raw files (``.omptraw``, one per process: ``OMPTPY_OUTPUT``),
-        or of every raw file of a directory, on one time axis."""
+        or of every raw file of a directory, on one time axis.  A file that cannot
+        be read, or only in part, is left out with a TraceWarning and listed in
+        ``meta["skipped"]``; TraceFileError when none can be read."""
         from .io import rawfile
 
         if isinstance(paths, (str, os.PathLike)):
@@ -759,14 +761,29 @@ def _lacks(users: tuple[str, ...], begins_only: bool) -> tuple[np.ndarray, int]:
     return table, _core.KEY_EVENT_ENDPOINT if begins_only else _core.KEY_EVENT
 
 
-def _merge(parts: list[Trace], sources: list[str]) -> Trace:
+def _merge(parts: list[Trace], sources: list[str], skipped: list[dict]) -> Trace:
     """One trace of several, on one time axis: each part's times are from its own
-    origin (a CLOCK_MONOTONIC time); the merged origin is the earliest."""
+    origin (a CLOCK_MONOTONIC time); the merged origin is the earliest (a part
+    without one is left out, with a TraceWarning).  Its ``skipped``: the parts',
+    these and those left out here."""
+    from .io import warn_skipped
+
+    skipped = [s for part in parts for s in part.meta.get("skipped", [])] + skipped
+    if len(parts) > 1 and any(p.meta.get("origin_mono_ns") is not None for p in parts):
+        unaligned = [s for p, s in zip(parts, sources) if p.meta.get("origin_mono_ns") is None]
+        for source in unaligned:
+            skipped.append({"source": source, "reason": "it has no clock origin "
+                            "(origin_mono_ns in its metadata), so it cannot be aligned with "
+                            "the other parts: load it alone"})
+        warn_skipped(skipped[len(skipped) - len(unaligned):], stacklevel=4)
+        parts, sources = zip(*[(p, s) for p, s in zip(parts, sources) if s not in unaligned])
+    if len(parts) == 1:
+        parts[0].meta = {**parts[0].meta, "skipped": trace_meta([], None, skipped)["skipped"]}
+        return parts[0]
     origins = [p.meta.get("origin_mono_ns") for p in parts]
-    for origin, source in zip(origins, sources):
-        if origin is None:
-            raise TraceFileError(f"{source} has no clock origin (origin_mono_ns in its "
-                                 "metadata), so it cannot be aligned with the other traces")
+    if None in origins:
+        raise TraceFileError(f"none of {', '.join(sources)} has a clock origin (origin_mono_ns "
+                             "in its metadata), so they cannot be aligned: load them one by one")
     first = min(origins)
     owner: dict[int, str] = {}
     for part, source in zip(parts, sources):
@@ -784,29 +801,51 @@ def _merge(parts: list[Trace], sources: list[str]) -> Trace:
     if len(hosts) > 1:
         warnings.warn(f"the processes ran on several machines ({', '.join(hosts)}): their "
                       "clocks are not aligned with each other", stacklevel=4)
-    return Trace._from_parts([part.events for part in parts], trace_meta(procs, first), [],
-                             np.concatenate([part.pids for part in parts]))
+    return Trace._from_parts([part.events for part in parts], trace_meta(procs, first, skipped),
+                             [], np.concatenate([part.pids for part in parts]))
 
 
 def _from_directory(path: str) -> Trace:
     """Every trace in a directory: raw files (one run, OMPTPY_OUTPUT), Parquet files
-    and dataset partitions (pid=N/*.parquet), merged into one trace."""
-    from .io import rawfile
+    and dataset partitions (pid=N/*.parquet), merged into one trace.  Each part that
+    cannot be read (or is not a regular file) is left out with a TraceWarning and
+    listed in ``meta["skipped"]``; TraceFileError when no part can be read."""
+    from .io import rawfile, regular_files, warn_skipped
 
     raw = rawfile.list_dir(path)
-    parquet = sorted(glob.glob(os.path.join(glob.escape(path), "*.parquet"))) + sorted(
-        glob.glob(os.path.join(glob.escape(path), "pid=*", "*.parquet")))
-    if not parquet:
+    parquet, skipped = regular_files(
+        sorted(glob.glob(os.path.join(glob.escape(path), "*.parquet")))
+        + sorted(glob.glob(os.path.join(glob.escape(path), "pid=*", "*.parquet"))))
+    if not parquet and not skipped:
         return Trace._from(rawfile.load(raw, path))
-    parts = ([Trace.from_raw(raw)] if raw else []) + [Trace.from_parquet(p) for p in parquet]
-    return parts[0] if len(parts) == 1 else _merge(parts, [path] * bool(raw) + parquet)
+    parts, sources = [], []
+    readers = ([(path if len(raw) > 1 else raw[0], lambda: Trace._from(rawfile.load(raw, path)))]
+               if raw else [])
+    readers += [(p, functools.partial(Trace.from_parquet, p)) for p in parquet]
+    for source, reader in readers:
+        try:
+            parts.append(reader())
+            sources.append(source)
+        except TraceFileError as e:
+            skipped.append({"source": source, "reason": str(e)})
+    if not parts:
+        raise TraceFileError(f"{path} holds no readable trace: "
+                             + "; ".join(f"{s['source']}: {s['reason']}" for s in skipped))
+    warn_skipped(skipped, stacklevel=3)
+    return _merge(parts, sources, skipped)
 
 
 def load(path: str | os.PathLike) -> Trace:
     """Load a trace: a Parquet file (Trace.save, ompt-py run), one raw ``.omptraw``
     file, or a directory: the raw per-process files of a run (OMPTPY_OUTPUT), a
     dataset written by Trace.save (pid=N/ partitions), Parquet files, or a mix,
-    merged into one trace with the clocks aligned (origin: the earliest)."""
+    merged into one trace with the clocks aligned (origin: the earliest).
+
+    TraceFileError when the path holds no readable trace.  A directory's parts
+    that cannot be read (or are not regular files: never opened), or can be read
+    only in part, are left out with a TraceWarning and listed in
+    ``meta["skipped"]`` ({"source", "reason"} each; empty when nothing was).
+    """
     from .io import rawfile
 
     path = os.fspath(path)

@@ -28,7 +28,7 @@ LAYERS = [
     ("ompt_py.presentation.", "presentation"), ("ompt_py.live", "live"), ("ompt_py.io", "io"),
     ("ompt_py.analysis", "analysis"), ("ompt_py.presentation", "presentation"),
     ("ompt_py.trace", "trace"), ("ompt_py.__init__", "package"), ("ompt_py.__main__", "package"),
-    ("ompt_py", "base"),  # _core, errors, records, meta, units, elf
+    ("ompt_py", "base"),  # _core, errors, records, meta, schema, units, elf
 ]
 #: What each layer may import at module level.
 ALLOWED = {

@@ -92,7 +92,9 @@ def _with_addr2line(tool: str, queries: list[tuple[str, int]]) -> dict[tuple[str
 
 def symbolize(queries: list[tuple[str, int]]) -> tuple[dict[tuple[str, int], tuple], str]:
     """(path, file address) -> (function, file, line), and which tool answered."""
-    present = [q for q in queries if os.path.exists(q[0])]
+    # Regular files only: a trace names its modules, and a FIFO or a device there
+    # would block the symbolizer.
+    present = [q for q in queries if os.path.isfile(q[0])]
     if not present:
         return {}, "none"
     tool = _llvm_tool("llvm-symbolizer")
@@ -144,7 +146,7 @@ def resolve(modules: Modules, codeptrs: np.ndarray) -> pd.DataFrame:
     index, offsets = modules.locate(codeptrs)
     # A binary rebuilt since the trace would give wrong answers: its build id tells.
     changed = {i for i in set(index.tolist()) if i >= 0 and modules.build_ids[i]
-               and os.path.exists(modules.paths[i])
+               and os.path.isfile(modules.paths[i])
                and build_id(modules.paths[i]) != modules.build_ids[i]}
     queries = [(modules.paths[i], int(off) - 1) for i, off in zip(index, offsets)
                if i >= 0 and i not in changed]

@@ -18,12 +18,17 @@ from __future__ import annotations
 
 import importlib
 import os
+import stat
+import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-__all__ = ["EXPORT_FORMATS", "Parts", "export"]
+from ..errors import TraceFileError, TraceWarning
+
+__all__ = ["EXPORT_FORMATS", "Parts", "export", "open_regular", "regular_files",
+           "warn_skipped"]
 
 #: The formats of ``ompt-py export`` and ``export()``.
 EXPORT_FORMATS = ("perfetto", "csv", "parquet")
@@ -39,6 +44,60 @@ class Parts:
     meta: dict
     pid_runs: list[tuple[int, int]]
     pids: np.ndarray | None = None
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _not_regular(mode: int) -> str | None:
+    """What a file of this mode is when it is not a regular file (None: it is one)."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def regular_files(paths: list[str]) -> tuple[list[str], list[dict]]:
+    """The regular files among ``paths`` (symbolic links followed), found without
+    opening any, and the others as ``meta["skipped"]`` entries: a FIFO, a socket or
+    a directory named like a trace file is never opened (a FIFO would block)."""
+    files, skipped = [], []
+    for p in paths:
+        try:
+            kind = _not_regular(os.stat(p).st_mode)
+        except OSError as e:
+            skipped.append({"source": p, "reason": f"cannot be read: {e.strerror}"})
+            continue
+        if kind:
+            skipped.append({"source": p, "reason": f"it is {kind}, not a trace file"})
+        else:
+            files.append(p)
+    return files, skipped
+
+
+def warn_skipped(skipped: list[dict], stacklevel: int) -> None:
+    """A TraceWarning for each ``meta["skipped"]`` entry (the warning of a partial load)."""
+    for s in skipped:
+        where = "" if s["source"] in s["reason"] else f"{s['source']}: "
+        warnings.warn(f"{where}{s['reason']}; left out, the rest is loaded", TraceWarning,
+                      stacklevel=stacklevel + 1)
+
+
+def open_regular(path: str) -> BinaryIO:
+    """``path`` opened for reading, unbuffered; TraceFileError when it cannot be or
+    is not a regular file (opened without blocking, then checked: a FIFO named like a
+    trace file would block a plain open)."""
+    try:
+        kind = _not_regular(os.stat(path).st_mode)
+        fd = None if kind else os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        kind = kind or _not_regular(os.fstat(fd).st_mode)  # replaced in between
+    except OSError as e:
+        raise TraceFileError(f"cannot read trace file {path}: {e.strerror}") from e
+    if kind:
+        if fd is not None:
+            os.close(fd)
+        raise TraceFileError(f"{path} is {kind}, not a trace file")
+    return os.fdopen(fd, "rb", buffering=0)
 
 
 def export(trace: Any, path: str | os.PathLike, format: str) -> None:

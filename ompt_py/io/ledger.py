@@ -151,8 +151,10 @@ def account(proc: RawProcess, rows: list[dict]) -> dict:
     whose last chunk it could not see: a chunk grown outside the thread's
     buffer, or a buffer made after the disk was full); without a ledger (an older file, or one whose
     ledger could not be written), ``ending`` "unknown" and nothing lost."""
-    in_file = np.bincount(proc.records["thread"].astype(np.int64)) if len(proc.records) else []
-    kept = {i: int(n) for i, n in enumerate(in_file) if n}
+    # Counted by the indices present: a corrupt record's index (up to 2**32) must not
+    # size an array, as np.bincount's would.
+    indices, counts = np.unique(proc.records["thread"], return_counts=True)
+    kept = dict(zip(indices.tolist(), counts.tolist()))
     by_index = {r["thread"]: r for r in rows}
     ledger = proc.ledger
     if ledger is None:

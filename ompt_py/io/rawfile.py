@@ -1,129 +1,169 @@
 """Reading the files the tool writes with OMPTPY_OUTPUT (one per process).
 
-A file is a sequence of blocks, each a 16-byte header (magic, type, length)
-and its payload: META (JSON, first), LEDGER (what each thread wrote into its
-buffers, kept up to date however the process ends: see ``ledger``), RECORDS
-(64-byte records of one thread, in order) and STATS (JSON counters with a
-clock anchor; the tool writes one as it goes and a final one at exit).
+A file is a sequence of blocks (ompt_py.schema: HEADER, BLOCKS): META (JSON,
+first), LEDGER (what each thread wrote into its buffers, kept up to date
+however the process ends: see ``ledger``), RECORDS (64-byte records of one
+thread, in order), STATS (JSON counters with a clock anchor; the tool writes
+one as it goes and a final one at exit) and STACKS (JSON, the Python stacks).
+Every header and document is checked against the schema before it is trusted;
+what cannot be read is left out and said (a TraceWarning, ``meta["skipped"]``),
+the rest is kept.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import struct
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import _core
+from .. import _core, schema
 from .. import meta as trace_meta
-from ..errors import TraceFileError, TraceWarning
+from ..errors import TraceFileError
 from ..records import RAW_DTYPE, RECORD_SIZE, to_events
-from . import Parts
+from . import Parts, open_regular, regular_files, warn_skipped
 from . import ledger as raw_ledger
 
-MAGIC = _core.FILE_MAGIC
-BLOCK_META, BLOCK_RECORDS, BLOCK_STATS = _core.BLOCK_META, _core.BLOCK_RECORDS, _core.BLOCK_STATS
-BLOCK_STACKS, BLOCK_LEDGER = _core.BLOCK_STACKS, _core.BLOCK_LEDGER
-HEADER = struct.Struct("<IIQ")  # magic, type, payload length (csrc/tool/omptpy_file.h)
-if HEADER.size != _core.BLOCK_HEADER_SIZE:
-    raise ImportError("ompt_py._core was built for another raw file format; reinstall the "
-                      "package so both parts come from one build")
 SUFFIX = ".omptraw"
+_META, _STATS, _STACKS, _LEDGER = (schema.BLOCKS[k].name for k in (
+    _core.BLOCK_META, _core.BLOCK_STATS, _core.BLOCK_STACKS, _core.BLOCK_LEDGER))
 
 
 @dataclass
 class RawProcess:
-    """What one file holds: its META, its records (raw ticks), its STATS and STACKS blocks."""
+    """What one file holds: its META document, its records (raw ticks), the
+    payloads of its other blocks by block name (``blocks["STATS"]``: documents;
+    binary ones as bytes), its ledger, whether its tail was left out
+    (``truncated``) and what was (``skipped``: reasons)."""
 
     path: str
     meta: dict
     records: np.ndarray
-    stats: list[dict] = field(default_factory=list)
-    stacks: list[dict] = field(default_factory=list)
+    blocks: dict[str, list] = field(default_factory=dict)
     truncated: bool = False
+    skipped: list[str] = field(default_factory=list)
     ledger: raw_ledger.Ledger | None = None
+
+    @property
+    def stats(self) -> list[dict]:
+        return self.blocks.get(_STATS, [])
+
+    @property
+    def stacks(self) -> list[dict]:
+        return self.blocks.get(_STACKS, [])
+
+
+#: What to do about a raw file that cannot be read at all.
+_AGAIN = ("nothing in it can be read (a process killed or a disk full before the tool "
+          "wrote its description leaves such a file): trace the program again")
+
+
+def _check_meta(path: str, meta: dict) -> None:
+    """TraceFileError when the file's META says it is of a layout this ompt_py cannot read."""
+    if meta["format"] != schema.RAW_FORMAT:
+        raise TraceFileError(f"{path} has META format {meta['format']}; this ompt_py reads "
+                             f"format {schema.RAW_FORMAT}: read it with the ompt-py that "
+                             "wrote it (or a newer one)")
+    if meta["record_size"] != RECORD_SIZE or meta["record_version"] not in \
+            schema.RECORD_VERSIONS:
+        raise TraceFileError(
+            f"{path} was written with {meta['record_size']}-byte records of version "
+            f"{meta['record_version']}; this ompt_py reads {RECORD_SIZE}-byte records of "
+            f"versions {schema.RECORD_VERSIONS[0]} to {schema.RECORD_VERSIONS[-1]}: read it "
+            "with the ompt-py that wrote it (or a newer one)")
 
 
 def read(path: str) -> RawProcess:
-    """Parse one .omptraw file; TraceFileError when it is not one or is corrupt.
+    """Parse one .omptraw file; TraceFileError when it is not one, or its META
+    block is missing or bad.
 
-    Records are read straight into one array (one copy, from the kernel).  A
-    file cut short in its last block (the process was killed while the tool
-    wrote) keeps what is complete and is marked ``truncated`` with a warning.
+    Records are read straight into one array (one copy, from the kernel),
+    sized by the file.  A file cut short in its last block (the process was
+    killed while the tool wrote, or the disk filled up) keeps its complete
+    records and documents and is marked ``truncated``, as is one whose block
+    headers stop making sense (the rest cannot be found); a bad document or
+    ledger, or a block of a type this ompt_py does not know, is left out.
+    Each of these is in ``skipped``.
     """
-    try:
-        f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below)
-    except OSError as e:
-        raise TraceFileError(f"cannot read trace file {path}: {e.strerror}") from e
-    with f:
+    with open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
         records = np.empty(size // RECORD_SIZE, dtype=RAW_DTYPE)
         out = memoryview(records.view(np.uint8))
         off = nrec = 0
-        meta, stats, stacks, truncated, ledgers = None, [], [], False, []
-        header = bytearray(HEADER.size)
+        meta: dict | None = None
+        blocks: dict[str, list] = {}
+        skipped: list[str] = []
+        cut = None  # where the file ends in the middle of a block
+        truncated = False  # its tail left out: cut, or its block headers stop making sense
+        header = bytearray(schema.HEADER.size)
         while off < size:
-            if f.readinto(header) != HEADER.size:
+            if f.readinto(header) != schema.HEADER.size:
+                cut = f"it ends inside a block header at byte {off}"
+                break
+            magic, kind, length = schema.HEADER.unpack(header)
+            block = schema.BLOCKS.get(kind)
+            body = off + schema.HEADER.size
+            whole = body + length <= size
+            if magic != schema.MAGIC or (block is None and not whole) or (
+                    block is not None and block.payload == "records" and whole
+                    and length % RECORD_SIZE):
+                if off == 0:
+                    raise TraceFileError(f"{path} is not an ompt-py trace file (no block header "
+                                         "at its start): give ompt_py.load a file written "
+                                         "with OMPTPY_OUTPUT or ompt-py run")
+                skipped.append(f"bytes {off} to {size} (the block header at byte {off} is "
+                               f"corrupt: magic {magic:#x}, type {kind}, length {length})")
                 truncated = True
                 break
-            magic, kind, length = HEADER.unpack(header)
-            if magic != MAGIC:
-                what = "is not an ompt-py trace file" if off == 0 else "is corrupt"
-                raise TraceFileError(f"{path} {what} (bad block header at byte {off})")
-            if kind not in (BLOCK_META, BLOCK_RECORDS, BLOCK_STATS, BLOCK_STACKS, BLOCK_LEDGER):
-                raise TraceFileError(
-                    f"{path} is corrupt (unknown block type {kind} at byte {off})"
-                )
-            body = off + HEADER.size
-            whole = body + length <= size
-            if kind == BLOCK_RECORDS:
-                if whole and length % RECORD_SIZE:
-                    raise TraceFileError(
-                        f"{path} is corrupt (records block of {length} bytes at byte {off})"
-                    )
+            if meta is None and (block is None or block.name != _META):
+                raise TraceFileError(f"{path} does not start with a META block; {_AGAIN}")
+            if block is None:
+                skipped.append(f"the block of unknown type {kind} at byte {off} ({length} "
+                               "bytes; written by a newer ompt-py?)")
+                f.seek(length, os.SEEK_CUR)
+            elif block.payload == "records":
                 # A cut-short last block keeps its complete records.
                 take = length if whole else (size - body) // RECORD_SIZE * RECORD_SIZE
                 start = nrec * RECORD_SIZE
-                got = f.readinto(out[start : start + take])
-                nrec += (got or 0) // RECORD_SIZE
-            elif kind == BLOCK_LEDGER and whole:
-                ledgers.append(f.read(length))
+                got = f.readinto(out[start: start + take]) or 0
+                nrec += got // RECORD_SIZE
+            elif whole and block.payload == "binary":
+                blocks.setdefault(block.name, []).append(f.read(length))
             elif whole:
-                try:
-                    doc = json.loads(f.read(length))
-                except ValueError as e:
-                    raise TraceFileError(
-                        f"{path} is corrupt (bad JSON at byte {body}: {e})"
-                    ) from e
-                if kind == BLOCK_META:
+                doc, bad = schema.parse(f.read(length), block.doc, block.name)
+                if meta is None:
+                    if bad:
+                        raise TraceFileError(f"{path}: its META block is corrupt ({bad}); "
+                                             + _AGAIN)
+                    _check_meta(path, doc)
                     meta = doc
+                elif bad or block.name == _META:
+                    skipped.append(f"the {block.name} block at byte {off} ("
+                                   f"{bad or 'a second META block'})")
                 else:
-                    (stats if kind == BLOCK_STATS else stacks).append(doc)
+                    blocks.setdefault(block.name, []).append(doc)
             if not whole:
-                truncated = True
+                cut = f"the {block.name if block else kind} block at byte {off} is cut short"
                 break
             off = body + length
     if meta is None:
-        raise TraceFileError(f"{path} has no META block; it is not a complete ompt-py trace file")
-    if meta.get("record_size") != RECORD_SIZE:
-        raise TraceFileError(
-            f"{path} was written with {meta.get('record_size')}-byte records; this ompt_py "
-            f"reads {RECORD_SIZE}-byte records (format {meta.get('record_version')})"
-        )
-    ledger = raw_ledger.parse(ledgers, path)
-    if truncated:
+        raise TraceFileError(f"{path} has no META block; {_AGAIN}")
+    try:
+        ledger = raw_ledger.parse(blocks.pop(_LEDGER, []), path)
+    except TraceFileError as e:
+        ledger = None
+        skipped.append(f"its ledger ({e}): the records it lost cannot be counted")
+    if cut:
         why = (f"writing it failed: {raw_ledger.errno_text(ledger.sink_errno)}"
                if ledger and ledger.sink_errno else "the process was killed while writing")
-        warnings.warn(f"{path} ends in the middle of a block ({why}); the complete part is kept",
-                      TraceWarning, stacklevel=2)
-    return RawProcess(path, meta, records[:nrec], stats, stacks, truncated, ledger)
+        skipped.append(f"{cut} ({why}); the complete part is kept")
+        truncated = True
+    return RawProcess(path, meta, records[:nrec], blocks, truncated, skipped, ledger)
 
 
 def list_dir(directory: str) -> list[str]:
-    """The trace files of a directory written with OMPTPY_OUTPUT, sorted."""
+    """The entries of a directory named like trace files (written with
+    OMPTPY_OUTPUT), sorted; see io.regular_files for which are files."""
     try:
         names = sorted(n for n in os.listdir(directory) if n.endswith(SUFFIX))
     except OSError as e:
@@ -133,14 +173,33 @@ def list_dir(directory: str) -> list[str]:
 
 def load(paths: list[str], source: str) -> Parts:
     """The trace of the raw files ``paths`` (one per process; ``source`` names them
-    in errors), on one time axis whose origin is the earliest process start."""
-    if not paths:
+    in errors), on one time axis whose origin is the earliest process start.
+
+    Every readable file is kept: one that cannot be read, or read only in
+    part, is said in a TraceWarning and in ``meta["skipped"]``; TraceFileError
+    when none can be read (the reason of each).
+    """
+    files, skipped = regular_files(paths)
+    if not files and not skipped:
         raise TraceFileError(
             f"{source} holds no trace files (*{SUFFIX}): no process in the run "
             "started an OpenMP runtime with OMPT support (LLVM libomp)."
         )
-    every = [read(p) for p in paths]
-    procs = [p for p in every if not _empty(p)] or every
+    procs, failed = [], []
+    for p in files:
+        try:
+            procs.append(read(p))
+        except TraceFileError as e:
+            if len(paths) == 1:
+                raise
+            failed.append({"source": p, "reason": str(e)})
+    skipped += failed
+    if not procs:
+        raise TraceFileError(f"{source} holds no readable trace file: "
+                             + "; ".join(s["reason"] for s in skipped))
+    skipped += [{"source": p.path, "reason": reason} for p in procs for reason in p.skipped]
+    warn_skipped(skipped, stacklevel=3)
+    procs = [p for p in procs if not _empty(p)] or procs
     origin = min(p.meta["start_anchor"]["mono_ns"] for p in procs)
     segments, pids, entries = [], [], []
     for chain in raw_ledger.images(procs):
@@ -166,7 +225,7 @@ def load(paths: list[str], source: str) -> Parts:
                 images[-1]["written"] = len(events)
         entries.append(raw_ledger.merge_images(images))
         raw_ledger.warn(entries[-1])
-    return Parts(segments, trace_meta.trace_meta(entries, origin), pids)
+    return Parts(segments, trace_meta.trace_meta(entries, origin, skipped), pids)
 
 
 def _empty(p: RawProcess) -> bool:

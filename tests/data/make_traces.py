@@ -318,6 +318,18 @@ def _raw_parallel(b: Builds, work: Path) -> None:
     shutil.copyfile(raw / name, DATA / "parallel-300.omptraw")
 
 
+# tests/io/test_mutation.py: a raw file of today's tool with every block type it writes
+# (META, LEDGER, RECORDS, STATS), from a process that ended normally.
+@trace("raw-ledger.omptraw")
+def _raw_ledger(b: Builds, work: Path) -> None:
+    raw = Path(tempfile.mkdtemp(prefix="raw-", dir=work))
+    env = h.clean_env({"OMP_TOOL_LIBRARIES": ompt_py.tool_path(), "OMPTPY_OUTPUT": str(raw)})
+    _checked(subprocess.run([b.program("parallel"), "3"], env=env, capture_output=True,
+                            text=True, timeout=60), "parallel 3")
+    (name,) = os.listdir(raw)
+    shutil.copyfile(raw / name, DATA / "raw-ledger.omptraw")
+
+
 @trace("export-mixed")
 def _export_mixed(b: Builds, work: Path) -> None:
     """Two processes of mixed, the second with a job rank (tests/io/test_export.py)."""

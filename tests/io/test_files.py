@@ -125,46 +125,126 @@ def _patched(data: bytes, offset: int, new: bytes) -> bytes:
     return data[:offset] + new + data[offset + len(new):]
 
 
-@pytest.mark.parametrize(
-    "damage",
-    ["first_magic", "later_magic", "block_type", "records_length", "meta_json", "empty",
-     "record_size"],
-)
+@pytest.mark.parametrize("damage", ["first_magic", "meta_json", "meta_key", "empty",
+                                    "record_size", "record_version"])
 def test_corrupt_raw_file(raw_file, write, damage):
+    """Damage that leaves no META to trust: TraceFileError naming the file."""
     bl = blocks(raw_file)
-    recs = [b for b in bl if b[1] == RECORDS]
+    meta = json.loads(raw_file[16: 16 + bl[0][2]])
     if damage == "first_magic":
         data = _patched(raw_file, 0, b"XXXX")
-    elif damage == "later_magic":
-        data = _patched(raw_file, recs[1][0], b"XXXX")
-    elif damage == "block_type":
-        data = _patched(raw_file, recs[0][0] + 4, struct.pack("<I", 99))
-    elif damage == "records_length":
-        # a records block whose length is not whole records (and the file cut to match)
-        off = recs[0][0]
-        data = raw_file[:off] + HEADER.pack(MAGIC, RECORDS, 100) + raw_file[off + 16: off + 116]
     elif damage == "meta_json":
         data = _patched(raw_file, 16, b"{{{{")
     elif damage == "empty":
         data = b""
     else:
-        meta = json.loads(raw_file[16: 16 + bl[0][2]])
-        meta["record_size"] = 72
+        if damage == "meta_key":
+            del meta["start_anchor"]
+        else:
+            meta[damage] = 72 if damage == "record_size" else 6
         body = json.dumps(meta).encode()
         data = HEADER.pack(MAGIC, META, len(body)) + body + raw_file[16 + bl[0][2]:]
     p = write(data)
     with pytest.raises(ompt_py.TraceFileError) as e:
         ompt_py.load(p)
     assert str(p) in str(e.value)
+    if damage == "meta_key":
+        assert "start_anchor is missing" in str(e.value)
     with pytest.raises(ompt_py.TraceFileError):
         ompt_py.load(p.parent)
 
 
+@pytest.mark.parametrize("damage", ["later_magic", "block_type", "records_length",
+                                    "stats_json", "stats_key", "huge_length"])
+def test_damaged_raw_file_keeps_the_good_part(raw_file, write, damage):
+    """Damage after the META block: what can be read is kept, what cannot is said in a
+    TraceWarning and in meta["skipped"]."""
+    bl = blocks(raw_file)
+    recs = [b for b in bl if b[1] == RECORDS]
+    stats = next(b for b in bl if b[1] == STATS)
+    kept = recs[:1]  # the records blocks kept
+    if damage == "later_magic":
+        data, reason = _patched(raw_file, recs[1][0], b"XXXX"), "header"
+    elif damage == "block_type":
+        data, reason = _patched(raw_file, recs[1][0] + 4, struct.pack("<I", 99)), "unknown type"
+        kept = [b for b in recs if b != recs[1]]
+    elif damage == "records_length":  # not whole records: the headers after it are lost
+        data = _patched(raw_file, recs[1][0] + 8, struct.pack("<Q", 100))
+        reason = "header"
+    elif damage == "huge_length":  # beyond the file: taken as a cut, nothing allocated for it
+        data = _patched(raw_file, stats[0] + 8, struct.pack("<Q", 2**63))
+        reason, kept = "cut short", [b for b in recs if b[0] < stats[0]]
+    else:
+        doc = json.loads(raw_file[stats[0] + 16: stats[0] + 16 + stats[2]])
+        payload = b"{{" if damage == "stats_json" else json.dumps({**doc, "threads": 3}).encode()
+        data = (raw_file[:stats[0]] + HEADER.pack(MAGIC, STATS, len(payload)) + payload
+                + raw_file[stats[0] + 16 + stats[2]:])
+        reason, kept = "STATS block", recs
+    p = write(data)
+    with pytest.warns(ompt_py.TraceWarning, match=reason):
+        t = ompt_py.load(p)
+    expected = np.frombuffer(b"".join(raw_file[o + 16: o + 16 + n] for o, _, n in kept),
+                             np.uint8).reshape(-1, 64)
+    assert np.array_equal(event_bytes(t), expected[:, 8:])
+    (skipped,) = t.meta["skipped"]
+    assert skipped["source"] == str(p) and reason in skipped["reason"]
+    t.to_pandas()
+    t.summary()
+
+
 def test_good_and_corrupt_file_in_one_directory(raw_file, write):
-    write(raw_file, "ompt-1-0.omptraw")
-    p = write(_patched(raw_file, 0, b"XXXX"), "ompt-2-0.omptraw")
-    with pytest.raises(ompt_py.TraceFileError, match=str(p)):
+    """One good file and one that is empty (the disk filled up before its process
+    wrote a block) or junk: the good one, with a warning naming the other."""
+    good = write(raw_file, "ompt-1-0.omptraw")
+    for content, name in ((b"", "ompt-2-0.omptraw"), (b"junk" * 10, "ompt-3-0.omptraw")):
+        bad = write(content, name)
+        with pytest.warns(ompt_py.TraceWarning, match=str(bad)):
+            t = ompt_py.load(good.parent)
+        assert len(t) == parallel_records(N_REGIONS)
+        assert [s["source"] for s in t.meta["skipped"]] == [str(bad)]
+        bad.unlink()
+    assert ompt_py.load(good.parent).meta["skipped"] == []
+
+
+def test_only_corrupt_files_in_a_directory(write):
+    p = write(b"", "ompt-2-0.omptraw")
+    write(b"junk" * 10, "ompt-3-0.omptraw")
+    with pytest.raises(ompt_py.TraceFileError, match="no readable trace file") as e:
         ompt_py.load(p.parent)
+    assert "ompt-2-0.omptraw has no META block" in str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "socket"])
+def test_parts_that_are_not_regular_files_are_never_opened(raw_file, write, kind):
+    """A FIFO (a plain open would block), a directory or a socket named like a part."""
+    good = write(raw_file, "ompt-1-0.omptraw")
+    d = good.parent
+    odd = [d / "ompt-2-0.omptraw", d / "x.parquet", d / "pid=3" / "part-0.parquet"]
+    odd[2].parent.mkdir()
+    for p in odd:
+        if kind == "fifo":
+            os.mkfifo(p)
+        elif kind == "directory":
+            p.mkdir()
+        else:
+            import socket
+
+            with socket.socket(socket.AF_UNIX) as s:
+                cwd = os.getcwd()
+                os.chdir(p.parent)
+                try:
+                    s.bind(p.name)
+                finally:
+                    os.chdir(cwd)
+    with pytest.warns(ompt_py.TraceWarning, match="not a trace file"):
+        t = ompt_py.load(d)
+    assert len(t) == parallel_records(N_REGIONS)
+    assert sorted(s["source"] for s in t.meta["skipped"]) == sorted(map(str, odd))
+    if kind != "directory":
+        with pytest.raises(ompt_py.TraceFileError, match="not a trace file"):
+            ompt_py.load(odd[0])
+        with pytest.raises(ompt_py.TraceFileError, match="not a trace file"):
+            ompt_py.load(odd[1])
 
 
 # ---- Parquet --------------------------------------------------------------------------------

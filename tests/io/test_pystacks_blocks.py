@@ -1,6 +1,6 @@
 """Python call stacks in raw files: the STACKS blocks a process writes as its
 stacks grow (csrc/tool/omptpy_file.h), added up by the reader, and corrupt
-ones refused with the project's error."""
+ones left out with a TraceWarning (and in meta["skipped"])."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from conftest import stored_path
 
 import ompt_py
-from ompt_py.errors import TraceFileError
+from ompt_py.errors import TraceWarning
 
 
 def _with_block(kind: int, payload: bytes) -> bytes:
@@ -45,7 +45,12 @@ def test_stacks_blocks_of_a_raw_file_add_up(tmp_path):
     b'"codes_refused": 0, "stacks_refused": 0}',
     b'[1, 2]',
 ])
-def test_a_corrupt_stacks_block_is_a_trace_file_error(tmp_path, payload):
-    (tmp_path / "a.omptraw").write_bytes(_with_block(ompt_py._core.BLOCK_STACKS, payload))
-    with pytest.raises(TraceFileError, match="the Python stacks are corrupt"):
-        ompt_py.load(tmp_path / "a.omptraw")
+def test_a_corrupt_stacks_block_is_left_out(tmp_path, payload):
+    path = tmp_path / "a.omptraw"
+    path.write_bytes(_with_block(ompt_py._core.BLOCK_STACKS, payload))
+    with pytest.warns(TraceWarning, match="the STACKS block at byte"):
+        t = ompt_py.load(path)
+    assert "python" not in t.meta["processes"][0]
+    (skipped,) = t.meta["skipped"]
+    assert skipped["source"] == str(path) and "STACKS" in skipped["reason"]
+    assert t.python_stacks().empty
