@@ -251,8 +251,11 @@ def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int
         except TraceFileError as e:
             print(f"ompt-py run: no trace written: {e}; {_kept(raw_dir)}", file=sys.stderr)
             return returncode or 1
-    partial = [str(w.message) for w in warned if issubclass(w.category, TraceWarning)]
-    partial += [f"{s['source']}: {s['reason']}" for s in trace.meta.get("skipped", [])]
+    # The loader warns of what it skipped (also listed in meta["skipped"]) and of losses.
+    partial = list(dict.fromkeys(str(w.message) for w in warned
+                                 if issubclass(w.category, TraceWarning)))
+    partial += [f"{s['source']}: {s['reason']}" for s in trace.meta.get("skipped", [])
+                if not any(s["source"] in m for m in partial)]
     for w in warned:
         if not issubclass(w.category, TraceWarning):
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
