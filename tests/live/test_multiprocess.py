@@ -92,7 +92,11 @@ def test_multiprocessing_workers(tmp_path, omp_ext):
     ran = {int(pid): n for pid, n in json.loads(r.stdout.splitlines()[-1]).items()}
     t = ompt_py.load(out)
     procs = {p["pid"]: p for p in t.meta["processes"]}
-    assert set(procs) == set(ran)
+    # A pool worker may get no job (its sibling took them all, as on a busy machine):
+    # it is traced all the same, with no region.
+    assert set(ran) <= set(procs)
+    for pid in set(procs) - set(ran):
+        assert n_of(t.events[t.pids == pid], "parallel_begin") == 0, procs[pid]["argv"]
     for pid, n in ran.items():
         mine = t.events[t.pids == pid]
         assert n_of(mine, "parallel_begin") == n

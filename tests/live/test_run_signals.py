@@ -32,6 +32,7 @@ from conftest import clean_env, no_traceback
 
 import ompt_py
 from ompt_py.io import rawfile
+from ompt_py.live import launch
 
 pytestmark = pytest.mark.needs_clang
 
@@ -65,6 +66,14 @@ def raw_records(raw: Path) -> int:
         return sum(len(rawfile.read(f).records) for f in rawfile.list_dir(str(raw)))
 
 
+def default_dispositions() -> None:
+    """In ompt-py run's process, before exec: the forwarded signals as a shell leaves
+    them, whatever the test runner inherited (nohup ignores SIGHUP, and an ignored
+    signal is neither caught nor forwarded)."""
+    for sig in launch.FORWARDED:
+        signal.signal(sig, signal.SIG_DFL)
+
+
 class Run:
     """``ompt-py run -o OUT --buffer-size 256K ... -- COMMAND`` in a session of its
     own (so that the test can signal its process group), with TMPDIR in tmp_path
@@ -80,7 +89,8 @@ class Run:
                "--buffer-size", "256K", *options, "--", *command]
         popen.setdefault("stdout", subprocess.PIPE)
         self.proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True, **popen)
+                                     start_new_session=True, preexec_fn=default_dispositions,
+                                     **popen)
         self.started = time.monotonic()
 
     def ready(self, n: int = 1) -> list[int]:
