@@ -88,9 +88,15 @@ class Run:
         cmd = [sys.executable, "-m", "ompt_py", "run", "-o", str(self.out),
                "--buffer-size", "256K", *options, "--", *command]
         popen.setdefault("stdout", subprocess.PIPE)
+        then = popen.pop("preexec_fn", None)
+
+        def before_exec() -> None:
+            default_dispositions()
+            if then is not None:
+                then()
+
         self.proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True,
-                                     start_new_session=True, preexec_fn=default_dispositions,
-                                     **popen)
+                                     start_new_session=True, preexec_fn=before_exec, **popen)
         self.started = time.monotonic()
 
     def ready(self, n: int = 1) -> list[int]:
