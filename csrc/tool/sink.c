@@ -95,6 +95,16 @@ static int write_block(uint32_t type, const void *data, size_t len) {
   omptpy_block_header h = {OMPTPY_FILE_MAGIC, type, len};
   struct iovec iov[2] = {{&h, sizeof h}, {(void *)data, len}};
   int rc = write_all(S.fd, iov, 2);
+  if (rc == -EBADF && S.path[0]) {
+    /* The program closed every descriptor (Python's subprocess between fork and
+     * exec): the file is opened again, nothing of the block was written. */
+    int fd = open(S.path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd >= 0) {
+      S.fd = fd;
+      struct iovec again[2] = {{&h, sizeof h}, {(void *)data, len}};
+      rc = write_all(S.fd, again, 2);
+    }
+  }
   if (rc == 0) {
     S.size += sizeof h + len;
   } else if (!S.failed) {

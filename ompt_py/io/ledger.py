@@ -261,7 +261,7 @@ def merge_images(entries: list[dict]) -> dict:
             reasons[reason] = reasons.get(reason, 0) + n
     first["lost_reasons"] = reasons
     last = entries[-1]
-    for key in ("ending", "stop_realtime_ns", "complete", "truncated"):
+    for key in ("exe", "argv", "ending", "stop_realtime_ns", "complete", "truncated"):
         first[key] = last.get(key)
     first["runtimes"] = [rt for e in entries for rt in e["runtimes"]]
     seen = {(m["path"], m["start"], m["end"]) for m in first.get("modules", [])}
@@ -270,8 +270,9 @@ def merge_images(entries: list[dict]) -> dict:
         if (m["path"], m["start"], m["end"]) not in seen]
     own = [e for e in entries if e.get("python") or e.get("region_names")]
     if len(own) > 1:
+        # Every record is kept (not a partial load): only the earlier tables are not.
         warnings.warn(f"pid {first['pid']}: several exec images recorded Python stacks or "
-                      "region names; only the last image's are kept", TraceWarning, stacklevel=4)
+                      "region names; only the last image's are kept", UserWarning, stacklevel=4)
     if own:
         first["region_names"] = own[-1].get("region_names", [])
         first.pop("python", None)
