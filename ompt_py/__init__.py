@@ -24,7 +24,7 @@ from .errors import (
     TraceFileError,
     TraceWarning,
 )
-from .live.attach import TOOL_PATH, RuntimeInfo, runtime_info, status
+from .live.attach import TOOL_PATH, DeviceInfo, RuntimeInfo, runtime_info, status
 from .live.control import control
 from .live.doctor import doctor
 from .live.handlers import Handler, active_handlers, off, on
@@ -43,6 +43,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AttachError",
     "ConfigError",
+    "DeviceInfo",
     "Handler",
     "HandlerWarning",
     "MissingEventsError",

@@ -98,6 +98,11 @@ def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
     for refused in ("region_unnamed", "error_messages_unkept"):
         if (last_stats or meta).get(refused):
             entry[refused] = (last_stats or meta)[refused]
+    # Devices and their tracing counters, as the latest document has them (a tool
+    # before record version 6 wrote none: the key is there only when devices were).
+    devices = (last_stats or {}).get("devices", meta.get("devices", []))
+    if devices:
+        entry["devices"] = devices
     python = python_entry(stacks)
     if python is not None:
         entry["python"] = python
@@ -135,14 +140,19 @@ def python_entry(docs: list[dict]) -> dict | None:
 def trace_meta(processes: list[dict], origin_mono_ns: int | None,
                skipped: list[dict] | None = None) -> dict:
     """The metadata of a trace of these processes, with its written/dropped/lost
-    totals and what a partial load left out (``skipped``: {"source", "reason"}
-    each, none repeated)."""
+    totals, what a partial load left out (``skipped``: {"source", "reason"}
+    each, none repeated) and every process's devices (``devices``, when there
+    are some: the tool's entries with the process's ``pid``)."""
     unique = {(s["source"], s["reason"]): s for s in skipped or []}
-    return {"format": FORMAT, "origin_mono_ns": origin_mono_ns, "processes": processes,
+    meta = {"format": FORMAT, "origin_mono_ns": origin_mono_ns, "processes": processes,
             "written": sum(p["written"] for p in processes),
             "dropped": sum(p["dropped"] for p in processes),
             "lost": sum(p.get("lost", 0) for p in processes),
             "skipped": list(unique.values())}
+    devices = [{"pid": p["pid"], **d} for p in processes for d in p.get("devices", [])]
+    if devices:  # a trace without devices reads as before
+        meta["devices"] = devices
+    return meta
 
 
 def with_losses(meta: dict) -> dict:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import _core
 
-RECORD_VERSION = 5
+RECORD_VERSION = 6
 RECORD_SIZE = 64
 
 # (field, numpy type) in the order of struct omptpy_record.
@@ -116,6 +116,12 @@ EVENTS: dict[int, str] = {
     37: "error",
     _core.EVENT_SAMPLE: "sample",  # ompt-py's own: a state sample (OMPTPY_SAMPLE_HZ)
     _core.EVENT_REGION: "region",  # ompt-py's own: a user-code region marker (ompt_py.region)
+    # ompt-py's own (record version 6, see csrc/include/omptpy.h): the second record of a
+    # pair (right after its primary in its thread's order), a device trace record, and a
+    # (host, device) clock pair
+    _core.EVENT_MORE: "more",
+    _core.EVENT_DEVICE: "device",
+    _core.EVENT_DEVICE_CLOCK: "device_clock",
 }
 
 #: ompt_state_t (OpenMP 5.2, 19.4.4.27): what a sampled thread was doing (the
@@ -293,6 +299,8 @@ KIND_NAMES: dict[str, dict[int, str]] = {
     "dependences": DEPENDENCE_TYPES,
     "target_emi": TARGET_KINDS,
     "target_data_op_emi": TARGET_DATA_OPS,
+    "target": TARGET_KINDS,
+    "target_data_op": TARGET_DATA_OPS,
 }
 
 #: Named argument columns of Trace.to_pandas(): column -> (raw field, events using it).
@@ -334,13 +342,14 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "arg": ("u32ab", ("control_tool",)),  # the pointer, u32a low and u32b high
     "message_length": ("u64a", ("error",)),
     "device_num": ("u32a", ("device_initialize", "device_finalize", "device_load",
-                            "target_emi")),
-    "target_id": ("u64a", ("target_emi",)),
-    "target_region_id": ("u64b", ("target_data_op_emi", "target_submit_emi")),
-    "bytes": ("u64a", ("target_data_op_emi", "device_load")),
-    "src_device": ("u32a", ("target_data_op_emi",)),
-    "dest_device": ("u32b", ("target_data_op_emi",)),
-    "requested_num_teams": ("u32a", ("target_submit_emi",)),
+                            "target_emi", "target", "device", "device_clock")),
+    "target_id": ("u64a", ("target_emi", "target")),
+    "target_region_id": ("u64b", ("target_data_op_emi", "target_submit_emi", "target_data_op",
+                                  "target_submit")),
+    "bytes": ("u64a", ("target_data_op_emi", "device_load", "target_data_op")),
+    "src_device": ("u32a", ("target_data_op_emi", "target_data_op")),
+    "dest_device": ("u32b", ("target_data_op_emi", "target_data_op")),
+    "requested_num_teams": ("u32a", ("target_submit_emi", "target_submit")),
 }
 
 
@@ -356,12 +365,13 @@ ID_FIELDS: dict[str, tuple[str, ...]] = {
     "task_id": ("parallel_begin", "parallel_end", "implicit_task", "task_create",
                 "task_schedule", "work", "dispatch", "sync_region", "sync_region_wait",
                 "reduction", "masked", "cancel", "dependences", "task_dependence", "target_emi",
-                "target_data_op_emi", "target_submit_emi", "sample"),
+                "target_data_op_emi", "target_submit_emi", "sample", "target", "target_data_op",
+                "target_submit", "device"),
     "codeptr": ("parallel_begin", "parallel_end", "task_create", "work", "sync_region",
                 "sync_region_wait", "reduction", "mutex_acquire", "mutex_acquired",
                 "mutex_released", "lock_init", "lock_destroy", "nest_lock", "masked", "flush",
                 "cancel", "control_tool", "error", "device_load", "target_emi",
-                "target_data_op_emi", "sample", "region"),
+                "target_data_op_emi", "sample", "region", "target", "target_data_op", "device"),
 }
 
 #: How Trace.to_pandas() shows a NULL the runtime passed where 0 is not it: the next

@@ -53,7 +53,7 @@ FORMAT = 1
 RAW_FORMAT = 1
 #: The record versions this ompt_py reads: all of them 64-byte records of the
 #: same fields (a new version gave a field a new meaning, never a new place).
-RECORD_VERSIONS = range(1, 6)
+RECORD_VERSIONS = range(1, 7)
 
 # ---- the validator ------------------------------------------------------------------------
 
@@ -289,6 +289,18 @@ if HEADER.size != _core.BLOCK_HEADER_SIZE:
     raise ImportError("ompt_py._core was built for another raw file format; reinstall the "
                       "package so both parts come from one build")
 
+#: One device the runtime initialised and its tracing (csrc/tool/device.c): the
+#: entry points its lookup offered, each record type's set_trace_ompt answer, and
+#: the counters of its buffers and records.  The loaded trace's entries may add a
+#: clock fit ("clock").
+DEVICE = Obj(
+    {"device": Int(-I32 - 1, I32), "type": Str(), "entry_points": Dict(Bool()),
+     "tracing": Dict(Str()), "started": Bool(), "start_error": Maybe(Str()),
+     **{k: _COUNT for k in ("buffers_requested", "buffers_completed", "buffers_freed",
+                            "buffer_bytes", "records", "records_lost", "records_after_stop",
+                            "records_unknown_type", "records_bad_time", "zero_byte_buffers")}},
+    {"runtime": Int(-I32 - 1, I32), "stopped": Bool(), "pid": Int(0, I32), "clock": Obj({})})
+
 #: A raw file's META document: the process and the tool, written once, first.
 META_DOC = Obj(
     {"format": Int(), "record_version": Int(), "record_size": Int(),
@@ -300,7 +312,7 @@ META_DOC = Obj(
     {"rank": Int(-1, I32), "modules": List(MODULE), "region_names": List(Str()),
      "chunk_records": _COUNT, "region_unnamed": _COUNT, "error_messages_unkept": _COUNT,
      "exec_from": Str(),
-     "sample_signal": Int(-I32 - 1, I32), "sample_error": Str()})
+     "sample_signal": Int(-I32 - 1, I32), "sample_error": Str(), "devices": List(DEVICE)})
 #: A STATS document: counters per thread and a clock anchor, now (the last one at exit:
 #: ``final``).
 STATS_DOC = Obj(
@@ -313,7 +325,7 @@ STATS_DOC = Obj(
     {"recording": Bool(), "runtime_states": List(Obj({}, {"initialized": Bool(),
                                                           "finalized": Bool()})),
      "modules": List(MODULE), "region_names": List(Str()), "region_unnamed": _COUNT,
-     "error_messages_unkept": _COUNT})
+     "error_messages_unkept": _COUNT, "devices": List(DEVICE)})
 #: A STACKS document: the Python stacks' codes and stacks from ids ``*_from`` on.
 STACKS_DOC = Obj(
     {"interpreter": Maybe(Obj({}, INTERPRETER)),
@@ -374,7 +386,7 @@ PROCESS_ENTRY = Obj(
      "region_names": List(Str()), "complete": Bool(), "truncated": Bool(), "source": Str(),
      "modules": List(MODULE)},
     {"python": PYTHON_ENTRY, "fallback": Obj({}), "region_unnamed": _COUNT,
-     "error_messages_unkept": _COUNT,
+     "error_messages_unkept": _COUNT, "devices": List(DEVICE),
      # what the process lost, and why (io/ledger.py; meta.with_losses for older files)
      "lost": _COUNT, "ending": Str(), "lost_reasons": Dict(_COUNT),
      "unaccounted_threads": _COUNT,
@@ -385,4 +397,4 @@ SKIPPED = List(Obj({"source": Str(), "reason": Str()}))
 #: ``Trace.meta`` as a Parquet file keeps it (meta.trace_meta).
 TRACE_META = Obj({"format": Int(), "origin_mono_ns": Maybe(Int(0, I64)),
                   "processes": List(PROCESS_ENTRY), "written": _COUNT, "dropped": _COUNT},
-                 {"skipped": SKIPPED, "lost": _COUNT})
+                 {"skipped": SKIPPED, "lost": _COUNT, "devices": List(DEVICE)})

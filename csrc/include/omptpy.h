@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define OMPTPY_RECORD_VERSION 5
+#define OMPTPY_RECORD_VERSION 6
 
 /*
  * Field use per event (event = OMPT callback number, see omptpy_ompt.h):
@@ -85,9 +85,54 @@ extern "C" {
  *                   kind = data operation, endpoint, task_id = operation id,
  *                   u64a = bytes, u64b = target region id, u32a = source
  *                   device, u32b = destination device
+ *                   (record version 6: followed by a `more`: u64a =
+ *                   source address, u64b = destination address)
  *   target_submit_emi
  *                   endpoint, task_id = operation id, u64b = target region
  *                   id, u32a = requested number of teams
+ *   target, target_data_op, target_submit (record version 6; registered
+ *                   only where the runtime answers ompt_set_never for the
+ *                   EMI event): as their EMI events; target: u64a = the
+ *                   target_id the runtime passes, u64b = 0; data op:
+ *                   endpoint 0, u64b = target_id, followed by a `more` as
+ *                   above; submit: endpoint 0, task_id = host_op_id, u64b =
+ *                   target_id
+ *   more (102, record version 6): the fields its primary record had no room
+ *                   for.  Written by the same thread right after its
+ *                   primary in one reservation (never across two chunks:
+ *                   the pair is kept or dropped whole, a dropped pair
+ *                   counts 2), so in a thread's own record order it always
+ *                   follows its primary immediately.  time and thread are
+ *                   the primary's; kind = the primary's event number unless
+ *                   the primary's entry says otherwise
+ *   device (103, record version 6): one OMPT device trace record
+ *                   (ompt_record_ompt_t) from a device buffer, followed by
+ *                   a `more`.  time = host ticks when the tool consumed it;
+ *                   kind = the record's type (8/33 target, 9/34 data op,
+ *                   10/35 kernel); endpoint = a target record's endpoint (0
+ *                   for others); u32a = device number; u32b = 0; u64a =
+ *                   device begin time (the record's `time`, raw
+ *                   ompt_device_time_t); u64b = device end time (data op,
+ *                   kernel; 0 for target records); task_id = host_op_id
+ *                   (data op, kernel) or the target record's task_id;
+ *                   parallel_id = the record's target_id; codeptr =
+ *                   codeptr_ra (0 where none).  Its `more`: task_id = the
+ *                   record's thread_id; data op: kind = optype, u64a =
+ *                   source address, u64b = destination address,
+ *                   parallel_id = bytes, u32a = source device, u32b =
+ *                   destination device; kernel: kind = 103, u32a =
+ *                   requested teams, u32b = granted teams; target: kind =
+ *                   target kind, u32a = the record's device_num, u64a =
+ *                   target_id of the record's `record.target` part
+ *   device_clock (104, record version 6): one (host, device) clock pair:
+ *                   time = host ticks read right before, u64b = host ticks
+ *                   read right after ompt_get_device_time (the pair's host
+ *                   time is the midpoint, the gap bounds its error), u64a =
+ *                   the device time, u32a = device number, codeptr =
+ *                   ompt_translate_time(device, u64a) as IEEE double bits
+ *                   (0 when the runtime offers none).  Taken when tracing
+ *                   starts, at a buffer_complete (at most every 10 ms per
+ *                   device) and at each flush and stop
  *   sample (100, ompt-py's own: OMPTPY_SAMPLE_HZ)
  *                   u32a = ompt_state_t in the low 16 bits, in the high 16
  *                   bits the timer periods the thread missed just before
@@ -148,9 +193,14 @@ typedef struct omptpy_record {
 _Static_assert(sizeof(omptpy_record) == 64, "a record is one cache line");
 
 /* ompt-py's own events, numbered beyond OMPT's callbacks: state samples
- * (sampler) and user-code region markers. */
+ * (sampler), user-code region markers, and the device's (device.c). */
 #define OMPTPY_EVENT_SAMPLE 100
 #define OMPTPY_EVENT_REGION 101
+/* Record version 6: the second record of a pair, device trace records and
+ * device clock pairs (see above). */
+#define OMPTPY_EVENT_MORE 102
+#define OMPTPY_EVENT_DEVICE 103
+#define OMPTPY_EVENT_DEVICE_CLOCK 104
 
 /* A native handler (ompt_py.native_handler): called on the OpenMP thread right
  * after the tool wrote `record`, without the GIL, concurrently on every thread

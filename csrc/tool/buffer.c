@@ -163,6 +163,7 @@ static omptpy_chunk *extra_chunk_new(void) {
 
 static void chunk_reset(omptpy_chunk *c) {
   c->taken = 0;
+  atomic_store_explicit(&c->closed, false, memory_order_relaxed);
   atomic_store_explicit(&c->n, 0, memory_order_relaxed);
 }
 
@@ -236,14 +237,15 @@ static omptpy_thread *thread_new(void) {
 static void retire_ended(void);
 
 /* Threads the runtime never announced (a Python thread that marked regions
- * or called ompt_py.control, say) give their slot back when they exit.  The
- * runtime's own threads end with thread_end, which may come after this
- * destructor (destructors run in no set order): they are left alone. */
+ * or called ompt_py.control, a runtime's helper that hands device buffers
+ * back) give their slot back when they exit.  The runtime's own threads end
+ * with thread_end, which may come after this destructor (destructors run in
+ * no set order): they are left alone. */
 static pthread_key_t exit_key;
 
 static void thread_exited(void *p) {
   omptpy_thread *t = p;
-  if (omptpy_tls_thread == t && t->type == ompt_thread_unknown) omptpy_thread_detach(t);
+  if (omptpy_tls_thread == t && t->self_detach) omptpy_thread_detach(t);
 }
 
 /* Called once per OS thread (thread_begin, or the first event of a thread the
@@ -305,6 +307,7 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
   atomic_store(&t->cur_pub, t->cur);
   t->drained = 0;
   t->type = type;
+  t->self_detach = type == ompt_thread_unknown;
   t->runtime = runtime;
   t->tid = (pid_t)syscall(SYS_gettid);
   atomic_store(&t->in_tool, 0);
@@ -320,6 +323,12 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
   omptpy_tls_thread = t;
   pthread_setspecific(exit_key, t);
   omptpy_sampler_thread_start(t);
+  return t;
+}
+
+omptpy_thread *omptpy_thread_adopt(int type) {
+  omptpy_thread *t = omptpy_thread_attach(type, 0);
+  if (t) t->self_detach = true;
   return t;
 }
 
@@ -385,6 +394,32 @@ omptpy_record *omptpy_slot_slow(omptpy_thread *t) {
   t->pos = 0;
   atomic_store_explicit(&t->cur_pub, c, memory_order_release);
   return &c->recs[0];
+}
+
+/* A record and its `more` share one reservation that never spans two chunks,
+ * so the pair is kept or dropped whole.  A chunk with one record free is
+ * left (closed: done with n records, as a full one), and the pair goes into
+ * the next.  The copying scheme's slow path already moves on from a chunk
+ * that is not full; the zero-copy one carries on in it unless told. */
+omptpy_record *omptpy_slot2_slow(omptpy_thread *t) {
+  uint64_t nobuf = t->nobuf;
+  omptpy_record *r = omptpy_slot_slow(t);
+  if (r && t->pos + 2 > OMPTPY_CHUNK_RECORDS) {
+    atomic_store_explicit(&t->cur->closed, true, memory_order_release);
+    t->pos = OMPTPY_CHUNK_RECORDS;
+    r = omptpy_slot_slow(t);
+  }
+  if (r) return r;
+  /* The slow path counted one record lost: the pair's other one too. */
+  if (t->nobuf != nobuf) {
+    t->nobuf++;
+    if (t->led) ledger_add(&t->led->nobuf, 1);
+  } else {
+    atomic_store_explicit(&t->dropped, atomic_load_explicit(&t->dropped, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    if (t->led) ledger_add(&t->led->dropped, 1);
+  }
+  return NULL;
 }
 
 /* ---- draining (under drain_lock) -------------------------------------------- */

@@ -57,6 +57,27 @@ static inline void emit(omptpy_thread *t, int event, int endpoint, int kind, uin
   omptpy_leave(t);
 }
 
+/* A record followed by its `more` (u64a, u64b: the fields the primary had no
+ * room for), kept or dropped as a pair. */
+static inline void emit_pair(omptpy_thread *t, int event, int endpoint, int kind,
+                             uint64_t codeptr, uint64_t parallel_id, uint64_t task_id,
+                             uint64_t u64a, uint64_t u64b, uint32_t u32a, uint32_t u32b,
+                             uint64_t more_a, uint64_t more_b) {
+  if (OMPTPY_UNLIKELY(!keeps(event))) return;
+  omptpy_enter(t);
+  omptpy_record *r = omptpy_slot2(t);
+  if (OMPTPY_UNLIKELY(!r)) {
+    omptpy_leave(t);
+    return;
+  }
+  omptpy_fill(r, t, event, endpoint, kind, codeptr, parallel_id, task_id, u64a, u64b, u32a, u32b);
+  omptpy_fill_more(r, event, 0, 0, 0, more_a, more_b, 0, 0);
+  omptpy_commit2(t);
+  omptpy_native_after(r);
+  omptpy_native_after(r + 1);
+  omptpy_leave(t);
+}
+
 #define GUARD()                          \
   if (!omptpy_recording()) return;       \
   omptpy_thread *t = omptpy_self();      \
@@ -196,8 +217,10 @@ static void thread_begin(ompt_thread_t type, ompt_data_t *thread_data, int runti
   /* A thread the tool already knows (announced again, e.g. by the runtime of a
    * forked child) keeps its buffer and index. */
   omptpy_thread *t = omptpy_tls_thread;
-  if (t) t->type = type;
-  else if (!(t = omptpy_thread_attach(type, runtime))) return;
+  if (t) {
+    t->type = type;
+    t->self_detach = false; /* the runtime's now: thread_end gives the slot back */
+  } else if (!(t = omptpy_thread_attach(type, runtime))) return;
   thread_data->ptr = t;
   if (omptpy_recording())
     emit(t, ompt_callback_thread_begin, ompt_scope_begin, type, 0, 0, 0, (uint64_t)t->tid, 0,
@@ -453,14 +476,20 @@ static inline uint64_t op_id(omptpy_thread *t, ompt_id_t *host_op_id, int endpoi
   return *host_op_id;
 }
 
+/* Device tracing is set up (device.c) whether or not records are wanted now:
+ * a trace window opened later gets the device's records too. */
 static void on_device_initialize(int device_num, const char *type, ompt_device_t *device,
                                  ompt_function_lookup_t lookup, const char *documentation) {
-  (void)type, (void)device, (void)lookup, (void)documentation;
-  GUARD();
-  emit(t, ompt_callback_device_initialize, 0, 0, 0, 0, 0, 0, 0, (uint32_t)device_num, 0);
+  (void)documentation;
+  if (omptpy_recording()) {
+    omptpy_thread *t = omptpy_self();
+    if (t) emit(t, ompt_callback_device_initialize, 0, 0, 0, 0, 0, 0, 0, (uint32_t)device_num, 0);
+  }
+  omptpy_device_initialize(device_num, type, device, lookup);
 }
 
 static void on_device_finalize(int device_num) {
+  omptpy_device_finalize(device_num);
   GUARD();
   emit(t, ompt_callback_device_finalize, 0, 0, 0, 0, 0, 0, 0, (uint32_t)device_num, 0);
 }
@@ -489,11 +518,11 @@ static void on_target_data_op_emi(ompt_scope_endpoint_t endpoint, ompt_data_t *t
                                   ompt_target_data_op_t optype, void *src_addr,
                                   int src_device_num, void *dest_addr, int dest_device_num,
                                   size_t bytes, const void *codeptr) {
-  (void)target_task_data, (void)src_addr, (void)dest_addr;
+  (void)target_task_data;
   GUARD();
-  emit(t, ompt_callback_target_data_op_emi, endpoint, optype, addr(codeptr), 0,
-       op_id(t, host_op_id, endpoint), bytes, id_of(t, target_data), (uint32_t)src_device_num,
-       (uint32_t)dest_device_num);
+  emit_pair(t, ompt_callback_target_data_op_emi, endpoint, optype, addr(codeptr), 0,
+            op_id(t, host_op_id, endpoint), bytes, id_of(t, target_data),
+            (uint32_t)src_device_num, (uint32_t)dest_device_num, addr(src_addr), addr(dest_addr));
 }
 
 static void on_target_submit_emi(ompt_scope_endpoint_t endpoint, ompt_data_t *target_data,
@@ -501,6 +530,35 @@ static void on_target_submit_emi(ompt_scope_endpoint_t endpoint, ompt_data_t *ta
   GUARD();
   emit(t, ompt_callback_target_submit_emi, endpoint, 0, 0, 0, op_id(t, host_op_id, endpoint), 0,
        id_of(t, target_data), requested_num_teams, 0);
+}
+
+/* The non-EMI target events (OpenMP 5.0), registered only where the EMI ones
+ * are never called: the same fields as their EMI events, with the ids the
+ * runtime passes (target_id, host_op_id) in place of the tool's. */
+static void on_target(ompt_target_t kind, ompt_scope_endpoint_t endpoint, int device_num,
+                      ompt_data_t *task_data, ompt_id_t target_id, const void *codeptr) {
+  GUARD();
+  uint32_t stack = endpoint == ompt_scope_begin && keeps(ompt_callback_target)
+                       ? omptpy_stack_id(t, 0, addr(codeptr)) : 0;
+  emit(t, ompt_callback_target, endpoint, kind, addr(codeptr), 0, id_of(t, task_data), target_id,
+       0, (uint32_t)device_num, stack);
+}
+
+static void on_target_data_op(ompt_id_t target_id, ompt_id_t host_op_id,
+                              ompt_target_data_op_t optype, void *src_addr, int src_device_num,
+                              void *dest_addr, int dest_device_num, size_t bytes,
+                              const void *codeptr) {
+  GUARD();
+  emit_pair(t, ompt_callback_target_data_op, 0, optype, addr(codeptr), 0, host_op_id, bytes,
+            target_id, (uint32_t)src_device_num, (uint32_t)dest_device_num, addr(src_addr),
+            addr(dest_addr));
+}
+
+static void on_target_submit(ompt_id_t target_id, ompt_id_t host_op_id,
+                             unsigned int requested_num_teams) {
+  GUARD();
+  emit(t, ompt_callback_target_submit, 0, 0, 0, 0, host_op_id, 0, target_id, requested_num_teams,
+       0);
 }
 
 void omptpy_emit_own(int event, int endpoint, uint64_t codeptr, uint64_t u64a, bool stack) {
@@ -526,7 +584,10 @@ int omptpy_control(uint64_t command, uint64_t modifier, void *arg, const void *c
     case 1: omptpy_recording_set(1); return 0;
     case 2:
     case 4: omptpy_recording_set(0); return 0;
-    case 3: omptpy_flush(); return 0;
+    case 3: /* the devices' buffers first: their records land in the threads' */
+      omptpy_devices_flush();
+      omptpy_flush();
+      return 0;
     default: return command >= 64 ? 0 : 1; /* 1: omp_control_tool_ignored */
   }
 }
@@ -572,6 +633,9 @@ static const struct {
     E(target_emi, on_target_emi),
     E(target_data_op_emi, on_target_data_op_emi),
     E(target_submit_emi, on_target_submit_emi),
+    E(target, on_target),
+    E(target_data_op, on_target_data_op),
+    E(target_submit, on_target_submit),
 #undef E
 };
 
@@ -581,9 +645,24 @@ const char *omptpy_event_name(int event) {
   return NULL;
 }
 
+/* The EMI event a non-EMI target event stands in for (0: none). */
+static int emi_of(int event) {
+  switch (event) {
+    case ompt_callback_target: return ompt_callback_target_emi;
+    case ompt_callback_target_data_op: return ompt_callback_target_data_op_emi;
+    case ompt_callback_target_submit: return ompt_callback_target_submit_emi;
+    default: return 0;
+  }
+}
+
+/* The non-EMI target events come after the EMI ones in TABLE: each is
+ * registered only when its EMI event is never called (libomp 19 calls only
+ * the EMI one when both are registered, another runtime might call both). */
 void omptpy_register_callbacks(omptpy_runtime *rt) {
   for (size_t i = 0; i < sizeof TABLE / sizeof *TABLE; i++) {
     ompt_callback_t fn = TABLE[i].fn;
+    int emi = emi_of(TABLE[i].event);
+    if (emi && rt->levels[emi] != ompt_set_never) continue;
     if (TABLE[i].event == ompt_callback_thread_begin)
       fn = THREAD_BEGIN_FOR[rt - omptpy_g.runtimes];
     rt->levels[TABLE[i].event] = rt->set_callback(TABLE[i].event, fn);
@@ -599,7 +678,8 @@ void omptpy_register_callbacks(omptpy_runtime *rt) {
  * in emit(), and a paused tool costs an empty callback per event.  During
  * initialisation (the runtime runs no OpenMP code yet) the events nobody
  * wants are unregistered, so a tool that never records costs no callback at
- * all.  Thread and tool-control events stay registered: the tool needs them.
+ * all.  Thread, tool-control and device initialize/finalize events stay
+ * registered: the tool needs them (device tracing is set up at the latter).
  * Called under the tool's control lock. */
 void omptpy_callbacks_enable(omptpy_runtime *rt, uint64_t events) {
   /* parallel_end's id comes from parallel_begin; samples need what these
@@ -614,7 +694,9 @@ void omptpy_callbacks_enable(omptpy_runtime *rt, uint64_t events) {
     int ev = TABLE[i].event;
     uint64_t bit = (uint64_t)1 << ev;
     if (ev == ompt_callback_thread_begin || ev == ompt_callback_thread_end ||
-        ev == ompt_callback_control_tool || rt->levels[ev] == ompt_set_never)
+        ev == ompt_callback_control_tool || ev == ompt_callback_device_initialize ||
+        ev == ompt_callback_device_finalize || rt->levels[ev] == ompt_set_never ||
+        rt->levels[ev] < 0)
       continue;
     if (events & bit) {
       if (!(rt->registered & bit)) rt->set_callback(ev, TABLE[i].fn);

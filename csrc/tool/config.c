@@ -106,6 +106,47 @@ static int handler_config(omptpy_config *cfg) {
   return 0;
 }
 
+/* ---- device tracing (device.c) ------------------------------------------------------ */
+
+#define DEFAULT_DEVICE_BUFFER_BYTES ((size_t)1 << 20)
+#define DEFAULT_DEVICE_MEMORY_BYTES ((size_t)64 << 20)
+#define MIN_DEVICE_BUFFER_BYTES ((size_t)4 << 10)
+#define MAX_DEVICE_BUFFER_BYTES ((size_t)1 << 30)
+
+static int device_config(omptpy_config *cfg) {
+  cfg->device_trace = true;
+  cfg->device_buffer_bytes = DEFAULT_DEVICE_BUFFER_BYTES;
+  cfg->device_memory_bytes = DEFAULT_DEVICE_MEMORY_BYTES;
+  const char *v = getenv("OMPTPY_DEVICE_TRACE");
+  if (v && *v) {
+    int s = parse_switch(v);
+    if (s < 0) return bad(cfg, "OMPTPY_DEVICE_TRACE", v, "on or off");
+    cfg->device_trace = s;
+  }
+  if ((v = getenv("OMPTPY_DEVICE_BUFFER")) && *v &&
+      (parse_size(v, &cfg->device_buffer_bytes) != 0 ||
+       cfg->device_buffer_bytes < MIN_DEVICE_BUFFER_BYTES ||
+       cfg->device_buffer_bytes > MAX_DEVICE_BUFFER_BYTES))
+    return bad(cfg, "OMPTPY_DEVICE_BUFFER", v, "a size in bytes from 4K to 1G, such as 1M");
+  const char *buffer = v;
+  if ((v = getenv("OMPTPY_DEVICE_MEMORY")) && *v) {
+    if (parse_size(v, &cfg->device_memory_bytes) != 0)
+      return bad(cfg, "OMPTPY_DEVICE_MEMORY", v,
+                 "a size in bytes such as 64M or 1G, at least OMPTPY_DEVICE_BUFFER (1M by default)");
+    if (cfg->device_memory_bytes < cfg->device_buffer_bytes) {
+      snprintf(cfg->error, sizeof cfg->error,
+               "OMPTPY_DEVICE_MEMORY='%.200s' is less than one device buffer "
+               "(OMPTPY_DEVICE_BUFFER='%.100s', %zu bytes); use at least that much, such as 64M",
+               v, buffer && *buffer ? buffer : "1M", cfg->device_buffer_bytes);
+      return -EINVAL;
+    }
+    if (check_memory(cfg, "OMPTPY_DEVICE_MEMORY", v, cfg->device_memory_bytes,
+                     "for device trace buffers"))
+      return -EINVAL;
+  }
+  return 0;
+}
+
 int omptpy_config_read(omptpy_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   cfg->enabled = true;
@@ -200,5 +241,6 @@ int omptpy_config_read(omptpy_config *cfg) {
       return bad(cfg, "OMPTPY_OUTPUT", v, "a shorter directory path");
     strcpy(cfg->output, v);
   }
-  return handler_config(cfg);
+  int rc = handler_config(cfg);
+  return rc ? rc : device_config(cfg);
 }

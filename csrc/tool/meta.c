@@ -309,7 +309,8 @@ int omptpy_meta_json(omptpy_str *s) {
     }
     rc = rc ? rc : omptpy_put(s, "}}");
   }
-  rc = rc ? rc : omptpy_put(s, "]");
+  rc = rc ? rc : omptpy_put(s, "],\"devices\":");
+  rc = rc ? rc : omptpy_devices_json(s, -1);
   return finish_document(s, rc);
 }
 
@@ -355,7 +356,9 @@ int omptpy_runtime_info_json(omptpy_str *s) {
       for (int j = 0; rc == 0 && j < k && j < 1024; j++) rc = omptpy_put(s, "%s%d", j ? "," : "", ids[j]);
       rc = rc ? rc : omptpy_put(s, "]");
     }
-    rc = rc ? rc : omptpy_put(s, "]}");
+    rc = rc ? rc : omptpy_put(s, "],\"devices\":");
+    rc = rc ? rc : omptpy_devices_json(s, i);
+    rc = rc ? rc : omptpy_put(s, "}");
   }
   rc = rc ? rc : omptpy_put(s, "]");
   if (rc) omptpy_str_free(s);
@@ -399,6 +402,8 @@ int omptpy_stats_json(omptpy_str *s, bool final) {
     rc = omptpy_put(s, "%s{\"initialized\":%s,\"finalized\":%s}", i ? "," : "",
              atomic_load_explicit(&omptpy_g.runtimes[i].initialized, memory_order_acquire) ? "true" : "false",
              atomic_load_explicit(&omptpy_g.runtimes[i].finalized, memory_order_acquire) ? "true" : "false");
-  rc = rc ? rc : omptpy_put(s, "]");
+  /* The devices' counters now (device tracing goes on after the meta). */
+  rc = rc ? rc : omptpy_put(s, "],\"devices\":");
+  rc = rc ? rc : omptpy_devices_json(s, -1);
   return finish_document(s, rc);
 }

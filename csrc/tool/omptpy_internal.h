@@ -8,6 +8,7 @@
  * descriptions of the process and the counters), config.c (environment
  * variables), tool.c (ompt_start_tool, initialize, finalize, registration,
  * the public omptpy_* API), callbacks.c (one handler per OMPT event),
+ * device.c (device tracing: the device's entry points, its buffers),
  * sampler.c (state samples), tap.c (the Python handlers' queue), native.c
  * (native handlers), region.c (region markers), stacks.c (interpreter call
  * stacks, through the extension's hooks).  Internal functions return 0
@@ -67,6 +68,9 @@ typedef struct omptpy_config {
   bool zero_copy;         /* OMPTPY_ZERO_COPY: the memory sink may write in place */
   bool place_info;        /* OMPTPY_PLACE_INFO: processor and place at implicit task begin */
   size_t handler_queue_bytes; /* OMPTPY_HANDLER_QUEUE: bound of the Python handlers' queue */
+  bool device_trace;          /* OMPTPY_DEVICE_TRACE: start device tracing where offered */
+  size_t device_buffer_bytes; /* OMPTPY_DEVICE_BUFFER: one device trace buffer */
+  size_t device_memory_bytes; /* OMPTPY_DEVICE_MEMORY: bound of the device buffers' pool */
   char output[4096];      /* OMPTPY_OUTPUT: directory of the file sink, "" for memory */
   char error[512];        /* why the configuration was refused, "" if valid */
 } omptpy_config;
@@ -125,6 +129,10 @@ typedef struct omptpy_chunk {
   _Atomic(struct omptpy_thread *) owner;
   struct omptpy_region *region;  /* zero-copy: the region it was carved from, else NULL */
   bool retired;                  /* zero-copy: its thread ended, n is final */
+  /* zero-copy: its writer left it with one record free (a pair would not
+   * fit): n is final, the chunk is done as a full one is.  Stored before
+   * the writer's next release store of a count. */
+  _Atomic bool closed;
 } omptpy_chunk;
 
 /* Single-producer single-consumer ring of chunk pointers. */
@@ -208,6 +216,7 @@ typedef struct omptpy_thread {
   } suspended[OMPTPY_SUSPENDED_MAX];
   uint32_t nsuspended;
   int type;         /* ompt_thread_t */
+  bool self_detach; /* no thread_end will come: the slot is given back at thread exit */
   int runtime;      /* runtime instance that began the thread */
   pid_t tid;
   struct omptpy_thread *all_next; /* registry, push-only */
@@ -233,8 +242,13 @@ extern omptpy_buffers omptpy_buf;
 
 int omptpy_buffers_init(const omptpy_config *cfg);
 omptpy_thread *omptpy_thread_attach(int type, int runtime);
+/* A thread the runtime never announced and never will (a runtime's helper
+ * that hands device buffers back): a slot of that type, given back when the
+ * thread exits. */
+omptpy_thread *omptpy_thread_adopt(int type);
 void omptpy_thread_detach(omptpy_thread *t);
 omptpy_record *omptpy_slot_slow(omptpy_thread *t);
+omptpy_record *omptpy_slot2_slow(omptpy_thread *t);
 /* Copying buffers, under drain_lock: moves t's full chunks (and, if partial,
  * the one being filled) to the handlers' tap and the sink, and hands them
  * back; returns the number of full chunks seen. */
@@ -267,6 +281,14 @@ static inline omptpy_record *omptpy_slot(omptpy_thread *t) {
   if (OMPTPY_LIKELY(t->pos < atomic_load_explicit(&t->limit, memory_order_relaxed)))
     return &t->recs[t->pos];
   return omptpy_slot_slow(t);
+}
+
+/* Two adjacent slots in one chunk, for a record and its `more` (written
+ * with omptpy_commit2), or NULL when the pair has to be dropped (counted 2). */
+static inline omptpy_record *omptpy_slot2(omptpy_thread *t) {
+  if (OMPTPY_LIKELY(t->pos + 2 <= atomic_load_explicit(&t->limit, memory_order_relaxed)))
+    return &t->recs[t->pos];
+  return omptpy_slot2_slow(t);
 }
 
 /* Around every write of a record (callbacks, sampler): take() waits for
@@ -304,6 +326,32 @@ static inline void omptpy_fill(omptpy_record *r, const omptpy_thread *t, int eve
 static inline void omptpy_commit(omptpy_thread *t) {
   t->pos++;
   atomic_store_explicit(&t->cur->n, t->pos, memory_order_release);
+}
+
+/* A pair is published by one store: a reader sees both records or neither. */
+static inline void omptpy_commit2(omptpy_thread *t) {
+  t->pos += 2;
+  atomic_store_explicit(&t->cur->n, t->pos, memory_order_release);
+}
+
+/* The `more` record of the primary at r[0], in r[1]: time, thread, the
+ * primary's event number in kind (unless the caller sets another). */
+static inline void omptpy_fill_more(omptpy_record *r, int kind, uint64_t codeptr,
+                                    uint64_t parallel_id, uint64_t task_id, uint64_t u64a,
+                                    uint64_t u64b, uint32_t u32a, uint32_t u32b) {
+  omptpy_record *m = r + 1;
+  m->time = r->time;
+  m->codeptr = codeptr;
+  m->parallel_id = parallel_id;
+  m->task_id = task_id;
+  m->u64a = u64a;
+  m->u64b = u64b;
+  m->thread = r->thread;
+  m->event = OMPTPY_EVENT_MORE;
+  m->endpoint = 0;
+  m->kind = (uint8_t)kind;
+  m->u32a = u32a;
+  m->u32b = u32b;
 }
 
 /* Ids unique in the process: the thread index above a per-thread counter. */
@@ -524,6 +572,24 @@ void omptpy_meta_atfork_parent(void);
 void omptpy_meta_after_fork_child(void);
 /* What the inquiry functions of each initialised runtime answer now. */
 int omptpy_runtime_info_json(omptpy_str *s);
+
+/* ---- device tracing (device.c) ------------------------------------------- */
+
+/* At device_initialize: the device's entry points, and tracing started where
+ * offered (any thread; not under the tool's control lock). */
+void omptpy_device_initialize(int device_num, const char *type, ompt_device_t *device,
+                              ompt_function_lookup_t lookup);
+/* Flushes and stops the device's tracing (device_finalize). */
+void omptpy_device_finalize(int device_num);
+/* ompt_flush_trace on every traced device, then a clock pair each; call it
+ * before omptpy_flush and under no drain-side lock: the runtime may hand
+ * buffers back on another thread and wait for it. */
+void omptpy_devices_flush(void);
+/* Flushes and stops every traced device, then releases the buffers (the tool
+ * goes away: finalize, exit). */
+void omptpy_devices_stop(void);
+/* The devices initialised (those of one runtime, or all for -1) as a JSON list. */
+int omptpy_devices_json(omptpy_str *s, int runtime);
 
 /* ---- scripting callbacks (tap.c, native.c, region.c) ---------------------- */
 

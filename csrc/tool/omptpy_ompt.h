@@ -6,7 +6,10 @@
  * OpenMP runtime nor clang's resource directory (clang's omp-tools.h cannot be
  * compiled by gcc).  Names, values and signatures are the specification's;
  * tests/test_ompt_header.py checks them against an installed omp-tools.h.
- * Only the host side and the inquiry functions are declared here.
+ * Declared here: the host side, the inquiry functions, and device tracing's
+ * entry points and the records of the target events (ompt_record_ompt_t
+ * with the members of its union that ompt-py reads: the union's size is the
+ * specification's, set by its largest member, ompt_record_target_data_op_t).
  */
 #ifndef OMPTPY_OMPT_H
 #define OMPTPY_OMPT_H
@@ -67,9 +70,17 @@ typedef enum ompt_set_result_t {
   ompt_set_always = 5
 } ompt_set_result_t;
 
+typedef enum ompt_record_t {
+  ompt_record_ompt = 1,
+  ompt_record_native = 2,
+  ompt_record_invalid = 3
+} ompt_record_t;
+
 typedef uint64_t ompt_id_t;
 typedef uint64_t ompt_wait_id_t;
 typedef uint64_t ompt_hwid_t;
+typedef uint64_t ompt_device_time_t;
+typedef uint64_t ompt_buffer_cursor_t;
 
 typedef enum ompt_thread_t {
   ompt_thread_initial = 1,
@@ -337,6 +348,88 @@ typedef void (*ompt_callback_target_data_op_emi_t)(
 typedef void (*ompt_callback_target_submit_emi_t)(ompt_scope_endpoint_t endpoint,
                                                   ompt_data_t *target_data, ompt_id_t *host_op_id,
                                                   unsigned int requested_num_teams);
+
+/* Non-EMI target callbacks (registered where the EMI ones are never called). */
+typedef void (*ompt_callback_target_t)(ompt_target_t kind, ompt_scope_endpoint_t endpoint,
+                                       int device_num, ompt_data_t *task_data,
+                                       ompt_id_t target_id, const void *codeptr_ra);
+typedef void (*ompt_callback_target_data_op_t)(ompt_id_t target_id, ompt_id_t host_op_id,
+                                               ompt_target_data_op_t optype, void *src_addr,
+                                               int src_device_num, void *dest_addr,
+                                               int dest_device_num, size_t bytes,
+                                               const void *codeptr_ra);
+typedef void (*ompt_callback_target_submit_t)(ompt_id_t target_id, ompt_id_t host_op_id,
+                                              unsigned int requested_num_teams);
+
+/* Device tracing (OpenMP 5.2, 19.6.2 and 19.12): the device lookup's entry
+ * points and the buffer callbacks. */
+typedef void ompt_buffer_t;
+typedef void (*ompt_callback_buffer_request_t)(int device_num, ompt_buffer_t **buffer,
+                                               size_t *bytes);
+typedef void (*ompt_callback_buffer_complete_t)(int device_num, ompt_buffer_t *buffer,
+                                                size_t bytes, ompt_buffer_cursor_t begin,
+                                                int buffer_owned);
+typedef ompt_device_time_t (*ompt_get_device_time_t)(ompt_device_t *device);
+typedef double (*ompt_translate_time_t)(ompt_device_t *device, ompt_device_time_t time);
+typedef ompt_set_result_t (*ompt_set_trace_ompt_t)(ompt_device_t *device, unsigned int enable,
+                                                   unsigned int etype);
+typedef ompt_set_result_t (*ompt_set_trace_native_t)(ompt_device_t *device, int enable,
+                                                     int flags);
+typedef int (*ompt_start_trace_t)(ompt_device_t *device, ompt_callback_buffer_request_t request,
+                                  ompt_callback_buffer_complete_t complete);
+typedef int (*ompt_pause_trace_t)(ompt_device_t *device, int begin_pause);
+typedef int (*ompt_flush_trace_t)(ompt_device_t *device);
+typedef int (*ompt_stop_trace_t)(ompt_device_t *device);
+typedef int (*ompt_advance_buffer_cursor_t)(ompt_device_t *device, ompt_buffer_t *buffer,
+                                            size_t size, ompt_buffer_cursor_t current,
+                                            ompt_buffer_cursor_t *next);
+typedef ompt_record_t (*ompt_get_record_type_t)(ompt_buffer_t *buffer,
+                                                ompt_buffer_cursor_t current);
+typedef void *(*ompt_get_record_native_t)(ompt_buffer_t *buffer, ompt_buffer_cursor_t current,
+                                          ompt_id_t *host_op_id);
+
+typedef struct ompt_record_target_t {
+  ompt_target_t kind;
+  ompt_scope_endpoint_t endpoint;
+  int device_num;
+  ompt_id_t task_id;
+  ompt_id_t target_id;
+  const void *codeptr_ra;
+} ompt_record_target_t;
+
+typedef struct ompt_record_target_data_op_t {
+  ompt_id_t host_op_id;
+  ompt_target_data_op_t optype;
+  void *src_addr;
+  int src_device_num;
+  void *dest_addr;
+  int dest_device_num;
+  size_t bytes;
+  ompt_device_time_t end_time;
+  const void *codeptr_ra;
+} ompt_record_target_data_op_t;
+
+typedef struct ompt_record_target_kernel_t {
+  ompt_id_t host_op_id;
+  unsigned int requested_num_teams;
+  unsigned int granted_num_teams;
+  ompt_device_time_t end_time;
+} ompt_record_target_kernel_t;
+
+typedef struct ompt_record_ompt_t {
+  ompt_callbacks_t type;
+  ompt_device_time_t time;
+  ompt_id_t thread_id;
+  ompt_id_t target_id;
+  union {
+    ompt_record_target_t target;
+    ompt_record_target_data_op_t target_data_op;
+    ompt_record_target_kernel_t target_kernel;
+  } record;
+} ompt_record_ompt_t;
+
+typedef ompt_record_ompt_t *(*ompt_get_record_ompt_t)(ompt_buffer_t *buffer,
+                                                      ompt_buffer_cursor_t current);
 
 /* The tool's entry point, searched for by the runtime. */
 ompt_start_tool_result_t *ompt_start_tool(unsigned int omp_version, const char *runtime_version);

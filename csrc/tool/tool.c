@@ -192,6 +192,7 @@ static void on_finalize(ompt_data_t *tool_data) {
   pthread_mutex_lock(&control_lock);
   atomic_store_explicit(&rt->finalized, 1, memory_order_release);
   pthread_mutex_unlock(&control_lock);
+  omptpy_devices_stop();
   omptpy_tap_shutdown();
   omptpy_drainer_stop();
   omptpy_flush();
@@ -203,6 +204,7 @@ static void on_finalize(ompt_data_t *tool_data) {
  * runtime; records written later are flushed by finalize. */
 __attribute__((destructor)) static void at_unload(void) {
   if (init_rc != 0 || atomic_load(&omptpy_g.nruntimes) == 0) return;
+  omptpy_devices_stop();
   omptpy_tap_shutdown();
   omptpy_drainer_stop();
   omptpy_flush();
@@ -269,6 +271,7 @@ OMPTPY_API int omptpy_is_recording(void) { return atomic_load(&omptpy_g.sink_on)
  * what finalize would have written, written now. */
 OMPTPY_API void omptpy_finish(void) {
   if (init_rc != 0 || atomic_load(&omptpy_g.nruntimes) == 0) return;
+  omptpy_devices_stop();
   omptpy_tap_shutdown();
   omptpy_drainer_stop();
   omptpy_flush();
@@ -277,7 +280,9 @@ OMPTPY_API void omptpy_finish(void) {
 }
 
 OMPTPY_API void omptpy_flush_all(void) {
-  if (init_rc == 0) omptpy_flush();
+  if (init_rc != 0) return;
+  omptpy_devices_flush(); /* first: the devices' records land in the threads' buffers */
+  omptpy_flush();
 }
 
 OMPTPY_API void *omptpy_take(size_t *nrecs, size_t *mapped) {

@@ -156,6 +156,7 @@ omptpy_record *omptpy_zc_slot_slow(omptpy_thread *t) {
     c->region = r;
     c->taken = 0;
     c->retired = false;
+    atomic_store_explicit(&c->closed, false, memory_order_relaxed);
     atomic_store_explicit(&c->n, 0, memory_order_relaxed);
     atomic_store_explicit(&c->owner, t, memory_order_release);
     t->cur = c;
@@ -208,8 +209,10 @@ static uint32_t drain_region(omptpy_region *r, bool partial) {
       advance = false;
       continue;
     }
+    /* closed first: once it is seen, the count read after it is final */
+    bool closed = atomic_load_explicit(&c->closed, memory_order_acquire);
     uint32_t n = atomic_load_explicit(&c->n, memory_order_acquire);
-    bool full = n == OMPTPY_CHUNK_RECORDS;
+    bool full = n == OMPTPY_CHUNK_RECORDS || closed;
     if (full || partial) {
       if (c->taken < n) {
         if (!zc_take_records(r, c)) break;

@@ -176,6 +176,19 @@ def ensure_attachable() -> None:
 
 
 @dataclass(frozen=True)
+class DeviceInfo:
+    """A device the runtime initialised (device_initialize) and what it offers for
+    device tracing."""
+
+    device: int  # the device number
+    type: str  # device_initialize's type string
+    entry_points: dict[str, bool]  # the 12 device tracing entry points: offered or not
+    tracing: dict[str, str]  # record type -> ompt_set_trace_ompt's answer ("always"...)
+    started: bool  # ompt_start_trace succeeded
+    start_error: str | None  # why tracing did not start
+
+
+@dataclass(frozen=True)
 class RuntimeInfo:
     """What an attached OpenMP runtime's inquiry functions answer."""
 
@@ -186,6 +199,12 @@ class RuntimeInfo:
     num_procs: int
     num_devices: int
     places: list[list[int]]  # processor ids of each place (OMP_PLACES)
+    devices: list[DeviceInfo]  # initialised so far (the runtime does so at its first offload)
+
+
+def _device_info(d: dict) -> DeviceInfo:
+    return DeviceInfo(device=d["device"], type=d["type"], entry_points=d["entry_points"],
+                      tracing=d["tracing"], started=d["started"], start_error=d["start_error"])
 
 
 def runtime_info() -> list[RuntimeInfo]:
@@ -196,9 +215,40 @@ def runtime_info() -> list[RuntimeInfo]:
             states={int(k): v for k, v in r["states"].items()},
             mutex_impls={int(k): v for k, v in r["mutex_impls"].items()},
             num_procs=r["num_procs"], num_devices=r["num_devices"], places=r["places"],
+            devices=[_device_info(d) for d in r.get("devices", [])],
         )
         for r in json.loads(_core.runtime_info())
     ]
+
+
+#: A device's counters that tell of something the runtime did wrong or the tool
+#: could not keep (csrc/tool/device.c), as status() names them.
+DEVICE_PROBLEMS = {
+    "records_lost": "records lost (the runtime's, or buffer requests answered 0 bytes: "
+                    "raise OMPTPY_DEVICE_MEMORY)",
+    "records_after_stop": "records handed back after tracing stopped (counted, not kept)",
+    "records_unknown_type": "records of a type ompt-py does not read (not kept)",
+    "records_bad_time": "records that end before they begin (kept)",
+    "zero_byte_buffers": "buffers handed back with 0 bytes",
+}
+
+
+def device_status(d: dict) -> dict:
+    """A device's tracing, short (status()): on or off and why, the entry points
+    the runtime did not offer, each record type's set_trace_ompt answer, its
+    buffers and records so far, and the counters of problems that are not 0."""
+    return {
+        "device": d["device"],
+        "type": d["type"],
+        "tracing": "on" if d["started"] and not d.get("stopped") else
+                   "stopped" if d["started"] else "off",
+        "why_off": d["start_error"],
+        "missing_entry_points": [n for n, offered in d["entry_points"].items() if not offered],
+        "set_trace_ompt": d["tracing"],
+        "buffers": d["buffers_completed"],
+        "records": d["records"],
+        "problems": {DEVICE_PROBLEMS[k]: d[k] for k in DEVICE_PROBLEMS if d.get(k)},
+    }
 
 
 def duplicate_runtimes_message(llvm: list) -> str:
@@ -229,7 +279,8 @@ def python_stacks_status() -> dict:
 
 def status() -> dict:
     """Whether the tool is attached, to which runtimes, with which callbacks and
-    levels, and whether Python stacks are captured (python_stacks_status)."""
+    levels, whether Python stacks are captured (python_stacks_status), and each
+    device's tracing (device_status)."""
     m = meta()
     return {
         "attached": any(rt["initialized"] for rt in m["runtimes"]),
@@ -256,6 +307,7 @@ def status() -> dict:
             "error": FALLBACK.error,
         },
         "python_stacks": python_stacks_status(),
+        "devices": [device_status(d) for d in m.get("devices", [])],
         "config": m["config"],
         "config_error": CONFIG_ERROR,
         "clock": m["clock"],

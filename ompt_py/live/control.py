@@ -28,7 +28,9 @@ def control(command: str | int, modifier: int = 0) -> int:
 
     ``command``: ``"start"`` (open the trace sink again), ``"pause"`` and
     ``"end"`` (close it: a trace window records nothing until a start),
-    ``"flush"`` (move buffered records to the sink and to handlers), or a
+    ``"flush"`` (ask every traced device to hand its trace buffers back
+    (ompt_flush_trace), then move buffered records to the sink and to
+    handlers), or a
     tool-specific number from 64 up, which ompt-py records (with
     ``modifier``) for handlers and trace readers.  Handlers keep receiving
     events whatever the command.  Returns what omp_control_tool would: 0

@@ -36,6 +36,13 @@ def parse_header() -> dict:
     enums: dict[str, list[str]] = {}
     for body, name in re.findall(r"typedef\s+enum\s+\w*\s*\{(.*?)\}\s*(\w+)\s*;", text, re.S):
         enums[name] = re.findall(r"\b(ompt_\w+)\s*=", body)
+    # A union inside a struct (ompt_record_ompt_t's `record`): its members become
+    # the struct's, named through it ("record.target"), so offsetof checks them.
+    text = re.sub(r"\bunion\s*\{([^{}]*)\}\s*(\w+)\s*;",
+                  lambda m: " ".join(f"{d.strip()[:-len(n)]}{m.group(2)}.{n};"
+                                     for d in m.group(1).split(";") if d.strip()
+                                     for n in [re.findall(r"(\w+)\s*$", d.strip())[0]]),
+                  text)
     records: dict[str, list[str]] = {}
     for body, name in re.findall(
         r"typedef\s+(?:struct|union)\s+\w*\s*\{(.*?)\}\s*(\w+)\s*;", text, re.S
@@ -44,7 +51,7 @@ def parse_header() -> dict:
         for decl in body.split(";"):
             decl = decl.strip()
             if decl:
-                members.append(re.findall(r"(\w+)\s*(?:\[[^\]]*\])?$", decl)[0])
+                members.append(re.findall(r"([\w.]+)\s*(?:\[[^\]]*\])?$", decl)[0])
         records[name] = members
     scalars = re.findall(r"typedef\s+\w+\s+(ompt_\w+_t)\s*;", text)
     fnptrs = [

@@ -1,15 +1,19 @@
 """Device and target events that fire on the host (EMI callbacks), with the
-target region offloaded to libomptarget's host plugin (no GPU needed)."""
+target region offloaded to libomptarget's host plugin (no GPU needed); each
+data operation's addresses in the `more` record that follows it."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import CLANG, LIBOMP, LIBOMP_VERSION, PROGRAMS, PYTHON, clean_env
 
 import ompt_py
+from ompt_py.records import EVENT_CODES
 
 pytestmark = [pytest.mark.needs_clang, pytest.mark.any_libomp]
 
@@ -73,3 +77,35 @@ def test_target_region_on_the_host_device(offload_program, tmp_path):
     assert target["time_ns"].iloc[0] <= ops["time_ns"].min()
     assert ops["time_ns"].max() <= target["time_ns"].iloc[1]
 
+
+
+def test_data_op_addresses_follow_in_a_more_record(offload_program, tmp_path):
+    out = tmp_path / "t.parquet"
+    r = subprocess.run([PYTHON, "-m", "ompt_py", "run", "-q", "-o", str(out), "--",
+                        str(offload_program)],
+                       env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    a, sum_at = (int(v, 16) for v in re.search(r"a=(0x[0-9a-f]+) sum_at=(0x[0-9a-f]+)",
+                                                r.stdout).groups())
+    ev = ompt_py.load(out).events
+    op, more = EVENT_CODES["target_data_op_emi"], EVENT_CODES["more"]
+    pairs = []
+    for thread in np.unique(ev["thread"]):
+        mine = ev[ev["thread"] == thread]  # the thread's own order
+        # a `more` only ever right after its primary, with its time and its event number
+        for i in np.flatnonzero(mine["event"] == more):
+            assert i > 0 and mine["event"][i - 1] == op
+            assert mine["time_ns"][i] == mine["time_ns"][i - 1] and mine["kind"][i] == op
+        for i in np.flatnonzero(mine["event"] == op):
+            assert i + 1 < len(mine) and mine["event"][i + 1] == more
+            pairs.append((mine[i], mine[i + 1]))
+    assert pairs
+    begins = [(p, m) for p, m in pairs if p["endpoint"] == 1]
+    to_device = {int(p["u64a"]): m for p, m in begins if p["kind"] == 2}  # by bytes
+    from_device = [m for p, m in begins if p["kind"] == 3]
+    # the array and sum go from their host addresses to the device's
+    assert int(to_device[400]["u64a"]) == a and int(to_device[4]["u64a"]) == sum_at
+    assert all(int(m["u64b"]) not in (0, a, sum_at) for m in to_device.values())
+    # sum comes back from the device address it went to
+    (back,) = from_device
+    assert int(back["u64b"]) == sum_at and int(back["u64a"]) == int(to_device[4]["u64b"])

@@ -1,5 +1,6 @@
 /* target: one target region on the host "device" (libomptarget's x86_64
- * plugin), mapping a 100-int array to it and one int both ways. */
+ * plugin), mapping a 100-int array to it and one int both ways; prints the
+ * host addresses of both. */
 #include <stdio.h>
 
 int main(void) {
@@ -9,5 +10,6 @@ int main(void) {
 #pragma omp target map(to : a) map(tofrom : sum)
   for (int i = 0; i < 100; i++) sum += a[i];
   printf("sum=%d\n", sum);
+  printf("a=%p sum_at=%p\n", (void *)a, (void *)&sum); /* the data ops' host addresses */
   return 0;
 }
