@@ -27,7 +27,9 @@
  * Everything odd the runtime does is counted (the devices' entries of the
  * meta), never fatal: NULL entry points, start_trace returning 0, records of
  * an unknown type or ending before they begin, 0-byte buffers, records after
- * stop (counted, not written: the trace may be closed by then).
+ * stop (counted, not written: the trace may be closed by then).  Tracing
+ * starts only where it can work: ompt_start_trace, ompt_set_trace_ompt,
+ * ompt_advance_buffer_cursor and ompt_get_record_ompt all offered.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -347,17 +349,19 @@ void omptpy_device_initialize(int device_num, const char *type, ompt_device_t *d
   for (int i = 0; i < EP_COUNT; i++) d->ep[i] = lookup ? lookup(EP_NAMES[i]) : NULL;
   ompt_set_trace_ompt_t set_trace = (ompt_set_trace_ompt_t)d->ep[EP_SET_TRACE_OMPT];
   ompt_start_trace_t start = (ompt_start_trace_t)d->ep[EP_START_TRACE];
-  answer_all(d, ANSWER_NOT_ASKED);
+  answer_all(d, set_trace ? ANSWER_NOT_ASKED : ANSWER_NO_ENTRY_POINT);
   const char *why = NULL;
   if (!omptpy_g.cfg.device_trace) why = "OMPTPY_DEVICE_TRACE is off";
   else if (!start) why = "the runtime offers no ompt_start_trace for this device";
+  else if (!set_trace)
+    why = "the runtime offers ompt_start_trace but not ompt_set_trace_ompt: no record type "
+          "can be enabled";
   else if (!d->ep[EP_ADVANCE_BUFFER_CURSOR] || !d->ep[EP_GET_RECORD_OMPT])
     why = "the runtime offers ompt_start_trace but not ompt_advance_buffer_cursor and "
           "ompt_get_record_ompt, without which its buffers cannot be read";
   if (!why) {
     for (size_t k = 0; k < NTRACED; k++)
-      d->answers[k] = set_trace ? (int)set_trace(device_ptr, 1, (unsigned)TRACED[k])
-                                : ANSWER_NO_ENTRY_POINT;
+      d->answers[k] = (int)set_trace(device_ptr, 1, (unsigned)TRACED[k]);
     pthread_once(&P.once, pool_init);
     if (!P.ready) why = "no memory for the device buffers' pool (lower OMPTPY_DEVICE_MEMORY)";
     else if (!start(device_ptr, on_buffer_request, on_buffer_complete))
@@ -374,16 +378,21 @@ static bool tracing(device *d) {
          !atomic_load_explicit(&d->stopped, memory_order_acquire);
 }
 
-/* Under control_lock. */
-static void flush_device(device *d) {
+/* Under control_lock: whether the runtime flushed. */
+static bool flush_device(device *d) {
   ompt_flush_trace_t flush = (ompt_flush_trace_t)d->ep[EP_FLUSH_TRACE];
-  if (flush) flush(d->dev);
+  bool flushed = flush && flush(d->dev);
   clock_pair(d);
+  return flushed;
 }
 
-/* Under control_lock: records handed back after this are counted, not written. */
+/* Under control_lock.  Once flushed, records still handed back (ROCm's
+ * window: inside stop_trace, after tracing was disabled) are counted, not
+ * written; without a flush, stop_trace's own is the only one, and what it
+ * hands back is kept. */
 static void stop_device(device *d) {
-  flush_device(d);
+  bool flushed = flush_device(d);
+  if (flushed) atomic_store_explicit(&d->stopped, true, memory_order_release);
   ompt_stop_trace_t stop = (ompt_stop_trace_t)d->ep[EP_STOP_TRACE];
   if (stop) stop(d->dev);
   atomic_store_explicit(&d->stopped, true, memory_order_release);
