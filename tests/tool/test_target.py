@@ -4,13 +4,14 @@ data operation's addresses in the `more` record that follows it."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CLANG, LIBOMP, LIBOMP_VERSION, PROGRAMS, PYTHON, clean_env
+from conftest import CLANG, LIBOMP, LIBOMP_VERSION, PROGRAMS, PYTHON, clean_env, run_python
 
 import ompt_py
 from ompt_py.records import EVENT_CODES
@@ -18,21 +19,27 @@ from ompt_py.records import EVENT_CODES
 pytestmark = [pytest.mark.needs_clang, pytest.mark.any_libomp]
 
 
-@pytest.fixture(scope="module")
-def offload_program(tmp_path_factory) -> Path:
+def build_offload(tmp_path_factory, source: str, *flags: str) -> Path:
+    """tests/programs/offload/SOURCE built for the host offload target (skips where it
+    cannot be)."""
     if LIBOMP_VERSION < 19:
         # The offloading program links libomptarget 19, which loads libomp 19 by
         # path: with an older libomp first the process holds two (OMP: Error #15).
         pytest.skip(f"clang-19 offloading needs libomptarget 19 and its libomp 19, not "
                     f"libomp {LIBOMP_VERSION}")
-    out = tmp_path_factory.mktemp("offload") / "target"
+    out = tmp_path_factory.mktemp("offload") / Path(source).stem
     libdir = LIBOMP.parent
     r = subprocess.run([CLANG, "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu",
-                        str(PROGRAMS / "offload" / "target.c"), "-o", str(out),
+                        *flags, str(PROGRAMS / "offload" / source), "-o", str(out),
                         f"-Wl,-rpath,{libdir}"], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"clang-19 cannot build for the host offload target:\n{r.stderr[-2000:]}")
     return out
+
+
+@pytest.fixture(scope="module")
+def offload_program(tmp_path_factory) -> Path:
+    return build_offload(tmp_path_factory, "target.c")
 
 
 def test_target_region_on_the_host_device(offload_program, tmp_path):
@@ -109,3 +116,35 @@ def test_data_op_addresses_follow_in_a_more_record(offload_program, tmp_path):
     # sum comes back from the device address it went to
     (back,) = from_device
     assert int(back["u64b"]) == sum_at and int(back["u64a"]) == int(to_device[4]["u64b"])
+
+
+@pytest.mark.parametrize("zero_copy", ["on", "off"])
+def test_pairs_across_chunks_in_process(tmp_path_factory, zero_copy):
+    """32,500 records of one thread, pairs at odd and even places: in the memory sink a
+    chunk with one record free is left (zero copy) or handed over (copying), and
+    every pair stays whole and in order, nothing lost."""
+    lib = build_offload(tmp_path_factory, "pairs_lib.c", "-shared", "-fPIC")
+    r = run_python(f"""
+        import ctypes, json
+        import numpy as np
+        import ompt_py
+        from ompt_py.records import EVENT_CODES
+        with ompt_py.trace() as t:
+            ctypes.CDLL({str(lib)!r}).run_regions(1000)
+        ev, op, more = t.events, EVENT_CODES["target_data_op_emi"], EVENT_CODES["more"]
+        codes = ev[ev["thread"] == np.bincount(ev["thread"]).argmax()]["event"]
+        after_op = codes[np.flatnonzero(codes[:-1] == op) + 1]
+        before_more = codes[np.flatnonzero(codes[1:] == more)]
+        print(json.dumps({{"written": t.meta["written"], "dropped": t.meta["dropped"],
+                          "events": len(ev), "ops": int((codes == op).sum()),
+                          "mores": int((codes == more).sum()),
+                          "after_op": sorted(set(after_op.tolist())),
+                          "before_more": sorted(set(before_more.tolist())),
+                          "zero_copy": ompt_py.status()["config"]["zero_copy"]}}))
+        """, {"OMPTPY_ZERO_COPY": zero_copy}, timeout=300)
+    got = json.loads(r.stdout.splitlines()[-1])
+    assert got["zero_copy"] == (zero_copy == "on")
+    assert got["dropped"] == 0 and got["written"] == got["events"] > 30 * 1024
+    assert got["ops"] == got["mores"] == 14 * 1000  # 7 operations a region, begin and end
+    assert got["after_op"] == [EVENT_CODES["more"]]
+    assert got["before_more"] == [EVENT_CODES["target_data_op_emi"]]
