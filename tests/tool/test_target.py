@@ -148,3 +148,28 @@ def test_pairs_across_chunks_in_process(tmp_path_factory, zero_copy):
     assert got["ops"] == got["mores"] == 14 * 1000  # 7 operations a region, begin and end
     assert got["after_op"] == [EVENT_CODES["more"]]
     assert got["before_more"] == [EVENT_CODES["target_data_op_emi"]]
+
+
+def test_runtime_info_and_status_list_the_host_devices(tmp_path_factory):
+    """libomptarget 19's host devices: initialised at the first offload, with their type
+    string; its device lookup offers no tracing entry point, so tracing is off and
+    status() says why."""
+    lib = build_offload(tmp_path_factory, "pairs_lib.c", "-shared", "-fPIC")
+    r = run_python(f"""
+        import ctypes, dataclasses, json
+        import ompt_py
+        with ompt_py.trace():
+            ctypes.CDLL({str(lib)!r}).run_regions(1)
+        (rt,) = ompt_py.runtime_info()
+        print(json.dumps({{"info": [dataclasses.asdict(d) for d in rt.devices],
+                          "status": ompt_py.status()["devices"]}}))
+        """, timeout=120)
+    got = json.loads(r.stdout.splitlines()[-1])
+    assert got["info"] and len(got["info"]) == len(got["status"])
+    for info, short in zip(got["info"], got["status"]):
+        assert info["type"] == short["type"] == "generic-64bit"
+        assert set(info["entry_points"].values()) == {False}
+        assert set(info["tracing"].values()) == {"no entry point"}
+        assert info["started"] is False and "ompt_start_trace" in info["start_error"]
+        assert short["tracing"] == "off" and short["why_off"] == info["start_error"]
+        assert len(short["missing_entry_points"]) == 12
