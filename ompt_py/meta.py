@@ -98,11 +98,11 @@ def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
     for refused in ("region_unnamed", "error_messages_unkept"):
         if (last_stats or meta).get(refused):
             entry[refused] = (last_stats or meta)[refused]
-    # Devices and their tracing counters, as the latest document has them (a tool
-    # before record version 6 wrote none: the key is there only when devices were).
-    devices = (last_stats or {}).get("devices", meta.get("devices", []))
-    if devices:
-        entry["devices"] = devices
+    # Devices and their tracing counters, as the latest document has them (the key
+    # is there from record version 6 on: a trace of an older tool reads as before).
+    latest = last_stats if last_stats and "devices" in last_stats else meta
+    if "devices" in latest:
+        entry["devices"] = latest["devices"]
     python = python_entry(stacks)
     if python is not None:
         entry["python"] = python
@@ -141,17 +141,17 @@ def trace_meta(processes: list[dict], origin_mono_ns: int | None,
                skipped: list[dict] | None = None) -> dict:
     """The metadata of a trace of these processes, with its written/dropped/lost
     totals, what a partial load left out (``skipped``: {"source", "reason"}
-    each, none repeated) and every process's devices (``devices``, when there
-    are some: the tool's entries with the process's ``pid``)."""
+    each, none repeated) and every process's devices (``devices``, from record
+    version 6 on: the tool's entries with the process's ``pid``)."""
     unique = {(s["source"], s["reason"]): s for s in skipped or []}
     meta = {"format": FORMAT, "origin_mono_ns": origin_mono_ns, "processes": processes,
             "written": sum(p["written"] for p in processes),
             "dropped": sum(p["dropped"] for p in processes),
             "lost": sum(p.get("lost", 0) for p in processes),
             "skipped": list(unique.values())}
-    devices = [{"pid": p["pid"], **d} for p in processes for d in p.get("devices", [])]
-    if devices:  # a trace without devices reads as before
-        meta["devices"] = devices
+    if any("devices" in p for p in processes):  # record version 6 on
+        meta["devices"] = [{"pid": p["pid"], **d} for p in processes
+                           for d in p.get("devices", [])]
     return meta
 
 
