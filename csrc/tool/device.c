@@ -429,6 +429,14 @@ void omptpy_devices_stop(void) {
   pthread_mutex_unlock(&control_lock);
 }
 
+/* fork: the child has none of the runtime's helper threads nor its tracing
+ * state; its devices count as stopped (what a runtime still hands back there
+ * is counted after stop), and the lock is free again. */
+void omptpy_devices_after_fork_child(void) {
+  pthread_mutex_init(&control_lock, NULL);
+  for (int i = 0; i < MAX_DEVICES; i++) atomic_store(&D[i].stopped, true);
+}
+
 /* ---- the devices' descriptions (meta, stats, runtime_info) --------------------- */
 
 static const char *answer_name(int answer) {

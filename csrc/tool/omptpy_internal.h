@@ -588,6 +588,7 @@ void omptpy_devices_flush(void);
 /* Flushes and stops every traced device, then releases the buffers (the tool
  * goes away: finalize, exit). */
 void omptpy_devices_stop(void);
+void omptpy_devices_after_fork_child(void);
 /* The devices initialised (those of one runtime, or all for -1) as a JSON list. */
 int omptpy_devices_json(omptpy_str *s, int runtime);
 

@@ -92,6 +92,7 @@ static void atfork_child(void) {
   omptpy_native_after_fork_child();
   omptpy_region_after_fork_child();
   omptpy_stacks_after_fork_child();
+  omptpy_devices_after_fork_child();
   int live = 0;
   for (int i = 0; i < atomic_load(&omptpy_g.nruntimes) && i < OMPTPY_MAX_RUNTIMES; i++)
     live |= atomic_load_explicit(&omptpy_g.runtimes[i].initialized, memory_order_relaxed) &&
