@@ -271,7 +271,8 @@ MODULE = Obj({"path": Str(), "base": _ADDRESS, "start": _ADDRESS, "end": _ADDRES
 CONFIG = Obj({}, {"enabled": Bool(), "buffer_bytes": _COUNT, "overflow": Str(),
                   "drain_ms": Num(), "sample_hz": Num(), "place_info": Bool(), "sink": Str(),
                   "output": Str(), "error": Str(), "handler_queue_bytes": _COUNT,
-                  "zero_copy": Bool()})
+                  "zero_copy": Bool(), "device_trace": Bool(), "device_buffer_bytes": _COUNT,
+                  "device_memory_bytes": _COUNT})
 RUNTIME = Obj({"version": Str()},
               {"omp_version": Int(-I64 - 1, I64), "path": Str(), "initialized": Bool(),
                "finalized": Bool(), "callbacks": Dict(Str())})

@@ -112,7 +112,8 @@ static struct {
   _Atomic uint32_t made;        /* buffers handed out at least once */
   _Atomic uint64_t head;        /* free list: ABA tag << 32 | (index + 1); 0: empty */
   _Atomic uint32_t *next;       /* free list links, index + 1 */
-  _Atomic int32_t *holder;      /* device number + 1 holding a buffer; 0: in the pool */
+  _Atomic int32_t *holder;      /* device number + 1 holding a buffer (-1: a number
+                                 * beyond those traced); 0: in the pool */
   pthread_once_t once;
   bool ready;
 } P = {.once = PTHREAD_ONCE_INIT};
@@ -170,7 +171,7 @@ static int64_t pool_index(const void *buffer) {
 static void pool_release(uint32_t i) {
   int32_t holder = atomic_exchange_explicit(&P.holder[i], 0, memory_order_acq_rel);
   if (!holder) return;
-  device *d = device_of(holder - 1);
+  device *d = holder > 0 ? device_of(holder - 1) : NULL;
   if (d) add(&d->freed, 1);
   pool_push(i);
 }
@@ -195,7 +196,7 @@ static void on_buffer_request(int device_num, ompt_buffer_t **buffer, size_t *by
     if (d) add(&d->lost, 1);
     return;
   }
-  atomic_store_explicit(&P.holder[i], device_num + 1, memory_order_relaxed);
+  atomic_store_explicit(&P.holder[i], d ? device_num + 1 : -1, memory_order_relaxed);
   *buffer = P.base + (size_t)i * P.size;
   *bytes = P.size;
   if (d) add(&d->bytes, P.size);

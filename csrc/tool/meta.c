@@ -283,6 +283,10 @@ int omptpy_meta_json(omptpy_str *s) {
   rc = rc ? rc : omptpy_put(s, ",\"error\":");
   rc = rc ? rc : omptpy_put_string(s, g->cfg.error, strlen(g->cfg.error));
   rc = rc ? rc : omptpy_put(s, ",\"handler_queue_bytes\":%zu", g->cfg.handler_queue_bytes);
+  rc = rc ? rc : omptpy_put(s, ",\"device_trace\":%s,\"device_buffer_bytes\":%zu,"
+                            "\"device_memory_bytes\":%zu",
+                            g->cfg.device_trace ? "true" : "false", g->cfg.device_buffer_bytes,
+                            g->cfg.device_memory_bytes);
   rc = rc ? rc : omptpy_put(s, ",\"zero_copy\":%s", omptpy_zero_copy() ? "true" : "false");
   rc = rc ? rc : omptpy_put(s, ",\"sample_signal\":%d,\"sample_error\":", g->cfg.sample_signal);
   rc = rc ? rc : omptpy_put_string(s, g->cfg.sample_error, strlen(g->cfg.sample_error));
