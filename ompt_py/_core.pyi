@@ -25,9 +25,6 @@ PARALLEL_LEAGUE: Final[int]
 # ompt-py's own events and the record (csrc/include/omptpy.h)
 EVENT_SAMPLE: Final[int]
 EVENT_REGION: Final[int]
-EVENT_MORE: Final[int]
-EVENT_DEVICE: Final[int]
-EVENT_DEVICE_CLOCK: Final[int]
 RECORD_SIZE: Final[int]
 # the raw file (csrc/tool/omptpy_file.h): blocks of a header (magic, type, length)
 FILE_MAGIC: Final[int]

@@ -116,12 +116,9 @@ EVENTS: dict[int, str] = {
     37: "error",
     _core.EVENT_SAMPLE: "sample",  # ompt-py's own: a state sample (OMPTPY_SAMPLE_HZ)
     _core.EVENT_REGION: "region",  # ompt-py's own: a user-code region marker (ompt_py.region)
-    # ompt-py's own (record version 6, see csrc/include/omptpy.h): the second record of a
-    # pair (right after its primary in its thread's order), a device trace record, and a
-    # (host, device) clock pair
-    _core.EVENT_MORE: "more",
-    _core.EVENT_DEVICE: "device",
-    _core.EVENT_DEVICE_CLOCK: "device_clock",
+    102: "more",
+    103: "device",
+    104: "device_clock",
 }
 
 #: ompt_state_t (OpenMP 5.2, 19.4.4.27): what a sampled thread was doing (the
@@ -342,7 +339,7 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "arg": ("u32ab", ("control_tool",)),  # the pointer, u32a low and u32b high
     "message_length": ("u64a", ("error",)),
     "device_num": ("u32a", ("device_initialize", "device_finalize", "device_load",
-                            "target_emi", "target", "device", "device_clock")),
+                            "target_emi", "target")),
     "target_id": ("u64a", ("target_emi", "target")),
     "target_region_id": ("u64b", ("target_data_op_emi", "target_submit_emi", "target_data_op",
                                   "target_submit")),
@@ -365,13 +362,13 @@ ID_FIELDS: dict[str, tuple[str, ...]] = {
     "task_id": ("parallel_begin", "parallel_end", "implicit_task", "task_create",
                 "task_schedule", "work", "dispatch", "sync_region", "sync_region_wait",
                 "reduction", "masked", "cancel", "dependences", "task_dependence", "target_emi",
-                "target_data_op_emi", "target_submit_emi", "sample", "target", "target_data_op",
-                "target_submit", "device"),
+                "target_data_op_emi", "target_submit_emi", "target", "target_data_op",
+                "target_submit", "sample"),
     "codeptr": ("parallel_begin", "parallel_end", "task_create", "work", "sync_region",
                 "sync_region_wait", "reduction", "mutex_acquire", "mutex_acquired",
                 "mutex_released", "lock_init", "lock_destroy", "nest_lock", "masked", "flush",
                 "cancel", "control_tool", "error", "device_load", "target_emi",
-                "target_data_op_emi", "sample", "region", "target", "target_data_op", "device"),
+                "target_data_op_emi", "target", "target_data_op", "sample", "region"),
 }
 
 #: How Trace.to_pandas() shows a NULL the runtime passed where 0 is not it: the next
@@ -391,7 +388,7 @@ SINCE: dict[str, dict[str, int]] = {
 #: Where a record keeps the id of its Python call stack (0: none; see "Stack ids"
 #: in csrc/include/omptpy.h): event -> (field, right shift); the id is 32 bits.
 PY_STACK_FIELDS = {"parallel_begin": ("u64a", 0), "task_create": ("u32a", 1),
-                   "target_emi": ("u32b", 0), "region": ("u64b", 0)}
+                   "target_emi": ("u32b", 0), "target": ("u32b", 0), "region": ("u64b", 0)}
 
 
 def python_stack_ids(events: np.ndarray) -> np.ndarray:

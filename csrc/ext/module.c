@@ -395,9 +395,6 @@ static const struct {
     /* ompt-py's own events and the record (omptpy.h) */
     C(EVENT_SAMPLE, OMPTPY_EVENT_SAMPLE),
     C(EVENT_REGION, OMPTPY_EVENT_REGION),
-    C(EVENT_MORE, OMPTPY_EVENT_MORE),
-    C(EVENT_DEVICE, OMPTPY_EVENT_DEVICE),
-    C(EVENT_DEVICE_CLOCK, OMPTPY_EVENT_DEVICE_CLOCK),
     C(RECORD_SIZE, sizeof(omptpy_record)),
     /* the raw file (omptpy_file.h) */
     C(FILE_MAGIC, OMPTPY_FILE_MAGIC),
