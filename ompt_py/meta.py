@@ -100,6 +100,7 @@ def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
             entry[refused] = (last_stats or meta)[refused]
     # Devices and their tracing counters, as the latest document has them (the key
     # is there from record version 6 on: a trace of an older tool reads as before).
+    # Kept per process only, as threads are (a trace saved by process keeps them).
     latest = last_stats if last_stats and "devices" in last_stats else meta
     if "devices" in latest:
         entry["devices"] = latest["devices"]
@@ -140,19 +141,14 @@ def python_entry(docs: list[dict]) -> dict | None:
 def trace_meta(processes: list[dict], origin_mono_ns: int | None,
                skipped: list[dict] | None = None) -> dict:
     """The metadata of a trace of these processes, with its written/dropped/lost
-    totals, what a partial load left out (``skipped``: {"source", "reason"}
-    each, none repeated) and every process's devices (``devices``, from record
-    version 6 on: the tool's entries with the process's ``pid``)."""
+    totals and what a partial load left out (``skipped``: {"source", "reason"}
+    each, none repeated)."""
     unique = {(s["source"], s["reason"]): s for s in skipped or []}
-    meta = {"format": FORMAT, "origin_mono_ns": origin_mono_ns, "processes": processes,
+    return {"format": FORMAT, "origin_mono_ns": origin_mono_ns, "processes": processes,
             "written": sum(p["written"] for p in processes),
             "dropped": sum(p["dropped"] for p in processes),
             "lost": sum(p.get("lost", 0) for p in processes),
             "skipped": list(unique.values())}
-    if any("devices" in p for p in processes):  # record version 6 on
-        meta["devices"] = [{"pid": p["pid"], **d} for p in processes
-                           for d in p.get("devices", [])]
-    return meta
 
 
 def with_losses(meta: dict) -> dict:

@@ -18,7 +18,7 @@ from ompt_py.live import attach
 
 pytestmark = pytest.mark.needs_clang
 
-#: The device entry points the tool asks for (the keys of meta["devices"][i]["entry_points"]).
+#: The device entry points the tool asks for (the keys of a device's "entry_points").
 ENTRY_POINTS = ["ompt_set_trace_ompt", "ompt_start_trace", "ompt_pause_trace", "ompt_flush_trace",
                 "ompt_stop_trace", "ompt_advance_buffer_cursor", "ompt_get_record_type",
                 "ompt_get_record_ompt", "ompt_get_device_time", "ompt_translate_time",
@@ -28,7 +28,9 @@ RECORD_TYPES = ["target", "target_data_op", "target_submit", "target_emi", "targ
 
 
 def the_device(run) -> dict:
-    (device,) = run.trace.meta["devices"]
+    """The one device of the emulator's one process (meta["processes"][0]["devices"])."""
+    (proc,) = run.trace.meta["processes"]
+    (device,) = proc["devices"]
     return device
 
 
@@ -115,7 +117,7 @@ def test_status_explains_device_tracing(emu, tmp_path):  # noqa: F811
     assert short["tracing"] == "off" and "ompt_start_trace" in short["why_off"]
     assert "ompt_start_trace" in short["missing_entry_points"]
     run = run_emu(emu, tmp_path / "on", "--unknown", "2")
-    (short,) = [attach.device_status(d) for d in run.trace.meta["devices"]]
+    (short,) = [attach.device_status(the_device(run))]
     assert short["tracing"] == "stopped" and short["why_off"] is None and short["records"] > 0
     assert list(short["problems"].values()) == [2]
 
