@@ -249,20 +249,27 @@ static void clock_pair_due(device *d) {
 
 static inline uint64_t addr(const void *p) { return (uint64_t)(uintptr_t)p; }
 
+/* A buffer's counts, added to the device's once it is walked (one atomic
+ * add per buffer and counter, not per record). */
+typedef struct walk_counts {
+  uint64_t records, unknown_type, bad_time, after_stop;
+} walk_counts;
+
 /* One device record into t's buffer (t NULL: counted only, no trace wants it). */
-static inline void copy_record(device *d, omptpy_thread *t, const ompt_record_ompt_t *r) {
+static inline void copy_record(device *d, omptpy_thread *t, const ompt_record_ompt_t *r,
+                               walk_counts *n) {
   int type = r->type;
   bool target = type == ompt_callback_target || type == ompt_callback_target_emi;
   bool data_op = type == ompt_callback_target_data_op || type == ompt_callback_target_data_op_emi;
   bool kernel = type == ompt_callback_target_submit || type == ompt_callback_target_submit_emi;
   if (OMPTPY_UNLIKELY(!target && !data_op && !kernel)) {
-    add(&d->unknown_type, 1);
+    n->unknown_type++;
     return;
   }
-  add(&d->records, 1);
+  n->records++;
   uint64_t end = data_op ? r->record.target_data_op.end_time
                  : kernel ? r->record.target_kernel.end_time : 0;
-  if (OMPTPY_UNLIKELY(!target && end < r->time)) add(&d->bad_time, 1); /* kept, flagged */
+  if (OMPTPY_UNLIKELY(!target && end < r->time)) n->bad_time++; /* kept, flagged */
   if (!t) return;
   omptpy_enter(t);
   omptpy_record *o = omptpy_slot2(t);
@@ -306,17 +313,22 @@ static void consume(device *d, ompt_buffer_t *buffer, size_t bytes, ompt_buffer_
   bool stopped = atomic_load_explicit(&d->stopped, memory_order_acquire);
   omptpy_thread *t = !stopped && omptpy_recording() ? consumer() : NULL;
   ompt_buffer_cursor_t cur = begin;
-  for (size_t n = 0; n < bytes; n++) {
+  walk_counts n = {0};
+  for (size_t i = 0; i < bytes; i++) {
     /* Without ompt_get_record_type every record is taken for an OMPT one. */
     ompt_record_t kind = get_type ? get_type(buffer, cur) : ompt_record_ompt;
     const ompt_record_ompt_t *r = kind == ompt_record_ompt ? get_ompt(buffer, cur) : NULL;
-    if (OMPTPY_UNLIKELY(!r)) add(&d->unknown_type, 1);
-    else if (OMPTPY_UNLIKELY(stopped)) add(&d->after_stop, 1);
-    else copy_record(d, t, r);
+    if (OMPTPY_UNLIKELY(!r)) n.unknown_type++;
+    else if (OMPTPY_UNLIKELY(stopped)) n.after_stop++;
+    else copy_record(d, t, r, &n);
     ompt_buffer_cursor_t next = cur;
     if (!advance(d->dev, buffer, bytes, cur, &next) || next == cur) break;
     cur = next;
   }
+  if (n.records) add(&d->records, n.records);
+  if (n.unknown_type) add(&d->unknown_type, n.unknown_type);
+  if (n.bad_time) add(&d->bad_time, n.bad_time);
+  if (n.after_stop) add(&d->after_stop, n.after_stop);
 }
 
 static void on_buffer_complete(int device_num, ompt_buffer_t *buffer, size_t bytes,
