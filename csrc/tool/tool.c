@@ -55,6 +55,10 @@ void omptpy_consumers_changed(void) {
 }
 
 void omptpy_recording_set(int on) {
+  /* Closing the window: what the devices still hold ran inside it, and is stamped
+   * when it is handed back (outside the control lock: the runtime may hand
+   * buffers back on another thread and wait for it). */
+  if (!on && atomic_load(&omptpy_g.sink_on)) omptpy_devices_flush();
   pthread_mutex_lock(&control_lock);
   if (atomic_load(&omptpy_g.sink_on) != (on != 0)) {
     omptpy_sink_window(on != 0);
