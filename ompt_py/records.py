@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import _core
 
-RECORD_VERSION = 5
+RECORD_VERSION = 6
 RECORD_SIZE = 64
 
 # (field, numpy type) in the order of struct omptpy_record.
@@ -116,6 +116,9 @@ EVENTS: dict[int, str] = {
     37: "error",
     _core.EVENT_SAMPLE: "sample",  # ompt-py's own: a state sample (OMPTPY_SAMPLE_HZ)
     _core.EVENT_REGION: "region",  # ompt-py's own: a user-code region marker (ompt_py.region)
+    102: "more",
+    103: "device",
+    104: "device_clock",
 }
 
 #: ompt_state_t (OpenMP 5.2, 19.4.4.27): what a sampled thread was doing (the
@@ -293,6 +296,8 @@ KIND_NAMES: dict[str, dict[int, str]] = {
     "dependences": DEPENDENCE_TYPES,
     "target_emi": TARGET_KINDS,
     "target_data_op_emi": TARGET_DATA_OPS,
+    "target": TARGET_KINDS,
+    "target_data_op": TARGET_DATA_OPS,
 }
 
 #: Named argument columns of Trace.to_pandas(): column -> (raw field, events using it).
@@ -334,13 +339,14 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "arg": ("u32ab", ("control_tool",)),  # the pointer, u32a low and u32b high
     "message_length": ("u64a", ("error",)),
     "device_num": ("u32a", ("device_initialize", "device_finalize", "device_load",
-                            "target_emi")),
-    "target_id": ("u64a", ("target_emi",)),
-    "target_region_id": ("u64b", ("target_data_op_emi", "target_submit_emi")),
-    "bytes": ("u64a", ("target_data_op_emi", "device_load")),
-    "src_device": ("u32a", ("target_data_op_emi",)),
-    "dest_device": ("u32b", ("target_data_op_emi",)),
-    "requested_num_teams": ("u32a", ("target_submit_emi",)),
+                            "target_emi", "target")),
+    "target_id": ("u64a", ("target_emi", "target")),
+    "target_region_id": ("u64b", ("target_data_op_emi", "target_submit_emi", "target_data_op",
+                                  "target_submit")),
+    "bytes": ("u64a", ("target_data_op_emi", "device_load", "target_data_op")),
+    "src_device": ("u32a", ("target_data_op_emi", "target_data_op")),
+    "dest_device": ("u32b", ("target_data_op_emi", "target_data_op")),
+    "requested_num_teams": ("u32a", ("target_submit_emi", "target_submit")),
 }
 
 
@@ -356,12 +362,13 @@ ID_FIELDS: dict[str, tuple[str, ...]] = {
     "task_id": ("parallel_begin", "parallel_end", "implicit_task", "task_create",
                 "task_schedule", "work", "dispatch", "sync_region", "sync_region_wait",
                 "reduction", "masked", "cancel", "dependences", "task_dependence", "target_emi",
-                "target_data_op_emi", "target_submit_emi", "sample"),
+                "target_data_op_emi", "target_submit_emi", "target", "target_data_op",
+                "target_submit", "sample"),
     "codeptr": ("parallel_begin", "parallel_end", "task_create", "work", "sync_region",
                 "sync_region_wait", "reduction", "mutex_acquire", "mutex_acquired",
                 "mutex_released", "lock_init", "lock_destroy", "nest_lock", "masked", "flush",
                 "cancel", "control_tool", "error", "device_load", "target_emi",
-                "target_data_op_emi", "sample", "region"),
+                "target_data_op_emi", "target", "target_data_op", "sample", "region"),
 }
 
 #: How Trace.to_pandas() shows a NULL the runtime passed where 0 is not it: the next
@@ -381,7 +388,7 @@ SINCE: dict[str, dict[str, int]] = {
 #: Where a record keeps the id of its Python call stack (0: none; see "Stack ids"
 #: in csrc/include/omptpy.h): event -> (field, right shift); the id is 32 bits.
 PY_STACK_FIELDS = {"parallel_begin": ("u64a", 0), "task_create": ("u32a", 1),
-                   "target_emi": ("u32b", 0), "region": ("u64b", 0)}
+                   "target_emi": ("u32b", 0), "target": ("u32b", 0), "region": ("u64b", 0)}
 
 
 def python_stack_ids(events: np.ndarray) -> np.ndarray:
@@ -393,6 +400,22 @@ def python_stack_ids(events: np.ndarray) -> np.ndarray:
         if len(rows):
             out[rows] = (events[field][rows] >> shift) & 0xFFFF_FFFF
     return out
+
+
+# ---- offload: host target events, device records (their fields: csrc/include/omptpy.h) ----
+
+#: The events whose records are followed by a ``more`` record (the fields the
+#: primary had no room for), from this record version on.
+MORE_SINCE: dict[str, int] = {"target_data_op_emi": 6, "target_data_op": 6, "device": 6}
+#: A device record's type (its kind byte: the ompt_callbacks_t of the record,
+#: EMI or not) -> what Trace.device_ops() calls it.
+DEVICE_RECORD_TYPES: dict[int, str] = {8: "target", 33: "target", 9: "data_op", 34: "data_op",
+                                       10: "kernel", 35: "kernel"}
+#: ompt_target_t values of the ``nowait`` constructs: the construct's value | this bit.
+TARGET_NOWAIT_BIT = 8
+#: Data operations that move bytes, by direction (TARGET_DATA_OPS names).
+TRANSFERS_TO_DEVICE = ("transfer_to_device", "transfer_to_device_async")
+TRANSFERS_FROM_DEVICE = ("transfer_from_device", "transfer_from_device_async")
 
 
 #: Argument columns holding a C int (device numbers: -1 is the host, or none).
@@ -482,9 +505,18 @@ def to_events(records: np.ndarray, first: dict, last: dict | None, tick_ns_estim
     """Raw records (RAW_DTYPE) -> events (EVENT_DTYPE), in place: ticks become
     nanoseconds from ``origin_ns`` on the line through the clock anchors
     ``first`` and ``last`` (``{"ticks", "mono_ns"}``; the tool's estimate of the
-    tick's length when ``last`` is None or too close)."""
+    tick's length when ``last`` is None or too close): every record's time, and
+    the host time after the device's of each device_clock pair (u64b: int64
+    nanoseconds in the events, as time_ns)."""
     scale = _core.tick_scale(first["ticks"], first["mono_ns"],
                              last["ticks"] if last else None, last["mono_ns"] if last else None,
                              tick_ns_estimate)
     _core.ticks_to_ns(records, first["ticks"], first["mono_ns"], scale, origin_ns)
+    # A device_clock pair's second host time (u64b) is in ticks too: on the same line.
+    pairs = np.flatnonzero(records["event"] == EVENT_CODES["device_clock"])
+    if len(pairs):
+        after = records[pairs]
+        after["time"] = after["u64b"]
+        _core.ticks_to_ns(after, first["ticks"], first["mono_ns"], scale, origin_ns)
+        records["u64b"][pairs] = after["time"]
     return records.view(EVENT_DTYPE)

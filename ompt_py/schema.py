@@ -53,7 +53,7 @@ FORMAT = 1
 RAW_FORMAT = 1
 #: The record versions this ompt_py reads: all of them 64-byte records of the
 #: same fields (a new version gave a field a new meaning, never a new place).
-RECORD_VERSIONS = range(1, 6)
+RECORD_VERSIONS = range(1, 7)
 
 # ---- the validator ------------------------------------------------------------------------
 

@@ -186,7 +186,15 @@ class Trace:
         t = cls(python_stacks=False, native_depth=0)
         t._recordable = False
         t._segments, t._pid_runs, t._pids, t.meta = segments, pid_runs, pids, meta
+        t._fit_clocks()
         return t
+
+    def _fit_clocks(self) -> None:
+        """meta["devices"][i]["clock"]: the fit of each device's clock to the host's."""
+        from .analysis import offload
+
+        pid = self.single_pid
+        offload.attach_clocks(self.meta, self.events, pid if pid is not None else self.pids)
 
     # ---- recording -------------------------------------------------------
 
@@ -223,6 +231,7 @@ class Trace:
         self._segments.append(events)
         self._pid_runs.append((pid, len(events)))
         self._changed()
+        self._fit_clocks()
         if self._path:
             self.save(self._path)
         return self
@@ -572,6 +581,39 @@ class Trace:
         from .analysis import samples
 
         return samples.state_breakdown(self, by=by, raw=raw)
+
+    # ---- offload (ompt_py.analysis.offload) ------------------------------------------------
+
+    def target_regions(self) -> pd.DataFrame:
+        """Target, target enter/exit data and target update constructs: kind, nowait,
+        device, host begin/end/duration, encountering task, target id, source and
+        Python location.  See ompt_py.analysis.offload.target_regions."""
+        from .analysis import offload
+
+        return offload.target_regions(self)
+
+    def data_ops(self) -> pd.DataFrame:
+        """Data operations (alloc, transfers, delete...): bytes, source and destination
+        device and address, host begin/end, bandwidth, the target region.  See
+        ompt_py.analysis.offload.data_ops."""
+        from .analysis import offload
+
+        return offload.data_ops(self).copy()
+
+    def kernels(self) -> pd.DataFrame:
+        """Kernel submissions: requested and granted teams, host begin/end, the target
+        region.  See ompt_py.analysis.offload.kernels."""
+        from .analysis import offload
+
+        return offload.kernels(self).copy()
+
+    def device_ops(self) -> pd.DataFrame:
+        """The device's own records (device tracing): device begin/end on the host
+        clock and raw, the host rows they belong to.  See
+        ompt_py.analysis.offload.device_ops."""
+        from .analysis import offload
+
+        return offload.device_ops(self).copy()
 
     # ---- answers (ompt_py.analysis.metrics, .summary) ---------------------------------
 

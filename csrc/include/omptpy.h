@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define OMPTPY_RECORD_VERSION 5
+#define OMPTPY_RECORD_VERSION 6
 
 /*
  * Field use per event (event = OMPT callback number, see omptpy_ompt.h):

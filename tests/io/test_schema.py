@@ -162,6 +162,6 @@ def test_a_raw_file_of_another_record_size_names_what_to_do(tmp_path):
     path = tmp_path / "ompt-1-0.omptraw"
     path.write_bytes(struct.pack("<IIQ", schema.MAGIC, _core.BLOCK_META, len(body)) + body
                      + data[16 + length:])
-    with pytest.raises(ompt_py.TraceFileError, match="versions 1 to 5: read it with the ompt-py "
+    with pytest.raises(ompt_py.TraceFileError, match="versions 1 to 6: read it with the ompt-py "
                                                      "that wrote it"):
         ompt_py.load(path)
