@@ -167,6 +167,7 @@ EVENT_CODES: dict[str, int] = {name: code for code, name in EVENTS.items()}
 #: ompt_scope_endpoint_t, and the OMPT flag bits the analyses read (from the C headers).
 SCOPE_BEGIN, SCOPE_END, SCOPE_BEGINEND = _core.SCOPE_BEGIN, _core.SCOPE_END, _core.SCOPE_BEGINEND
 TASK_INITIAL = _core.TASK_INITIAL
+TASK_TARGET = _core.TASK_TARGET  # a target task: a deferred (nowait) target construct's
 PARALLEL_INVOKER_PROGRAM = _core.PARALLEL_INVOKER_PROGRAM
 PARALLEL_INVOKER_RUNTIME = _core.PARALLEL_INVOKER_RUNTIME
 PARALLEL_LEAGUE = _core.PARALLEL_LEAGUE

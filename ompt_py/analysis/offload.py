@@ -46,6 +46,7 @@ from ..records import (
     TARGET_DATA_OPS,
     TARGET_KINDS,
     TARGET_NOWAIT_BIT,
+    TASK_TARGET,
     TRANSFERS_FROM_DEVICE,
     TRANSFERS_TO_DEVICE,
     Names,
@@ -378,7 +379,8 @@ def target_regions(trace: Trace) -> pd.DataFrame:
     """One row per target, target enter/exit data and target update construct
     (target_emi and non-EMI target events; a ``target data`` construct is
     reported by the runtime as an enter data and an exit data construct): pid,
-    thread, target_id, kind, nowait, device, begin_ns, end_ns, duration_ns
+    thread, target_id, kind, nowait (the nowait bit of its kind, or run in a
+    target task: libomp 19 reports a nowait target so), device, begin_ns, end_ns, duration_ns
     (host time), task_id (the encountering task), target_task_id, codeptr,
     the Python code that started it (pystacks.COLUMNS) and the function, name
     and location of the code address.  Begins and ends that could not be
@@ -401,7 +403,7 @@ def _target_table(trace: Trace) -> pd.DataFrame:
         "thread": r["thread"].astype(np.int64),
         "target_id": r["u64a"],
         "kind": _TARGET_NAMES.categorical(r["kind"] & _NOT_NOWAIT),
-        "nowait": (r["kind"] & TARGET_NOWAIT_BIT) != 0,
+        "nowait": ((r["kind"] & TARGET_NOWAIT_BIT) != 0) | _in_target_task(trace, ops.rows),
         "device": r["u32a"].view(np.int32).astype(np.int64),
         **_times(ev, ops),
         "task_id": r["task_id"],
@@ -412,6 +414,19 @@ def _target_table(trace: Trace) -> pd.DataFrame:
     table = pystacks.with_python(trace, table)
     table.attrs.update(unmatched_begins=ops.unmatched_begins, unmatched_ends=ops.unmatched_ends)
     return table
+
+
+def _in_target_task(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """Whether the encountering task of each of these target records is a target
+    task (task_create with ompt_task_target): a nowait construct, which libomp 19
+    reports with the construct's kind without the nowait bit."""
+    ev = trace.events
+    created = np.flatnonzero(ev["event"] == EVENT_CODES["task_create"])
+    created = created[(ev["u32b"][created] & TASK_TARGET) != 0]
+    if not len(created):
+        return np.zeros(len(rows), bool)
+    return _find([trace.pids_at(created).astype(np.int64), ev["task_id"][created]],
+                 [trace.pids_at(rows).astype(np.int64), ev["task_id"][rows]]) >= 0
 
 
 def _target_of(trace: Trace, pid: np.ndarray, target_id: np.ndarray) -> np.ndarray:

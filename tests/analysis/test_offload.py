@@ -309,3 +309,48 @@ def test_empty_trace_has_empty_tables() -> None:
         assert table.empty
     assert not offload.has_offload(trace)
     assert "devices" not in trace.meta
+
+
+# ---- the stored trace: tests/programs/offload.c on two host-plugin devices -------------------
+
+def _stored() -> ompt_py.Trace:
+    from conftest import load_stored
+
+    return load_stored("offload.omptraw")
+
+
+def test_stored_trace_constructs_per_device() -> None:
+    """Per device: enter data twice (enter data, target data's begin), exit data
+    twice, one update, a teams target, a target inside target data, and two
+    nowait targets (run in target tasks: libomp 19 keeps the nowait bit off)."""
+    t = _stored().target_regions()
+    for device in (0, 1):
+        mine = t[t["device"] == device]
+        counts = mine["kind"].astype(str).value_counts().to_dict()
+        assert counts == {"target_enter_data": 2, "target_exit_data": 2, "target_update": 1,
+                          "target": 4}
+        assert mine["nowait"].sum() == 2
+        assert (mine["duration_ns"] > 0).all()
+    assert t["location"].notna().all()
+
+
+def test_stored_trace_bytes_follow_the_map_clauses() -> None:
+    trace = _stored()
+    d = trace.data_ops()
+    kind = d["kind"].astype(str)
+    for device in (0, 1):
+        to = d[(kind == "transfer_to_device") & (d["dest_device"] == device)]
+        back = d[(kind == "transfer_from_device") & (d["src_device"] == device)]
+        assert sorted(to["bytes"]) == [4, 4, 8000, 8000]  # x, y; a, c
+        assert sorted(back["bytes"]) == [4, 4, 8000, 8000, 8000]  # x, y; b twice, c
+    assert d["target_region"].notna().all()
+    assert d["src_addr"].isna().all()  # record version 5: no more records
+    assert d.attrs["more_missing"] == 0 and d.attrs["more_orphans"] == 0
+    k = trace.kernels()
+    assert len(k) == 8 and k["granted_teams"].isna().all()
+    assert sorted(k["requested_teams"].tolist()) == [1] * 6 + [2] * 2  # num_teams(2)
+    assert trace.device_ops().empty and "devices" not in trace.meta
+    totals = offload.offload_totals(trace).set_index("device")
+    assert totals["bytes_to_device"].tolist() == [16008, 16008]
+    assert totals["bytes_from_device"].tolist() == [24008, 24008]
+    assert (totals["blocked_ns"] < totals["target_ns"]).all()  # the nowait targets
