@@ -77,9 +77,26 @@ _TARGET_NAMES = Names({code & _NOT_NOWAIT: name for code, name in TARGET_KINDS.i
                        if not code & TARGET_NOWAIT_BIT})
 _DATA_OP_NAMES = Names(TARGET_DATA_OPS)
 _DEVICE_TYPES = Names(DEVICE_RECORD_TYPES)
+_TRANSFER_CODES = [code for code, name in TARGET_DATA_OPS.items()
+                   if name in TRANSFERS_TO_DEVICE + TRANSFERS_FROM_DEVICE]
 
 
 # ---- primary records and their `more` -------------------------------------------------------
+
+
+@per_trace
+def codes(trace: Trace) -> np.ndarray:
+    """The event number of every record, contiguous (to select rows by)."""
+    return np.ascontiguousarray(trace.events["event"])
+
+
+def take(events: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``events[rows]``, copied as whole 64-byte words: several times faster than
+    numpy's gather of a structured dtype with offsets."""
+    if not events.flags.c_contiguous:
+        return events[rows]
+    words = events.view(np.uint64).reshape(-1, events.dtype.itemsize // 8)
+    return words[rows].view(events.dtype).reshape(-1)
 
 
 @dataclass
@@ -124,7 +141,7 @@ def more_links(trace: Trace) -> MoreLinks:
     thread)'s order, when that is its primary: the event its kind names, or a
     device record (whose ``more`` keeps another kind there)."""
     ev = trace.events
-    code = ev["event"]
+    code = codes(trace)
     more = np.flatnonzero(code == _MORE)
     prev = more - 1
     adjacent = prev >= 0
@@ -306,10 +323,10 @@ def attach_clocks(meta: dict, events: np.ndarray, pids: np.ndarray | int) -> Non
 # ---- the host tables --------------------------------------------------------------------------
 
 
-def _rows(trace: Trace, codes: tuple[int, ...]) -> np.ndarray:
-    code = trace.events["event"]
-    wanted = code == codes[0]
-    for c in codes[1:]:
+def _rows(trace: Trace, events: tuple[int, ...]) -> np.ndarray:
+    code = codes(trace)
+    wanted = code == events[0]
+    for c in events[1:]:
         wanted |= code == c
     return np.flatnonzero(wanted)
 
@@ -396,7 +413,7 @@ def _target_table(trace: Trace) -> pd.DataFrame:
     """target_regions() without the source locations."""
     ev = trace.events
     ops = _target_ops(trace)
-    r = ev[ops.rows]
+    r = take(ev, ops.rows)
     stacks = python_stack_ids(r)
     table = pd.DataFrame({
         "pid": trace.pids_at(ops.rows).astype(np.int64),
@@ -410,7 +427,7 @@ def _target_table(trace: Trace) -> pd.DataFrame:
         "target_task_id": r["u64b"],
         "codeptr": r["codeptr"],
         "py_stack": pd.arrays.IntegerArray(stacks.astype(np.int64), stacks == 0),
-    })
+    }, copy=False)
     table = pystacks.with_python(trace, table)
     table.attrs.update(unmatched_begins=ops.unmatched_begins, unmatched_ends=ops.unmatched_ends)
     return table
@@ -421,7 +438,7 @@ def _in_target_task(trace: Trace, rows: np.ndarray) -> np.ndarray:
     task (task_create with ompt_task_target): a nowait construct, which libomp 19
     reports with the construct's kind without the nowait bit."""
     ev = trace.events
-    created = np.flatnonzero(ev["event"] == EVENT_CODES["task_create"])
+    created = np.flatnonzero(codes(trace) == EVENT_CODES["task_create"])
     created = created[(ev["u32b"][created] & TASK_TARGET) != 0]
     if not len(created):
         return np.zeros(len(rows), bool)
@@ -448,14 +465,14 @@ def data_ops(trace: Trace) -> pd.DataFrame:
     (MoreLinks)."""
     ev = trace.events
     ops = _host_ops(trace, _DATA_OP, "task_id")
-    r = ev[ops.rows]
+    r = take(ev, ops.rows)
     more = more_links(trace).of(ops.rows)
     has = more >= 0
-    extra = ev[np.maximum(more, 0)]
+    extra = take(ev, np.maximum(more, 0))
     pid = trace.pids_at(ops.rows).astype(np.int64)
     times = _times(ev, ops)
     kind = _DATA_OP_NAMES.categorical(r["kind"])
-    moving = np.isin(kind.astype(object), TRANSFERS_TO_DEVICE + TRANSFERS_FROM_DEVICE)
+    moving = np.isin(r["kind"], _TRANSFER_CODES)
     duration = times["duration_ns"].to_numpy(np.float64, na_value=np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
         bandwidth = np.where(moving & (duration > 0), r["u64a"] / duration * 1e9, np.nan)
@@ -468,7 +485,7 @@ def data_ops(trace: Trace) -> pd.DataFrame:
         **times, "bandwidth": bandwidth, "target_id": r["u64b"],
         "target_region": _row_refs(_target_of(trace, pid, r["u64b"])),
         "codeptr": r["codeptr"],
-    })
+    }, copy=False)
     table.attrs.update(unmatched_begins=ops.unmatched_begins, unmatched_ends=ops.unmatched_ends,
                        **more_links(trace).counts())
     return table
@@ -483,7 +500,7 @@ def kernels(trace: Trace) -> pd.DataFrame:
     target_region (its row of target_regions()).  attrs: unmatched_begins/ends."""
     ev = trace.events
     ops = _host_ops(trace, _SUBMIT, "task_id")
-    r = ev[ops.rows]
+    r = take(ev, ops.rows)
     pid = trace.pids_at(ops.rows).astype(np.int64)
     region = _target_of(trace, pid, r["u64b"])
     devices = _target_table(trace)["device"].to_numpy(np.int64)
@@ -499,7 +516,7 @@ def kernels(trace: Trace) -> pd.DataFrame:
         "requested_teams": r["u32a"].astype(np.int64),
         "granted_teams": pd.arrays.IntegerArray(np.maximum(granted, 0), granted < 0),
         **_times(ev, ops), "target_id": r["u64b"], "target_region": _row_refs(region),
-    })
+    }, copy=False)
     table.attrs.update(unmatched_begins=ops.unmatched_begins, unmatched_ends=ops.unmatched_ends)
     return table
 
@@ -510,7 +527,7 @@ def kernels(trace: Trace) -> pd.DataFrame:
 def _device_kernels(trace: Trace) -> dict[str, np.ndarray]:
     """pid, host_op_id and granted teams of the device's kernel records."""
     ev = trace.events
-    rows = np.flatnonzero(ev["event"] == _DEVICE)
+    rows = np.flatnonzero(codes(trace) == _DEVICE)
     rows = rows[np.isin(ev["kind"][rows], [k for k, v in DEVICE_RECORD_TYPES.items()
                                             if v == "kernel"])]
     more = more_links(trace).of(rows)
@@ -537,11 +554,11 @@ def device_ops(trace: Trace) -> pd.DataFrame:
     granted teams.  attrs: more_orphans, more_missing, and ``clock``: per
     device, its meta["devices"] clock (NO_CLOCK: device times left raw)."""
     ev = trace.events
-    rows = np.flatnonzero(ev["event"] == _DEVICE)
-    r = ev[rows]
+    rows = np.flatnonzero(codes(trace) == _DEVICE)
+    r = take(ev, rows)
     more = more_links(trace).of(rows)
     has = more >= 0
-    m = ev[np.maximum(more, 0)]
+    m = take(ev, np.maximum(more, 0))
     pid = trace.pids_at(rows).astype(np.int64)
     device = r["u32a"].view(np.int32).astype(np.int64)
     rtype = _DEVICE_TYPES.categorical(r["kind"])
@@ -602,7 +619,7 @@ def device_ops(trace: Trace) -> pd.DataFrame:
         "dest_addr": _nullable(m["u64b"], ~(has & is_data)),
         "requested_teams": _nullable(m["u32a"], ~(has & is_kernel), np.int64),
         "granted_teams": _nullable(m["u32b"], ~(has & is_kernel), np.int64),
-    })
+    }, copy=False)
     table.attrs.update(clock=clocks, **more_links(trace).counts())
     return table
 
