@@ -141,7 +141,7 @@ def test_corrupt_raw_file(raw_file, write, damage):
         if damage == "meta_key":
             del meta["start_anchor"]
         else:
-            meta[damage] = 72 if damage == "record_size" else 6
+            meta[damage] = 72 if damage == "record_size" else 7  # a version after ours
         body = json.dumps(meta).encode()
         data = HEADER.pack(MAGIC, META, len(body)) + body + raw_file[16 + bl[0][2]:]
     p = write(data)
