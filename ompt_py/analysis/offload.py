@@ -3,7 +3,8 @@ the device's own records, and the fit of device time to host time.
 
 ``Trace.target_regions()``, ``data_ops()``, ``kernels()`` and ``device_ops()``
 are these functions; ``offload_totals`` is the summary's and the report's
-"Offload" section.  They read the records (not the events frame), so that 10^6
+"Offload" section; ``device_track`` what the timeline plot and the Perfetto
+export draw on a track per device.  They read the records (not the events frame), so that 10^6
 data operations make their tables in well under a second (bench/offload_tables.py).
 
 A record that had more fields than a record holds is followed by a ``more``
@@ -624,6 +625,136 @@ def device_ops(trace: Trace) -> pd.DataFrame:
     return table
 
 
+# ---- the device tracks of the timeline and the Perfetto export ----------------------------------
+
+
+def transfer_device(kind: pd.Series, src: np.ndarray,
+                    dest: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of data operations (``kind``: their kind names, ``src``/``dest``: their
+    devices): the device end of each (its destination going to the device, its
+    source coming back), and which move bytes to the device and from it
+    (TRANSFERS_TO_DEVICE, TRANSFERS_FROM_DEVICE)."""
+    names = kind.astype(object)
+    to_dev = names.isin(TRANSFERS_TO_DEVICE).to_numpy()
+    from_dev = names.isin(TRANSFERS_FROM_DEVICE).to_numpy()
+    return np.where(from_dev, src, dest), to_dev, from_dev
+
+
+def sub_tracks(begin: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """A sub-track for each interval (``begin`` ascending) such that no two intervals
+    of a sub-track overlap: sub-track 0 takes the greedy chain from the first
+    interval (each next one the first to begin at or after the last one's end),
+    sub-track 1 the same chain among the rest, and so on.  Per sub-track, a few
+    numpy passes: the chain is followed by pointer doubling, not row by row."""
+    if not len(begin) or (begin[1:] >= np.maximum.accumulate(end)[:-1]).all():
+        return np.zeros(len(begin), np.int64)  # nothing overlaps: one track
+    out = np.full(len(begin), -1, np.int64)
+    rest = np.arange(len(begin))
+    track = 0
+    while len(rest):
+        b, e = begin[rest], end[rest]
+        m = len(rest)
+        # The next of each interval in a chain; m: none (its own next, past the end).
+        jump = np.append(np.maximum(np.searchsorted(b, e, "left"), np.arange(1, m + 1)), m)
+        chain = np.zeros(1, np.intp)
+        while True:  # chain: its first 2^k members, jump: 2^k steps
+            step = jump[chain]
+            step = step[step < m]
+            if not len(step):
+                break
+            chain = np.concatenate([chain, step])
+            jump = jump[jump]
+        out[rest[chain]] = track
+        keep = np.ones(m, bool)
+        keep[chain] = False
+        rest = rest[keep]
+        track += 1
+    return out
+
+
+@per_trace
+def device_track(trace: Trace) -> pd.DataFrame:
+    """What the timeline plot and the Perfetto export draw on the device tracks:
+    one row per kernel and transfer, by pid, device and begin: pid, device, name
+    ("kernel" or the transfer's kind), begin_ns, end_ns (host clock), source
+    ("device": a record of device_ops(), its times by the device's clock fit;
+    "host": a row of kernels() or data_ops(), in a process without device
+    records, as host-offload runtimes give), bytes (<NA> for kernels),
+    sub_track (0, or more where operations of a device overlap: sub_tracks),
+    and the host operation it belongs to, where a flow starts: host_thread and
+    host_ns (its thread and begin; <NA>: none), host_op_id.  A transfer's
+    device: its destination going to the device, its source coming back; a
+    kernel's on the host: its target region's.  An operation without an end
+    (a non-EMI instant) or ending before its begin (bad_time) is zero long.
+    attrs: unplaced, per reason, the kernels and transfers not drawn: "no
+    clock fit" (device records of a device without clock pairs: no host
+    time), "no device" (host kernel submissions outside any known target
+    region)."""
+    ops, data, kern = device_ops(trace), data_ops(trace), kernels(trace)
+    rtype = ops["type"].astype(object).to_numpy()
+    # A device record is on its own device's track (its op: <NA> without its more).
+    src, dest = (ops[c].to_numpy(np.int64, na_value=-1) for c in ("src_device", "dest_device"))
+    _, to_dev, from_dev = transfer_device(ops["op"], src, dest)
+    dev = (rtype == "kernel") | ((rtype == "data_op") & (to_dev | from_dev))
+    placed = dev & ops["begin_ns"].notna().to_numpy()
+    traced = np.unique(ops["pid"].to_numpy(np.int64))
+    d_device, to_dev, from_dev = transfer_device(data["kind"], data["src_device"].to_numpy(),
+                                                 data["dest_device"].to_numpy())
+    d_rows = np.flatnonzero((to_dev | from_dev) & ~np.isin(data["pid"].to_numpy(np.int64), traced))
+    k_host = ~np.isin(kern["pid"].to_numpy(np.int64), traced)
+    k_rows = np.flatnonzero(k_host & kern["device"].notna().to_numpy())
+    o = ops[placed]
+    is_kernel = (o["type"] == "kernel").to_numpy()
+    host_thread, host_ns = np.zeros(len(o), np.int64), np.zeros(len(o), np.int64)
+    linked = np.zeros(len(o), bool)
+    for mine, table, ref in ((is_kernel, kern, "kernel"), (~is_kernel, data, "data_op")):
+        row = o[ref].to_numpy(np.int64, na_value=-1)
+        mine = mine & (row >= 0)
+        host_thread[mine] = table["thread"].to_numpy(np.int64)[row[mine]]
+        host_ns[mine] = table["begin_ns"].to_numpy(np.int64)[row[mine]]
+        linked |= mine
+    d, k = data.iloc[d_rows], kern.iloc[k_rows]
+    begin = np.concatenate([o["begin_ns"].to_numpy(np.int64), d["begin_ns"].to_numpy(np.int64),
+                            k["begin_ns"].to_numpy(np.int64)])
+    end = np.concatenate([o["end_ns"].to_numpy(np.float64, na_value=np.nan),
+                          d["end_ns"].to_numpy(np.float64, na_value=np.nan),
+                          k["end_ns"].to_numpy(np.float64, na_value=np.nan)])
+    end = np.maximum(np.where(np.isnan(end), begin, end), begin).astype(np.int64)
+    linked = np.concatenate([linked, np.ones(len(d) + len(k), bool)])
+    out = pd.DataFrame({
+        "pid": np.concatenate([o["pid"], d["pid"], k["pid"]]).astype(np.int64),
+        "device": np.concatenate([o["device"], d_device[d_rows],
+                                  k["device"].to_numpy(np.int64)]).astype(np.int64),
+        "name": pd.Categorical(np.concatenate([
+            np.where(is_kernel, "kernel", o["op"].astype(object).to_numpy()),
+            d["kind"].astype(object).to_numpy(), np.full(len(k), "kernel", object)])),
+        "begin_ns": begin, "end_ns": end,
+        "source": pd.Categorical(np.repeat(["device", "host"], [len(o), len(d) + len(k)]),
+                                 categories=["device", "host"]),
+        "bytes": pd.array(np.concatenate([
+            np.where(is_kernel, -1, o["bytes"].fillna(0).to_numpy(np.int64)),
+            d["bytes"].to_numpy(np.int64), np.full(len(k), -1, np.int64)]), "Int64"),
+        "sub_track": 0,
+        "host_thread": pd.arrays.IntegerArray(
+            np.concatenate([host_thread, d["thread"], k["thread"]]).astype(np.int64), ~linked),
+        "host_ns": pd.arrays.IntegerArray(
+            np.concatenate([host_ns, d["begin_ns"], k["begin_ns"]]).astype(np.int64), ~linked),
+        "host_op_id": np.concatenate([o["host_op_id"], d["host_op_id"],
+                                      k["host_op_id"]]).astype(np.uint64),
+    }, copy=False)
+    out["bytes"] = out["bytes"].mask(out["bytes"] < 0)
+    out = out.sort_values(["pid", "device", "begin_ns"], kind="stable").reset_index(drop=True)
+    track = out["sub_track"].to_numpy().copy()
+    keys = out["pid"].to_numpy() * (1 << 32) + out["device"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]]) if len(out) else []
+    for a, b in zip(starts, [*starts[1:], len(out)]):  # per device (a few)
+        track[a:b] = sub_tracks(out["begin_ns"].to_numpy()[a:b], out["end_ns"].to_numpy()[a:b])
+    out["sub_track"] = track
+    out.attrs["unplaced"] = {"no clock fit": int((dev & ~placed).sum()),
+                             "no device": int((k_host & kern["device"].isna().to_numpy()).sum())}
+    return out
+
+
 # ---- the summary's section ------------------------------------------------------------------
 
 
@@ -644,11 +775,8 @@ def offload_totals(trace: Trace) -> pd.DataFrame:
     t = _target_table(trace)
     d = data_ops(trace)
     k = kernels(trace)
-    kind = d["kind"].astype(object)
-    to_dev = kind.isin(TRANSFERS_TO_DEVICE).to_numpy()
-    from_dev = kind.isin(TRANSFERS_FROM_DEVICE).to_numpy()
-    # The device of a transfer: its destination going to the device, its source back.
-    d_device = np.where(from_dev, d["src_device"], d["dest_device"])
+    d_device, to_dev, from_dev = transfer_device(d["kind"], d["src_device"].to_numpy(),
+                                                 d["dest_device"].to_numpy())
     duration = d["duration_ns"].to_numpy(np.int64, na_value=0)
     rows = []
     devices = sorted(set(t["device"].tolist()) | set(d_device[to_dev | from_dev].tolist())

@@ -5,127 +5,23 @@ version 5: no ``more`` or device records)."""
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from offload_records import ALLOC, FROM, TARGET, TO, OffloadRecords, program
 
 import ompt_py
 from ompt_py.analysis import offload
 from ompt_py.meta import trace_meta
-from ompt_py.records import EVENT_CODES, EVENT_DTYPE, SCOPE_BEGIN, SCOPE_END
+from ompt_py.records import EVENT_CODES, EVENT_DTYPE
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 E = EVENT_CODES
-# ompt_target_t, ompt_target_data_op_t
-TARGET, ENTER, EXIT, UPDATE, NOWAIT = 1, 2, 3, 4, 8
-ALLOC, TO, FROM, DELETE = 1, 2, 3, 4
-
-
-class OffloadRecords:
-    """Records of the layout of record version 6 (csrc/include/omptpy.h), in each
-    thread's order as a tool writes them, for Trace.from_records."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict] = []
-        self.next_id = 1000
-
-    def rec(self, time: int, event: int, thread: int = 0, **fields: int) -> None:
-        self.rows.append({"time_ns": time, "event": event, "thread": thread, **fields})
-
-    def more(self, primary: dict, **fields: int) -> None:
-        """kind: the primary's event, but a device record's more keeps the data
-        operation's or target construct's kind there."""
-        self.rec(primary["time_ns"], E["more"], primary["thread"],
-                 **{"kind": primary["event"], **fields})
-
-    def target(self, begin: int, end: int, kind: int = TARGET, device: int = 0, thread: int = 0,
-               target_id: int | None = None, emi: bool = True) -> int:
-        target_id = target_id if target_id is not None else self._id()
-        event = E["target_emi" if emi else "target"]
-        for time, endpoint in ((begin, SCOPE_BEGIN), (end, SCOPE_END)):
-            self.rec(time, event, thread, endpoint=endpoint, kind=kind, task_id=1,
-                     u64a=target_id, u64b=0, u32a=device & 0xFFFFFFFF, codeptr=0x401000)
-        return target_id
-
-    def data_op(self, begin: int, end: int | None, optype: int, nbytes: int, src: int, dest: int,
-                target_id: int, thread: int = 0, addrs: tuple[int, int] = (0x1000, 0x2000),
-                more: bool = True) -> int:
-        """end None: a non-EMI operation (one record)."""
-        op = self._id()
-        points = [(begin, 0)] if end is None else [(begin, SCOPE_BEGIN), (end, SCOPE_END)]
-        for time, endpoint in points:
-            self.rec(time, E["target_data_op" if end is None else "target_data_op_emi"], thread,
-                     endpoint=endpoint, kind=optype, task_id=op, u64a=nbytes, u64b=target_id,
-                     u32a=src & 0xFFFFFFFF, u32b=dest & 0xFFFFFFFF, codeptr=0x401000)
-            if more:
-                self.more(self.rows[-1], u64a=addrs[0], u64b=addrs[1])
-        return op
-
-    def submit(self, begin: int, end: int | None, target_id: int, teams: int,
-               thread: int = 0) -> int:
-        op = self._id()
-        points = [(begin, 0)] if end is None else [(begin, SCOPE_BEGIN), (end, SCOPE_END)]
-        for time, endpoint in points:
-            self.rec(time, E["target_submit" if end is None else "target_submit_emi"], thread,
-                     endpoint=endpoint, task_id=op, u64b=target_id, u32a=teams)
-        return op
-
-    def device(self, consumed: int, rtype: int, device: int, dev_begin: int, dev_end: int,
-               host_op_id: int = 0, target_id: int = 0, thread: int = 5, **more: int) -> None:
-        self.rec(consumed, E["device"], thread, kind=rtype, u32a=device, u64a=dev_begin,
-                 u64b=dev_end, task_id=host_op_id, parallel_id=target_id)
-        self.more(self.rows[-1], task_id=77, **more)
-
-    def clock(self, before: int, after: int, device: int, device_time: int,
-              translated: float | None = None, thread: int = 5) -> None:
-        bits = struct.unpack("<Q", struct.pack("<d", translated))[0] if translated else 0
-        self.rec(before, E["device_clock"], thread, u64b=after, u64a=device_time, u32a=device,
-                 codeptr=bits)
-
-    def _id(self) -> int:
-        self.next_id += 1
-        return self.next_id
-
-    def events(self) -> np.ndarray:
-        out = np.zeros(len(self.rows), EVENT_DTYPE)
-        for i, row in enumerate(self.rows):
-            for name, value in row.items():
-                out[name][i] = value
-        return out
-
-    def trace(self, version: int | None = None) -> ompt_py.Trace:
-        """The trace (``version``: its process's record version; None: current)."""
-        events = self.events()
-        meta = None
-        if version is not None:
-            meta = trace_meta([{"pid": 7, "tool": {"record_version": version},
-                                "written": len(events), "dropped": 0, "threads": []}], 0)
-        return ompt_py.Trace.from_records(events, meta)
-
-
-def _program(b: OffloadRecords) -> dict:
-    """One thread: enter data (alloc + to), a target with a kernel, update from,
-    exit data (from + delete), and a nowait target on a helper thread; device 1."""
-    t = b.target(100, 400, ENTER, device=1)
-    ops = [b.data_op(110, 150, ALLOC, 4096, -1, 1, t),
-           b.data_op(160, 360, TO, 4096, -1, 1, t)]
-    k_target = b.target(1000, 5000, TARGET, device=1)
-    kernel = b.submit(1100, 4900, k_target, teams=8)
-    u = b.target(6000, 7000, UPDATE, device=1)
-    ops.append(b.data_op(6100, 6500, FROM, 1024, 1, -1, u))
-    x = b.target(8000, 9000, EXIT, device=1)
-    ops += [b.data_op(8100, 8800, FROM, 4096, 1, -1, x), b.data_op(8850, 8900, DELETE, 4096, 1,
-                                                                   -1, x)]
-    b.target(9500, 9900, TARGET | NOWAIT, device=1, thread=3)
-    return {"kernel": kernel, "kernel_target": k_target, "ops": ops}
-
-
 def test_target_regions_one_row_per_construct() -> None:
     b = OffloadRecords()
-    _program(b)
+    program(b)
     t = b.trace().target_regions()
     assert t["kind"].astype(str).tolist() == ["target_enter_data", "target", "target_update",
                                               "target_exit_data", "target"]
@@ -138,7 +34,7 @@ def test_target_regions_one_row_per_construct() -> None:
 
 def test_data_ops_bytes_addresses_bandwidth_and_region() -> None:
     b = OffloadRecords()
-    _program(b)
+    program(b)
     trace = b.trace()
     d = trace.data_ops()
     assert d["kind"].astype(str).tolist() == ["alloc", "transfer_to_device",
@@ -158,7 +54,7 @@ def test_data_ops_bytes_addresses_bandwidth_and_region() -> None:
 
 def test_kernels_with_granted_teams_from_the_device_record() -> None:
     b = OffloadRecords()
-    ids = _program(b)
+    ids = program(b)
     b.clock(10, 20, 1, 5_000)
     b.clock(20_000, 20_010, 1, 25_000)
     b.device(20_100, 35, 1, 6_000, 9_000, host_op_id=ids["kernel"],
@@ -174,7 +70,7 @@ def test_device_ops_clock_fit_offset_drift_and_outlier() -> None:
     """Device clock = 3e12 + 1.0002 * host; an outlier pair (host reads 1 ms apart,
     its midpoint 400 us off) is left out; translate_time answers in seconds."""
     b = OffloadRecords()
-    ids = _program(b)
+    ids = program(b)
 
     def dev(host: float) -> int:
         return int(3e12 + 1.0002 * host)
@@ -291,7 +187,7 @@ def test_unpaired_target_ends_are_counted() -> None:
 
 def test_offload_totals_per_device() -> None:
     b = OffloadRecords()
-    _program(b)
+    program(b)
     totals = offload.offload_totals(b.trace())
     row = totals.set_index("device").loc[1]
     assert row["target_regions"] == 5 and row["target_ns"] == 300 + 4000 + 1000 + 1000 + 400
@@ -354,3 +250,83 @@ def test_stored_trace_bytes_follow_the_map_clauses() -> None:
     assert totals["bytes_to_device"].tolist() == [16008, 16008]
     assert totals["bytes_from_device"].tolist() == [24008, 24008]
     assert (totals["blocked_ns"] < totals["target_ns"]).all()  # the nowait targets
+
+
+# ---- the device tracks (what the timeline and the Perfetto export draw) --------------------
+
+
+def traced_program() -> tuple[ompt_py.Trace, dict]:
+    """program() with device records on device 1 (clock: 3e12 + host ns): its
+    transfer to the device and its kernel, a kernel of no host operation that
+    overlaps that one, an alloc (not a transfer: not on the tracks), and a
+    kernel of device 2, which has no clock pairs."""
+    b = OffloadRecords()
+    ids = program(b)
+    b.clock(10, 20, 1, int(3e12) + 15)
+    b.clock(20_000, 20_010, 1, int(3e12) + 20_005)
+    b.device(20_100, 34, 1, int(3e12) + 160, int(3e12) + 360, host_op_id=ids["ops"][1],
+             kind=TO, parallel_id=4096, u32a=0xFFFFFFFF, u32b=1)
+    b.device(20_100, 35, 1, int(3e12) + 1100, int(3e12) + 4900, host_op_id=ids["kernel"])
+    b.device(20_100, 35, 1, int(3e12) + 1200, int(3e12) + 5200)
+    b.device(20_100, 34, 1, int(3e12) + 110, int(3e12) + 150, host_op_id=ids["ops"][0],
+             kind=ALLOC)
+    b.device(20_100, 35, 2, 500, 600)
+    return b.trace(), ids
+
+
+def test_device_track_from_device_records_with_their_host_operations() -> None:
+    trace, ids = traced_program()
+    t = offload.device_track(trace)
+    assert t["name"].astype(str).tolist() == ["transfer_to_device", "kernel", "kernel"]
+    assert (t["device"] == 1).all() and (t["source"] == "device").all()
+    assert t["begin_ns"].tolist() == [160, 1100, 1200]
+    assert t["end_ns"].tolist() == [360, 4900, 5200]
+    assert t["bytes"].iloc[0] == 4096 and t["bytes"].iloc[1:].isna().all()
+    assert t["sub_track"].tolist() == [0, 0, 1]  # the third overlaps the second
+    assert t["host_op_id"].tolist()[:2] == [ids["ops"][1], ids["kernel"]]
+    assert t["host_ns"].tolist()[:2] == [160, 1100]  # the host data op's and submission's begin
+    assert t["host_thread"].tolist()[:2] == [0, 0] and pd.isna(t["host_thread"].iloc[2])
+    assert t.attrs["unplaced"] == {"no clock fit": 1, "no device": 0}
+
+
+def test_device_track_from_host_operations_without_device_records() -> None:
+    b = OffloadRecords()
+    ids = program(b)
+    b.submit(9600, None, 999, teams=1)  # a non-EMI instant of no known target region
+    t = offload.device_track(b.trace())
+    assert t["name"].astype(str).tolist() == ["transfer_to_device", "kernel",
+                                              "transfer_from_device", "transfer_from_device"]
+    assert (t["source"] == "host").all() and (t["device"] == 1).all()
+    assert t["begin_ns"].tolist() == [160, 1100, 6100, 8100]
+    assert t["end_ns"].tolist() == [360, 4900, 6500, 8800]
+    assert (t["host_ns"] == t["begin_ns"]).all() and (t["host_thread"] == 0).all()
+    assert t["host_op_id"].tolist() == [ids["ops"][1], ids["kernel"], ids["ops"][2],
+                                        ids["ops"][3]]
+    assert t.attrs["unplaced"] == {"no clock fit": 0, "no device": 1}
+
+
+def test_sub_tracks_never_overlap_and_stay_few() -> None:
+    rng = np.random.default_rng(3)
+    begin = np.sort(rng.integers(0, 20_000, 2000))
+    end = begin + rng.integers(0, 40, 2000)
+    track = offload.sub_tracks(begin, end)
+    assert (track >= 0).all()
+    for k in range(track.max() + 1):
+        mine = track == k
+        assert (begin[mine][1:] >= end[mine][:-1]).all()
+    assert track.max() + 1 <= 12
+    stairs = np.arange(1000)
+    assert offload.sub_tracks(stairs, stairs + 2).tolist() == [0, 1] * 500
+    assert offload.sub_tracks(stairs, stairs + 1).tolist() == [0] * 1000
+    assert len(offload.sub_tracks(stairs[:0], stairs[:0])) == 0
+
+
+def test_stored_trace_device_track_from_the_host_operations() -> None:
+    trace = _stored()
+    t = offload.device_track(trace)
+    d, k = trace.data_ops(), trace.kernels()
+    moves = d["kind"].astype(str).str.startswith("transfer").sum()
+    assert len(t) == moves + len(k) == 26
+    assert (t["source"] == "host").all() and set(t["device"]) == {0, 1}
+    assert (t["sub_track"] == 0).all()  # the program waits for each operation
+    assert (t.groupby("device")["name"].value_counts().loc[:, "kernel"] == 4).all()
