@@ -737,7 +737,9 @@ class Trace:
         and chrome://tracing: a process per pid, a track per thread, nested slices for
         regions, implicit tasks, work, barriers and waits, tasks and locks (with
         Python stacks: the Python frames above the constructs they started), flow
-        arrows from task creation to execution, and a threads-waiting counter."""
+        arrows from task creation to execution, and a threads-waiting counter;
+        with offload, target constructs, data operations and submissions on the
+        threads, a track per device (kernels, transfers) and flows to it."""
         from .io import perfetto
 
         perfetto.write(self, path)

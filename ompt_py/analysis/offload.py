@@ -65,6 +65,8 @@ _MORE, _DEVICE, _CLOCK = (EVENT_CODES[e] for e in ("more", "device", "device_clo
 _TARGET = (EVENT_CODES["target_emi"], EVENT_CODES["target"])
 _DATA_OP = (EVENT_CODES["target_data_op_emi"], EVENT_CODES["target_data_op"])
 _SUBMIT = (EVENT_CODES["target_submit_emi"], EVENT_CODES["target_submit"])
+#: The event numbers of the offload events (has_offload).
+OFFLOAD_CODES = (*_TARGET, *_DATA_OP, *_SUBMIT, _DEVICE)
 # The non-EMI data op and submit callbacks fire once, at the operation's start:
 # their rows are instants (no end).
 _INSTANTS = (EVENT_CODES["target_data_op"], EVENT_CODES["target_submit"])
@@ -761,7 +763,7 @@ def device_track(trace: Trace) -> pd.DataFrame:
 def has_offload(trace: Trace) -> bool:
     """Whether the trace holds any target construct, data operation, submission or
     device record."""
-    return bool(len(_rows(trace, (*_TARGET, *_DATA_OP, *_SUBMIT, _DEVICE))))
+    return bool(len(_rows(trace, OFFLOAD_CODES)))
 
 
 @per_trace
