@@ -692,7 +692,8 @@ class Trace:
 
     def plot_timeline(self, start_ns: int | None = None, end_ns: int | None = None,
                       threads: Any = None, ax: Any = None) -> Any:
-        """Per-thread timeline of regions, work, tasks and waits; returns the Figure."""
+        """Per-thread timeline of regions, work, tasks and waits (with offload: a lane
+        per device, its kernels and transfers); returns the Figure."""
         from .presentation import plots
 
         return plots.timeline(self, start_ns=start_ns, end_ns=end_ns, threads=threads, ax=ax)
