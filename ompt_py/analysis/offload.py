@@ -4,8 +4,9 @@ the device's own records, and the fit of device time to host time.
 ``Trace.target_regions()``, ``data_ops()``, ``kernels()`` and ``device_ops()``
 are these functions; ``offload_totals`` is the summary's and the report's
 "Offload" section; ``device_track`` what the timeline plot and the Perfetto
-export draw on a track per device.  They read the records (not the events frame), so that 10^6
-data operations make their tables in well under a second (bench/offload_tables.py).
+export draw on a track per device.  They read the records (not the events
+frame), so that 10^6 data operations make their tables in well under a second
+(bench/offload_tables.py).
 
 A record that had more fields than a record holds is followed by a ``more``
 record written by the same thread (csrc/include/omptpy.h): ``more_links``
@@ -733,9 +734,11 @@ def device_track(trace: Trace) -> pd.DataFrame:
         "begin_ns": begin, "end_ns": end,
         "source": pd.Categorical(np.repeat(["device", "host"], [len(o), len(d) + len(k)]),
                                  categories=["device", "host"]),
-        "bytes": pd.array(np.concatenate([
-            np.where(is_kernel, -1, o["bytes"].fillna(0).to_numpy(np.int64)),
-            d["bytes"].to_numpy(np.int64), np.full(len(k), -1, np.int64)]), "Int64"),
+        "bytes": pd.arrays.IntegerArray(
+            np.concatenate([o["bytes"].to_numpy(np.int64, na_value=0),
+                            d["bytes"].to_numpy(np.int64), np.zeros(len(k), np.int64)]),
+            np.concatenate([o["bytes"].isna().to_numpy() | is_kernel,
+                            np.zeros(len(d), bool), np.ones(len(k), bool)])),
         "sub_track": 0,
         "host_thread": pd.arrays.IntegerArray(
             np.concatenate([host_thread, d["thread"], k["thread"]]).astype(np.int64), ~linked),
@@ -744,7 +747,6 @@ def device_track(trace: Trace) -> pd.DataFrame:
         "host_op_id": np.concatenate([o["host_op_id"], d["host_op_id"],
                                       k["host_op_id"]]).astype(np.uint64),
     }, copy=False)
-    out["bytes"] = out["bytes"].mask(out["bytes"] < 0)
     out = out.sort_values(["pid", "device", "begin_ns"], kind="stable").reset_index(drop=True)
     track = out["sub_track"].to_numpy().copy()
     keys = out["pid"].to_numpy() * (1 << 32) + out["device"].to_numpy()
