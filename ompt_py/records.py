@@ -167,6 +167,7 @@ EVENT_CODES: dict[str, int] = {name: code for code, name in EVENTS.items()}
 #: ompt_scope_endpoint_t, and the OMPT flag bits the analyses read (from the C headers).
 SCOPE_BEGIN, SCOPE_END, SCOPE_BEGINEND = _core.SCOPE_BEGIN, _core.SCOPE_END, _core.SCOPE_BEGINEND
 TASK_INITIAL = _core.TASK_INITIAL
+TASK_TARGET = _core.TASK_TARGET  # a target task: a deferred (nowait) target construct's
 PARALLEL_INVOKER_PROGRAM = _core.PARALLEL_INVOKER_PROGRAM
 PARALLEL_INVOKER_RUNTIME = _core.PARALLEL_INVOKER_RUNTIME
 PARALLEL_LEAGUE = _core.PARALLEL_LEAGUE
@@ -402,6 +403,22 @@ def python_stack_ids(events: np.ndarray) -> np.ndarray:
     return out
 
 
+# ---- offload: host target events, device records (their fields: csrc/include/omptpy.h) ----
+
+#: The events whose records are followed by a ``more`` record (the fields the
+#: primary had no room for), from this record version on.
+MORE_SINCE: dict[str, int] = {"target_data_op_emi": 6, "target_data_op": 6, "device": 6}
+#: A device record's type (its kind byte: the ompt_callbacks_t of the record,
+#: EMI or not) -> what Trace.device_ops() calls it.
+DEVICE_RECORD_TYPES: dict[int, str] = {8: "target", 33: "target", 9: "data_op", 34: "data_op",
+                                       10: "kernel", 35: "kernel"}
+#: ompt_target_t values of the ``nowait`` constructs: the construct's value | this bit.
+TARGET_NOWAIT_BIT = 8
+#: Data operations that move bytes, by direction (TARGET_DATA_OPS names).
+TRANSFERS_TO_DEVICE = ("transfer_to_device", "transfer_to_device_async")
+TRANSFERS_FROM_DEVICE = ("transfer_from_device", "transfer_from_device_async")
+
+
 #: Argument columns holding a C int (device numbers: -1 is the host, or none).
 SIGNED_COLUMNS = frozenset({"device_num", "src_device", "dest_device"})
 #: Argument columns holding an int64 (task ids, NULL_NEXT_TASK for none).
@@ -489,9 +506,18 @@ def to_events(records: np.ndarray, first: dict, last: dict | None, tick_ns_estim
     """Raw records (RAW_DTYPE) -> events (EVENT_DTYPE), in place: ticks become
     nanoseconds from ``origin_ns`` on the line through the clock anchors
     ``first`` and ``last`` (``{"ticks", "mono_ns"}``; the tool's estimate of the
-    tick's length when ``last`` is None or too close)."""
+    tick's length when ``last`` is None or too close): every record's time, and
+    the host time after the device's of each device_clock pair (u64b: int64
+    nanoseconds in the events, as time_ns)."""
     scale = _core.tick_scale(first["ticks"], first["mono_ns"],
                              last["ticks"] if last else None, last["mono_ns"] if last else None,
                              tick_ns_estimate)
     _core.ticks_to_ns(records, first["ticks"], first["mono_ns"], scale, origin_ns)
+    # A device_clock pair's second host time (u64b) is in ticks too: on the same line.
+    pairs = np.flatnonzero(records["event"] == EVENT_CODES["device_clock"])
+    if len(pairs):
+        after = records[pairs]
+        after["time"] = after["u64b"]
+        _core.ticks_to_ns(after, first["ticks"], first["mono_ns"], scale, origin_ns)
+        records["u64b"][pairs] = after["time"]
     return records.view(EVENT_DTYPE)

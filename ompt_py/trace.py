@@ -186,7 +186,15 @@ class Trace:
         t = cls(python_stacks=False, native_depth=0)
         t._recordable = False
         t._segments, t._pid_runs, t._pids, t.meta = segments, pid_runs, pids, meta
+        t._fit_clocks()
         return t
+
+    def _fit_clocks(self) -> None:
+        """meta["devices"][i]["clock"]: the fit of each device's clock to the host's."""
+        from .analysis import offload
+
+        pid = self.single_pid
+        offload.attach_clocks(self.meta, self.events, pid if pid is not None else self.pids)
 
     # ---- recording -------------------------------------------------------
 
@@ -223,6 +231,7 @@ class Trace:
         self._segments.append(events)
         self._pid_runs.append((pid, len(events)))
         self._changed()
+        self._fit_clocks()
         if self._path:
             self.save(self._path)
         return self
@@ -573,6 +582,39 @@ class Trace:
 
         return samples.state_breakdown(self, by=by, raw=raw)
 
+    # ---- offload (ompt_py.analysis.offload) ------------------------------------------------
+
+    def target_regions(self) -> pd.DataFrame:
+        """Target, target enter/exit data and target update constructs: kind, nowait,
+        device, host begin/end/duration, encountering task, target id, source and
+        Python location.  See ompt_py.analysis.offload.target_regions."""
+        from .analysis import offload
+
+        return offload.target_regions(self)
+
+    def data_ops(self) -> pd.DataFrame:
+        """Data operations (alloc, transfers, delete...): bytes, source and destination
+        device and address, host begin/end, bandwidth, the target region.  See
+        ompt_py.analysis.offload.data_ops."""
+        from .analysis import offload
+
+        return offload.data_ops(self).copy()
+
+    def kernels(self) -> pd.DataFrame:
+        """Kernel submissions: requested and granted teams, host begin/end, the target
+        region.  See ompt_py.analysis.offload.kernels."""
+        from .analysis import offload
+
+        return offload.kernels(self).copy()
+
+    def device_ops(self) -> pd.DataFrame:
+        """The device's own records (device tracing): device begin/end on the host
+        clock and raw, the host rows they belong to.  See
+        ompt_py.analysis.offload.device_ops."""
+        from .analysis import offload
+
+        return offload.device_ops(self).copy()
+
     # ---- answers (ompt_py.analysis.metrics, .summary) ---------------------------------
 
     def summary(self, top: int = 10) -> Summary:
@@ -650,7 +692,8 @@ class Trace:
 
     def plot_timeline(self, start_ns: int | None = None, end_ns: int | None = None,
                       threads: Any = None, ax: Any = None) -> Any:
-        """Per-thread timeline of regions, work, tasks and waits; returns the Figure."""
+        """Per-thread timeline of regions, work, tasks and waits (with offload: a lane
+        per device, its kernels and transfers); returns the Figure."""
         from .presentation import plots
 
         return plots.timeline(self, start_ns=start_ns, end_ns=end_ns, threads=threads, ax=ax)
@@ -695,7 +738,9 @@ class Trace:
         and chrome://tracing: a process per pid, a track per thread, nested slices for
         regions, implicit tasks, work, barriers and waits, tasks and locks (with
         Python stacks: the Python frames above the constructs they started), flow
-        arrows from task creation to execution, and a threads-waiting counter."""
+        arrows from task creation to execution, and a threads-waiting counter;
+        with offload, target constructs, data operations and submissions on the
+        threads, a track per device (kernels, transfers) and flows to it."""
         from .io import perfetto
 
         perfetto.write(self, path)

@@ -105,6 +105,10 @@ def _runtime_under_test() -> tuple[Path | None, int]:
 TEST_LIBOMP, LIBOMP_VERSION = _runtime_under_test()
 RUNTIME_LIBOMP = TEST_LIBOMP or LIBOMP
 COMPAT_SOURCES = [PROGRAMS / "compat" / "dispatch_deinit.c"] if LIBOMP_VERSION < 19 else []
+#: compile_program's flags for target offload to libomptarget's host plugin (clang-19;
+#: libomptarget 19 beside libomp 19, found through the rpath).
+OFFLOAD_FLAGS = ["-fopenmp-targets=x86_64-pc-linux-gnu",
+                 f"-Wl,-rpath,{LIBOMP.parent if LIBOMP else ''}"]
 
 # OMPTPY_OVERFLOW values (README, Configuration) and the default.
 OVERFLOW_POLICIES = ("flush", "drop", "grow")

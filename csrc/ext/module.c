@@ -389,6 +389,7 @@ static const struct {
     C(TASK_INITIAL, ompt_task_initial),
     C(TASK_IMPLICIT, ompt_task_implicit),
     C(TASK_EXPLICIT, ompt_task_explicit),
+    C(TASK_TARGET, ompt_task_target),
     C(PARALLEL_INVOKER_PROGRAM, ompt_parallel_invoker_program),
     C(PARALLEL_INVOKER_RUNTIME, ompt_parallel_invoker_runtime),
     C(PARALLEL_LEAGUE, ompt_parallel_league),

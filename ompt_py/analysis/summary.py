@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..errors import MissingEventsError
 from ..units import format_ns
-from . import metrics, tables
+from . import metrics, offload, tables
 from .names import short
 from .states import STATE_COLUMNS, thread_totals
 from .states import threads as thread_keys
@@ -54,7 +54,9 @@ class Summary:
     source location; ``threads``: each thread's time per state; ``regions``:
     the most imbalanced parallel regions (by time lost); ``tasks``: task
     durations (histogram, creation overhead in attrs); ``locks``: lock and
-    critical section contention.  Regions and locks have the Python location
+    critical section contention; ``offload``: per device, time in target
+    constructs, host time blocked, bytes moved each way, transfer bandwidth,
+    kernels (offload.offload_totals).  Regions and locks have the Python location
     (py_location) beside the source location, and the answers name it first.
     A table is None where the trace has nothing of the kind (``python``: no
     Python stacks); ``notes`` says what could not be computed and why.
@@ -68,6 +70,7 @@ class Summary:
     tasks: pd.DataFrame | None
     locks: pd.DataFrame | None
     python: pd.DataFrame | None = None
+    offload: pd.DataFrame | None = None
     notes: list[str] = field(default_factory=list)
 
     def sections(self) -> list[tuple[str, pd.DataFrame]]:
@@ -88,6 +91,9 @@ class Summary:
             out.append(("Explicit tasks: duration histogram", self.tasks))
         if self.locks is not None:
             out.append(("Locks and critical sections: contention", self.locks))
+        if self.offload is not None:
+            out.append((f"Offload per device (host time; blocked: {offload.BLOCKED_DEFINITION})",
+                        offload_display(self.offload)))
         return [(title, readable(_without_empty_python(t))) for title, t in out]
 
     def headline(self) -> list[str]:
@@ -134,6 +140,8 @@ class Summary:
                          f"{format_ns(a['median_busy_ns'])}; creating one costs about "
                          f"{format_ns(a['create_ns'])} "
                          f"({_percent(a['creation_overhead_share'])} of task time)")
+        if self.offload is not None and len(self.offload):
+            lines.append(offload_line(self.offload))
         if self.locks is not None and len(self.locks):
             k = self.locks.iloc[0]
             waited = (f"{format_ns(k['wait_total_ns'])} waited over "
@@ -162,6 +170,39 @@ class Summary:
             body.append(table.to_html(index=False, border=0) if len(table) else "<p>(none)</p>")
         body.append("</div>")
         return "\n".join(body)
+
+
+def format_bytes(n: float) -> str:
+    """A byte count in readable units: ``4 KiB``, ``1.5 MiB``."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:,.3g} {unit}"
+    return f"{n:,.0f} B"
+
+
+def format_rate(bytes_per_s: float) -> str:
+    return "-" if pd.isna(bytes_per_s) else f"{format_bytes(bytes_per_s)}/s"
+
+
+def offload_display(totals: pd.DataFrame) -> pd.DataFrame:
+    """offload_totals with its byte counts and bandwidth readable."""
+    out = totals.copy()
+    for c in ("bytes_to_device", "bytes_from_device"):
+        out[c] = [format_bytes(v) for v in out[c]]
+    out["bandwidth"] = [format_rate(v) for v in out["bandwidth"]]
+    return out
+
+
+def offload_line(totals: pd.DataFrame) -> str:
+    """The headline of the offload section: every device together."""
+    t = totals.sum(numeric_only=True)
+    moved = t["bytes_to_device"] + t["bytes_from_device"]
+    rate = moved / t["transfer_ns"] * 1e9 if t["transfer_ns"] else float("nan")
+    return (f"offload: {int(t['target_regions']):,} target constructs on {len(totals)} "
+            f"device(s), {format_ns(t['target_ns'])} in them, host blocked "
+            f"{format_ns(t['blocked_ns'])}; {format_bytes(t['bytes_to_device'])} to and "
+            f"{format_bytes(t['bytes_from_device'])} from the device(s) at "
+            f"{format_rate(rate)}; {int(t['kernels']):,} kernels, {format_ns(t['kernel_ns'])}")
 
 
 def _where(location: object) -> str:
@@ -240,6 +281,12 @@ def summary(trace: Trace, top: int = 10) -> Summary:
         python = by_line[by_line["py_location"].isin(lines)][
             ["py_location", "py_time_ns", "construct", "kind", "location", "count", "total_ns",
              "mean_ns", "max_ns"]].reset_index(drop=True)
+    totals = offload.offload_totals(trace) if offload.has_offload(trace) else None
+    if totals is not None:
+        lost = {k: v for k, v in totals.attrs.items() if v}
+        if lost:
+            notes.append("offload records not paired (counted, left out of the tables where "
+                         "they have no partner): " + ", ".join(f"{k} {v}" for k, v in lost.items()))
     sources = metrics.constructs(trace, by="source")
     sources = sources[sources["construct"] != "implicit task"].head(top)
     for name, iv in (("parallel", tables.region_intervals(trace)),
@@ -252,7 +299,7 @@ def summary(trace: Trace, top: int = 10) -> Summary:
                          "thread states and imbalance")
     return Summary(overview(trace), metrics.constructs(trace), sources.drop(columns="pid"),
                    threads=threads, regions=regions, tasks=tasks, locks=locks, python=python,
-                   notes=notes)
+                   offload=totals, notes=notes)
 
 
 

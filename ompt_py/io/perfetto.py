@@ -18,6 +18,17 @@ one id per task) goes from each task's creation to its first execution, and a
 counter ("ph": "C") per process gives the number of threads waiting over
 time, in barriers/taskwait/taskgroup ("sync") and for locks ("mutex").
 
+With offload events, the threads' tracks also hold the target constructs (cat
+"target", named by kind), their data operations ("target_data_op") and kernel
+submissions ("target_submit"), and each process gets a track per device
+(tid DEVICE_TID and on, "device N (type)", after the threads; a further one,
+"device N (type) [2]", where its operations overlap) with its kernels and
+transfers (cat "device": offload.device_track, on the host clock; from the
+device records, or from the host-side operations in a process without them),
+and a flow (cat "offload") from each host operation to its slice there.
+Device operations that could not be placed (no clock fit) are counted in
+otherData's "device_operations_not_drawn".
+
 With Python stacks (``Trace.python_stacks``), the Python frames that started a
 parallel region, a region marker or an explicit task created outside any
 region are slices above it on the same track (cat "python", named "file:line
@@ -53,7 +64,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _core
-from ..analysis import metrics, pairing, pystacks, tables
+from ..analysis import metrics, offload, pairing, pystacks, tables
 from ..analysis.states import thread_key, to_int
 from ..records import (
     EVENT_CODES,
@@ -492,6 +503,125 @@ def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs) -> _Source:
     return _Source(len(pid), texts)
 
 
+# ---- offload: the host's target constructs, data operations and submissions; the devices --------
+
+#: The tid of a device's first track in its process (offload.device_track's
+#: sub-tracks take the next ones): far above the tool's thread numbers.
+DEVICE_TID = 1 << 30
+
+
+def _table_slices(table: pd.DataFrame, cat: str,
+                  make: Callable[[pd.DataFrame], tuple[str | Column, _Args]]) -> _Source:
+    """Slices of the rows of an offload table (pid, thread, begin_ns, end_ns; a
+    row without an end is zero long): ``make(rows of a batch)`` gives the name
+    and args of a batch."""
+    end = table["end_ns"].fillna(table["begin_ns"]).to_numpy(np.int64)
+
+    def texts(part: slice) -> bytes:
+        rows = table.iloc[part]
+        return _complete(cat, rows["pid"], rows["thread"], rows["begin_ns"], end[part],
+                         *make(rows))
+
+    def spans() -> _Spans:
+        return _Spans(None, table["pid"].to_numpy(np.int64), table["thread"].to_numpy(np.int64),
+                      table["begin_ns"].to_numpy(np.int64), end)
+    return _Source(len(table), texts, cat, spans)
+
+
+def _names(values: pd.Series) -> Column:
+    """Texts (a categorical or string column) as JSON strings, null where missing."""
+    codes, names = pd.factorize(values.astype(object))
+    return named(codes, json_names(names))
+
+
+def _host_offload(trace: Trace) -> Iterator[_Source]:
+    """On the threads' tracks: the target constructs (named by kind), the data
+    operations in them (by kind) and the kernel submissions."""
+    yield _table_slices(offload.target_regions(trace), "target", lambda r: (_names(r["kind"]), [
+        ("target_id", number(r["target_id"])), ("device", number(r["device"])),
+        ("nowait", named(r["nowait"].to_numpy(bool), ["false", "true"])),
+        ("codeptr", hexadecimal(r["codeptr"], r["codeptr"] == 0)),
+        ("location", _names(r["location"]))]))
+    yield _table_slices(offload.data_ops(trace), "target_data_op", lambda r: (
+        _names(r["kind"]), [
+            ("host_op_id", number(r["host_op_id"])), ("bytes", number(r["bytes"])),
+            ("src_device", number(r["src_device"])), ("dest_device", number(r["dest_device"])),
+            ("target_id", number(r["target_id"]))]))
+    yield _table_slices(offload.kernels(trace), "target_submit", lambda r: ("kernel submit", [
+        ("host_op_id", number(r["host_op_id"])), ("device", _optional(r["device"])),
+        ("requested_teams", number(r["requested_teams"])),
+        ("granted_teams", _optional(r["granted_teams"])), ("target_id", number(r["target_id"]))]))
+
+
+class _DeviceTracks(NamedTuple):
+    """offload.device_track, each row's tid, and per track its pid, tid and name."""
+
+    table: pd.DataFrame
+    tid: np.ndarray
+    tracks: list[tuple[int, int, str]]
+
+
+def _device_tracks(trace: Trace) -> _DeviceTracks:
+    """A track per device of each process (``DEVICE_TID`` on: "device N (type)"),
+    and one more per sub-track where its operations overlap ("device N (type) [2]")."""
+    table = offload.device_track(trace)
+    key = pd.MultiIndex.from_frame(table[["pid", "device", "sub_track"]])
+    code, tracks = pd.factorize(key, sort=True)
+    types = {(pid, d.get("device")): d.get("type")
+             for pid, d in offload.device_entries(trace.meta)}
+    named_tracks = []
+    for i, (pid, device, sub) in enumerate(tracks):  # a few
+        kind = types.get((pid, device))
+        name = (f"device {device}" + (f" ({kind})" if kind else "")
+                + (f" [{sub + 1}]" if sub else ""))
+        named_tracks.append((int(pid), DEVICE_TID + i, name))
+    return _DeviceTracks(table, DEVICE_TID + code.astype(np.int64), named_tracks)
+
+
+def _device_metadata(devices: _DeviceTracks) -> list[dict]:
+    """thread_name and thread_sort_index of the devices' tracks (after the threads)."""
+    return [m for pid, tid, name in devices.tracks for m in (
+        {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}},
+        {"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index",
+         "args": {"sort_index": tid}})]
+
+
+def _device_slices(devices: _DeviceTracks) -> _Source:
+    """The kernels and transfers on the devices' tracks (cat "device")."""
+    table = devices.table
+
+    def texts(part: slice) -> bytes:
+        rows = table.iloc[part]
+        return _complete("device", rows["pid"], devices.tid[part], rows["begin_ns"],
+                         rows["end_ns"], _names(rows["name"]),
+                         [("device", number(rows["device"])), ("source", _names(rows["source"])),
+                          ("bytes", _optional(rows["bytes"])),
+                          ("host_op_id", number(rows["host_op_id"]))])
+    return _Source(len(table), texts, "device")
+
+
+def _device_flows(devices: _DeviceTracks, first_id: int) -> _Source:
+    """A flow (cat and name "offload", ids from ``first_id``) from each host
+    operation to its kernel or transfer on a device's track."""
+    table = devices.table
+    linked = np.flatnonzero(table["host_ns"].notna().to_numpy())
+    pid = table["pid"].to_numpy(np.int64)[linked]
+    thread = table["host_thread"].to_numpy(np.int64, na_value=0)[linked]
+    host_ns = table["host_ns"].to_numpy(np.int64, na_value=0)[linked]
+    tid, begin = devices.tid[linked], table["begin_ns"].to_numpy(np.int64)[linked]
+
+    def texts(part: slice) -> bytes:
+        ids, p = number(np.arange(part.start, part.stop) + first_id), number(pid[part])
+        start = render_rows([f'{SEP}{{"ph":"s","cat":"offload","name":"offload","id":', ids,
+                             ',"pid":', p, ',"tid":', number(thread[part]),
+                             ',"ts":', micros(host_ns[part]), "}"])
+        finish = render_rows([f'{SEP}{{"ph":"f","bp":"e","cat":"offload","name":"offload",'
+                              '"id":', ids, ',"pid":', p, ',"tid":', number(tid[part]),
+                              ',"ts":', micros(begin[part]), "}"])
+        return start + finish
+    return _Source(len(linked), texts)
+
+
 def _process_name(proc: dict) -> str:
     argv = proc.get("argv") or [proc.get("exe") or "?"]
     command = " ".join([os.path.basename(argv[0]), *argv[1:]])
@@ -716,11 +846,13 @@ def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> _
 
 
 def _track_sources(rec: _Records, regions: _Pairs,
-                   tree: tuple[_Pairs, Any, np.ndarray, np.ndarray]) -> Iterator[_Source]:
+                   tree: tuple[_Pairs, Any, np.ndarray, np.ndarray],
+                   devices: _DeviceTracks | None) -> Iterator[_Source]:
     """The file's events after the metadata and the Python frames, in file order:
     the slices of every track, parents before children (the order that keeps
     slices starting at the same nanosecond nested the right way), the flows,
-    the counter.  ``regions``: _regions, ``tree``: _region_tree of them."""
+    the counter.  ``regions``: _regions, ``tree``: _region_tree of them,
+    ``devices``: _device_tracks (None: the trace has no offload events)."""
     trace = rec.trace
     yield _user_slices(trace)
     yield from _parallel(rec, regions, tree)
@@ -732,10 +864,15 @@ def _track_sources(rec: _Records, regions: _Pairs,
     yield sync_waits
     spans, flows = _tasks(rec)
     yield spans
+    if devices is not None:
+        yield from _host_offload(trace)
+        yield _device_slices(devices)
     mutex_waits, mutex_wait_slices, mutex_hold_slices = _mutex(rec)
     yield mutex_wait_slices
     yield mutex_hold_slices
     yield flows
+    if devices is not None:
+        yield _device_flows(devices, flows.count + 1)
     yield _waiting(rec, waits, mutex_waits)
 
 
@@ -767,12 +904,17 @@ def write(trace: Trace, path: str | os.PathLike) -> None:
     frames = pystacks.python_stacks(trace) if metrics.has_python_stacks(trace) else []
     stacks = _Stacks(frames) if len(frames) else None
     items = _python_items(rec, stacks, regions, tree[1]) if stacks is not None else None
-    sources = _track_sources(rec, regions, tree)
+    devices = (_device_tracks(trace) if np.isin(rec.codes, offload.OFFLOAD_CODES).any()
+               else None)
+    if devices is not None and any(devices.table.attrs["unplaced"].values()):
+        other["device_operations_not_drawn"] = devices.table.attrs["unplaced"]
+    sources = _track_sources(rec, regions, tree, devices)
     del regions, tree
     with output(path) as out, Progress(0, "perfetto") as progress:
         out.write(f'{{"otherData":{json.dumps(other)},"traceEvents":[\n'.encode())
         writer = ArrayWriter(out)
-        writer.write("".join(SEP + json.dumps(m) for m in _metadata(trace)).encode())
+        metadata = _metadata(trace) + ([] if devices is None else _device_metadata(devices))
+        writer.write("".join(SEP + json.dumps(m) for m in metadata).encode())
         if items is None or items.empty:
             _write_sources(writer, sources, progress)
         else:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..analysis import metrics, tables
+from ..analysis import metrics, offload, tables
 from ..analysis.cache import per_trace
 from ..analysis.states import (
     STATE_COLUMNS,
@@ -29,6 +29,7 @@ from ..analysis.states import (
     to_int,
 )
 from ..analysis.states import threads as thread_keys
+from ..records import TRANSFERS_TO_DEVICE
 from ..units import format_ns
 
 if TYPE_CHECKING:
@@ -53,6 +54,14 @@ _WAITS = {"barrier": ("barrier wait", STATE_COLOURS["barrier_wait"]),
 _HELD = ("lock/critical held", "#4d4d4d", 0.32, 0.45)
 _WORK_SPAN = (-0.32, 0.32)
 _LABEL_POINTS, _MAX_LABELS = 7, 300  # the region names on the timeline
+# The devices' lanes: (label, colour) of kernels and of transfers each way; the
+# connectors from host operations, drawn when at most this many are in view.
+_KERNEL = ("device: kernel", "#2ca02c")
+_TO_DEVICE = ("device: transfer to device", "#1f77b4")
+_FROM_DEVICE = ("device: transfer from device", "#ff7f0e")
+_MAX_CONNECTORS = 500
+_DEVICE_COLUMNS = ["pid", "device", "key", "begin_ns", "end_ns", "label", "colour", "bottom",
+                   "top", "host_thread", "host_ns"]
 
 
 def _new_figure(width: float, height: float) -> Figure:
@@ -148,6 +157,68 @@ def timeline_intervals(trace: Trace) -> pd.DataFrame:
 
 
 @per_trace
+def device_intervals(trace: Trace) -> pd.DataFrame:
+    """What the timeline draws on the lanes of the devices, one row per kernel and
+    transfer of offload.device_track (host clock): pid, device, key (one per
+    (pid, device, sub-track)), begin_ns, end_ns, label, colour, bottom and top
+    (the sub-track's band of the device's lane), host_thread and host_ns (the
+    host operation, where its connector starts; <NA>: none)."""
+    t = offload.device_track(trace)
+    name = t["name"].astype(object)
+    kernel, to_device = (name == "kernel").to_numpy(), name.isin(TRANSFERS_TO_DEVICE).to_numpy()
+    label, colour = (np.where(kernel, k, np.where(to_device, to, back)) for k, to, back in
+                     zip(_KERNEL, _TO_DEVICE, _FROM_DEVICE))
+    sub = t["sub_track"].to_numpy(np.int64)
+    height = 0.9 / (t.groupby(["pid", "device"])["sub_track"].transform("max").to_numpy() + 1)
+    key = pd.factorize(pd.MultiIndex.from_frame(t[["pid", "device", "sub_track"]]))[0]
+    return pd.DataFrame(dict(zip(_DEVICE_COLUMNS, [
+        t["pid"], t["device"], key.astype(np.int64),
+        t["begin_ns"], t["end_ns"], label, colour, -0.45 + height * sub,
+        -0.45 + height * (sub + 1), t["host_thread"], t["host_ns"]])))
+
+
+def _device_lanes(trace: Trace, lanes: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
+    """The device intervals of the processes of ``lanes`` (thread keys), and the
+    key (pid << 32 | device) of each device's lane, sorted: they come after the
+    threads."""
+    if not len(lanes) or not offload.has_offload(trace):
+        return pd.DataFrame(columns=_DEVICE_COLUMNS), np.empty(0, np.int64)
+    dev = device_intervals(trace)
+    dev = dev[np.isin(dev["pid"].to_numpy(), key_pid_thread(lanes)[0])]
+    return dev, np.unique(_device_key(dev))
+
+
+def _device_key(dev: pd.DataFrame) -> np.ndarray:
+    return thread_key(dev["pid"], dev["device"].to_numpy(np.int64) & 0xFFFFFFFF)
+
+
+def _device_labels(keys: np.ndarray, several: bool) -> list[str]:
+    pid, device = key_pid_thread(keys)
+    device = device.astype(np.int32)  # back to a signed device number
+    return [f"pid {p} device {d}" if several else f"device {d}"
+            for p, d in zip(pid.tolist(), device.tolist())]
+
+
+def _connectors(ax: Axes, dev: pd.DataFrame, lanes: np.ndarray, device_lane: np.ndarray) -> None:
+    """Thin lines from each host operation (its begin, on its thread's lane) to its
+    kernel or transfer on the device's lane, when at most _MAX_CONNECTORS are in
+    view (else none: zoom in to see them)."""
+    from matplotlib.collections import LineCollection
+
+    host = thread_key(dev["pid"], dev["host_thread"].to_numpy(np.int64, na_value=0))
+    at = np.minimum(np.searchsorted(lanes, host), len(lanes) - 1)
+    linked = dev["host_ns"].notna().to_numpy() & (lanes[at] == host)
+    if not 0 < linked.sum() <= _MAX_CONNECTORS:
+        return
+    x0 = dev["host_ns"].to_numpy(np.int64, na_value=0)[linked] / 1e6
+    x1 = dev["begin_ns"].to_numpy(np.int64)[linked] / 1e6
+    y1 = device_lane[linked] + (dev["bottom"].to_numpy() + dev["top"].to_numpy())[linked] / 2
+    ax.add_collection(LineCollection(np.stack([np.column_stack([x0, at[linked]]),
+                                               np.column_stack([x1, y1])], axis=1),
+                                     colors="#555555", linewidths=0.5, alpha=0.6))
+
+
+@per_trace
 def region_labels(trace: Trace) -> pd.DataFrame:
     """The names the timeline writes on parallel regions, one per region that is
     the outermost on the lane of the thread that started it: key, begin_ns,
@@ -214,15 +285,22 @@ def timeline(trace: Trace, start_ns: int | None = None, end_ns: int | None = Non
     (on top: a task run inside a barrier shows over the wait) and critical
     sections held (thin strip).  Each parallel region wide enough for it is
     labelled, on the lane of the thread that started it, with the Python line
-    that started it (region_labels) or else its source location.
+    that started it (region_labels) or else its source location.  With
+    offload, a lane per device after the threads: its kernels and transfers
+    (offload.device_track, on the host clock; split in bands where they
+    overlap), with a thin connector from each host operation to its device
+    operation when at most 500 are in view.
     ``start_ns``/``end_ns``: the window (nanoseconds from the trace start);
-    ``threads``: thread numbers or (pid, thread) pairs.  Intervals closer than
-    a pixel are drawn as one, so 10^6 intervals stay quick."""
+    ``threads``: thread numbers or (pid, thread) pairs (the devices of their
+    processes are shown).  Intervals closer than a pixel are drawn as one, so
+    10^6 intervals stay quick."""
     from matplotlib.collections import PolyCollection
     from matplotlib.patches import Patch
 
     lanes = _select_threads(trace, threads) if len(trace) else np.empty(0, np.int64)
-    fig, ax = _axes(ax, 12, 1.2 + 0.45 * max(len(lanes), 1))
+    dev, devices = _device_lanes(trace, lanes)
+    n_lanes = len(lanes) + len(devices)
+    fig, ax = _axes(ax, 12, 1.2 + 0.45 * max(n_lanes, 1))
     t = trace.events["time_ns"]
     lo = int(t.min()) if start_ns is None and len(t) else int(start_ns or 0)
     hi = int(t.max()) if end_ns is None and len(t) else int(end_ns or lo + 1)
@@ -230,14 +308,24 @@ def timeline(trace: Trace, start_ns: int | None = None, end_ns: int | None = Non
         raise ValueError(f"the window [{start_ns}, {end_ns}] is empty: end_ns must be after "
                          "start_ns")
     iv = timeline_intervals(trace) if len(lanes) else pd.DataFrame()
+    pixels = max(ax.bbox.width, 100.0)
     if len(iv):
         iv = iv[iv["key"].isin(lanes) & (iv["end_ns"] >= lo) & (iv["begin_ns"] <= hi)]
         iv = iv.assign(begin_ns=iv["begin_ns"].clip(lower=lo), end_ns=iv["end_ns"].clip(upper=hi))
-        pixels = max(ax.bbox.width, 100.0)
         iv = _merge_small(iv, (hi - lo) / pixels)
+        iv = iv.assign(lane=np.searchsorted(lanes, iv["key"].to_numpy()))
+    dev = dev[(dev["end_ns"] >= lo) & (dev["begin_ns"] <= hi)]
+    device_lane = len(lanes) + np.searchsorted(devices, _device_key(dev))
+    drawn = _merge_small(dev.assign(begin_ns=dev["begin_ns"].clip(lower=lo),
+                                    end_ns=dev["end_ns"].clip(upper=hi)), (hi - lo) / pixels)
+    if len(drawn):
+        iv = pd.concat([iv, drawn.assign(
+            layer=0, lane=len(lanes) + np.searchsorted(devices, _device_key(drawn)))],
+            ignore_index=True)
     ax.set_xlim(lo / 1e6, hi / 1e6)
-    ax.set_ylim(-0.6, len(lanes) - 0.4)
-    ax.set_yticks(range(len(lanes)), _lane_labels(lanes))
+    ax.set_ylim(-0.6, n_lanes - 0.4)
+    several = len(np.unique(key_pid_thread(lanes)[0])) > 1
+    ax.set_yticks(range(n_lanes), _lane_labels(lanes) + _device_labels(devices, several))
     ax.invert_yaxis()
     ax.set_xlabel("time since the trace start (ms)")
     ax.set_title("Timeline")
@@ -246,13 +334,14 @@ def timeline(trace: Trace, start_ns: int | None = None, end_ns: int | None = Non
                 ha="center", va="center")
         return fig
     iv = iv.sort_values("layer", kind="stable")  # later rows are drawn on top
-    lane = np.searchsorted(lanes, iv["key"].to_numpy())
+    lane = iv["lane"].to_numpy()
     x0, x1 = iv["begin_ns"].to_numpy() / 1e6, iv["end_ns"].to_numpy() / 1e6
     y0, y1 = lane + iv["bottom"].to_numpy(), lane + iv["top"].to_numpy()
     verts = np.stack([np.column_stack(p) for p in ((x0, y0), (x0, y1), (x1, y1), (x1, y0))],
                      axis=1)
     ax.add_collection(PolyCollection(verts, facecolors=iv["colour"].to_numpy(), linewidths=0,
                                      antialiased=False))
+    _connectors(ax, dev, lanes, device_lane)
     _label_regions(ax, trace, lanes, lo, hi)
     shown = iv.drop_duplicates("label")
     ax.legend(handles=[Patch(color=c, label=lbl) for lbl, c in zip(shown["label"],

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ..analysis import metrics, summary, tables
+from ..analysis import metrics, offload, summary, tables
 from ..analysis.states import THREAD_STATES, thread_totals
 from ..errors import MissingEventsError
 from ..units import format_ns
@@ -173,6 +173,15 @@ def render(trace: Trace, top: int = 10) -> str:
             "team size": int(x.team) if pd.notna(x.team) else "-",
             "invoker": x.invoker,
         } for x in by_site.itertuples()], group="python" if python else None))
+
+    if offload.has_offload(trace):
+        out.write(f"\nOffload per device (host time; blocked: {offload.BLOCKED_DEFINITION})\n")
+        out.write(_table(summary.offload_display(offload.offload_totals(trace)).assign(
+            target_ns=lambda f: f["target_ns"].map(format_ns),
+            blocked_ns=lambda f: f["blocked_ns"].map(format_ns),
+            transfer_ns=lambda f: f["transfer_ns"].map(format_ns),
+            kernel_ns=lambda f: f["kernel_ns"].map(format_ns)).rename(
+            columns=lambda c: c.removesuffix("_ns"))))
 
     out.write("\nThreads (busy and waiting: the thread states of Trace.summary())\n")
     out.write(_threads(trace))

@@ -330,6 +330,20 @@ def _raw_ledger(b: Builds, work: Path) -> None:
     shutil.copyfile(raw / name, DATA / "raw-ledger.omptraw")
 
 
+# tests/analysis/test_offload.py: tests/programs/offload.c offloaded to libomptarget's
+# host plugin (two devices), kept raw.
+@trace("offload.omptraw")
+def _raw_offload(b: Builds, work: Path) -> None:
+    exe = h.compile_program(h.PROGRAMS / "offload.c", work / "offload", flags=h.OFFLOAD_FLAGS)
+    raw = Path(tempfile.mkdtemp(prefix="raw-", dir=work))
+    env = h.clean_env({"OMP_TOOL_LIBRARIES": ompt_py.tool_path(), "OMPTPY_OUTPUT": str(raw)})
+    r = _checked(subprocess.run([str(exe)], env=env, capture_output=True, text=True,
+                                timeout=120), "offload")
+    (name,) = os.listdir(raw)
+    shutil.copyfile(raw / name, DATA / "offload.omptraw")
+    (DATA / "offload.out").write_text(r.stdout)
+
+
 @trace("export-mixed")
 def _export_mixed(b: Builds, work: Path) -> None:
     """Two processes of mixed, the second with a job rank (tests/io/test_export.py)."""

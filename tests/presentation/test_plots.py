@@ -1,8 +1,9 @@
 """The plots (ompt_py.plots through Trace.plot_*) and `ompt-py report --plot/--html`.
 
 Figures are drawn on matplotlib's Agg canvas in the pytest process (no OpenMP
-here), from stored traces of tests/programs/known.c (tests/data/plots-*) and a
-synthetic one of many regions.
+here), from stored traces of tests/programs/known.c (tests/data/plots-*), a
+synthetic one of many regions, the host-offload trace tests/data/offload.omptraw
+and a synthetic one with device records (tests/offload_records.py).
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import re
 import numpy as np
 import pytest
 from conftest import cli, load_stored, stored_path
+from offload_records import TO, OffloadRecords, program
 
 import ompt_py
 from ompt_py.analysis import states, tables
+from ompt_py.presentation import plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STATES = ["busy", "barrier wait", "sync wait", "lock wait", "idle"]
@@ -184,3 +187,76 @@ def test_figures_display_as_images_in_ipython(skewed):
         assert "ompt_py.Trace" in shell.display_formatter.format(skewed)[0]["text/html"]
     finally:
         shell_module.InteractiveShell.clear_instance()
+
+
+# ---- offload: the devices' lanes ---------------------------------------------------------------
+
+
+def lane_bars(ax, lane: int) -> np.ndarray:
+    """(x0, x1, y0, y1) of the bars drawn in ``lane``."""
+    boxes = np.array([[p.vertices[:, 0].min(), p.vertices[:, 0].max(), p.vertices[:, 1].min(),
+                       p.vertices[:, 1].max()] for p in ax.collections[0].get_paths()])
+    return boxes[(boxes[:, 2] >= lane - 0.5) & (boxes[:, 3] <= lane + 0.5)]
+
+
+def test_timeline_device_lanes_of_a_host_offload_trace():
+    """tests/data/offload.omptraw (no device records): each device's lane holds its
+    kernels and transfers as the host saw them, with a connector from each."""
+    trace = load_stored("offload.omptraw")
+    fig = trace.plot_timeline()
+    (ax,) = fig.axes
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[-2:] == ["device 0", "device 1"] and len(labels) == 12
+    assert {"device: kernel", "device: transfer to device",
+            "device: transfer from device"} <= set(legend(ax))
+    drawn = plots.device_intervals(trace)
+    assert len(drawn) == 26
+    for device, lane in ((0, 10), (1, 11)):
+        mine = drawn[drawn["device"] == device]
+        bars = lane_bars(ax, lane)
+        assert 1 <= len(bars) <= len(mine)  # ops closer than a pixel are one bar
+        assert bars[:, 0].min() == pytest.approx(mine["begin_ns"].min() / 1e6)
+        assert bars[:, 1].max() >= mine["end_ns"].max() / 1e6
+    (connectors,) = [c for c in ax.collections if c is not ax.collections[0]]
+    segments = np.array(connectors.get_segments())
+    assert len(segments) == 26
+    assert set(segments[:, 0, 1].tolist()) == {0, 4, 8}  # the host threads that offloaded
+    assert set(np.round(segments[:, 1, 1]).tolist()) == {10, 11}
+    # Zoomed on device 1's first target region, each operation is a bar of its own.
+    regions = trace.target_regions()
+    start, end = int(regions["begin_ns"].iloc[10]), int(regions["end_ns"].iloc[10])
+    fig = trace.plot_timeline(start_ns=start, end_ns=end, threads=[0])
+    (ax,) = fig.axes
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["thread 0", "device 0", "device 1"]
+    assert len(lane_bars(ax, 1)) == 0
+    kernel = trace.kernels().iloc[4]
+    (bar,) = lane_bars(ax, 2)
+    assert bar[:2] == pytest.approx([kernel["begin_ns"] / 1e6, kernel["end_ns"] / 1e6])
+
+
+def test_timeline_device_records_in_bands_where_they_overlap():
+    b = OffloadRecords()
+    ids = program(b)
+    b.clock(10, 20, 1, int(3e12) + 15)
+    b.clock(20_000, 20_010, 1, int(3e12) + 20_005)
+    b.device(20_100, 34, 1, int(3e12) + 170, int(3e12) + 350, host_op_id=ids["ops"][1],
+             kind=TO, parallel_id=4096, u32a=0xFFFFFFFF, u32b=1)
+    b.device(20_100, 35, 1, int(3e12) + 1150, int(3e12) + 4800, host_op_id=ids["kernel"])
+    b.device(20_100, 35, 1, int(3e12) + 1200, int(3e12) + 5200)
+    fig = b.trace().plot_timeline()
+    (ax,) = fig.axes
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["thread 0", "thread 3", "thread 5", "device 1"]
+    bars = lane_bars(ax, 3)
+    bars = bars[np.argsort(bars[:, 0])]
+    assert (bars[:, :2] * 1e6).ravel() == pytest.approx([170, 350, 1150, 4800, 1200, 5200])
+    assert bars[1, 2] >= bars[2, 3] or bars[2, 2] >= bars[1, 3]  # the kernels' bands apart
+    (connectors,) = ax.collections[1:]
+    starts = sorted((round(s[0][0] * 1e6), s[0][1]) for s in connectors.get_segments())
+    assert starts == [(160, 0), (1100, 0)]
+
+
+def test_timeline_without_offload_has_no_device_lanes(skewed):
+    (ax,) = skewed.plot_timeline().axes
+    assert not [t for t in ax.get_yticklabels() if t.get_text().startswith("device")]
+    assert len(ax.collections) == 1

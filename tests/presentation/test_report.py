@@ -117,3 +117,21 @@ def test_no_arguments_is_a_usage_error():
     assert r.returncode != 0
     no_traceback(r)
     assert "usage" in (r.stdout + r.stderr).lower()
+
+
+def test_report_offload_section_only_with_offload_events():
+    """The Offload section: per device, the bytes each way of tests/programs/offload.c's
+    map clauses (16008 to and 24008 from each device), the blocked-time definition;
+    absent from a trace without target events."""
+    from ompt_py.presentation import report
+
+    text = report.render(load_stored("offload.omptraw"))
+    section = text[text.index("Offload per device"):]
+    assert "blocked: host time inside target constructs without nowait" in section
+    assert section.count("15.6 KiB") == 2 and section.count("23.4 KiB") == 2
+    assert re.search(r"offload: 18 target constructs on 2 device\(s\)", text)
+    summary = load_stored("offload.omptraw").summary()
+    assert summary.offload is not None and len(summary.offload) == 2
+    assert "Offload per device" in summary._repr_html_()
+    assert "Offload" not in report.render(load_stored("report-loops"))
+    assert load_stored("report-loops").summary().offload is None
