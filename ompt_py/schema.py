@@ -300,7 +300,7 @@ DEVICE = Obj(
      **{k: _COUNT for k in ("buffers_requested", "buffers_completed", "buffers_freed",
                             "buffer_bytes", "records", "records_lost", "records_after_stop",
                             "records_unknown_type", "records_bad_time", "zero_byte_buffers")}},
-    {"runtime": Int(-I32 - 1, I32), "stopped": Bool(), "clock": Obj({})})
+    {"runtime": Int(-I32 - 1, I32), "stopped": Bool(), "clock": Obj({}), "pid": Int(0, I32)})
 
 #: A raw file's META document: the process and the tool, written once, first.
 META_DOC = Obj(
@@ -398,4 +398,8 @@ SKIPPED = List(Obj({"source": Str(), "reason": Str()}))
 #: ``Trace.meta`` as a Parquet file keeps it (meta.trace_meta).
 TRACE_META = Obj({"format": Int(), "origin_mono_ns": Maybe(Int(0, I64)),
                   "processes": List(PROCESS_ENTRY), "written": _COUNT, "dropped": _COUNT},
-                 {"skipped": SKIPPED, "lost": _COUNT})
+                 {"skipped": SKIPPED, "lost": _COUNT,
+                  # every process's devices, each with its "pid", and those with clock
+                  # pairs but no entry of the tool's (offload.attach_clocks)
+                  "devices": List(Obj({"device": Int(-I32 - 1, I32)},
+                                      {"pid": Int(0, I32), "clock": Obj({})}))})

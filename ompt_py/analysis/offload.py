@@ -216,7 +216,8 @@ class ClockFit:
     def meta(self) -> dict:
         """The fit as meta["devices"][i]["clock"]: host_ns = slope * device + offset_ns."""
         return {"slope": self.slope, "offset_ns": self.ref_host - self.slope * self.ref_device,
-                "residual_ns": self.residual_ns, "pairs": self.pairs}
+                "residual_ns": self.residual_ns, "pairs": self.pairs,
+                "pairs_dropped": self.dropped}
 
 
 def _since(device: np.ndarray, ref: int) -> np.ndarray:
@@ -292,36 +293,46 @@ def clock_fits(trace: Trace) -> dict[tuple[int, int], ClockFit | None]:
 
 
 def device_entries(meta: dict) -> list[tuple[int | None, dict]]:
-    """Every device entry of a trace's metadata, with its process: meta["devices"]
-    (each entry's "pid", else the trace's one process) and each process's."""
+    """Every device entry of a trace's metadata, with its process: each process's
+    (``meta["processes"][i]["devices"]``, where the tool writes them), then those of
+    ``meta["devices"]`` that are in no process (a trace made from records with such
+    a list, a device with clock pairs but no entry; an entry without "pid" belongs
+    to the trace's one process)."""
     procs = meta.get("processes", [])
+    out = [(p["pid"], d) for p in procs for d in p.get("devices", [])]
+    known = {(pid, d.get("device")) for pid, d in out}
     only = procs[0]["pid"] if len(procs) == 1 else None
-    out = [(d.get("pid", only), d) for d in meta.get("devices", [])]
-    out += [(p["pid"], d) for p in procs for d in p.get("devices", [])]
+    out += [(d.get("pid", only), d) for d in meta.get("devices", [])
+            if (d.get("pid", only), d.get("device")) not in known]
     return out
 
 
-NO_CLOCK = {"slope": None, "offset_ns": None, "residual_ns": None, "pairs": 0}
+NO_CLOCK = {"slope": None, "offset_ns": None, "residual_ns": None, "pairs": 0,
+            "pairs_dropped": 0}
 
 
 def attach_clocks(meta: dict, events: np.ndarray, pids: np.ndarray | int) -> None:
     """Writes the clock fit of every device into ``meta`` (at load and record):
     each device entry's "clock" (NO_CLOCK where the trace has no usable pair: its
-    device times stay raw); a device with pairs but no entry gets one in
-    meta["devices"] ({"pid", "device", "clock"})."""
+    device times stay raw); a device with pairs but no entry gets one
+    ({"pid", "device", "clock"}).  ``meta["devices"]`` becomes the list of every
+    device of every process, each entry with its "pid": the same dicts as the
+    processes' (a view, not a copy; [] without devices)."""
     rows = np.flatnonzero(events["event"] == _CLOCK)
     entries = device_entries(meta)
-    if not len(rows) and not entries:
-        return
-    full = np.full(len(events), pids, np.int32) if isinstance(pids, int) else pids
-    fits = clock_fits_of(events, full)
+    if len(rows) or entries:
+        full = np.full(len(events), pids, np.int32) if isinstance(pids, int) else pids
+        fits = clock_fits_of(events, full)
+        for pid, entry in entries:
+            fit = fits.pop((pid, entry.get("device")), None)
+            entry["clock"] = fit.meta() if fit is not None else dict(NO_CLOCK)
+        entries += [(pid, {"pid": pid, "device": device,
+                           "clock": fit.meta() if fit is not None else dict(NO_CLOCK)})
+                    for (pid, device), fit in fits.items()]
     for pid, entry in entries:
-        fit = fits.pop((pid, entry.get("device")), None)
-        entry["clock"] = fit.meta() if fit is not None else dict(NO_CLOCK)
-    for (pid, device), fit in fits.items():
-        meta.setdefault("devices", []).append(
-            {"pid": pid, "device": device,
-             "clock": fit.meta() if fit is not None else dict(NO_CLOCK)})
+        if pid is not None:
+            entry["pid"] = pid
+    meta["devices"] = [entry for _, entry in entries]
 
 
 # ---- the host tables --------------------------------------------------------------------------

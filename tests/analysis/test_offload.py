@@ -204,7 +204,7 @@ def test_empty_trace_has_empty_tables() -> None:
                   trace.device_ops()):
         assert table.empty
     assert not offload.has_offload(trace)
-    assert "devices" not in trace.meta
+    assert trace.meta["devices"] == []
 
 
 # ---- the stored trace: tests/programs/offload.c on two host-plugin devices -------------------
@@ -245,7 +245,7 @@ def test_stored_trace_bytes_follow_the_map_clauses() -> None:
     k = trace.kernels()
     assert len(k) == 8 and k["granted_teams"].isna().all()
     assert sorted(k["requested_teams"].tolist()) == [1] * 6 + [2] * 2  # num_teams(2)
-    assert trace.device_ops().empty and "devices" not in trace.meta
+    assert trace.device_ops().empty and trace.meta["devices"] == []
     totals = offload.offload_totals(trace).set_index("device")
     assert totals["bytes_to_device"].tolist() == [16008, 16008]
     assert totals["bytes_from_device"].tolist() == [24008, 24008]
@@ -330,3 +330,17 @@ def test_stored_trace_device_track_from_the_host_operations() -> None:
     assert (t["source"] == "host").all() and set(t["device"]) == {0, 1}
     assert (t["sub_track"] == 0).all()  # the program waits for each operation
     assert (t.groupby("device")["name"].value_counts().loc[:, "kernel"] == 4).all()
+
+
+def test_meta_devices_is_a_view_of_the_processes_devices() -> None:
+    """meta["devices"] lists every process's devices with their pid: the same dicts
+    as meta["processes"][i]["devices"] (tests/tool/test_device_trace.py checks it
+    through a Parquet round trip)."""
+    b = OffloadRecords()
+    b.clock(1000, 1010, 0, 50_000)
+    meta = trace_meta([{"pid": 7, "written": 1, "dropped": 0, "threads": [],
+                        "devices": [{"device": 0, "type": "emulated"}]}], 0)
+    trace = ompt_py.Trace.from_records(b.events(), meta)
+    (entry,) = trace.meta["devices"]
+    assert entry is trace.meta["processes"][0]["devices"][0]
+    assert entry["pid"] == 7 and entry["clock"]["pairs"] == 1

@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import CLANG, LIBOMP, PROGRAMS, clean_env, tool_env
 
@@ -83,9 +84,7 @@ def run_emu(emu: Path, tmp_path: Path, *switches: str, tool: bool = True,
 
 def needs_device_tracing(run: Run) -> list[dict]:
     devices = run.devices_meta
-    if devices is None:
-        pytest.skip("the tool records no device tracing yet (meta['devices'] absent: the C "
-                    "side of issue #14's device tracing, stream devtool)")
+    assert devices, f"no device in the trace's metadata: {run.trace.meta['processes']}"
     return devices
 
 
@@ -276,6 +275,35 @@ def test_links_between_host_rows_and_device_records(emu, tmp_path):
     assert linked == 5 * (4 + 2)
 
 
+def test_tables_link_device_ops_to_host_rows_through_parquet(emu, tmp_path):
+    """Trace.device_ops() has a row per delivered record, each data op and kernel linked
+    to its host row of data_ops() / kernels() (same host_op_id), its device times on
+    the host clock inside the host operation; meta["devices"] is the processes'
+    entries, and a Parquet round trip keeps it and the tables."""
+    run = run_emu(emu, tmp_path, "--regions", "6", "--ops", "3", "--kernels", "2",
+                  "--op-ns", "100000")
+    needs_device_tracing(run)
+    t = run.trace
+    (entry,) = t.meta["devices"]
+    assert entry is t.meta["processes"][0]["devices"][0] and entry["clock"]["pairs"] >= 2
+    ops = t.device_ops()
+    assert len(ops) == len(expected_records(run))
+    host = pd.concat([t.data_ops()[["host_op_id", "begin_ns", "end_ns"]],
+                      t.kernels()[["host_op_id", "begin_ns", "end_ns"]]]).set_index("host_op_id")
+    linked = ops[ops["type"] != "target"].merge(host, left_on="host_op_id", right_index=True,
+                                                suffixes=("", "_host"))
+    assert len(linked) == 6 * (3 + 2) and linked["begin_ns_host"].notna().all()
+    # The emulated device runs the operation inside its host callbacks' begin and end.
+    slack = 50_000  # the clock fit's stated error
+    assert (linked["begin_ns"] >= linked["begin_ns_host"] - slack).all()
+    assert (linked["end_ns"] <= linked["end_ns_host"] + slack).all()
+    t.save(tmp_path / "t.parquet")
+    again = ompt_py.load(tmp_path / "t.parquet")
+    assert again.meta["devices"] == t.meta["devices"]
+    assert again.meta["devices"][0] is again.meta["processes"][0]["devices"][0]
+    pd.testing.assert_frame_equal(again.device_ops(), ops)
+
+
 def test_non_emi_host_callbacks(emu, tmp_path):
     """With the EMI callbacks answered never, the non-EMI ones are registered and the
     records carry the runtime's ids."""
@@ -324,10 +352,16 @@ def test_device_clock_pairs_and_fit(emu, tmp_path):
     clock = devices[0].get("clock")
     if clock is None:
         return  # the fit is the Python side's (stream offpy)
-    assert clock["pairs"] == len(pairs)
-    for r in run.records(lost=None, after_stop=False, type=EV_SUBMIT):
+    assert clock["pairs"] + clock["pairs_dropped"] == len(pairs)  # outliers left out, counted
+    # Against the trace's own host clock (the emulator reads the device clock between the
+    # tool's submit begin and end records), so the tool's tick-to-ns anchors cancel out.
+    host = run.trace.kernels().set_index("host_op_id")
+    submits = run.records(lost=None, after_stop=False, type=EV_SUBMIT)
+    assert submits
+    for r in submits:
         host_ns = clock["slope"] * r["time"] + clock["offset_ns"]
-        assert abs(host_ns - (r["host_begin_ns"] - origin)) < 50_000
+        row = host.loc[r["host_op_id"]]
+        assert row["begin_ns"] - 50_000 < host_ns < row["end_ns"] + 50_000, (host_ns, row)
 
 
 SET_TRACE = {  # --set-trace SPEC: whether records come
