@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
+
 _UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3))
 
 
 def format_ns(ns: float | None) -> str:
     """A duration in readable units: ``1.5 ms``, ``250 us``, ``12 ns`` (three
-    significant digits, whole units from 100 up); ``-`` for a missing value."""
-    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
+    significant digits, whole units from 100 up); ``-`` for a missing value (None,
+    NaN, pandas' NA)."""
+    if ns is None or ns is pd.NA or (isinstance(ns, float) and math.isnan(ns)):
         return "-"
     a = abs(ns)
     for unit, scale in _UNITS:

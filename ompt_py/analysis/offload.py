@@ -785,17 +785,24 @@ def offload_totals(trace: Trace) -> pd.DataFrame:
     transfer's other end): target constructs and their host time, the host
     time blocked waiting for it (BLOCKED_DEFINITION), bytes moved to and from
     it, the host time of those transfers and their bandwidth (bytes per
-    second of transfer time), kernel submissions and their host time.  attrs:
-    unpaired counts of the host tables and MoreLinks."""
+    second of transfer time), kernel submissions and their host time; from the
+    device's own records (device_ops, on the host clock) where it has some, the
+    device's time in kernels and in transfers (<NA> without).  attrs: unpaired
+    counts of the host tables and MoreLinks."""
     t = _target_table(trace)
     d = data_ops(trace)
     k = kernels(trace)
     d_device, to_dev, from_dev = transfer_device(d["kind"], d["src_device"].to_numpy(),
                                                  d["dest_device"].to_numpy())
     duration = d["duration_ns"].to_numpy(np.int64, na_value=0)
+    ops = device_ops(trace)
+    own = (ops["end_ns"] - ops["begin_ns"]).to_numpy(np.float64, na_value=np.nan)
+    ops_kernel = (ops["type"] == "kernel").to_numpy()
+    ops_transfer = ops["op"].isin(TRANSFERS_TO_DEVICE + TRANSFERS_FROM_DEVICE).to_numpy()
     rows = []
     devices = sorted(set(t["device"].tolist()) | set(d_device[to_dev | from_dev].tolist())
-                     | set(k["device"].dropna().astype(int).tolist()))
+                     | set(k["device"].dropna().astype(int).tolist())
+                     | set(ops["device"].tolist()))
     for dev in devices:
         mine = (t["device"] == dev).to_numpy()
         tx = (d_device == dev) & (to_dev | from_dev)
@@ -803,6 +810,7 @@ def offload_totals(trace: Trace) -> pd.DataFrame:
         td = t["duration_ns"].to_numpy(np.int64, na_value=0)
         moved = d["bytes"].to_numpy(np.int64)
         transfer_ns = int(duration[tx].sum())
+        on_device = (ops["device"] == dev).to_numpy() & ~np.isnan(own)
         rows.append({
             "device": dev, "target_regions": int(mine.sum()),
             "target_ns": int(td[mine].sum()),
@@ -813,10 +821,17 @@ def offload_totals(trace: Trace) -> pd.DataFrame:
             "bandwidth": (moved[tx].sum() / transfer_ns * 1e9) if transfer_ns else np.nan,
             "kernels": int(kd.sum()),
             "kernel_ns": int(k["duration_ns"].to_numpy(np.int64, na_value=0)[kd].sum()),
+            "device_kernel_ns": (round(own[on_device & ops_kernel].sum()) if on_device.any()
+                                 else pd.NA),
+            "device_transfer_ns": (round(own[on_device & ops_transfer].sum())
+                                   if on_device.any() else pd.NA),
         })
     out = pd.DataFrame(rows, columns=["device", "target_regions", "target_ns", "blocked_ns",
                                       "bytes_to_device", "bytes_from_device", "transfers",
-                                      "transfer_ns", "bandwidth", "kernels", "kernel_ns"])
+                                      "transfer_ns", "bandwidth", "kernels", "kernel_ns",
+                                      "device_kernel_ns", "device_transfer_ns"])
+    for c in ("device_kernel_ns", "device_transfer_ns"):
+        out[c] = out[c].astype("Int64")
     unpaired = {f"{name}_{side}": table.attrs[f"unmatched_{side}"]
                 for name, table in (("target", t), ("data_op", d), ("kernel", k))
                 for side in ("begins", "ends")}

@@ -92,8 +92,7 @@ class Summary:
         if self.locks is not None:
             out.append(("Locks and critical sections: contention", self.locks))
         if self.offload is not None:
-            out.append((f"Offload per device (host time; blocked: {offload.BLOCKED_DEFINITION})",
-                        offload_display(self.offload)))
+            out.append((OFFLOAD_HEADING, offload_display(self.offload)))
         return [(title, readable(_without_empty_python(t))) for title, t in out]
 
     def headline(self) -> list[str]:
@@ -184,6 +183,11 @@ def format_rate(bytes_per_s: float) -> str:
     return "-" if pd.isna(bytes_per_s) else f"{format_bytes(bytes_per_s)}/s"
 
 
+#: The heading of the summary's and the report's offload table.
+OFFLOAD_HEADING = ("Offload per device (host time; device_kernel and device_transfer: the "
+                   f"device's own, from its trace records; blocked: {offload.BLOCKED_DEFINITION})")
+
+
 def offload_display(totals: pd.DataFrame) -> pd.DataFrame:
     """offload_totals with its byte counts and bandwidth readable."""
     out = totals.copy()
@@ -202,7 +206,9 @@ def offload_line(totals: pd.DataFrame) -> str:
             f"device(s), {format_ns(t['target_ns'])} in them, host blocked "
             f"{format_ns(t['blocked_ns'])}; {format_bytes(t['bytes_to_device'])} to and "
             f"{format_bytes(t['bytes_from_device'])} from the device(s) at "
-            f"{format_rate(rate)}; {int(t['kernels']):,} kernels, {format_ns(t['kernel_ns'])}")
+            f"{format_rate(rate)}; {int(t['kernels']):,} kernels, {format_ns(t['kernel_ns'])}"
+            + (f" ({format_ns(t['device_kernel_ns'])} on the device)"
+               if totals["device_kernel_ns"].notna().any() else ""))
 
 
 def _where(location: object) -> str:

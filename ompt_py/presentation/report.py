@@ -175,12 +175,14 @@ def render(trace: Trace, top: int = 10) -> str:
         } for x in by_site.itertuples()], group="python" if python else None))
 
     if offload.has_offload(trace):
-        out.write(f"\nOffload per device (host time; blocked: {offload.BLOCKED_DEFINITION})\n")
+        out.write(f"\n{summary.OFFLOAD_HEADING}\n")
         out.write(_table(summary.offload_display(offload.offload_totals(trace)).assign(
             target_ns=lambda f: f["target_ns"].map(format_ns),
             blocked_ns=lambda f: f["blocked_ns"].map(format_ns),
             transfer_ns=lambda f: f["transfer_ns"].map(format_ns),
-            kernel_ns=lambda f: f["kernel_ns"].map(format_ns)).rename(
+            kernel_ns=lambda f: f["kernel_ns"].map(format_ns),
+            device_kernel_ns=lambda f: f["device_kernel_ns"].map(format_ns),
+            device_transfer_ns=lambda f: f["device_transfer_ns"].map(format_ns)).rename(
             columns=lambda c: c.removesuffix("_ns"))))
 
     out.write("\nThreads (busy and waiting: the thread states of Trace.summary())\n")

@@ -344,3 +344,21 @@ def test_meta_devices_is_a_view_of_the_processes_devices() -> None:
     (entry,) = trace.meta["devices"]
     assert entry is trace.meta["processes"][0]["devices"][0]
     assert entry["pid"] == 7 and entry["clock"]["pairs"] == 1
+
+
+def test_totals_take_the_device_time_from_device_records() -> None:
+    """With device records (and a clock fit), the totals add the device's own time in
+    kernels and transfers; a device without them has <NA> there."""
+    b = OffloadRecords()
+    for k in range(4):
+        b.clock(1000 + 10_000 * k, 1010 + 10_000 * k, 1, 500_000 + 10_000 * k)
+    t = b.target(0, 100_000, device=1)
+    b.data_op(10, 20, TO, 4096, -1, 1, t)
+    b.device(50_000, 34, 1, 500_100, 500_400, kind=TO, parallel_id=4096)
+    b.device(50_000, 35, 1, 501_000, 503_500, u32a=8, u32b=8)
+    b.target(200_000, 210_000, device=2)
+    totals = b.trace().summary().offload.set_index("device")
+    assert totals.loc[1, "device_kernel_ns"] == 2500
+    assert totals.loc[1, "device_transfer_ns"] == 300
+    assert pd.isna(totals.loc[2, "device_kernel_ns"])
+    assert "on the device" in str(b.trace().summary())
