@@ -598,14 +598,14 @@ class Trace:
         ompt_py.analysis.offload.data_ops."""
         from .analysis import offload
 
-        return offload.data_ops(self).copy()
+        return _shared(offload.data_ops(self))
 
     def kernels(self) -> pd.DataFrame:
         """Kernel submissions: requested and granted teams, host begin/end, the target
         region.  See ompt_py.analysis.offload.kernels."""
         from .analysis import offload
 
-        return offload.kernels(self).copy()
+        return _shared(offload.kernels(self))
 
     def device_ops(self) -> pd.DataFrame:
         """The device's own records (device tracing): device begin/end on the host
@@ -613,7 +613,7 @@ class Trace:
         ompt_py.analysis.offload.device_ops."""
         from .analysis import offload
 
-        return offload.device_ops(self).copy()
+        return _shared(offload.device_ops(self))
 
     # ---- answers (ompt_py.analysis.metrics, .summary) ---------------------------------
 
@@ -750,6 +750,14 @@ class Trace:
         from .io import csv
 
         csv.write(self, path)
+
+
+def _shared(frame: pd.DataFrame) -> pd.DataFrame:
+    """A cached table for the user: a frame of its own (adding or dropping columns
+    leaves the cache alone) on the cache's buffers, read-only (a write raises
+    instead of changing the cache); no copy of the data."""
+    _read_only(frame)
+    return frame.copy(deep=False)
 
 
 def _read_only(frame: pd.DataFrame) -> None:
