@@ -116,3 +116,18 @@ def program(b: OffloadRecords) -> dict:
                                                                    -1, x)]
     b.target(9500, 9900, TARGET | NOWAIT, device=1, thread=3)
     return {"kernel": kernel, "kernel_target": k_target, "ops": ops}
+
+
+def program_with_device_records(b: OffloadRecords) -> dict:
+    """``program`` with device 1's own records: two clock pairs (device time = 3e12 +
+    host ns), the transfer to the device (170-350) and its kernel (1150-4800), and a
+    kernel of no host operation that overlaps it (1200-5200)."""
+    ids = program(b)
+    base = int(3e12)
+    b.clock(10, 20, 1, base + 15)
+    b.clock(20_000, 20_010, 1, base + 20_005)
+    b.device(20_100, 34, 1, base + 170, base + 350, host_op_id=ids["ops"][1], kind=TO,
+             parallel_id=4096, u32a=0xFFFFFFFF, u32b=1)
+    b.device(20_100, 35, 1, base + 1150, base + 4800, host_op_id=ids["kernel"])
+    b.device(20_100, 35, 1, base + 1200, base + 5200)
+    return ids

@@ -15,7 +15,7 @@ import json
 from collections import Counter
 
 from conftest import load_stored
-from offload_records import TO, OffloadRecords, program
+from offload_records import OffloadRecords, program_with_device_records
 from test_export import nested, ns, slices
 
 from ompt_py.analysis import offload
@@ -83,13 +83,7 @@ def test_device_records_on_their_tracks_with_sub_tracks(tmp_path):
     (a second track), one kernel of device 2 without clock pairs (not drawn,
     counted in otherData)."""
     b = OffloadRecords()
-    ids = program(b)
-    b.clock(10, 20, 1, int(3e12) + 15)
-    b.clock(20_000, 20_010, 1, int(3e12) + 20_005)
-    b.device(20_100, 34, 1, int(3e12) + 170, int(3e12) + 350, host_op_id=ids["ops"][1],
-             kind=TO, parallel_id=4096, u32a=0xFFFFFFFF, u32b=1)
-    b.device(20_100, 35, 1, int(3e12) + 1150, int(3e12) + 4800, host_op_id=ids["kernel"])
-    b.device(20_100, 35, 1, int(3e12) + 1200, int(3e12) + 5200)
+    program_with_device_records(b)
     b.device(20_100, 35, 2, 500, 600)
     trace = b.trace()
     trace.meta["devices"][0]["type"] = "emulated"

@@ -14,7 +14,7 @@ import re
 import numpy as np
 import pytest
 from conftest import cli, load_stored, stored_path
-from offload_records import TO, OffloadRecords, program
+from offload_records import OffloadRecords, program_with_device_records
 
 import ompt_py
 from ompt_py.analysis import states, tables
@@ -236,13 +236,7 @@ def test_timeline_device_lanes_of_a_host_offload_trace():
 
 def test_timeline_device_records_in_bands_where_they_overlap():
     b = OffloadRecords()
-    ids = program(b)
-    b.clock(10, 20, 1, int(3e12) + 15)
-    b.clock(20_000, 20_010, 1, int(3e12) + 20_005)
-    b.device(20_100, 34, 1, int(3e12) + 170, int(3e12) + 350, host_op_id=ids["ops"][1],
-             kind=TO, parallel_id=4096, u32a=0xFFFFFFFF, u32b=1)
-    b.device(20_100, 35, 1, int(3e12) + 1150, int(3e12) + 4800, host_op_id=ids["kernel"])
-    b.device(20_100, 35, 1, int(3e12) + 1200, int(3e12) + 5200)
+    program_with_device_records(b)
     fig = b.trace().plot_timeline()
     (ax,) = fig.axes
     labels = [t.get_text() for t in ax.get_yticklabels()]
