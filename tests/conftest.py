@@ -268,6 +268,21 @@ def compile_program(source: Path, out: Path, cc: str | None = None, flags=()) ->
     return out
 
 
+def build_offload(tmp_path_factory, source: Path, *flags: str) -> Path:
+    """SOURCE built by clang-19 for libomptarget's host plugin (OFFLOAD_FLAGS, and
+    ``flags``); skips where it cannot be."""
+    if CLANG is None or LIBOMP_VERSION < 19:
+        # The offloading program links libomptarget 19, which loads libomp 19 by
+        # path: with an older libomp first the process holds two (OMP: Error #15).
+        pytest.skip(f"clang-19 offloading needs clang-19 and libomptarget 19 with its libomp "
+                    f"19, not libomp {LIBOMP_VERSION}")
+    out = tmp_path_factory.mktemp("offload") / source.stem
+    try:
+        return compile_program(source, out, flags=[*OFFLOAD_FLAGS, *flags])
+    except RuntimeError as e:
+        pytest.skip(f"clang-19 cannot build for the host offload target: {e}")
+
+
 def build_extension(source: Path, outdir: Path, name: str, cc: str | None = None,
                     flags=()) -> Path:
     """A CPython extension module ``name`` from C source, built with ``cc -fopenmp

@@ -7,15 +7,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import (
-    CLANG,
-    LIBOMP_VERSION,
-    OFFLOAD_FLAGS,
-    PROGRAMS,
-    PYTHON,
-    clean_env,
-    compile_program,
-)
+from conftest import PROGRAMS, PYTHON, build_offload, clean_env
 
 import ompt_py
 
@@ -24,14 +16,7 @@ pytestmark = [pytest.mark.needs_clang, pytest.mark.any_libomp]
 
 @pytest.fixture(scope="module")
 def offload_program(tmp_path_factory):
-    if CLANG is None or LIBOMP_VERSION < 19:
-        pytest.skip(f"clang-19 offloading needs clang-19 and libomptarget 19 with libomp 19, "
-                    f"not libomp {LIBOMP_VERSION}")
-    out = tmp_path_factory.mktemp("offload") / "offload"
-    try:
-        return compile_program(PROGRAMS / "offload.c", out, flags=OFFLOAD_FLAGS)
-    except RuntimeError as e:
-        pytest.skip(f"clang-19 cannot build for the host offload target: {e}")
+    return build_offload(tmp_path_factory, PROGRAMS / "offload.c")
 
 
 def test_offload_tables_of_a_run(offload_program, tmp_path):

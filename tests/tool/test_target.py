@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CLANG, LIBOMP, LIBOMP_VERSION, PROGRAMS, PYTHON, clean_env, run_python
+from conftest import PROGRAMS, PYTHON, build_offload, clean_env, run_python
 
 import ompt_py
 from ompt_py.records import EVENT_CODES
@@ -19,27 +19,9 @@ from ompt_py.records import EVENT_CODES
 pytestmark = [pytest.mark.needs_clang, pytest.mark.any_libomp]
 
 
-def build_offload(tmp_path_factory, source: str, *flags: str) -> Path:
-    """tests/programs/offload/SOURCE built for the host offload target (skips where it
-    cannot be)."""
-    if LIBOMP_VERSION < 19:
-        # The offloading program links libomptarget 19, which loads libomp 19 by
-        # path: with an older libomp first the process holds two (OMP: Error #15).
-        pytest.skip(f"clang-19 offloading needs libomptarget 19 and its libomp 19, not "
-                    f"libomp {LIBOMP_VERSION}")
-    out = tmp_path_factory.mktemp("offload") / Path(source).stem
-    libdir = LIBOMP.parent
-    r = subprocess.run([CLANG, "-O2", "-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu",
-                        *flags, str(PROGRAMS / "offload" / source), "-o", str(out),
-                        f"-Wl,-rpath,{libdir}"], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"clang-19 cannot build for the host offload target:\n{r.stderr[-2000:]}")
-    return out
-
-
 @pytest.fixture(scope="module")
 def offload_program(tmp_path_factory) -> Path:
-    return build_offload(tmp_path_factory, "target.c")
+    return build_offload(tmp_path_factory, PROGRAMS / "offload" / "target.c")
 
 
 def test_target_region_on_the_host_device(offload_program, tmp_path):
@@ -123,7 +105,7 @@ def test_pairs_across_chunks_in_process(tmp_path_factory, zero_copy):
     """32,500 records of one thread, pairs at odd and even places: in the memory sink a
     chunk with one record free is left (zero copy) or handed over (copying), and
     every pair stays whole and in order, nothing lost."""
-    lib = build_offload(tmp_path_factory, "pairs_lib.c", "-shared", "-fPIC")
+    lib = build_offload(tmp_path_factory, PROGRAMS / "offload" / "pairs_lib.c", "-shared", "-fPIC")
     r = run_python(f"""
         import ctypes, json
         import numpy as np
@@ -154,7 +136,7 @@ def test_runtime_info_and_status_list_the_host_devices(tmp_path_factory):
     """libomptarget 19's host devices: initialised at the first offload, with their type
     string; its device lookup offers no tracing entry point, so tracing is off and
     status() says why."""
-    lib = build_offload(tmp_path_factory, "pairs_lib.c", "-shared", "-fPIC")
+    lib = build_offload(tmp_path_factory, PROGRAMS / "offload" / "pairs_lib.c", "-shared", "-fPIC")
     r = run_python(f"""
         import ctypes, dataclasses, json
         import ompt_py
