@@ -4,10 +4,8 @@ clauses move (the program's header comment)."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-from conftest import PROGRAMS, PYTHON, build_offload, clean_env
+from conftest import PROGRAMS, build_offload, cli, ok
 
 import ompt_py
 
@@ -21,10 +19,7 @@ def offload_program(tmp_path_factory):
 
 def test_offload_tables_of_a_run(offload_program, tmp_path):
     out = tmp_path / "t.parquet"
-    r = subprocess.run([PYTHON, "-m", "ompt_py", "run", "-q", "-o", str(out), "--",
-                        str(offload_program)],
-                       env=clean_env(), capture_output=True, text=True, timeout=180)
-    assert r.returncode == 0, r.stderr
+    r = ok(cli("run", "-q", "-o", out, "--", offload_program, timeout=180))
     assert r.stdout.count("sum=1000000 x=11 y=22") == 2, r.stdout
     t = ompt_py.load(out)
     regions = t.target_regions()

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PROGRAMS, PYTHON, build_offload, clean_env, run_python
+from conftest import PROGRAMS, build_offload, cli, ok, run_python
 
 import ompt_py
 from ompt_py.records import EVENT_CODES
@@ -26,10 +25,7 @@ def offload_program(tmp_path_factory) -> Path:
 
 def test_target_region_on_the_host_device(offload_program, tmp_path):
     out = tmp_path / "t.parquet"
-    r = subprocess.run([PYTHON, "-m", "ompt_py", "run", "-q", "-o", str(out), "--",
-                        str(offload_program)],
-                       env=clean_env(), capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    r = ok(cli("run", "-q", "-o", out, "--", offload_program, timeout=120))
     assert "sum=4950" in r.stdout
     t = ompt_py.load(out)
     (proc,) = t.meta["processes"]
@@ -67,13 +63,9 @@ def test_target_region_on_the_host_device(offload_program, tmp_path):
     assert ops["time_ns"].max() <= target["time_ns"].iloc[1]
 
 
-
 def test_data_op_addresses_follow_in_a_more_record(offload_program, tmp_path):
     out = tmp_path / "t.parquet"
-    r = subprocess.run([PYTHON, "-m", "ompt_py", "run", "-q", "-o", str(out), "--",
-                        str(offload_program)],
-                       env=clean_env(), capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    r = ok(cli("run", "-q", "-o", out, "--", offload_program, timeout=120))
     a, sum_at = (int(v, 16) for v in re.search(r"a=(0x[0-9a-f]+) sum_at=(0x[0-9a-f]+)",
                                                 r.stdout).groups())
     ev = ompt_py.load(out).events
