@@ -143,18 +143,16 @@ def errno_text(code: int) -> str:
 
 def account(proc: RawProcess, rows: list[dict]) -> dict:
     """Counts what ``proc``'s threads lost, from its ledger and the records its file
-    holds; updates the thread ``rows`` (one per thread of its STATS; threads
-    only the ledger knows are added): ``written`` becomes what the file holds,
+    holds (``proc.kept``: counted as they were read); updates the thread ``rows``
+    (one per thread of its STATS; threads only the ledger knows are added):
+    ``written`` becomes what the file holds,
     ``dropped`` the ledger's count, ``lost`` the records lost.  Returns the
     process's keys: ``lost``, ``ending``, ``lost_reasons`` ({reason: records})
     and ``unaccounted_threads`` (threads beyond the ledger's capacity, and those
     whose last chunk it could not see: a chunk grown outside the thread's
     buffer, or a buffer made after the disk was full); without a ledger (an older file, or one whose
     ledger could not be written), ``ending`` "unknown" and nothing lost."""
-    # Counted by the indices present: a corrupt record's index (up to 2**32) must not
-    # size an array, as np.bincount's would.
-    indices, counts = np.unique(proc.records["thread"], return_counts=True)
-    kept = dict(zip(indices.tolist(), counts.tolist()))
+    kept = proc.kept
     by_index = {r["thread"]: r for r in rows}
     ledger = proc.ledger
     if ledger is None:
