@@ -172,16 +172,17 @@ def write(trace: Trace, path: str | os.PathLike) -> None:
                 out.close()
 
 
-def chunk_rows(memory: int | str | None = None) -> int:
+def chunk_rows(memory: int | str | None = None, name: str = "memory") -> int:
     """The rows ``convert`` handles at a time within ``memory`` bytes (a number, a
     size such as ``512M``, or None: MEMORY_VARIABLE, else DEFAULT_MEMORY), at most
-    ROW_GROUP_ROWS; ConfigError when it is not a size of at least MIN_MEMORY."""
-    given, name = memory, "memory"
+    ROW_GROUP_ROWS; ConfigError when it is not a size of at least MIN_MEMORY (``name``:
+    what the user gave it as)."""
+    given = memory
     if memory is None:
         given, name = os.environ.get(MEMORY_VARIABLE) or DEFAULT_MEMORY, MEMORY_VARIABLE
     size = parse_size(given) if isinstance(given, str) else given
     if not isinstance(size, int) or isinstance(size, bool) or size < MIN_MEMORY:
-        raise ConfigError(f"{name}={given!r} is not valid; use a size of at least "
+        raise ConfigError(f"{name} {given!r} is not valid; use a size of at least "
                           f"{MIN_MEMORY >> 20}M, such as 256M or 2G")
     return min(size // ROW_BYTES, ROW_GROUP_ROWS)
 
