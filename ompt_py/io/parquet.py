@@ -51,11 +51,14 @@ ROW_GROUP_ROWS = 1 << 20  # rows per Parquet row group
 #: DEFAULT_MEMORY.
 MEMORY_VARIABLE = "OMPTPY_MERGE_MEMORY"
 DEFAULT_MEMORY = 256 << 20
-MIN_MEMORY = 16 << 20
-#: The most memory one row of a chunk takes while it is converted and written
-#: (the record, its columns, the encoder's buffers), with a margin: measured by
-#: bench/merge_memory.py.
-ROW_BYTES = 256
+MIN_MEMORY = 64 << 20
+#: What a conversion takes whatever its chunks' size (the Parquet encoder's and
+#: the memory pools' first allocations), and the most one row of a chunk takes
+#: while it is converted and written (the record, its columns, the encoder's
+#: buffers): measured by bench/merge_memory.py (about 28 MiB and 150 to 170
+#: bytes), with margins.
+FIXED_BYTES = 32 << 20
+ROW_BYTES = 200
 _CLOCK = EVENT_CODES["device_clock"]
 
 
@@ -183,8 +186,8 @@ def chunk_rows(memory: int | str | None = None, name: str = "memory") -> int:
     size = parse_size(given) if isinstance(given, str) else given
     if not isinstance(size, int) or isinstance(size, bool) or size < MIN_MEMORY:
         raise ConfigError(f"{name} {given!r} is not valid; use a size of at least "
-                          f"{MIN_MEMORY >> 20}M, such as 256M or 2G")
-    return min(size // ROW_BYTES, ROW_GROUP_ROWS)
+                          f"{MIN_MEMORY >> 20}M, such as 256M or 1G")
+    return min((size - FIXED_BYTES) // ROW_BYTES, ROW_GROUP_ROWS)
 
 
 def convert(run: Run, path: str | os.PathLike, rows: int) -> Converted:

@@ -421,7 +421,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--merge-memory", metavar="SIZE",
                      help="bound on the memory that merging the raw files into the output "
                           "takes, whatever the trace's size, e.g. 256M (default: "
-                          "OMPTPY_MERGE_MEMORY, else 256M; at least 16M)")
+                          "OMPTPY_MERGE_MEMORY, else 256M; at least 64M)")
     run.add_argument("--kill-after", metavar="SECONDS", type=_positive(float),
                      default=KILL_AFTER,
                      help="after forwarding a signal to the command, wait this long for its "
