@@ -928,11 +928,14 @@ def convert(raw: str | os.PathLike | list[str | os.PathLike], path: str | os.Pat
     ``ompt_py.load(path)`` then gives what ``ompt_py.load(raw)`` gives.  Returns
     the number of events written and the trace's metadata (as ``Trace.meta``).
     What cannot be read is left out and said as from_raw says it; ConfigError
-    for a bad ``memory``."""
+    for a bad ``memory``, or one too small for the trace (the Parquet footer
+    grows with the trace: a trace of 5 x 10^8 events needs about 115M)."""
     from .io import parquet, rawfile
 
-    rows = parquet.chunk_rows(memory)
-    return parquet.convert(rawfile.scan_run(*_raw_files(raw)), path, rows)
+    parquet.chunk_rows(memory)  # a bad bound is said before any file is read
+    run = rawfile.scan_run(*_raw_files(raw))
+    events = sum(image.nrecords for process in run.processes for image in process)
+    return parquet.convert(run, path, parquet.chunk_rows(memory, events=events))
 
 
 def trace(path: str | os.PathLike | None = None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -52,13 +53,17 @@ ROW_GROUP_ROWS = 1 << 20  # rows per Parquet row group
 MEMORY_VARIABLE = "OMPTPY_MERGE_MEMORY"
 DEFAULT_MEMORY = 256 << 20
 MIN_MEMORY = 64 << 20
-#: What a conversion takes whatever its chunks' size (the Parquet encoder's and
-#: the memory pools' first allocations), and the most one row of a chunk takes
-#: while it is converted and written (the record, its columns, the encoder's
-#: buffers): measured by bench/merge_memory.py (about 28 MiB and 150 to 170
-#: bytes), with margins.
-FIXED_BYTES = 32 << 20
+#: The memory a conversion takes (bench/merge_memory.py measured about 28 MiB,
+#: 150 to 170 bytes per row and 12 KiB per row group; these have margins): what
+#: it takes whatever its chunks' size (the Parquet encoder's and the memory
+#: pools' first allocations), what one row of a chunk takes while it is converted
+#: and written (the record, its columns, the encoder's buffers), and what each
+#: row group (a chunk) adds until the file is closed (its column chunks'
+#: metadata, for the footer: so a trace of N events needs at least FIXED_BYTES +
+#: 2 sqrt(ROW_BYTES * GROUP_BYTES * N), about 115 MiB for 5 x 10^8 events).
+FIXED_BYTES = 40 << 20
 ROW_BYTES = 200
+GROUP_BYTES = 14 << 10
 _CLOCK = EVENT_CODES["device_clock"]
 
 
@@ -175,11 +180,14 @@ def write(trace: Trace, path: str | os.PathLike) -> None:
                 out.close()
 
 
-def chunk_rows(memory: int | str | None = None, name: str = "memory") -> int:
-    """The rows ``convert`` handles at a time within ``memory`` bytes (a number, a
-    size such as ``512M``, or None: MEMORY_VARIABLE, else DEFAULT_MEMORY), at most
-    ROW_GROUP_ROWS; ConfigError when it is not a size of at least MIN_MEMORY (``name``:
-    what the user gave it as)."""
+def chunk_rows(memory: int | str | None = None, name: str = "memory", events: int = 0
+               ) -> int:
+    """The rows ``convert`` handles at a time (each chunk a row group) for a trace of
+    ``events`` events within ``memory`` bytes (a number, a size such as ``512M``,
+    or None: MEMORY_VARIABLE, else DEFAULT_MEMORY): the most that fit, at most
+    ROW_GROUP_ROWS.  ConfigError when it is not a size of at least MIN_MEMORY, or
+    too small for the row groups' metadata of so many events (``name``: what the
+    user gave it as)."""
     given = memory
     if memory is None:
         given, name = os.environ.get(MEMORY_VARIABLE) or DEFAULT_MEMORY, MEMORY_VARIABLE
@@ -187,7 +195,17 @@ def chunk_rows(memory: int | str | None = None, name: str = "memory") -> int:
     if not isinstance(size, int) or isinstance(size, bool) or size < MIN_MEMORY:
         raise ConfigError(f"{name} {given!r} is not valid; use a size of at least "
                           f"{MIN_MEMORY >> 20}M, such as 256M or 1G")
-    return min((size - FIXED_BYTES) // ROW_BYTES, ROW_GROUP_ROWS)
+    # FIXED_BYTES + ROW_BYTES * rows + GROUP_BYTES * (events / rows + 1) <= size
+    # (the last row group is partial): the larger root of the quadratic in rows.
+    room = size - FIXED_BYTES - GROUP_BYTES
+    square = room * room - 4 * ROW_BYTES * GROUP_BYTES * events
+    if square < 0:
+        need = (FIXED_BYTES + GROUP_BYTES + 2 * math.isqrt(ROW_BYTES * GROUP_BYTES * events)
+                + (1 << 20))
+        raise ConfigError(f"{name} {given!r} is too small for a trace of {events:,} events "
+                          "(the Parquet file's metadata grows with its row groups): give at "
+                          f"least {-(-need >> 20)}M")
+    return min((room + math.isqrt(square)) // (2 * ROW_BYTES), ROW_GROUP_ROWS)
 
 
 def convert(run: Run, path: str | os.PathLike, rows: int) -> Converted:

@@ -153,7 +153,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     command = _run_command(args)
     _check_run_paths(args)
-    chunk_rows(args.merge_memory, "--merge-memory")  # a bad bound is said before the command runs
+    chunk_rows(args.merge_memory, "--merge-memory")  # said before the command runs
     if args.buffer_size:
         os.environ["OMPTPY_BUFFER_SIZE"] = args.buffer_size
     if args.overflow:
@@ -232,7 +232,7 @@ def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int
     """Merges the raw files into ``args.output``; the exit status of ``ompt-py run``."""
     import warnings
 
-    from ..errors import TraceFileError, TraceWarning
+    from ..errors import ConfigError, TraceFileError, TraceWarning
     from ..io import rawfile
     from ..trace import convert
 
@@ -252,7 +252,7 @@ def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int
         warnings.simplefilter("always", TraceWarning)
         try:
             events, meta = convert(raw_dir, args.output, args.merge_memory)
-        except TraceFileError as e:
+        except (TraceFileError, ConfigError) as e:
             print(f"ompt-py run: no trace written: {e}; {_kept(raw_dir)}", file=sys.stderr)
             return returncode or 1
         except OSError as e:

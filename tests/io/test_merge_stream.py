@@ -7,6 +7,7 @@ trace several times larger."""
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -132,10 +133,31 @@ def test_bound_from_the_environment(monkeypatch):
     monkeypatch.setenv(parquet.MEMORY_VARIABLE, "2G")
     assert parquet.chunk_rows() == parquet.ROW_GROUP_ROWS
     monkeypatch.setenv(parquet.MEMORY_VARIABLE, "64MiB")
-    assert parquet.chunk_rows() == ((64 << 20) - parquet.FIXED_BYTES) // parquet.ROW_BYTES
+    assert parquet.chunk_rows() == ((64 << 20) - parquet.FIXED_BYTES
+                                    - parquet.GROUP_BYTES) // parquet.ROW_BYTES
     monkeypatch.setenv(parquet.MEMORY_VARIABLE, "8M")
     with pytest.raises(ompt_py.ConfigError, match=parquet.MEMORY_VARIABLE):
         parquet.chunk_rows()
+
+
+def test_the_bound_covers_the_row_groups_metadata():
+    """Each chunk is a row group whose metadata stays until the file is closed:
+    the chunks are sized so that both fit, and a bound too small for a trace is
+    refused with the bound it needs."""
+    def memory(rows: int, events: int) -> int:
+        return (parquet.FIXED_BYTES + parquet.ROW_BYTES * rows
+                + parquet.GROUP_BYTES * -(-events // rows))
+
+    small, large = (parquet.chunk_rows("64M", events=n) for n in (10**6, 10**7))
+    for rows, events in ((small, 10**6), (large, 10**7)):
+        assert memory(rows, events) <= 64 << 20
+    rows = parquet.chunk_rows("256M", events=5 * 10**8)
+    assert rows == parquet.ROW_GROUP_ROWS and memory(rows, 5 * 10**8) <= 256 << 20
+    with pytest.raises(ompt_py.ConfigError, match=r"at least \d+M") as refused:
+        parquet.chunk_rows("100M", events=5 * 10**8)
+    need = int(re.search(r"at least (\d+)M", str(refused.value))[1])
+    assert 100 < need < 128
+    assert memory(parquet.chunk_rows(f"{need}M", events=5 * 10**8), 5 * 10**8) <= need << 20
 
 
 # In a fresh process: the libraries loaded first, then the conversion alone measured.
