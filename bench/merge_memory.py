@@ -64,11 +64,14 @@ print(json.dumps({"events": events, "seconds": seconds, "before": before,
 """
 
 
-def _convert(raw: Path, out: Path, bound: str) -> dict:
+def _convert(raw: Path, out: Path, bound: str) -> dict | str:
+    """The figures of one conversion, or why it failed (its last line of stderr)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     done = subprocess.run([sys.executable, "-c", CHILD, str(raw), str(out), bound], env=env,
-                          capture_output=True, text=True, check=True)
+                          capture_output=True, text=True)
+    if done.returncode:
+        return (done.stderr.strip().splitlines() or ["failed"])[-1]
     return json.loads(done.stdout.splitlines()[-1])
 
 
@@ -100,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         for bound in args.memory.split(","):
             out = work / "trace.parquet"
             got = _convert(raw, out, bound)
+            if isinstance(got, str):
+                print(f"{bound:>8} {got}")
+                figures.append({"bound": bound, "failed": got})
+                continue
             added = got["peak"] - got["before"]
             row = {"bound": bound, "bound_bytes": parse_size(bound), "added_bytes": added,
                    "events": got["events"], "seconds": got["seconds"],

@@ -117,6 +117,9 @@ class _File:
                 schema = schema.with_metadata({PARQUET_KEY: json.dumps(self.meta).encode()})
             self.writer = pq.ParquetWriter(self.out, schema, compression="zstd")
         self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        # Arrow's allocator keeps freed pages for seconds: the encoders' buffers of
+        # several row groups would stay resident, beyond the bound.
+        pa.default_memory_pool().release_unused()
 
     def close(self, meta: dict | None = None) -> None:
         """Writes the metadata (``meta``, when not given at the start) and closes."""
