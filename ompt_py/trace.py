@@ -929,7 +929,7 @@ def convert(raw: str | os.PathLike | list[str | os.PathLike], path: str | os.Pat
     the number of events written and the trace's metadata (as ``Trace.meta``).
     What cannot be read is left out and said as from_raw says it; ConfigError
     for a bad ``memory``, or one too small for the trace (the Parquet footer
-    grows with the trace: a trace of 5 x 10^8 events needs about 115M)."""
+    grows with the trace: a trace of 5 x 10^8 events needs about 127M)."""
     from .io import parquet, rawfile
 
     parquet.chunk_rows(memory)  # a bad bound is said before any file is read

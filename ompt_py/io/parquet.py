@@ -54,15 +54,17 @@ MEMORY_VARIABLE = "OMPTPY_MERGE_MEMORY"
 DEFAULT_MEMORY = 256 << 20
 MIN_MEMORY = 64 << 20
 #: The memory a conversion takes (bench/merge_memory.py measured about 28 MiB,
-#: 150 to 170 bytes per row and 12 KiB per row group; these have margins): what
+#: 110 to 254 bytes per row (the most when glibc's heap, not mmap, holds chunks
+#: of under 32 MB and keeps the freed one) and 12 KiB per row group; these have
+#: margins): what
 #: it takes whatever its chunks' size (the Parquet encoder's and the memory
 #: pools' first allocations), what one row of a chunk takes while it is converted
 #: and written (the record, its columns, the encoder's buffers), and what each
 #: row group (a chunk) adds until the file is closed (its column chunks'
 #: metadata, for the footer: so a trace of N events needs at least FIXED_BYTES +
-#: 2 sqrt(ROW_BYTES * GROUP_BYTES * N), about 115 MiB for 5 x 10^8 events).
+#: 2 sqrt(ROW_BYTES * GROUP_BYTES * N), about 127 MiB for 5 x 10^8 events).
 FIXED_BYTES = 40 << 20
-ROW_BYTES = 200
+ROW_BYTES = 280
 GROUP_BYTES = 14 << 10
 _CLOCK = EVENT_CODES["device_clock"]
 

@@ -152,11 +152,11 @@ def test_the_bound_covers_the_row_groups_metadata():
     for rows, events in ((small, 10**6), (large, 10**7)):
         assert memory(rows, events) <= 64 << 20
     rows = parquet.chunk_rows("256M", events=5 * 10**8)
-    assert rows == parquet.ROW_GROUP_ROWS and memory(rows, 5 * 10**8) <= 256 << 20
+    assert rows > parquet.ROW_GROUP_ROWS // 2 and memory(rows, 5 * 10**8) <= 256 << 20
     with pytest.raises(ompt_py.ConfigError, match=r"at least \d+M") as refused:
         parquet.chunk_rows("100M", events=5 * 10**8)
     need = int(re.search(r"at least (\d+)M", str(refused.value))[1])
-    assert 100 < need < 128
+    assert 100 < need < 160
     assert memory(parquet.chunk_rows(f"{need}M", events=5 * 10**8), 5 * 10**8) <= need << 20
 
 
