@@ -194,12 +194,12 @@ def warn(entry: dict) -> None:
     if entry["lost"]:
         why = "; ".join(f"{n:,} {reason}" for reason, n in entry["lost_reasons"].items())
         warnings.warn(f"{where} lost {entry['lost']:,} records that are in no part of the "
-                      f"trace: {why}", TraceWarning, stacklevel=4)
+                      f"trace: {why}", TraceWarning, stacklevel=5)
     if entry["unaccounted_threads"]:
         warnings.warn(f"{where}: the losses of {entry['unaccounted_threads']} threads are not "
                       "fully counted (beyond the ledger's capacity, or the chunk they were "
                       "filling was not in it: up to 1,024 records each)", TraceWarning,
-                      stacklevel=4)
+                      stacklevel=5)
 
 
 def images(procs: list[RawProcess]) -> list[list[RawProcess]]:
@@ -270,7 +270,7 @@ def merge_images(entries: list[dict]) -> dict:
     if len(own) > 1:
         # Every record is kept (not a partial load): only the earlier tables are not.
         warnings.warn(f"pid {first['pid']}: several exec images recorded Python stacks or "
-                      "region names; only the last image's are kept", UserWarning, stacklevel=4)
+                      "region names; only the last image's are kept", UserWarning, stacklevel=5)
     if own:
         first["region_names"] = own[-1].get("region_names", [])
         first.pop("python", None)
