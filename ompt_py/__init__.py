@@ -33,7 +33,7 @@ from .live.handlers import stats as handler_stats
 from .live.markers import region, region_names
 from .live.native import NativeHandler, include_dir, native_handler, ns_per_tick
 from .live.runtime import mapped_runtimes
-from .trace import Trace, load, trace
+from .trace import Trace, convert, load, trace
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -57,6 +57,7 @@ __all__ = [
     "__version__",
     "active_handlers",
     "control",
+    "convert",
     "doctor",
     "drain_handlers",
     "handler_stats",

@@ -59,6 +59,12 @@ def modules(*docs: dict | None) -> list[dict]:
     return list(seen.values())
 
 
+def rank(meta: dict) -> int | None:
+    """The job rank in a raw file's META document (None: the process had none)."""
+    found = meta.get("rank", -1)  # -1: no launcher rank variable (or an older tool)
+    return found if found >= 0 else None
+
+
 def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
                   stacks: list[dict], **extra: Any) -> dict:
     """The trace metadata of one process, from its META document, its latest
@@ -80,8 +86,7 @@ def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
         "declined": meta["declined"],
         "record_version": meta["record_version"],
     }
-    rank = meta.get("rank", -1)  # -1: no launcher rank variable (or an older tool)
-    entry["rank"] = rank if rank >= 0 else None
+    entry["rank"] = rank(meta)
     entry["start_realtime_ns"] = meta["start_realtime_ns"]
     entry["stop_realtime_ns"] = last_stats["realtime_ns"] if last_stats else None
     entry["threads"] = threads

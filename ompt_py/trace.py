@@ -61,6 +61,7 @@ from .records import (
 if TYPE_CHECKING:
     from .analysis.summary import Summary
     from .io import Parts
+    from .io.parquet import Converted
     from .live.recording import Recorder
 
 _ID_COLUMNS = ("parallel_id", "task_id", "codeptr")
@@ -168,13 +169,7 @@ class Trace:
         ``meta["skipped"]``; TraceFileError when none can be read."""
         from .io import rawfile
 
-        if isinstance(paths, (str, os.PathLike)):
-            source = os.fspath(paths)
-            files = rawfile.list_dir(source) if os.path.isdir(source) else [source]
-        else:
-            files = [os.fspath(p) for p in paths]
-            source = ", ".join(files) or "the list of raw files"
-        return cls._from(rawfile.load(files, source))
+        return cls._from(rawfile.load(*_raw_files(paths)))
 
     @classmethod
     def _from(cls, parts: Parts) -> Trace:
@@ -909,6 +904,38 @@ def load(path: str | os.PathLike) -> Trace:
     if path.endswith(rawfile.SUFFIX):
         return Trace.from_raw([path])
     return Trace.from_parquet(path)
+
+
+def _raw_files(paths: str | os.PathLike | list[str | os.PathLike]) -> tuple[list[str], str]:
+    """The raw files of a directory, of a file, or of a list of them, and how to
+    name them in errors."""
+    from .io import rawfile
+
+    if isinstance(paths, (str, os.PathLike)):
+        source = os.fspath(paths)
+        return (rawfile.list_dir(source) if os.path.isdir(source) else [source]), source
+    files = [os.fspath(p) for p in paths]
+    return files, ", ".join(files) or "the list of raw files"
+
+
+def convert(raw: str | os.PathLike | list[str | os.PathLike], path: str | os.PathLike,
+            memory: int | str | None = None) -> Converted:
+    """Writes the trace of raw files (a run's directory, an ``.omptraw`` file or a
+    list of them, as ``Trace.from_raw`` reads them) as Parquet at ``path`` (as
+    ``Trace.save`` writes it), streaming: in memory bounded by ``memory`` (bytes,
+    or a size such as ``"512M"``; default: the environment's OMPTPY_MERGE_MEMORY,
+    else 256M) beyond the interpreter's own, whatever the trace's size.
+    ``ompt_py.load(path)`` then gives what ``ompt_py.load(raw)`` gives.  Returns
+    the number of events written and the trace's metadata (as ``Trace.meta``).
+    What cannot be read is left out and said as from_raw says it; ConfigError
+    for a bad ``memory``, or one too small for the trace (the Parquet footer
+    grows with the trace: a trace of 5 x 10^8 events needs about 127M)."""
+    from .io import parquet, rawfile
+
+    parquet.chunk_rows(memory)  # a bad bound is said before any file is read
+    run = rawfile.scan_run(*_raw_files(raw))
+    events = sum(image.nrecords for process in run.processes for image in process)
+    return parquet.convert(run, path, parquet.chunk_rows(memory, events=events))
 
 
 def trace(path: str | os.PathLike | None = None,

@@ -1,9 +1,11 @@
-"""Durations written for people: the one formatting of nanoseconds that the
-summary, the report, the plots and the task histogram's labels share."""
+"""Units written for people: the one formatting of nanoseconds that the summary,
+the report, the plots and the task histogram's labels share (``format_ns``),
+and byte sizes as the tool's variables take them (``parse_size``)."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
@@ -21,3 +23,17 @@ def format_ns(ns: float | None) -> str:
         if a >= scale:
             return f"{ns / scale:,.3g} {unit}" if a < 100 * scale else f"{ns / scale:,.0f} {unit}"
     return f"{ns:,.0f} ns"
+
+
+_SIZE = re.compile(r"(\d+)([KMG]?)I?B?", re.IGNORECASE)
+_SHIFTS = {"": 0, "K": 10, "M": 20, "G": 30}
+
+
+def parse_size(text: str) -> int | None:
+    """Bytes written as the tool's size variables are (csrc/tool/config.c): digits
+    and maybe ``K``, ``M`` or ``G`` (then ``i``, ``B``): ``512M``, ``2GiB``; None
+    when ``text`` is not a size."""
+    found = _SIZE.fullmatch(text.strip())
+    if found is None:
+        return None
+    return int(found[1]) << _SHIFTS[found[2].upper()]

@@ -795,3 +795,35 @@ def summary(ev: np.ndarray) -> str:
         kname = kinds.get(k, k) if kinds else k
         lines.append(f"  {name} ep={ep} kind={kname}: {n}")
     return "\n".join(lines)
+
+
+def grown_raw_file(source: Path, out: Path, copies: int, block_records: int = 1024) -> int:
+    """A raw file made from the stored raw file ``source``: its META block, its
+    records ``copies`` times over in RECORDS blocks of ``block_records`` (as the
+    tool writes them), then its other blocks; a large trace without running
+    anything (tests/io, bench/merge_memory.py).  Returns its records."""
+    import struct
+
+    header = struct.Struct("<IIQ")
+    data = source.read_bytes()
+    first, records, rest, off = b"", [], [], 0
+    while off < len(data):
+        magic, kind, length = header.unpack_from(data, off)
+        block = data[off: off + header.size + length]
+        if not first:
+            first = block
+        elif kind == 2:  # RECORDS
+            records.append(block[header.size:])
+        else:
+            rest.append(block)
+        off += header.size + length
+    payload = b"".join(records)
+    size = block_records * 64
+    unit = b"".join(header.pack(magic, 2, len(payload[i: i + size])) + payload[i: i + size]
+                    for i in range(0, len(payload), size))
+    with open(out, "wb") as f:
+        f.write(first)
+        for _ in range(copies):
+            f.write(unit)
+        f.write(b"".join(rest))
+    return len(payload) // 64 * copies

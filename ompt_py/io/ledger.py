@@ -143,18 +143,16 @@ def errno_text(code: int) -> str:
 
 def account(proc: RawProcess, rows: list[dict]) -> dict:
     """Counts what ``proc``'s threads lost, from its ledger and the records its file
-    holds; updates the thread ``rows`` (one per thread of its STATS; threads
-    only the ledger knows are added): ``written`` becomes what the file holds,
+    holds (``proc.kept``: counted as they were read); updates the thread ``rows``
+    (one per thread of its STATS; threads only the ledger knows are added):
+    ``written`` becomes what the file holds,
     ``dropped`` the ledger's count, ``lost`` the records lost.  Returns the
     process's keys: ``lost``, ``ending``, ``lost_reasons`` ({reason: records})
     and ``unaccounted_threads`` (threads beyond the ledger's capacity, and those
     whose last chunk it could not see: a chunk grown outside the thread's
     buffer, or a buffer made after the disk was full); without a ledger (an older file, or one whose
     ledger could not be written), ``ending`` "unknown" and nothing lost."""
-    # Counted by the indices present: a corrupt record's index (up to 2**32) must not
-    # size an array, as np.bincount's would.
-    indices, counts = np.unique(proc.records["thread"], return_counts=True)
-    kept = dict(zip(indices.tolist(), counts.tolist()))
+    kept = proc.kept
     by_index = {r["thread"]: r for r in rows}
     ledger = proc.ledger
     if ledger is None:
@@ -196,12 +194,12 @@ def warn(entry: dict) -> None:
     if entry["lost"]:
         why = "; ".join(f"{n:,} {reason}" for reason, n in entry["lost_reasons"].items())
         warnings.warn(f"{where} lost {entry['lost']:,} records that are in no part of the "
-                      f"trace: {why}", TraceWarning, stacklevel=4)
+                      f"trace: {why}", TraceWarning, stacklevel=5)
     if entry["unaccounted_threads"]:
         warnings.warn(f"{where}: the losses of {entry['unaccounted_threads']} threads are not "
                       "fully counted (beyond the ledger's capacity, or the chunk they were "
                       "filling was not in it: up to 1,024 records each)", TraceWarning,
-                      stacklevel=4)
+                      stacklevel=5)
 
 
 def images(procs: list[RawProcess]) -> list[list[RawProcess]]:
@@ -272,7 +270,7 @@ def merge_images(entries: list[dict]) -> dict:
     if len(own) > 1:
         # Every record is kept (not a partial load): only the earlier tables are not.
         warnings.warn(f"pid {first['pid']}: several exec images recorded Python stacks or "
-                      "region names; only the last image's are kept", UserWarning, stacklevel=4)
+                      "region names; only the last image's are kept", UserWarning, stacklevel=5)
     if own:
         first["region_names"] = own[-1].get("region_names", [])
         first.pop("python", None)

@@ -14,45 +14,133 @@ against both before it reads a row.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
-from ..errors import TraceFileError
+from ..analysis import offload
+from ..errors import ConfigError, TraceFileError
 from ..meta import ranks, trace_meta, with_losses
-from ..records import EVENT_CATEGORIES, EVENT_DTYPE, KIND_CATEGORIES, RAW_FIELDS, kind_keys
+from ..records import (
+    EVENT_CATEGORIES,
+    EVENT_CODES,
+    EVENT_DTYPE,
+    KIND_CATEGORIES,
+    RAW_FIELDS,
+    kind_keys,
+)
 from ..schema import FORMAT, PARQUET_COLUMNS, TRACE_META, parse
+from ..units import parse_size
 from . import Parts, open_regular
-from .streaming import Progress, batches
+from .streaming import Progress, batches, output
 
 if TYPE_CHECKING:
     from ..trace import Trace
+    from .rawfile import Run
 
 #: The key of the trace metadata in a file's key-value metadata.
 PARQUET_KEY = b"ompt_py"
 ROW_GROUP_ROWS = 1 << 20  # rows per Parquet row group
+#: The bound on the memory a conversion of raw files (``convert``) holds for the
+#: trace's rows, beyond the interpreter and its libraries: ``memory=`` of
+#: ompt_py.convert, ``ompt-py run --merge-memory``, else this variable, else
+#: DEFAULT_MEMORY.
+MEMORY_VARIABLE = "OMPTPY_MERGE_MEMORY"
+DEFAULT_MEMORY = 256 << 20
+MIN_MEMORY = 64 << 20
+#: The memory a conversion takes (bench/merge_memory.py measured about 28 MiB,
+#: 110 to 254 bytes per row (the most when glibc's heap, not mmap, holds chunks
+#: of under 32 MB and keeps the freed one) and 12 KiB per row group; these have
+#: margins): what
+#: it takes whatever its chunks' size (the Parquet encoder's and the memory
+#: pools' first allocations), what one row of a chunk takes while it is converted
+#: and written (the record, its columns, the encoder's buffers), and what each
+#: row group (a chunk) adds until the file is closed (its column chunks'
+#: metadata, for the footer: so a trace of N events needs at least FIXED_BYTES +
+#: 2 sqrt(ROW_BYTES * GROUP_BYTES * N), about 127 MiB for 5 x 10^8 events).
+FIXED_BYTES = 40 << 20
+ROW_BYTES = 280
+GROUP_BYTES = 14 << 10
+_CLOCK = EVENT_CODES["device_clock"]
 
 
-def _arrow_rows(trace: Trace, rows: slice, with_pid: bool) -> pa.Table:
-    """The Parquet columns of some rows of ``trace.events``."""
-    ev = trace.events[rows]
-    pids = trace.pids[rows]
-    columns: dict[str, Any] = {"time_ns": ev["time_ns"]}
+class Converted(NamedTuple):
+    """What ``convert`` wrote: its events and the trace's metadata (as Trace.meta)."""
+
+    events: int
+    meta: dict
+
+
+def _arrow_rows(events: np.ndarray, pids: np.ndarray, with_pid: bool, known: dict) -> pa.Table:
+    """The Parquet columns of some events and their ``pids`` (``known``: a trace
+    metadata that gives each process's rank, meta.ranks)."""
+    columns: dict[str, Any] = {"time_ns": events["time_ns"]}
     if with_pid:
         columns["pid"] = pids
     for name, _ in RAW_FIELDS[1:]:
-        columns[name] = np.ascontiguousarray(ev[name])
+        columns[name] = np.ascontiguousarray(events[name])
     codes = columns["event"]
     columns["event_name"] = pa.array(EVENT_CATEGORIES.categorical(codes))
     columns["kind_name"] = pa.array(KIND_CATEGORIES.categorical(kind_keys(codes,
                                                                           columns["kind"])))
-    rank = ranks(trace.meta, pids)
+    rank = ranks(known, pids)
     if rank is not None:
         columns["rank"] = pa.array(rank)
     return pa.table(columns)
+
+
+class _File:
+    """One Parquet trace file written some rows at a time (each ``write``: row
+    groups of at most ROW_GROUP_ROWS), with its metadata given when it is opened
+    or, when it is known only after the rows (a conversion that streams them),
+    when it is closed.  It appears at its path only once written whole."""
+
+    def __init__(self, path: str, with_pid: bool, known: dict, meta: dict | None = None
+                 ) -> None:
+        self.with_pid, self.known, self.meta = with_pid, known, meta
+        self.stack = contextlib.ExitStack()
+        self.out = self.stack.enter_context(output(path))
+        self.writer: Any = None
+
+    def write(self, events: np.ndarray, pids: np.ndarray | int) -> None:
+        import pyarrow.parquet as pq
+
+        if isinstance(pids, (int, np.integer)):
+            pids = np.full(len(events), pids, np.int32)
+        table = _arrow_rows(events, pids, self.with_pid, self.known)
+        if self.writer is None:
+            schema = table.schema
+            if self.meta is not None:
+                schema = schema.with_metadata({PARQUET_KEY: json.dumps(self.meta).encode()})
+            self.writer = pq.ParquetWriter(self.out, schema, compression="zstd")
+        self.writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        # Arrow's allocator keeps freed pages for seconds: the encoders' buffers of
+        # several row groups would stay resident, beyond the bound.
+        pa.default_memory_pool().release_unused()
+
+    def close(self, meta: dict | None = None) -> None:
+        """Writes the metadata (``meta``, when not given at the start) and closes."""
+        if self.writer is None:  # no rows: the columns all the same
+            self.write(np.empty(0, EVENT_DTYPE), np.empty(0, np.int32))
+        if meta is not None:
+            self.writer.add_key_value_metadata({PARQUET_KEY: json.dumps(meta).encode()})
+        self.writer.close()
+        self.stack.close()
+
+    def __enter__(self) -> _File:
+        return self
+
+    def __exit__(self, kind: object, *exc: object) -> None:
+        if kind is not None:  # failed: the partial file goes
+            if self.writer is not None:
+                with contextlib.suppress(Exception):
+                    self.writer.close()
+            self.stack.__exit__(kind, *exc)
 
 
 def _pid_runs(pids: np.ndarray) -> dict[int, list[slice]]:
@@ -66,24 +154,11 @@ def _pid_runs(pids: np.ndarray) -> dict[int, list[slice]]:
     return runs
 
 
-def _write_file(path: str, trace: Trace, runs: list[slice], meta: dict, with_pid: bool,
-                progress: Progress) -> None:
-    import pyarrow.parquet as pq
-
-    writer = None
-    try:
-        for run in runs or [slice(0, 0)]:
-            for part in batches(max(run.stop - run.start, 1), ROW_GROUP_ROWS):
-                table = _arrow_rows(trace, slice(run.start + part.start, run.start + part.stop),
-                                    with_pid)
-                if writer is None:
-                    schema = table.schema.with_metadata({PARQUET_KEY: json.dumps(meta).encode()})
-                    writer = pq.ParquetWriter(path, schema, compression="zstd")
-                writer.write_table(table)
-                progress.update(table.num_rows)
-    finally:
-        if writer is not None:
-            writer.close()
+def _partition(path: str, pid: int) -> str:
+    """The file of process ``pid`` in the dataset at ``path`` (its folder made)."""
+    part_dir = os.path.join(path, f"pid={pid}")
+    os.makedirs(part_dir, exist_ok=True)
+    return os.path.join(part_dir, "part-0.parquet")
 
 
 def write(trace: Trace, path: str | os.PathLike) -> None:
@@ -92,17 +167,95 @@ def write(trace: Trace, path: str | os.PathLike) -> None:
     path = os.fspath(path)
     with Progress(len(trace), "parquet") as progress:
         if path.endswith(".parquet"):
-            _write_file(path, trace, [slice(0, len(trace))], trace.meta, True, progress)
-            return
+            files = [(path, [slice(0, len(trace))], trace.meta, True)]
+        else:
+            os.makedirs(path, exist_ok=True)
+            runs = _pid_runs(trace.pids)
+            files = [(_partition(path, proc["pid"]), runs.get(proc["pid"], []),
+                      trace_meta([proc], trace.meta.get("origin_mono_ns"),
+                                 trace.meta.get("skipped")), False)
+                     for proc in trace.meta.get("processes", [])]
+        for file, rows, meta, with_pid in files:
+            with _File(file, with_pid, trace.meta, meta) as out:
+                for run in rows:
+                    for part in batches(run.stop - run.start, ROW_GROUP_ROWS):
+                        at = slice(run.start + part.start, run.start + part.stop)
+                        out.write(trace.events[at], trace.pids[at])
+                        progress.update(at.stop - at.start)
+                out.close()
+
+
+def chunk_rows(memory: int | str | None = None, name: str = "memory", events: int = 0
+               ) -> int:
+    """The rows ``convert`` handles at a time (each chunk a row group) for a trace of
+    ``events`` events within ``memory`` bytes (a number, a size such as ``512M``,
+    or None: MEMORY_VARIABLE, else DEFAULT_MEMORY): the most that fit, at most
+    ROW_GROUP_ROWS.  ConfigError when it is not a size of at least MIN_MEMORY, or
+    too small for the row groups' metadata of so many events (``name``: what the
+    user gave it as)."""
+    given = memory
+    if memory is None:
+        given, name = os.environ.get(MEMORY_VARIABLE) or DEFAULT_MEMORY, MEMORY_VARIABLE
+    size = parse_size(given) if isinstance(given, str) else given
+    if not isinstance(size, int) or isinstance(size, bool) or size < MIN_MEMORY:
+        raise ConfigError(f"{name} {given!r} is not valid; use a size of at least "
+                          f"{MIN_MEMORY >> 20}M, such as 256M or 1G")
+    # FIXED_BYTES + ROW_BYTES * rows + GROUP_BYTES * (events / rows + 1) <= size
+    # (the last row group is partial): the larger root of the quadratic in rows.
+    room = size - FIXED_BYTES - GROUP_BYTES
+    square = room * room - 4 * ROW_BYTES * GROUP_BYTES * events
+    if square < 0:
+        need = (FIXED_BYTES + GROUP_BYTES + 2 * math.isqrt(ROW_BYTES * GROUP_BYTES * events)
+                + (1 << 20))
+        raise ConfigError(f"{name} {given!r} is too small for a trace of {events:,} events "
+                          "(the Parquet file's metadata grows with its row groups): give at "
+                          f"least {-(-need >> 20)}M")
+    return min((room + math.isqrt(square)) // (2 * ROW_BYTES), ROW_GROUP_ROWS)
+
+
+def convert(run: Run, path: str | os.PathLike, rows: int) -> Converted:
+    """Writes the trace of scanned raw files (rawfile.scan_run) as ``write`` writes
+    a loaded one, streaming: ``rows`` events at a time (chunk_rows), so that the
+    memory it takes does not grow with the trace.  The metadata, known once every
+    record was read (the ledger counts what each thread's file holds, the device
+    clocks are fitted to the clock pairs, kept aside as they pass), is written
+    at the end of each file."""
+    path = os.fspath(path)
+    single = path.endswith(".parquet")
+    if not single:
         os.makedirs(path, exist_ok=True)
-        runs = _pid_runs(trace.pids)
-        for proc in trace.meta.get("processes", []):
-            part_dir = os.path.join(path, f"pid={proc['pid']}")
-            os.makedirs(part_dir, exist_ok=True)
-            meta = trace_meta([proc], trace.meta.get("origin_mono_ns"),
-                              trace.meta.get("skipped"))
-            _write_file(os.path.join(part_dir, "part-0.parquet"), trace,
-                        runs.get(proc["pid"], []), meta, False, progress)
+    known = run.ranks()
+    clocks: list[tuple[np.ndarray, int]] = []  # each process's clock pairs
+    entries, total = [], 0
+    with contextlib.ExitStack() as stack:
+        progress = stack.enter_context(
+            Progress(sum(image.nrecords for process in run.processes for image in process),
+                     "parquet"))
+        out = stack.enter_context(_File(path, True, known)) if single else None
+        for process in run.processes:
+            pid = process[0].meta["pid"]
+            part = None if single else stack.enter_context(_File(_partition(path, pid), False,
+                                                                 known))
+            pairs = []
+            for image in process:
+                for events in run.events(image, rows):
+                    (out or part).write(events, pid)
+                    pairs.append(events[events["event"] == _CLOCK])
+                    total += len(events)
+                    progress.update(len(events))
+            entries.append(run.entry(process))
+            clocks.append((np.concatenate(pairs) if pairs else np.empty(0, EVENT_DTYPE), pid))
+            if part is not None:
+                own = trace_meta([entries[-1]], run.origin, run.skipped)
+                offload.attach_clocks(own, clocks[-1][0], pid)
+                part.close(trace_meta([entries[-1]], run.origin, run.skipped))
+        meta = trace_meta(entries, run.origin, run.skipped)
+        events = np.concatenate([pairs for pairs, _ in clocks])
+        offload.attach_clocks(meta, events, np.repeat(
+            np.array([pid for _, pid in clocks], np.int32), [len(p) for p, _ in clocks]))
+        if out is not None:
+            out.close(meta)
+    return Converted(total, meta)
 
 
 def _columns(path: str, arrow_schema: pa.Schema, one_process: bool) -> list[str]:
@@ -157,7 +310,8 @@ def read(path: str) -> Parts:
     try:
         parquet_file = pq.ParquetFile(path)
         arrow_schema = parquet_file.schema_arrow
-        meta = _meta(path, (arrow_schema.metadata or {}).get(PARQUET_KEY))
+        # The file's key-value metadata: Trace.save's schema metadata is there too.
+        meta = _meta(path, (parquet_file.metadata.metadata or {}).get(PARQUET_KEY))
         wanted = _columns(path, arrow_schema, one_process=len(meta["processes"]) == 1)
         table = parquet_file.read(columns=wanted)
     except (pa.ArrowException, OSError, ValueError) as e:

@@ -12,7 +12,9 @@ the rest is kept.
 
 from __future__ import annotations
 
+import array
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,18 +33,28 @@ _META, _STATS, _STACKS, _LEDGER = (schema.BLOCKS[k].name for k in (
 
 @dataclass
 class RawProcess:
-    """What one file holds: its META document, its records (raw ticks), the
-    payloads of its other blocks by block name (``blocks["STATS"]``: documents;
-    binary ones as bytes), its ledger, whether its tail was left out
-    (``truncated``) and what was (``skipped``: reasons)."""
+    """What one file holds: its META document, where its records are (``extents``:
+    byte offset and record count of each RECORDS block's complete records, in file
+    order; read by ``records``), the payloads of its other blocks by block name
+    (``blocks["STATS"]``: documents; binary ones as bytes), its ledger, whether its
+    tail was left out (``truncated``) and what was (``skipped``: reasons).
+    ``kept``: the records of each thread index read so far (``records`` counts them
+    as they pass, for the ledger's accounting)."""
 
     path: str
     meta: dict
-    records: np.ndarray
+    offsets: array.array = field(default_factory=lambda: array.array("q"))
+    counts: array.array = field(default_factory=lambda: array.array("q"))
     blocks: dict[str, list] = field(default_factory=dict)
     truncated: bool = False
     skipped: list[str] = field(default_factory=list)
     ledger: raw_ledger.Ledger | None = None
+    kept: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def nrecords(self) -> int:
+        """The records the file holds."""
+        return sum(self.counts)
 
     @property
     def stats(self) -> list[dict]:
@@ -51,6 +63,64 @@ class RawProcess:
     @property
     def stacks(self) -> list[dict]:
         return self.blocks.get(_STACKS, [])
+
+    def records(self, rows: int | None = None) -> Iterator[np.ndarray]:
+        """The file's records (RAW_DTYPE), in file order: one array of them all
+        (``rows`` None, also when there is none), or arrays of at most ``rows``
+        (none when there is no record), each a fresh array read straight from the
+        file (one copy, from the kernel).  Counts each thread's records in ``kept``
+        as they are read."""
+        total = self.nrecords
+        size = total if rows is None else rows
+        with open_regular(self.path) as f:
+            fd, done, block, within = f.fileno(), 0, 0, 0
+            while done < total or (rows is None and done == 0):
+                chunk = np.empty(min(size, total - done), RAW_DTYPE)
+                out = memoryview(chunk.view(np.uint8))
+                filled = 0
+                while filled < len(chunk):
+                    take = min(self.counts[block] - within, len(chunk) - filled)
+                    want = take * RECORD_SIZE
+                    got = _pread(fd, out[filled * RECORD_SIZE:][:want],
+                                 self.offsets[block] + within * RECORD_SIZE)
+                    if got != want:
+                        raise TraceFileError(f"{self.path} changed while it was read (it is "
+                                             "shorter than when it was opened): read it again "
+                                             "once nothing writes it")
+                    filled += take
+                    within += take
+                    if within == self.counts[block]:
+                        block, within = block + 1, 0
+                done += len(chunk)
+                _count_threads(chunk["thread"], self.kept)
+                yield chunk
+                if not total:
+                    return
+
+
+def _pread(fd: int, out: memoryview, offset: int) -> int:
+    """Reads into ``out`` from ``offset``, whole unless the file ends; the bytes read."""
+    got = 0
+    while got < len(out):
+        n = os.preadv(fd, [out[got:]], offset + got)
+        if n == 0:
+            break
+        got += n
+    return got
+
+
+def _count_threads(threads: np.ndarray, kept: dict[int, int]) -> None:
+    """Adds the records of each thread index in ``threads`` to ``kept``."""
+    if not len(threads):
+        return
+    if int(threads.max()) < 1 << 16:
+        counts = np.bincount(threads)
+        indices = np.flatnonzero(counts)
+        counts = counts[indices]
+    else:  # a corrupt record's index (up to 2**32) must not size an array
+        indices, counts = np.unique(threads, return_counts=True)
+    for index, n in zip(indices.tolist(), counts.tolist()):
+        kept[index] = kept.get(index, 0) + n
 
 
 #: What to do about a raw file that cannot be read at all.
@@ -73,12 +143,11 @@ def _check_meta(path: str, meta: dict) -> None:
             "with the ompt-py that wrote it (or a newer one)")
 
 
-def read(path: str) -> RawProcess:
-    """Parse one .omptraw file; TraceFileError when it is not one, or its META
-    block is missing or bad.
+def scan(path: str) -> RawProcess:
+    """Parse one .omptraw file, all but its records (read by RawProcess.records);
+    TraceFileError when it is not one, or its META block is missing or bad.
 
-    Records are read straight into one array (one copy, from the kernel),
-    sized by the file.  A file cut short in its last block (the process was
+    A file cut short in its last block (the process was
     killed while the tool wrote, or the disk filled up) keeps its complete
     records and documents and is marked ``truncated``, as is one whose block
     headers stop making sense (the rest cannot be found); a bad document or
@@ -87,9 +156,8 @@ def read(path: str) -> RawProcess:
     """
     with open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
-        records = np.empty(size // RECORD_SIZE, dtype=RAW_DTYPE)
-        out = memoryview(records.view(np.uint8))
-        off = nrec = 0
+        offsets, counts = array.array("q"), array.array("q")
+        off = 0
         meta: dict | None = None
         blocks: dict[str, list] = {}
         skipped: list[str] = []
@@ -124,9 +192,10 @@ def read(path: str) -> RawProcess:
             elif block.payload == "records":
                 # A cut-short last block keeps its complete records.
                 take = length if whole else (size - body) // RECORD_SIZE * RECORD_SIZE
-                start = nrec * RECORD_SIZE
-                got = f.readinto(out[start: start + take]) or 0
-                nrec += got // RECORD_SIZE
+                if take:
+                    offsets.append(body)
+                    counts.append(take // RECORD_SIZE)
+                f.seek(take, os.SEEK_CUR)
             elif whole and block.payload == "binary":
                 blocks.setdefault(block.name, []).append(f.read(length))
             elif whole:
@@ -158,7 +227,7 @@ def read(path: str) -> RawProcess:
                if ledger and ledger.sink_errno else "the process was killed while writing")
         skipped.append(f"{cut} ({why}); the complete part is kept")
         truncated = True
-    return RawProcess(path, meta, records[:nrec], blocks, truncated, skipped, ledger)
+    return RawProcess(path, meta, offsets, counts, blocks, truncated, skipped, ledger)
 
 
 def list_dir(directory: str) -> list[str]:
@@ -171,9 +240,61 @@ def list_dir(directory: str) -> list[str]:
     return [os.path.join(directory, n) for n in names]
 
 
-def load(paths: list[str], source: str) -> Parts:
-    """The trace of the raw files ``paths`` (one per process; ``source`` names them
-    in errors), on one time axis whose origin is the earliest process start.
+@dataclass
+class Run:
+    """The raw files of one run, scanned (their records not yet read): its processes
+    (each the files of its successive images: ledger.images), the trace's origin
+    (the earliest process start) and what was left out (``meta["skipped"]``)."""
+
+    processes: list[list[RawProcess]]
+    origin: int
+    skipped: list[dict]
+
+    def events(self, image: RawProcess, rows: int | None = None) -> Iterator[np.ndarray]:
+        """The events (EVENT_DTYPE) of one image's file, in file order, on the
+        trace's time axis: as RawProcess.records gives its records (``rows``).  Each
+        record is converted on its own, so a `more` record and its primary need not
+        be in one chunk: they stay adjacent in the rows, where the analyses pair them."""
+        last = image.stats[-1] if image.stats else None
+        for records in image.records(rows):
+            yield to_events(records, image.meta["start_anchor"],
+                            last["anchor"] if last else None, image.meta["tick_ns_estimate"],
+                            self.origin)
+
+    def entry(self, process: list[RawProcess]) -> dict:
+        """The ``meta["processes"]`` entry of one process, once the events of its
+        images have all been read (the ledger's accounting counts them); warns
+        (TraceWarning) of the records it lost."""
+        images = []
+        for p in process:
+            last = p.stats[-1] if p.stats else None
+            threads = trace_meta.thread_rows(last) if last else []
+            losses = raw_ledger.account(p, threads)
+            images.append(trace_meta.process_entry(
+                p.meta, last, threads, p.stacks,
+                complete=any(s["final"] for s in p.stats),
+                modules=trace_meta.modules(p.meta, *p.stats),
+                truncated=p.truncated,
+                source=p.path,
+                **losses,
+            ))
+            if p.ledger is None and not threads:  # killed before any counters: count the file
+                images[-1]["written"] = p.nrecords
+        entry = raw_ledger.merge_images(images)
+        raw_ledger.warn(entry)
+        return entry
+
+    def ranks(self) -> dict:
+        """The pid and job rank of each process, as ``meta.ranks`` reads them from a
+        trace's metadata, known before any record is read."""
+        return {"processes": [{"pid": process[0].meta["pid"],
+                               "rank": trace_meta.rank(process[0].meta)}
+                              for process in self.processes]}
+
+
+def scan_run(paths: list[str], source: str) -> Run:
+    """The raw files ``paths`` (one per process; ``source`` names them in errors),
+    scanned: a Run.
 
     Every readable file is kept: one that cannot be read, or read only in
     part, is said in a TraceWarning and in ``meta["skipped"]``; TraceFileError
@@ -188,7 +309,7 @@ def load(paths: list[str], source: str) -> Parts:
     procs, failed = [], []
     for p in files:
         try:
-            procs.append(read(p))
+            procs.append(scan(p))
         except TraceFileError as e:
             if len(paths) == 1:
                 raise
@@ -198,38 +319,28 @@ def load(paths: list[str], source: str) -> Parts:
         raise TraceFileError(f"{source} holds no readable trace file: "
                              + "; ".join(s["reason"] for s in skipped))
     skipped += [{"source": p.path, "reason": reason} for p in procs for reason in p.skipped]
-    warn_skipped(skipped, stacklevel=3)
+    warn_skipped(skipped, stacklevel=4)
     procs = [p for p in procs if not _empty(p)] or procs
     origin = min(p.meta["start_anchor"]["mono_ns"] for p in procs)
+    return Run(raw_ledger.images(procs), origin, skipped)
+
+
+def load(paths: list[str], source: str) -> Parts:
+    """The trace of the raw files ``paths`` (scan_run), in memory: each image's
+    records in one array."""
+    run = scan_run(paths, source)
     segments, pids, entries = [], [], []
-    for chain in raw_ledger.images(procs):
-        images = []
-        for p in chain:
-            last = p.stats[-1] if p.stats else None
-            events = to_events(p.records, p.meta["start_anchor"],
-                               last["anchor"] if last else None, p.meta["tick_ns_estimate"],
-                               origin)
-            segments.append(events)
-            pids.append((p.meta["pid"], len(events)))
-            threads = trace_meta.thread_rows(last) if last else []
-            losses = raw_ledger.account(p, threads)
-            images.append(trace_meta.process_entry(
-                p.meta, last, threads, p.stacks,
-                complete=any(s["final"] for s in p.stats),
-                modules=trace_meta.modules(p.meta, *p.stats),
-                truncated=p.truncated,
-                source=p.path,
-                **losses,
-            ))
-            if p.ledger is None and not threads:  # killed before any counters: count the file
-                images[-1]["written"] = len(events)
-        entries.append(raw_ledger.merge_images(images))
-        raw_ledger.warn(entries[-1])
-    return Parts(segments, trace_meta.trace_meta(entries, origin, skipped), pids)
+    for process in run.processes:
+        for image in process:
+            for events in run.events(image):
+                segments.append(events)
+                pids.append((image.meta["pid"], len(events)))
+        entries.append(run.entry(process))
+    return Parts(segments, trace_meta.trace_meta(entries, run.origin, run.skipped), pids)
 
 
 def _empty(p: RawProcess) -> bool:
     """A file of a process that traced nothing (a forked child that ran no OpenMP
     code, an image that exec'd before recording): no record, nothing lost."""
-    return (len(p.records) == 0 and p.ledger is not None and not p.ledger.unaccounted
+    return (p.nrecords == 0 and p.ledger is not None and not p.ledger.unaccounted
             and not any(c.buffered or c.dropped or c.nobuf for c in p.ledger.threads.values()))

@@ -43,7 +43,9 @@ runtime and why something is not traced.
 RUN_EPILOG = """\
 The target is a Python script (ends in .py), -m MODULE, or a command after
 `--`.  Environment variables of the tool (OMPTPY_BUFFER_SIZE, OMPTPY_OVERFLOW,
-OMPTPY_CLOCK, OMPTPY_DRAIN_MS) pass through; the options above override them.
+OMPTPY_CLOCK, OMPTPY_DRAIN_MS, OMPTPY_MERGE_MEMORY) pass through; the options
+above override them.  The raw files are merged into the output in chunks, so
+that a trace larger than the machine's memory converts.
 
 Exit status: the command's when it failed (128 + N when signal N killed it);
 else 1 when the trace holds less than was traced (records lost or dropped,
@@ -146,10 +148,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     orphan: see that module), then the raw files are merged into the output.  A
     raw file is deleted only when all of them made it into the output."""
     from .. import _core, tool_path
+    from ..io.parquet import chunk_rows
     from ..live import attach, launch, runhook, runtime
 
     command = _run_command(args)
     _check_run_paths(args)
+    chunk_rows(args.merge_memory, "--merge-memory")  # said before the command runs
     if args.buffer_size:
         os.environ["OMPTPY_BUFFER_SIZE"] = args.buffer_size
     if args.overflow:
@@ -228,9 +232,9 @@ def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int
     """Merges the raw files into ``args.output``; the exit status of ``ompt-py run``."""
     import warnings
 
-    from ..errors import TraceFileError, TraceWarning
+    from ..errors import ConfigError, TraceFileError, TraceWarning
     from ..io import rawfile
-    from ..trace import load
+    from ..trace import convert
 
     try:
         files = rawfile.list_dir(raw_dir)
@@ -247,35 +251,32 @@ def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always", TraceWarning)
         try:
-            trace = load(raw_dir)
-        except TraceFileError as e:
+            events, meta = convert(raw_dir, args.output, args.merge_memory)
+        except (TraceFileError, ConfigError) as e:
             print(f"ompt-py run: no trace written: {e}; {_kept(raw_dir)}", file=sys.stderr)
             return returncode or 1
-    # The loader warns of what it skipped (also listed in meta["skipped"]) and of losses.
+        except OSError as e:
+            print(f"ompt-py run: cannot write {args.output} ({e.strerror or e}); "
+                  f"{_kept(raw_dir)}", file=sys.stderr)
+            return returncode or 1
+    # The conversion warns of what it skipped (also listed in meta["skipped"]) and of losses.
     partial = list(dict.fromkeys(str(w.message) for w in warned
                                  if issubclass(w.category, TraceWarning)))
-    partial += [f"{s['source']}: {s['reason']}" for s in trace.meta.get("skipped", [])
+    partial += [f"{s['source']}: {s['reason']}" for s in meta.get("skipped", [])
                 if not any(s["source"] in m for m in partial)]
     for w in warned:
         if not issubclass(w.category, TraceWarning):
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
-    try:
-        trace.save(args.output)
-    except OSError as e:
-        print(f"ompt-py run: cannot write {args.output} ({e.strerror or e}); {_kept(raw_dir)}",
-              file=sys.stderr)
-        return returncode or 1
     if not args.keep_raw and not partial:
         shutil.rmtree(raw_dir, ignore_errors=True)
     if not args.quiet:
-        procs = trace.meta["processes"]
         print(
-            f"ompt-py: {len(trace):,} events from {len(procs)} process(es) "
-            f"(written {trace.written:,}, dropped {trace.dropped:,}) -> {args.output}\n"
+            f"ompt-py: {events:,} events from {len(meta['processes'])} process(es) "
+            f"(written {meta['written']:,}, dropped {meta['dropped']:,}) -> {args.output}\n"
             f"         see: ompt-py report {args.output}",
             file=sys.stderr,
         )
-    lost, dropped = trace.meta.get("lost", 0), trace.dropped
+    lost, dropped = meta.get("lost", 0), meta["dropped"]
     losses = [f"{lost:,} records lost (never written to a raw file)"] * bool(lost)
     if dropped:
         losses.append(f"{dropped:,} records dropped (buffers full: raise --buffer-size or use "
@@ -417,6 +418,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--keep-raw", metavar="DIR",
                      help="write the per-process raw files into DIR and keep them (without "
                           "it they go to a temporary directory, deleted once merged in full)")
+    run.add_argument("--merge-memory", metavar="SIZE",
+                     help="bound on the memory that merging the raw files into the output "
+                          "takes, whatever the trace's size, e.g. 256M (default: "
+                          "OMPTPY_MERGE_MEMORY, else 256M; at least 64M)")
     run.add_argument("--kill-after", metavar="SECONDS", type=_positive(float),
                      default=KILL_AFTER,
                      help="after forwarding a signal to the command, wait this long for its "

@@ -30,7 +30,7 @@ def test_every_block_type_of_the_tool_is_in_the_schema():
 def test_the_tools_documents_fit_the_schema(name):
     path = stored_path(name)
     for p in sorted(path.glob("*.omptraw")) if path.is_dir() else [path]:
-        raw = rawfile.read(str(p))
+        raw = rawfile.scan(str(p))
         assert not raw.skipped
         assert schema.problem(raw.meta, schema.META_DOC) is None
         assert raw.stats and all(schema.problem(d, schema.STATS_DOC) is None for d in raw.stats)

@@ -63,7 +63,7 @@ def raw_records(raw: Path) -> int:
     """Records in the raw files now (the last block may still be being written)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ompt_py.TraceWarning)
-        return sum(len(rawfile.read(f).records) for f in rawfile.list_dir(str(raw)))
+        return sum(rawfile.scan(f).nrecords for f in rawfile.list_dir(str(raw)))
 
 
 def default_dispositions() -> None:

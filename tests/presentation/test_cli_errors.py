@@ -42,6 +42,8 @@ USAGE = [  # (arguments with {dir} for tmp_path, words the message must hold)
     ("run -o {dir}/empty/x.parquet {dir}/missing.py", ["missing.py"]),
     ("run --kill-after 0 -- true", ["--kill-after"]),
     ("run --kill-after soon -- true", ["--kill-after"]),
+    ("run --merge-memory 1M -- true", ["--merge-memory", "at least 64M"]),
+    ("run --merge-memory lots -- true", ["--merge-memory", "'lots'"]),
     ("run -o /dev/null -- true", ["not a regular file"]),
     ("report " + TRACE + " --plot {dir}/x.unknownext", [".unknownext", ".png"]),
     ("report " + TRACE + " --plot {dir}/no-dir/x.png", ["no-dir", "--plot"]),
