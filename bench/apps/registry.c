@@ -14,13 +14,13 @@ static const app_kernel_t kernels[] = {
     {"sort", app_sort, 6000000, 100000, "merge sort, halves as tasks above 2048 elements"},
     {"health", app_health, 2000, 20, "tree of 85 villages, a task per village per step"},
     {"dynamic", app_dynamic, 500000, 20000, "loop of uneven iterations, schedule(dynamic,1)"},
-    {"epcc_parallel", epcc_parallel, 30000, 2000, "EPCC: parallel"},
-    {"epcc_for", epcc_for, 30000, 2000, "EPCC: for"},
-    {"epcc_barrier", epcc_barrier, 30000, 2000, "EPCC: barrier"},
-    {"epcc_single", epcc_single, 30000, 2000, "EPCC: single"},
+    {"epcc_parallel", epcc_parallel, 40000, 2000, "EPCC: parallel"},
+    {"epcc_for", epcc_for, 40000, 2000, "EPCC: for"},
+    {"epcc_barrier", epcc_barrier, 40000, 2000, "EPCC: barrier"},
+    {"epcc_single", epcc_single, 40000, 2000, "EPCC: single"},
     {"epcc_critical", epcc_critical, 200000, 4000, "EPCC: critical"},
     {"epcc_lock", epcc_lock, 200000, 4000, "EPCC: lock"},
-    {"epcc_reduction", epcc_reduction, 30000, 2000, "EPCC: reduction"},
+    {"epcc_reduction", epcc_reduction, 40000, 2000, "EPCC: reduction"},
     {"epcc_tasks", epcc_tasks, 400000, 4000, "EPCC: tasks"},
 };
 
