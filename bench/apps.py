@@ -86,6 +86,9 @@ CONFIG_LABELS = {
 }
 OMPT_PY_CONFIGS = ("file", "memory", "profile")
 EPCC_PREFIX = "epcc_"
+# Issue 15's targets on the application kernels (not the epcc_* rows): profiling
+# slows each down by at most this; tracing by no more than the min recorder does.
+PROFILE_SLOWDOWN_MAX = 1.05
 # ompt-py writes a few more records than the min recorder counts events
 # (overhead.py: 15 against 14 per region, 4 against 3 per task): the reserve of
 # one in-memory window, in 64-byte records, is this times the kernel's events.
@@ -466,6 +469,30 @@ def report(bench: Bench) -> None:
         print(f"   CPUs other processes used during the runs (median/max of the runs): {use}")
     for note in dict.fromkeys(bench.notes):
         print(f"   note: {note}")
+    print("\n== targets (issue 15), from the medians")
+    for status, name, detail in targets(bench):
+        print(f"   [{status:<4}] {name}: {detail}")
+
+
+def targets(bench: Bench) -> list[tuple[str, str, str]]:
+    """(status, target, detail) of issue 15's targets, from the medians."""
+    apps = [r for r in bench.results.values() if not r.kernel.epcc]
+    out = []
+    checks = [(cfg, "slowdown no worse than the min recorder's", lambda r: r.slowdown("minrec"),
+               "min recorder") for cfg in ("file", "memory")]
+    checks.append(("profile", f"slowdown <= {PROFILE_SLOWDOWN_MAX}",
+                   lambda r: PROFILE_SLOWDOWN_MAX, "target"))
+    for cfg, what, limit, against in checks:
+        name = f"{CONFIG_LABELS[cfg]}: {what} on every application kernel"
+        pairs = [(r, r.slowdown(cfg), limit(r)) for r in apps]
+        if not apps or any(s is None or lim is None for _, s, lim in pairs):
+            why = bench.disabled.get(cfg, "not measured").splitlines()[0]
+            out.append(("n/a", name, why))
+            continue
+        worse = [f"{r.kernel.name} {s:.2f}x ({against} {lim:.2f}x)" for r, s, lim in pairs
+                 if s is not None and lim is not None and s > lim]
+        out.append(("FAIL" if worse else "PASS", name, "; ".join(worse) or "all kernels"))
+    return out
 
 
 def json_report(bench: Bench) -> dict[str, Any]:
@@ -494,6 +521,7 @@ def json_report(bench: Bench) -> dict[str, Any]:
             for name, res in bench.results.items()
         },
         "notes": list(dict.fromkeys(bench.notes)),
+        "targets": [dict(zip(("status", "target", "detail"), t)) for t in targets(bench)],
     }
 
 
