@@ -420,7 +420,7 @@ def minrec_events(stderr: str) -> int | None:
 # -------------------------------------------------------------- report ---
 
 
-def cell(res: Result, cfg: str, bench: Bench) -> str:
+def cell(res: Result, cfg: str) -> str:
     """`median spread slowdown`, or n/a."""
     m = res.median(cfg)
     if m is None:
@@ -438,7 +438,7 @@ def table(bench: Bench) -> list[str]:
     for res in bench.results.values():
         lines.append(" | ".join([
             f"{res.kernel.name:<14}", f"{res.size:>8}", f"{fmt(res.events, 'd'):>9}",
-            *(f"{cell(res, c, bench):<{width}}" for c in CONFIGS),
+            *(f"{cell(res, c):<{width}}" for c in CONFIGS),
         ]))
     return lines
 
@@ -504,6 +504,7 @@ def json_report(bench: Bench) -> dict[str, Any]:
         "other_cpus": bench.others,
         "kernels": {
             name: {
+                "what": res.kernel.what,
                 "size": res.size,
                 "events": res.events,
                 "unit": "ns per construct" if res.kernel.epcc else "s",

@@ -40,7 +40,7 @@ static long share(long n) {
  * reference is a thread's share of the delays when the threads run the
  * delays side by side (`shared_delays`), else all of them. */
 static void measure(batch_fn batch, long reps, int shared_delays, app_result_t *out) {
-  long n = reps / OUTER, done = 0;
+  long n = reps >= OUTER ? reps / OUTER : 1, done = 0;
   long ref = shared_delays ? n / omp_get_max_threads() : n;
   double best = INFINITY, best_ref = INFINITY;
   for (int o = 0; o < OUTER; o++) {

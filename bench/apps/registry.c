@@ -8,8 +8,8 @@
  * development VM, shared with other jobs (bench/README.md; an idle machine
  * runs the EPCC kernels several times faster); quick sizes a few ms. */
 static const app_kernel_t kernels[] = {
-    {"fib", app_fib, 27, 16, "recursive Fibonacci, a task per call, no cut-off"},
-    {"nqueens", app_nqueens, 10, 7, "n-queens, a task per placement at every level"},
+    {"fib", app_fib, 28, 16, "recursive Fibonacci, a task per call, no cut-off"},
+    {"nqueens", app_nqueens, 11, 7, "n-queens, a task per placement at every level"},
     {"sparselu", app_sparselu, 64, 10, "blocked sparse LU (32x32 blocks), tasks per block"},
     {"sort", app_sort, 6000000, 100000, "merge sort, halves as tasks above 2048 elements"},
     {"health", app_health, 2000, 20, "tree of 85 villages, a task per village per step"},
