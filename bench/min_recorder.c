@@ -9,6 +9,9 @@
  * counted as dropped).  The buffer is reached through an initial-exec TLS
  * pointer.  Ids stored into ompt_data_t come from a per-thread counter.
  *
+ * Built with -DMINREC_NOOP, it registers the same callbacks and records
+ * nothing (bench/apps.py's "noop tool"; its finalize line says events=0).
+ *
  * Environment: MINREC_RECORDS = buffer capacity in records per thread
  * (default 16M, i.e. 640 MiB per thread).
  * At finalize it prints to stderr:
@@ -57,6 +60,17 @@ static uint32_t n_threads;
 static uint64_t capacity = DEFAULT_RECORDS;
 static int registered;
 
+#ifdef MINREC_NOOP
+/* Built with -DMINREC_NOOP as noop_tool.so (bench/apps.py): the same
+ * callbacks registered, none records (no buffer, no clock, no id): what the
+ * runtime's calls into a tool cost, apart from recording. */
+INLINE thread_state_t *state(void) { return NULL; }
+
+INLINE uint64_t new_id(thread_state_t *s) {
+  (void)s;
+  return 0;
+}
+#else
 static __thread thread_state_t *tls_state
     __attribute__((tls_model("initial-exec")));
 
@@ -99,6 +113,7 @@ INLINE thread_state_t *state(void) {
 INLINE uint64_t new_id(thread_state_t *s) {
   return ((uint64_t)(s->tid + 1) << 40) | ++s->next_id;
 }
+#endif
 
 INLINE uint64_t dv(const bo_data_t *d) { return d ? d->value : 0; }
 
@@ -109,6 +124,9 @@ INLINE uint32_t ev(int callback, int sub, int kind) {
 
 INLINE void put(thread_state_t *s, uint32_t event, uint64_t id1, uint64_t id2,
                 uint64_t arg) {
+#ifdef MINREC_NOOP
+  (void)s, (void)event, (void)id1, (void)id2, (void)arg;
+#else
   uint64_t i = s->written;
   if (LIKELY(i < s->cap)) {
     record_t *r = &s->buf[i];
@@ -122,6 +140,7 @@ INLINE void put(thread_state_t *s, uint32_t event, uint64_t id1, uint64_t id2,
   } else {
     __atomic_store_n(&s->dropped, s->dropped + 1, __ATOMIC_RELAXED);
   }
+#endif
 }
 
 INLINE void emit(uint32_t event, uint64_t id1, uint64_t id2, uint64_t arg) {

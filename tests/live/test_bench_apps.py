@@ -1,0 +1,75 @@
+"""bench/apps.py --quick: it builds its kernels, runs them under every configuration,
+and prints one table of the expected shape (timings are not judged: they are the
+benchmark's business, on a machine of its own).
+
+The kernels' checksums do not depend on the schedule, so a configuration whose
+checksum differs from the run without a tool (a tool that changed a result) fails.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+
+import pytest
+from conftest import PYTHON, REPO, clean_env
+
+BENCH = REPO / "bench" / "apps.py"
+CONFIGS = ["none", "noop", "minrec", "file", "memory", "profile"]
+#: A cell: median (s, or ns per construct for epcc_*), spread, slowdown over no tool.
+CELL = re.compile(r"^-?\d+(\.\d+)?(s|ns) (\d+%|n/a) (-?\d+\.\d\dx|n/a)$")
+QUICK_LIMIT_S = 30
+
+
+def _has_profile() -> bool:
+    r = subprocess.run([PYTHON, "-m", "ompt_py", "run", "--help"], capture_output=True,
+                       text=True, env=clean_env(), cwd=REPO)
+    return "--profile" in r.stdout
+
+
+@pytest.mark.needs_clang
+@pytest.mark.slow
+def test_quick_table(tmp_path):
+    out = tmp_path / "apps.json"
+    t0 = time.monotonic()
+    r = subprocess.run([PYTHON, str(BENCH), "--quick", "--json", str(out)], capture_output=True,
+                       text=True, env=clean_env(), timeout=300, cwd=tmp_path)
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    # The quick mode is for tests: well under a minute even on the busy 2-core machine.
+    assert elapsed < 2 * QUICK_LIMIT_S, elapsed
+
+    listed = subprocess.run([str(REPO / "bench" / "build" / "apps"), "--list"],
+                            capture_output=True, text=True, check=True).stdout
+    kernels = [line.split()[0] for line in listed.splitlines()]
+    assert {"fib", "nqueens", "sparselu", "sort", "health", "dynamic"} <= set(kernels)
+    assert {f"epcc_{c}" for c in ("parallel", "for", "barrier", "single", "critical", "lock",
+                                  "reduction", "tasks")} <= set(kernels)
+
+    rows = [[c.strip() for c in line.split("|")] for line in r.stdout.splitlines()
+            if line.count("|") == len(CONFIGS) + 2]
+    assert rows[0] == ["kernel", "size", "events", *CONFIGS]
+    assert [row[0] for row in rows[1:]] == kernels
+    profile = _has_profile()
+    for row in rows[1:]:
+        assert row[1].isdigit() and row[2].isdigit(), row
+        for cfg, cell in zip(CONFIGS, row[3:]):
+            if cfg == "profile" and not profile:
+                assert cell == "n/a", row  # detected, not hard-coded
+            else:
+                assert CELL.match(cell), (cfg, row)
+        assert row[3].endswith(" 1.00x"), row  # no tool against itself
+
+    figures = json.loads(out.read_text())
+    assert list(figures["kernels"]) == kernels
+    assert figures["configs"] == CONFIGS
+    assert ("profile" in figures["disabled"]) == (not profile)
+    assert not [n for n in figures["notes"] if "checksum" in n], figures["notes"]
+    for name, k in figures["kernels"].items():
+        for cfg in CONFIGS:
+            if cfg not in figures["disabled"]:
+                assert len(k["configs"][cfg]["values"]) == figures["reps"], (name, cfg)
+        for cfg in ("file", "memory"):
+            assert k["configs"][cfg]["dropped"] == [0] * figures["reps"], (name, cfg)
