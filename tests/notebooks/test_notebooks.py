@@ -37,14 +37,31 @@ double regions(int n) {
 """
 CHUNKS = -(-1000 // 16)  # dispatch events per region
 
+# A kernel that crashes takes what it printed with it (ipykernel forwards its stderr
+# to the frontend): its start-up file sends faulthandler's stacks to a file instead.
+FAULT_LOG = "NOTEBOOK_TEST_FAULT_LOG"
+FAULTHANDLER = f"""\
+import faulthandler
+import os
+
+if os.environ.get("{FAULT_LOG}"):
+    faulthandler.enable(open(os.environ["{FAULT_LOG}"], "a"), all_threads=True)
+"""
+
 
 @pytest.fixture(scope="module")
 def kernel_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A clean environment for kernels; installs the python3 kernelspec into a
-    temporary JUPYTER_PATH (here and in the kernels) when it cannot be found."""
+    temporary JUPYTER_PATH (here and in the kernels) when it cannot be found, and an
+    IPython start-up file that enables faulthandler into the file FAULT_LOG names."""
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
     env = clean_env()
+    ipython_dir = tmp_path_factory.mktemp("ipython")
+    startup = ipython_dir / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-faulthandler.py").write_text(FAULTHANDLER)
+    env["IPYTHONDIR"] = str(ipython_dir)
     with pytest.MonkeyPatch.context() as mp:
         try:
             KernelSpecManager().get_kernel_spec(KERNEL)
@@ -74,10 +91,16 @@ def execute(nb, env: dict[str, str], cwd: Path) -> None:
     unexpected error (cells tagged ``raises-exception`` may fail)."""
     client = nbclient.NotebookClient(nb, kernel_name=KERNEL, timeout=CELL_TIMEOUT,
                                      resources={"metadata": {"path": str(cwd)}})
+    faults = cwd / "kernel-faults.txt"
     try:
-        client.execute(env=env)
+        client.execute(env={**env, FAULT_LOG: str(faults)})
     except nbclient.exceptions.CellExecutionError as e:
         pytest.fail("a cell raised:\n" + plain(str(e)))
+    except nbclient.exceptions.DeadKernelError:
+        said = faults.read_text() if faults.exists() else ""
+        pytest.fail("the kernel died: " + (f"its threads at the fault (faulthandler):\n{said}"
+                                           if said.strip() else
+                                           "killed (no fault: faulthandler wrote nothing)"))
 
 
 def plain(s: str) -> str:
