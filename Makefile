@@ -220,6 +220,10 @@ bench: setup
 	$(BIN)/python bench/handlers.py
 	$(BIN)/python bench/export.py
 	$(BIN)/python bench/pystacks.py
+	$(BIN)/python bench/device_trace.py
+	$(BIN)/python bench/offload_tables.py
+	$(BIN)/python bench/merge_memory.py
+	$(BIN)/python bench/apps.py
 
 setup: system-deps $(STAMP)
 
