@@ -272,7 +272,7 @@ CONFIG = Obj({}, {"enabled": Bool(), "buffer_bytes": _COUNT, "overflow": Str(),
                   "drain_ms": Num(), "sample_hz": Num(), "place_info": Bool(), "sink": Str(),
                   "output": Str(), "error": Str(), "handler_queue_bytes": _COUNT,
                   "zero_copy": Bool(), "device_trace": Bool(), "device_buffer_bytes": _COUNT,
-                  "device_memory_bytes": _COUNT})
+                  "device_memory_bytes": _COUNT, "profile": Bool(), "profile_entries": _COUNT})
 RUNTIME = Obj({"version": Str()},
               {"omp_version": Int(-I64 - 1, I64), "path": Str(), "initialized": Bool(),
                "finalized": Bool(), "callbacks": Dict(Str())})
@@ -354,6 +354,7 @@ BLOCKS: dict[int, Block] = {
     _core.BLOCK_STATS: Block("STATS", "json", STATS_DOC),
     _core.BLOCK_STACKS: Block("STACKS", "json", STACKS_DOC),
     _core.BLOCK_LEDGER: Block("LEDGER", "binary"),  # io/ledger.py: its prefix and layout
+    _core.BLOCK_PROFILE: Block("PROFILE", "binary"),  # io/profile.py (profile mode)
 }
 
 # ---- Parquet files -------------------------------------------------------------------------

@@ -288,6 +288,8 @@ int omptpy_meta_json(omptpy_str *s) {
                             g->cfg.device_trace ? "true" : "false", g->cfg.device_buffer_bytes,
                             g->cfg.device_memory_bytes);
   rc = rc ? rc : omptpy_put(s, ",\"zero_copy\":%s", omptpy_zero_copy() ? "true" : "false");
+  rc = rc ? rc : omptpy_put(s, ",\"profile\":%s,\"profile_entries\":%u",
+                            g->cfg.profile ? "true" : "false", g->cfg.profile_entries);
   rc = rc ? rc : omptpy_put(s, ",\"sample_signal\":%d,\"sample_error\":", g->cfg.sample_signal);
   rc = rc ? rc : omptpy_put_string(s, g->cfg.sample_error, strlen(g->cfg.sample_error));
   rc = rc ? rc : omptpy_put(s, "},\"start_tool_calls\":%d,\"declined\":%d,\"runtimes\":[",
