@@ -75,17 +75,23 @@ def test_profile_matches_trace(programs, tmp_path, name, args, timed):
                          ).groupby(KEYS)["duration_ns"].agg(traced="count", traced_ns="sum")
     c = prof.constructs[prof.constructs["kind"] != "initial"]
     profiled = c.groupby(KEYS)[["count", "total_ns"]].sum()
-    both = traced.join(profiled, how="outer").fillna(0)
+    both = traced.join(profiled, how="outer").fillna(0).reset_index()
+    # libomp may pass its own code address for one acquisition of a lock (seen
+    # once under AddressSanitizer): mutex constructs are compared per kind.
+    mutex = both["construct"].str.startswith("mutex")
+    both.loc[mutex, "codeptr"] = 0
+    both = both.groupby(KEYS).sum()
     bad = both[both["traced"] != both["count"]]
     assert bad.empty, f"construct counts differ:\n{bad}"
 
     locks = tables.mutex(trace)
-    if len(locks) or len(prof.locks):
-        got = prof.locks.groupby(["kind", "codeptr"])["acquisitions"].sum()
-        want = locks.dropna(subset=["acquired_ns"]).assign(kind=locks["kind"].astype(str)
-                                                            ).groupby(["kind", "codeptr"]).size()
-        pd.testing.assert_series_equal(got.sort_index(), want.sort_index(), check_names=False,
-                                       check_index_type=False)
+    if len(locks) or len(prof.locks):  # per kind (wait ids are heap or stack addresses)
+        got = prof.locks.groupby("kind").agg(n=("acquisitions", "sum"),
+                                             locks=("wait_id", "nunique"))
+        acquired = locks.dropna(subset=["acquired_ns"])
+        want = acquired.groupby(acquired["kind"].astype(str)).agg(
+            n=("wait_id", "size"), locks=("wait_id", "nunique"))
+        assert got.to_dict() == want.to_dict()
 
     created = tables.created(trace).groupby("codeptr").size()
     got = prof.tasks.groupby("codeptr")["created"].sum()
