@@ -326,7 +326,8 @@ STATS_DOC = Obj(
     {"recording": Bool(), "runtime_states": List(Obj({}, {"initialized": Bool(),
                                                           "finalized": Bool()})),
      "modules": List(MODULE), "region_names": List(Str()), "region_unnamed": _COUNT,
-     "error_messages_unkept": _COUNT, "devices": List(DEVICE)})
+     "error_messages_unkept": _COUNT, "devices": List(DEVICE),
+     "profile_unmapped": _COUNT})  # profile mode: threads whose tables could not be mapped
 #: A STACKS document: the Python stacks' codes and stacks from ids ``*_from`` on.
 STACKS_DOC = Obj(
     {"interpreter": Maybe(Obj({}, INTERPRETER)),

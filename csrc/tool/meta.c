@@ -411,5 +411,8 @@ int omptpy_stats_json(omptpy_str *s, bool final) {
   /* The devices' counters now (device tracing goes on after the meta). */
   rc = rc ? rc : omptpy_put(s, "],\"devices\":");
   rc = rc ? rc : omptpy_devices_json(s, -1);
+  if (omptpy_profiling)
+    rc = rc ? rc : omptpy_put(s, ",\"profile_unmapped\":%llu",
+                              (unsigned long long)omptpy_profile_unmapped());
   return finish_document(s, rc);
 }

@@ -156,12 +156,17 @@ static omptpy_profile_row *row(omptpy_profile *p, uint32_t thread, int table, in
   }
 }
 
-static inline void add(omptpy_profile_row *r, uint64_t d) {
-  r->count++;
+/* A duration into total, min, max and the histogram. */
+static inline void add_time(omptpy_profile_row *r, uint64_t d) {
   r->total += d;
   if (d < r->min) r->min = d;
   if (d > r->max) r->max = d;
   r->hist[bucket(d)]++;
+}
+
+static inline void add(omptpy_profile_row *r, uint64_t d) {
+  r->count++;
+  add_time(r, d);
 }
 
 static void construct(omptpy_thread *t, int event, int kind, uint64_t codeptr, uint64_t d) {
@@ -212,7 +217,10 @@ static void on_parallel_begin(ompt_data_t *encountering_task, const ompt_frame_t
   (void)frame, (void)requested;
   PGUARD();
   if (parallel_data) parallel_data->value = (uint64_t)(uintptr_t)codeptr;
-  if (p->nregion == DEPTH) return lost(p);
+  if (p->nregion == DEPTH) {
+    lost(p);
+    return;
+  }
   p->region[p->nregion++] = (region){encountering_task, parallel_data, (uint64_t)(uintptr_t)codeptr,
                                      omptpy_now(), (flags & ompt_parallel_league) != 0};
 }
@@ -240,7 +248,10 @@ static void on_implicit_task(ompt_scope_endpoint_t endpoint, ompt_data_t *parall
   (void)actual, (void)index;
   PGUARD();
   if (endpoint == ompt_scope_begin) {
-    if (p->nctx == DEPTH) return lost(p);
+    if (p->nctx == DEPTH) {
+      lost(p);
+      return;
+    }
     bool initial = (flags & ompt_task_initial) != 0;
     p->ctx[p->nctx++] = (ctx){.task = task_data, .parallel = initial ? NULL : parallel_data,
                               .codeptr = !initial && parallel_data ? parallel_data->value : 0,
@@ -288,7 +299,8 @@ static void on_task_create(ompt_data_t *encountering_task, const ompt_frame_t *f
   PGUARD();
   uint64_t site = (uint64_t)(uintptr_t)codeptr;
   if (new_task) new_task->value = site | EXPLICIT_BIT;
-  omptpy_profile_row *r = row(p, t->index, OMPTPY_PROFILE_TASK, ompt_callback_task_create, 0, site, 0);
+  omptpy_profile_row *r =
+      row(p, t->index, OMPTPY_PROFILE_TASK, ompt_callback_task_create, 0, site, 0);
   if (r) r->count++;
 }
 
@@ -303,9 +315,8 @@ static void on_task_schedule(ompt_data_t *prior, ompt_task_status_t status, ompt
     if (status != ompt_task_yield && status != ompt_task_switch && !c->implicit) {
       omptpy_profile_row *r = row(p, t->index, OMPTPY_PROFILE_TASK, ompt_callback_task_create, 0,
                                   c->codeptr, 0);
-      if (r) {
-        add(r, c->acc);
-        r->count--; /* add() counts; count is of tasks created */
+      if (r) { /* count is of the tasks created here, a of those run */
+        add_time(r, c->acc);
         r->a++;
       }
       p->nctx = i - 1;
@@ -318,13 +329,19 @@ static void on_task_schedule(ompt_data_t *prior, ompt_task_status_t status, ompt
       return;
     }
   if (next && next->value & EXPLICIT_BIT) {
-    if (p->nctx == DEPTH) return lost(p);
+    if (p->nctx == DEPTH) {
+      lost(p);
+      return;
+    }
     p->ctx[p->nctx++] = (ctx){.task = next, .codeptr = next->value & ~EXPLICIT_BIT, .begin = now};
   }
 }
 
 static void scope_begin(omptpy_profile *p, int event, int kind, uint64_t codeptr) {
-  if (p->nscope == DEPTH) return lost(p);
+  if (p->nscope == DEPTH) {
+    lost(p);
+    return;
+  }
   p->scope[p->nscope++] = (scope){codeptr, omptpy_now(), (uint16_t)event, (uint8_t)kind};
 }
 
@@ -348,16 +365,20 @@ static void on_work(ompt_work_t type, ompt_scope_endpoint_t endpoint, ompt_data_
                     ompt_data_t *task_data, uint64_t count, const void *codeptr) {
   (void)parallel_data, (void)task_data, (void)count;
   PGUARD();
-  if (endpoint == ompt_scope_begin) scope_begin(p, ompt_callback_work, type, (uint64_t)(uintptr_t)codeptr);
-  else scope_end(t, p, ompt_callback_work, type);
+  if (endpoint == ompt_scope_begin)
+    scope_begin(p, ompt_callback_work, type, (uint64_t)(uintptr_t)codeptr);
+  else
+    scope_end(t, p, ompt_callback_work, type);
 }
 
 static void on_masked(ompt_scope_endpoint_t endpoint, ompt_data_t *parallel_data,
                       ompt_data_t *task_data, const void *codeptr) {
   (void)parallel_data, (void)task_data;
   PGUARD();
-  if (endpoint == ompt_scope_begin) scope_begin(p, ompt_callback_masked, 0, (uint64_t)(uintptr_t)codeptr);
-  else scope_end(t, p, ompt_callback_masked, 0);
+  if (endpoint == ompt_scope_begin)
+    scope_begin(p, ompt_callback_masked, 0, (uint64_t)(uintptr_t)codeptr);
+  else
+    scope_end(t, p, ompt_callback_masked, 0);
 }
 
 static void on_sync_region(ompt_sync_region_t kind, ompt_scope_endpoint_t endpoint,
@@ -367,7 +388,8 @@ static void on_sync_region(ompt_sync_region_t kind, ompt_scope_endpoint_t endpoi
   PGUARD();
   if (endpoint == ompt_scope_begin)
     scope_begin(p, ompt_callback_sync_region, kind, (uint64_t)(uintptr_t)codeptr);
-  else scope_end(t, p, ompt_callback_sync_region, kind);
+  else
+    scope_end(t, p, ompt_callback_sync_region, kind);
 }
 
 /* Barrier kinds wait as barriers; taskwait, taskgroup and reduction as sync
@@ -400,8 +422,12 @@ static void on_mutex_acquire(ompt_mutex_t kind, unsigned int hint, unsigned int 
                              ompt_wait_id_t wait_id, const void *codeptr) {
   (void)hint, (void)impl;
   PGUARD();
-  if (p->nheld == DEPTH) return lost(p);
-  p->held[p->nheld++] = (held){wait_id, (uint64_t)(uintptr_t)codeptr, omptpy_now(), 0, (uint8_t)kind};
+  if (p->nheld == DEPTH) {
+    lost(p);
+    return;
+  }
+  p->held[p->nheld++] =
+      (held){wait_id, (uint64_t)(uintptr_t)codeptr, omptpy_now(), 0, (uint8_t)kind};
 }
 
 static held *find_held(omptpy_profile *p, ompt_wait_id_t wait_id, bool acquired) {

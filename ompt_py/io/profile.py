@@ -55,8 +55,9 @@ class Profile:
     * ``tasks``: creation codeptr, thread: created, ran (tasks that finished
       running on the thread), run_total_ns, run_min_ns, run_max_ns, hist;
 
-    ``meta``: ``processes`` (pid, source, slots: per thread slot its
-    ``overflow``, the aggregates not made, and the ``threads`` its rows name).
+    ``meta``: ``processes`` (pid, source, ``unmapped``: threads that had no
+    memory for their tables, slots: per thread slot its ``overflow``, the
+    aggregates not made, and the ``threads`` its rows name).
     """
 
     constructs: pd.DataFrame
@@ -188,10 +189,16 @@ def load_profile(path: str | os.PathLike) -> Profile:
         rows, slots = read_payloads(payloads, p.path)
         for name, df in tables(rows, p.meta["pid"], _scale(p)).items():
             parts[name].append(df)
-        processes.append({"pid": p.meta["pid"], "source": p.path, "slots": slots})
+        unmapped = p.stats[-1].get("profile_unmapped", 0) if p.stats else 0
+        processes.append({"pid": p.meta["pid"], "source": p.path, "slots": slots,
+                          "unmapped": unmapped})
     if not processes:
         raise TraceFileError(f"{source} holds no profile: run the program with "
                              "OMPTPY_PROFILE=on (ompt-py run --profile)")
+    unmapped = sum(proc["unmapped"] for proc in processes)
+    if unmapped:
+        warnings.warn(f"{source}: {unmapped:,} threads had no memory for their profile tables: "
+                      "their events are in no figure", TraceWarning, stacklevel=2)
     lost = sum(s["overflow"] for proc in processes for s in proc["slots"])
     if lost:
         warnings.warn(f"{source}: {lost:,} aggregates were not made because a thread's table "
