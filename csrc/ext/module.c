@@ -302,7 +302,9 @@ static PyMethodDef methods[] = {
     {"stats", py_stats, METH_NOARGS,
      DOC("stats($module, /)", "Per-thread written/dropped counters and a clock anchor, as JSON.")},
     {"profile", py_profile, METH_NOARGS,
-     "profile() -> bytes: profile mode's PROFILE blocks so far, as a raw file holds them."},
+     DOC("profile($module, /)",
+         "Profile mode's PROFILE blocks so far, as a raw file holds them "
+         "(io.profile.parse_blocks).")},
     {"runtime_info", py_runtime_info, METH_NOARGS,
      DOC("runtime_info($module, /)",
          "What each attached runtime's inquiry functions answer, as JSON.")},
