@@ -2,13 +2,15 @@
 """Overhead benchmark of ompt-py on the LLVM OpenMP runtime.
 
 Runs two OpenMP workloads on 2 threads, (W1) 10**6 empty parallel regions and
-(W2) 10**6 trivial tasks, under five configurations:
+(W2) 10**6 trivial tasks, under seven configurations:
 
     a  no tool
     b  null tool: attached, registers no callback (bench/null_tool.c)
     c  minimal hand-written recorder (bench/min_recorder.c)
     d  ompt-py attached, recording off (OMPTPY_RECORD=off)
     e  ompt-py recording
+    f  ompt-py recording in memory (ompt_py.trace() with OMPTPY_RESERVE)
+    g  ompt-py profile mode (OMPTPY_PROFILE=on: per-thread aggregates, no records)
 
 and prints the figures of the project's performance targets, each marked
 PASS or FAIL.  It is a report, not a test: it exits 0 whatever the figures
@@ -52,7 +54,7 @@ WARNINGS = ("-Wall", "-Wextra", "-Werror")
 NUM_THREADS = 2
 WORKLOADS = ("regions", "tasks")
 WORKLOAD_UNIT = {"regions": "region", "tasks": "task"}
-CONFIGS = ("a", "b", "c", "d", "e", "f")
+CONFIGS = ("a", "b", "c", "d", "e", "f", "g")
 CONFIG_LABELS = {
     "a": "no tool",
     "b": "null tool",
@@ -60,11 +62,12 @@ CONFIG_LABELS = {
     "d": "ompt-py paused",
     "e": "ompt-py recording",
     "f": "ompt-py in memory",
+    "g": "ompt-py profile",
 }
 RECORDING_CONFIGS = ("e", "f")
 # Bytes of OMPTPY_RESERVE for config f: the min recorder's bound, in 64-byte records.
 RESERVE_RECORDS = {"regions": 15, "tasks": 4}
-OMPT_PY_CONFIGS = ("d", "e")
+OMPT_PY_CONFIGS = ("d", "e", "g")
 # Variables of ours or of the runtime's tool interface that must not leak from
 # the caller's environment into a configuration that does not set them.
 STRIPPED_ENV_PREFIXES = ("OMP_TOOL", "OMPTPY_", "MINREC_")
@@ -78,6 +81,7 @@ BUSY_WARNING = 0.2  # CPU busy fraction before the start above which a warning i
 TASK_RECORD_NS_MAX = 15.0
 RECORDER_RATIO_MAX = 1.25
 PAUSED_NS_MAX = 2.0
+PROFILE_NS_MAX = 3.0  # profile mode, per event over no tool, on the tasks workload
 PANDAS_RATE_MIN = 10e6
 NUMPY_RATE_MIN = 50e6
 # to_pandas() runs this many times on the Python route's trace (each a new
@@ -490,6 +494,8 @@ def config_env(
         env["OMPTPY_OUTPUT"] = str(outdir)
         if cfg == "d":
             env["OMPTPY_RECORD"] = "off"
+        if cfg == "g":
+            env["OMPTPY_PROFILE"] = "on"
     if verbose_init:
         env["OMP_TOOL_VERBOSE_INIT"] = "stderr"
     return env
@@ -848,6 +854,8 @@ def targets(bench: Bench, py: PyRoute | None, workloads: bool = True) -> list[Ta
         # nothing (the runtime's own cost of having a tool is b-a, shown above).
         cost(regions, "d", "paused cost", PAUSED_NS_MAX, base="b"),
         cost(tasks, "d", "paused cost", PAUSED_NS_MAX, base="b"),
+        # Profile mode: the events a trace would hold, aggregated instead.
+        cost(tasks, "g", CONFIG_LABELS["g"], PROFILE_NS_MAX),
         dropped,
         *route_targets(py),
     ]

@@ -34,6 +34,15 @@ BLOCK_RECORDS: Final[int]
 BLOCK_STATS: Final[int]
 BLOCK_STACKS: Final[int]
 BLOCK_LEDGER: Final[int]
+BLOCK_PROFILE: Final[int]
+PROFILE_VERSION: Final[int]
+PROFILE_HEAD_SIZE: Final[int]
+PROFILE_ROW_SIZE: Final[int]
+PROFILE_BUCKETS: Final[int]
+PROFILE_CONSTRUCT: Final[int]
+PROFILE_REGION: Final[int]
+PROFILE_LOCK: Final[int]
+PROFILE_TASK: Final[int]
 BLOCK_HEADER_SIZE: Final[int]
 LEDGER_PROCESS: Final[int]
 LEDGER_SLOT: Final[int]
@@ -123,6 +132,9 @@ def take() -> Records:
 
 def meta() -> str:
     """The process and runtime description, as JSON."""
+
+def profile() -> bytes:
+    """Profile mode's PROFILE blocks so far, as a raw file holds them (io.profile.parse_blocks)."""
 
 def stats() -> str:
     """Per-thread written/dropped counters and a clock anchor, as JSON."""

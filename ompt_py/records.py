@@ -436,6 +436,29 @@ FRAME_EVENTS = tuple(SINCE["frames"])
 
 check_layout(_core.record_layout())
 
+# ---- profile mode's rows (PROFILE blocks: csrc/tool/omptpy_file.h) ---------------------
+
+PROFILE_VERSION = 1
+PROFILE_BUCKETS = 64
+#: struct omptpy_profile_head: the start of a PROFILE block's payload.
+PROFILE_HEAD_DTYPE = np.dtype([("version", "<u4"), ("row_size", "<u4"), ("slot", "<u4"),
+                               ("nrows", "<u4"), ("overflow", "<u8"), ("reserved", "<u8", 5)])
+#: struct omptpy_profile_row: one aggregate (times in clock ticks).
+PROFILE_ROW_DTYPE = np.dtype([
+    ("codeptr", "<u8"), ("wait_id", "<u8"), ("thread", "<u4"), ("event", "<u2"), ("kind", "u1"),
+    ("table", "u1"), ("count", "<u8"), ("total", "<u8"), ("min", "<u8"), ("max", "<u8"),
+    ("a", "<u8"), ("b", "<u8"), ("c", "<u8"), ("reserved", "<u8", 6),
+    ("hist", "<u8", PROFILE_BUCKETS)])
+#: The tables of a profile, by their number in a row's ``table``.
+PROFILE_TABLES = {_core.PROFILE_CONSTRUCT: "constructs", _core.PROFILE_REGION: "regions_threads",
+                  _core.PROFILE_LOCK: "locks", _core.PROFILE_TASK: "tasks"}
+if (PROFILE_HEAD_DTYPE.itemsize, PROFILE_ROW_DTYPE.itemsize, PROFILE_VERSION,
+        PROFILE_BUCKETS) != (_core.PROFILE_HEAD_SIZE, _core.PROFILE_ROW_SIZE,
+                             _core.PROFILE_VERSION, _core.PROFILE_BUCKETS):
+    raise ImportError("ompt_py._core was built for another profile row layout; reinstall the "
+                      "package (pip install --force-reinstall ompt-py) so both parts come from "
+                      "one build")
+
 
 # ---- names as categoricals (to_pandas(), the exports, Parquet) ------------------------
 

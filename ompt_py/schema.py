@@ -272,7 +272,7 @@ CONFIG = Obj({}, {"enabled": Bool(), "buffer_bytes": _COUNT, "overflow": Str(),
                   "drain_ms": Num(), "sample_hz": Num(), "place_info": Bool(), "sink": Str(),
                   "output": Str(), "error": Str(), "handler_queue_bytes": _COUNT,
                   "zero_copy": Bool(), "device_trace": Bool(), "device_buffer_bytes": _COUNT,
-                  "device_memory_bytes": _COUNT})
+                  "device_memory_bytes": _COUNT, "profile": Bool(), "profile_entries": _COUNT})
 RUNTIME = Obj({"version": Str()},
               {"omp_version": Int(-I64 - 1, I64), "path": Str(), "initialized": Bool(),
                "finalized": Bool(), "callbacks": Dict(Str())})
@@ -326,7 +326,8 @@ STATS_DOC = Obj(
     {"recording": Bool(), "runtime_states": List(Obj({}, {"initialized": Bool(),
                                                           "finalized": Bool()})),
      "modules": List(MODULE), "region_names": List(Str()), "region_unnamed": _COUNT,
-     "error_messages_unkept": _COUNT, "devices": List(DEVICE)})
+     "error_messages_unkept": _COUNT, "devices": List(DEVICE),
+     "profile_unmapped": _COUNT})  # profile mode: threads whose tables could not be mapped
 #: A STACKS document: the Python stacks' codes and stacks from ids ``*_from`` on.
 STACKS_DOC = Obj(
     {"interpreter": Maybe(Obj({}, INTERPRETER)),
@@ -354,6 +355,7 @@ BLOCKS: dict[int, Block] = {
     _core.BLOCK_STATS: Block("STATS", "json", STATS_DOC),
     _core.BLOCK_STACKS: Block("STACKS", "json", STACKS_DOC),
     _core.BLOCK_LEDGER: Block("LEDGER", "binary"),  # io/ledger.py: its prefix and layout
+    _core.BLOCK_PROFILE: Block("PROFILE", "binary"),  # io/profile.py (profile mode)
 }
 
 # ---- Parquet files -------------------------------------------------------------------------

@@ -73,6 +73,18 @@ static PyObject *py_stats(PyObject *m, PyObject *args) {
   Py_END_ALLOW_THREADS return json_result(s);
 }
 
+/* Profile mode in memory: the PROFILE blocks as the file holds them (bytes). */
+static PyObject *py_profile(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  size_t len = 0;
+  char *s;
+  Py_BEGIN_ALLOW_THREADS s = omptpy_profile_take(&len);
+  Py_END_ALLOW_THREADS if (!s) return PyErr_NoMemory();
+  PyObject *out = PyBytes_FromStringAndSize(s, (Py_ssize_t)len);
+  free(s);
+  return out;
+}
+
 static PyObject *py_runtime_info(PyObject *m, PyObject *args) {
   (void)m, (void)args;
   return json_result(omptpy_runtime_info());
@@ -289,6 +301,10 @@ static PyMethodDef methods[] = {
      DOC("meta($module, /)", "The process and runtime description, as JSON.")},
     {"stats", py_stats, METH_NOARGS,
      DOC("stats($module, /)", "Per-thread written/dropped counters and a clock anchor, as JSON.")},
+    {"profile", py_profile, METH_NOARGS,
+     DOC("profile($module, /)",
+         "Profile mode's PROFILE blocks so far, as a raw file holds them "
+         "(io.profile.parse_blocks).")},
     {"runtime_info", py_runtime_info, METH_NOARGS,
      DOC("runtime_info($module, /)",
          "What each attached runtime's inquiry functions answer, as JSON.")},
@@ -405,6 +421,15 @@ static const struct {
     C(BLOCK_STACKS, OMPTPY_BLOCK_STACKS),
     C(BLOCK_LEDGER, OMPTPY_BLOCK_LEDGER),
     C(BLOCK_HEADER_SIZE, sizeof(omptpy_block_header)),
+    C(BLOCK_PROFILE, OMPTPY_BLOCK_PROFILE),
+    C(PROFILE_VERSION, OMPTPY_PROFILE_VERSION),
+    C(PROFILE_HEAD_SIZE, sizeof(omptpy_profile_head)),
+    C(PROFILE_ROW_SIZE, sizeof(omptpy_profile_row)),
+    C(PROFILE_BUCKETS, OMPTPY_PROFILE_BUCKETS),
+    C(PROFILE_CONSTRUCT, OMPTPY_PROFILE_CONSTRUCT),
+    C(PROFILE_REGION, OMPTPY_PROFILE_REGION),
+    C(PROFILE_LOCK, OMPTPY_PROFILE_LOCK),
+    C(PROFILE_TASK, OMPTPY_PROFILE_TASK),
     C(LEDGER_PROCESS, OMPTPY_LEDGER_PROCESS),
     C(LEDGER_SLOT, OMPTPY_LEDGER_SLOT),
     C(LEDGER_NONE, OMPTPY_LEDGER_NONE),

@@ -320,6 +320,7 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
     atomic_store_explicit(&omptpy_buf.all, t, memory_order_release);
   }
   pthread_mutex_unlock(&omptpy_buf.lock);
+  omptpy_profile_thread_start(t);
   omptpy_tls_thread = t;
   pthread_setspecific(exit_key, t);
   omptpy_sampler_thread_start(t);

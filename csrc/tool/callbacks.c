@@ -562,6 +562,7 @@ static void on_target_submit(ompt_id_t target_id, ompt_id_t host_op_id,
 }
 
 void omptpy_emit_own(int event, int endpoint, uint64_t codeptr, uint64_t u64a, bool stack) {
+  if (omptpy_profiling) return; /* profile mode writes no record (region markers included) */
   GUARD();
   emit(t, event, endpoint, 0, codeptr, 0, 0, u64a, stack ? omptpy_stack_id(t, 0, codeptr) : 0,
        0, 0);
@@ -655,12 +656,18 @@ static int emi_of(int event) {
   }
 }
 
+/* The handler registered for TABLE[i]: profile mode's where it has one. */
+static ompt_callback_t handler(size_t i) {
+  ompt_callback_t fn = omptpy_profiling ? omptpy_profile_handler(TABLE[i].event) : NULL;
+  return fn ? fn : TABLE[i].fn;
+}
+
 /* The non-EMI target events come after the EMI ones in TABLE: each is
  * registered only when its EMI event is never called (libomp 19 calls only
  * the EMI one when both are registered, another runtime might call both). */
 void omptpy_register_callbacks(omptpy_runtime *rt) {
   for (size_t i = 0; i < sizeof TABLE / sizeof *TABLE; i++) {
-    ompt_callback_t fn = TABLE[i].fn;
+    ompt_callback_t fn = handler(i);
     int emi = emi_of(TABLE[i].event);
     if (emi && rt->levels[emi] != ompt_set_never) continue;
     if (TABLE[i].event == ompt_callback_thread_begin)
@@ -699,7 +706,7 @@ void omptpy_callbacks_enable(omptpy_runtime *rt, uint64_t events) {
         rt->levels[ev] < 0)
       continue;
     if (events & bit) {
-      if (!(rt->registered & bit)) rt->set_callback(ev, TABLE[i].fn);
+      if (!(rt->registered & bit)) rt->set_callback(ev, handler(i));
       rt->registered |= bit;
     } else if (!atomic_load_explicit(&rt->initialized, memory_order_relaxed) &&
                (rt->registered & bit)) {

@@ -13,6 +13,11 @@
 #include "omptpy_internal.h"
 
 #define DEFAULT_BUFFER_BYTES ((size_t)8 << 20)
+/* Profile mode: rows (640 bytes each, in a table of twice as many, mapped
+ * without reserving: only the pages of rows made are touched) per thread slot. */
+#define DEFAULT_PROFILE_ENTRIES 4096
+#define MIN_PROFILE_ENTRIES 16
+#define MAX_PROFILE_ENTRIES (1L << 20)
 #define MIN_BUFFER_BYTES ((size_t)2 * OMPTPY_CHUNK_RECORDS * sizeof(omptpy_record))
 
 static int bad(omptpy_config *cfg, const char *name, const char *value, const char *allowed) {
@@ -235,6 +240,19 @@ int omptpy_config_read(omptpy_config *cfg) {
       return bad(cfg, "OMPTPY_SAMPLE_SIGNAL", v, allowed);
     }
     cfg->sample_signal = (int)sig;
+  }
+  cfg->profile_entries = DEFAULT_PROFILE_ENTRIES;
+  if ((v = getenv("OMPTPY_PROFILE")) && *v) {
+    int s = parse_switch(v);
+    if (s < 0) return bad(cfg, "OMPTPY_PROFILE", v, "on or off");
+    cfg->profile = s;
+  }
+  if ((v = getenv("OMPTPY_PROFILE_ENTRIES")) && *v) {
+    long n;
+    if (parse_range(v, MIN_PROFILE_ENTRIES, MAX_PROFILE_ENTRIES, &n) != 0)
+      return bad(cfg, "OMPTPY_PROFILE_ENTRIES", v,
+                 "a whole number of aggregates per thread from 16 to 1048576 (default 4096)");
+    cfg->profile_entries = (uint32_t)n;
   }
   if ((v = getenv("OMPTPY_OUTPUT")) && *v) {
     if (strlen(v) >= sizeof cfg->output - 64)

@@ -288,6 +288,8 @@ int omptpy_meta_json(omptpy_str *s) {
                             g->cfg.device_trace ? "true" : "false", g->cfg.device_buffer_bytes,
                             g->cfg.device_memory_bytes);
   rc = rc ? rc : omptpy_put(s, ",\"zero_copy\":%s", omptpy_zero_copy() ? "true" : "false");
+  rc = rc ? rc : omptpy_put(s, ",\"profile\":%s,\"profile_entries\":%u",
+                            g->cfg.profile ? "true" : "false", g->cfg.profile_entries);
   rc = rc ? rc : omptpy_put(s, ",\"sample_signal\":%d,\"sample_error\":", g->cfg.sample_signal);
   rc = rc ? rc : omptpy_put_string(s, g->cfg.sample_error, strlen(g->cfg.sample_error));
   rc = rc ? rc : omptpy_put(s, "},\"start_tool_calls\":%d,\"declined\":%d,\"runtimes\":[",
@@ -409,5 +411,8 @@ int omptpy_stats_json(omptpy_str *s, bool final) {
   /* The devices' counters now (device tracing goes on after the meta). */
   rc = rc ? rc : omptpy_put(s, "],\"devices\":");
   rc = rc ? rc : omptpy_devices_json(s, -1);
+  if (omptpy_profiling)
+    rc = rc ? rc : omptpy_put(s, ",\"profile_unmapped\":%llu",
+                              (unsigned long long)omptpy_profile_unmapped());
   return finish_document(s, rc);
 }

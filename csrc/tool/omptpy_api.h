@@ -33,6 +33,10 @@ void omptpy_release(void *base, size_t mapped);
 char *omptpy_meta(void);
 char *omptpy_stats(void);
 char *omptpy_runtime_info(void);
+/* Profile mode (OMPTPY_PROFILE=on), in memory: every thread slot's PROFILE block
+ * (header and payload, as in the file: omptpy_file.h), `*len` bytes, to free()
+ * with free(); NULL when out of memory. */
+char *omptpy_profile_take(size_t *len);
 const char *omptpy_tool_path(void);
 
 /* ---- times: raw clock ticks to CLOCK_MONOTONIC nanoseconds ------------------------- */

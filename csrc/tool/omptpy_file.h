@@ -5,7 +5,8 @@
  * RECORDS (the omptpy_record array of one thread, in order), STATS (JSON
  * counters with a clock anchor, written as the run goes and once more at the
  * end) and STACKS (JSON: the interpreter call stacks added since the previous
- * STACKS block, see omptpy_stacks in omptpy_api.h).  Readers take these
+ * STACKS block, see omptpy_stacks in omptpy_api.h) and PROFILE (profile
+ * mode, OMPTPY_PROFILE: a thread slot's aggregates, see below).  Readers take these
  * values from here (ompt_py through _core's FILE_MAGIC, BLOCK_*, LEDGER_* and
  * BLOCK_HEADER_SIZE).
  *
@@ -34,7 +35,7 @@
 #define OMPTPY_FILE_MAGIC 0x5450504fu /* "OPPT" in the file's (little-endian) bytes */
 
 enum { OMPTPY_BLOCK_META = 1, OMPTPY_BLOCK_RECORDS = 2, OMPTPY_BLOCK_STATS = 3,
-       OMPTPY_BLOCK_STACKS = 4, OMPTPY_BLOCK_LEDGER = 5 };
+       OMPTPY_BLOCK_STACKS = 4, OMPTPY_BLOCK_LEDGER = 5, OMPTPY_BLOCK_PROFILE = 6 };
 
 typedef struct omptpy_block_header {
   uint32_t magic;
@@ -105,5 +106,72 @@ typedef struct omptpy_ledger_thread {
 _Static_assert(sizeof(omptpy_ledger_prefix) == 32, "the ledger prefix is 32 bytes");
 _Static_assert(sizeof(omptpy_ledger_head) == 64, "the ledger head is 64 bytes");
 _Static_assert(sizeof(omptpy_ledger_thread) == 64, "a ledger thread entry is 64 bytes");
+
+/*
+ * PROFILE blocks (profile mode: OMPTPY_PROFILE=on; profile.c), written at the
+ * end (finalize, exit, omptpy_finish, the preload hook's endings) instead of
+ * RECORDS, with every STATS block written there (an ending may come more than
+ * once: each block holds everything so far, a reader keeps each slot's last):
+ * one per thread slot (buffer.c reuses a slot for later threads; each row
+ * names its thread), an omptpy_profile_head and `nrows` rows of
+ * `row_size` bytes.  Every row is one aggregate, keyed by (table, event,
+ * kind, thread, codeptr, wait_id); times are clock ticks (converted like a
+ * record's, with the file's anchors), histograms count durations by the bit
+ * length of their nanoseconds (bucket b: [2^(b-1), 2^b) ns, bucket 0: 0 ns;
+ * the tick length is the start estimate, tick_ns_estimate of META).
+ *   CONSTRUCT  event, kind: what the construct is, in OMPT's own numbers
+ *              (event = the callback; kind = its kind argument): parallel_begin
+ *              (kind 1: a teams league, else 0), implicit_task (kind 1: an
+ *              initial task), work (work type), sync_region (sync kind),
+ *              masked (0), mutex_acquire (waits, mutex kind), mutex_acquired
+ *              (holds, mutex kind).  codeptr: the construct's; 0 where the
+ *              runtime gives none is the region's (implicit tasks, a worker's
+ *              implicit barrier).  count, total, min, max, hist: of durations
+ *   REGION     a parallel region's codeptr on a thread: count = implicit
+ *              tasks, total = their time; a, b, c = time waiting in barriers,
+ *              in taskwait/taskgroup/reduction and for locks/critical/ordered
+ *              (a wait counts while its task is the one running: a thread
+ *              running tasks inside a barrier is busy)
+ *   LOCK       event mutex_acquire, kind = mutex kind, wait_id, codeptr of the
+ *              acquisition: count = acquisitions, total/min/max = waits,
+ *              a = hold total, b = hold max, hist: waits
+ *   TASK       codeptr = the creation site (task_create), thread: count =
+ *              tasks created on the thread, a = tasks that finished running
+ *              on it, total/min/max/hist = their run time (the sum of the
+ *              intervals each ran, between task_schedule switches)
+ * Implicit tasks of workers end late in libomp (when the worker leaves the
+ * team's pool): their ends, and those of waits and constructs then still
+ * open, are the region's end when the encountering thread has published it.
+ */
+#define OMPTPY_PROFILE_VERSION 1
+#define OMPTPY_PROFILE_BUCKETS 64
+
+enum { OMPTPY_PROFILE_CONSTRUCT = 1, OMPTPY_PROFILE_REGION = 2, OMPTPY_PROFILE_LOCK = 3,
+       OMPTPY_PROFILE_TASK = 4 };
+
+typedef struct omptpy_profile_head {
+  uint32_t version;   /* OMPTPY_PROFILE_VERSION */
+  uint32_t row_size;  /* sizeof(omptpy_profile_row) */
+  uint32_t slot;      /* the thread slot */
+  uint32_t nrows;
+  uint64_t overflow;  /* aggregates not made: the table was full, or nesting too deep */
+  uint64_t reserved[5];
+} omptpy_profile_head;
+
+typedef struct omptpy_profile_row {
+  uint64_t codeptr;
+  uint64_t wait_id;
+  uint32_t thread;    /* the tool's thread index */
+  uint16_t event;
+  uint8_t kind;
+  uint8_t table;      /* OMPTPY_PROFILE_*; 0: an unused entry (never written) */
+  uint64_t count, total, min, max; /* ticks */
+  uint64_t a, b, c;
+  uint64_t reserved[6];
+  uint64_t hist[OMPTPY_PROFILE_BUCKETS];
+} omptpy_profile_row;
+
+_Static_assert(sizeof(omptpy_profile_head) == 64, "the profile head is 64 bytes");
+_Static_assert(sizeof(omptpy_profile_row) == 640, "a profile row is 640 bytes");
 
 #endif /* OMPTPY_FILE_H */

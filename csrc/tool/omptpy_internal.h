@@ -11,7 +11,8 @@
  * device.c (device tracing: the device's entry points, its buffers),
  * sampler.c (state samples), tap.c (the Python handlers' queue), native.c
  * (native handlers), region.c (region markers), stacks.c (interpreter call
- * stacks, through the extension's hooks).  Internal functions return 0
+ * stacks, through the extension's hooks), profile.c (profile mode: per-thread
+ * aggregates instead of records).  Internal functions return 0
  * or a negative errno-style code; only the Python module raises.
  */
 #ifndef OMPTPY_INTERNAL_H
@@ -71,6 +72,8 @@ typedef struct omptpy_config {
   bool device_trace;          /* OMPTPY_DEVICE_TRACE: start device tracing where offered */
   size_t device_buffer_bytes; /* OMPTPY_DEVICE_BUFFER: one device trace buffer */
   size_t device_memory_bytes; /* OMPTPY_DEVICE_MEMORY: bound of the device buffers' pool */
+  bool profile;           /* OMPTPY_PROFILE: aggregates per thread instead of records */
+  uint32_t profile_entries; /* OMPTPY_PROFILE_ENTRIES: aggregates per thread slot */
   char output[4096];      /* OMPTPY_OUTPUT: directory of the file sink, "" for memory */
   char error[512];        /* why the configuration was refused, "" if valid */
 } omptpy_config;
@@ -215,6 +218,7 @@ typedef struct omptpy_thread {
     const ompt_frame_t *frame;
   } suspended[OMPTPY_SUSPENDED_MAX];
   uint32_t nsuspended;
+  struct omptpy_profile *prof; /* profile.c: the slot's tables (profile mode), NULL otherwise */
   int type;         /* ompt_thread_t */
   bool self_detach; /* no thread_end will come: the slot is given back at thread exit */
   int runtime;      /* runtime instance that began the thread */
@@ -572,6 +576,28 @@ void omptpy_meta_atfork_parent(void);
 void omptpy_meta_after_fork_child(void);
 /* What the inquiry functions of each initialised runtime answer now. */
 int omptpy_runtime_info_json(omptpy_str *s);
+
+/* ---- profile mode (profile.c; the block format in omptpy_file.h) ------------------- */
+
+/* OMPTPY_PROFILE=on: the handlers of profile.c replace the recording ones of
+ * the events they aggregate (omptpy_profile_handler), and no record is written
+ * for the sink. */
+extern bool omptpy_profiling;
+void omptpy_profile_init(const omptpy_config *cfg);
+/* The profile handler of an OMPT event, NULL when profile mode has none. */
+ompt_callback_t omptpy_profile_handler(int event);
+/* The events profile mode registers (bit = callback number). */
+uint64_t omptpy_profile_events(void);
+/* At thread attach (buffer.c): the slot's tables made on its first thread (mmap), the
+ * thread's own nesting state reset. */
+void omptpy_profile_thread_start(omptpy_thread *t);
+/* Every slot's PROFILE block (header and payload, as in the file) appended to s;
+ * 0 or -ENOMEM. */
+int omptpy_profile_blocks(omptpy_str *s);
+/* The file sink: the PROFILE blocks written (at the end). */
+void omptpy_profile_to_sink(void);
+/* Threads whose tables could not be mapped (their events are not counted anywhere else). */
+uint64_t omptpy_profile_unmapped(void);
 
 /* ---- device tracing (device.c) ------------------------------------------- */
 

@@ -126,6 +126,12 @@ static void on_sample(int sig, siginfo_t *si, void *ucontext) {
  * signal has no handler would end the program. */
 int omptpy_sampler_init(omptpy_config *cfg) {
   if (cfg->sample_hz == 0) return 0;
+  if (cfg->profile) {
+    snprintf(cfg->sample_error, sizeof cfg->sample_error,
+             "OMPTPY_SAMPLE_HZ is not used in profile mode (OMPTPY_PROFILE=on): no samples "
+             "are taken");
+    return -EINVAL;
+  }
   sample_signal = cfg->sample_signal;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);

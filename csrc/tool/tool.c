@@ -35,8 +35,12 @@ static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER;
 static void consumers_changed_locked(void) {
   bool sink = atomic_load(&omptpy_g.sink_on);
   bool active = sink || omptpy_tap_active() || atomic_load(&omptpy_native_count) != 0;
-  uint64_t events = !active ? 0 : sink ? UINT64_MAX : omptpy_tap_events() | omptpy_native_events();
-  atomic_store_explicit(&omptpy_g.wanted, events, memory_order_relaxed);
+  uint64_t handlers = omptpy_tap_events() | omptpy_native_events();
+  /* Profile mode: the sink wants aggregates, made by profile.c's handlers, not records. */
+  uint64_t events = !active ? 0 : !sink ? handlers
+                    : omptpy_profiling ? omptpy_profile_events() | handlers : UINT64_MAX;
+  atomic_store_explicit(&omptpy_g.wanted, sink && !omptpy_profiling ? events : handlers,
+                        memory_order_relaxed);
   if (active) atomic_store(&omptpy_g.recording, 1);
   int n = atomic_load(&omptpy_g.nruntimes);
   for (int i = 0; i < n && i < OMPTPY_MAX_RUNTIMES; i++) {
@@ -140,6 +144,7 @@ static void global_init(void) {
   for (int i = 0; i < OMPTPY_MAX_RUNTIMES; i++)
     for (int ev = 0; ev < OMPTPY_MAX_EVENTS; ev++) g->runtimes[i].levels[ev] = -1;
   if (init_rc != 0) return;
+  omptpy_profile_init(&g->cfg);
   omptpy_sink_open(&g->cfg);
   omptpy_drainer_init(&g->cfg);
   omptpy_buffers_init(&g->cfg);
@@ -187,6 +192,7 @@ static int on_initialize(ompt_function_lookup_t lookup, int initial_device_num,
 static void write_stats(bool final) {
   if (!omptpy_sink_is_file()) return;
   omptpy_stacks_to_sink();
+  omptpy_profile_to_sink();
   omptpy_str s = {0};
   if (omptpy_stats_json(&s, final) == 0) omptpy_sink_json(OMPTPY_BLOCK_STATS, s.p, s.len);
   omptpy_str_free(&s);
@@ -254,6 +260,15 @@ OMPTPY_API int omptpy_init(void) {
 }
 
 OMPTPY_API const char *omptpy_config_error(void) { return omptpy_g.cfg.error; }
+
+/* Profile mode, in memory: every slot's PROFILE block as in the file (header
+ * and payload each); the caller frees it with free().  NULL without memory. */
+OMPTPY_API char *omptpy_profile_take(size_t *len) {
+  omptpy_str s = {0};
+  if (omptpy_profile_blocks(&s) != 0 || omptpy_put(&s, "%s", "") != 0) return NULL;
+  *len = s.len;
+  return s.p;
+}
 
 /* Validates the environment as it is now, without changing the tool's configuration. */
 OMPTPY_API int omptpy_config_check(char *error, size_t size) {

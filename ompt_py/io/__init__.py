@@ -4,6 +4,7 @@
   ``ompt-py run``): blocks of JSON metadata and 64-byte records.
 * ``parquet``: ``Trace.save`` and its reader, one file or a dataset
   partitioned by process.
+* ``profile``: profile mode's aggregates (``load_profile``).
 * ``csv`` and ``perfetto``: exports, streamed in batches whose text is written
   in C (``streaming``).
 
@@ -27,8 +28,8 @@ import numpy as np
 
 from ..errors import TraceFileError, TraceWarning
 
-__all__ = ["EXPORT_FORMATS", "Parts", "export", "open_regular", "regular_files",
-           "warn_skipped"]
+__all__ = ["EXPORT_FORMATS", "Parts", "export", "load_profile", "open_regular",
+           "regular_files", "warn_skipped"]
 
 #: The formats of ``ompt-py export`` and ``export()``.
 EXPORT_FORMATS = ("perfetto", "csv", "parquet")
@@ -107,3 +108,11 @@ def export(trace: Any, path: str | os.PathLike, format: str) -> None:
                          f"{', '.join(EXPORT_FORMATS)}")
     writer = importlib.import_module(f".{format}", __name__)
     writer.write(trace, path)
+
+
+def load_profile(path: str | os.PathLike) -> Any:
+    """The profile (``io.profile.Profile``) of a raw file or a directory of them written
+    with ``OMPTPY_PROFILE=on``: see ``io.profile.load_profile``."""
+    from .profile import load_profile as load
+
+    return load(path)
