@@ -301,6 +301,16 @@ KIND_NAMES: dict[str, dict[int, str]] = {
     "target_data_op": TARGET_DATA_OPS,
 }
 
+#: The constructs of ``Trace.constructs()`` and of a profile, by the event that
+#: begins each (a mutex's wait by its acquire, its hold by its acquired).
+CONSTRUCTS = {"parallel_begin": "parallel region", "implicit_task": "implicit task",
+              "work": "work", "sync_region": "sync", "masked": "masked",
+              "mutex_acquire": "mutex wait", "mutex_acquired": "mutex hold"}
+#: Their kinds where no OMPT enumeration names them: a parallel region's by its
+#: league flag, an implicit task's by its initial-task flag.
+PARALLEL_KINDS = ("team", "league")
+IMPLICIT_KINDS = ("implicit", "initial")
+
 #: Named argument columns of Trace.to_pandas(): column -> (raw field, events using it).
 #: A field's halves (little-endian): u64b_lo/_hi two C ints, u32a_lo/_hi two uint16.
 ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -20,7 +20,14 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from ..records import EVENT_CODES, TASK_INITIAL, python_stack_ids
+from ..records import (
+    CONSTRUCTS,
+    EVENT_CODES,
+    IMPLICIT_KINDS,
+    PARALLEL_KINDS,
+    TASK_INITIAL,
+    python_stack_ids,
+)
 from ..units import format_ns
 from . import pystacks, tables
 from .cache import per_trace
@@ -200,25 +207,25 @@ def construct_instances(trace: Trace) -> pd.DataFrame:
         cat = values.astype("category").array
         return pd.Categorical.from_codes(cat.codes, list(cat.categories))  # one category dtype
 
-    add("parallel region", pd.Categorical.from_codes(regions["league"].to_numpy(np.int8),
-                                                     ["team", "league"]),
+    add(CONSTRUCTS["parallel_begin"], pd.Categorical.from_codes(
+        regions["league"].to_numpy(np.int8), list(PARALLEL_KINDS)),
         regions, regions["duration_ns"], regions["begin_ns"], regions["codeptr"],
         regions["parallel_id"])
-    add("implicit task", pd.Categorical.from_codes(
-        (to_int(implicit["flags"]) & TASK_INITIAL).astype(np.int8), ["implicit", "initial"]),
+    add(CONSTRUCTS["implicit_task"], pd.Categorical.from_codes(
+        (to_int(implicit["flags"]) & TASK_INITIAL).astype(np.int8), list(IMPLICIT_KINDS)),
         implicit, implicit["duration_ns"], implicit["begin_ns"], None, implicit["parallel_id"])
-    add("work", named(work["kind_raw"]), work, work["duration_ns"], work["begin_ns"],
-        work["codeptr"], work["parallel_id"])
-    add("sync", named(sync["kind_raw"]), sync, sync["duration_ns"], sync["begin_ns"],
-        sync["codeptr"], sync["parallel_id"])
+    add(CONSTRUCTS["work"], named(work["kind_raw"]), work, work["duration_ns"],
+        work["begin_ns"], work["codeptr"], work["parallel_id"])
+    add(CONSTRUCTS["sync_region"], named(sync["kind_raw"]), sync, sync["duration_ns"],
+        sync["begin_ns"], sync["codeptr"], sync["parallel_id"])
     if len(mutex):
         waited, held = mutex[mutex["wait_ns"].notna()], mutex[mutex["hold_ns"].notna()]
-        add("mutex wait", named(waited["kind"]), waited, waited["wait_ns"],
+        add(CONSTRUCTS["mutex_acquire"], named(waited["kind"]), waited, waited["wait_ns"],
             waited["acquire_ns"], waited["codeptr"])
-        add("mutex hold", named(held["kind"]), held, held["hold_ns"], held["acquired_ns"],
-            held["codeptr"])
-    add("masked", one("masked", len(masked)), masked, masked["duration_ns"], masked["begin_ns"],
-        masked["codeptr"], masked["parallel_id"])
+        add(CONSTRUCTS["mutex_acquired"], named(held["kind"]), held, held["hold_ns"],
+            held["acquired_ns"], held["codeptr"])
+    add(CONSTRUCTS["masked"], one("masked", len(masked)), masked, masked["duration_ns"],
+        masked["begin_ns"], masked["codeptr"], masked["parallel_id"])
     if len(pieces):
         runs = pieces.groupby(["pid", "task_id"], sort=False).agg(
             thread=("thread", "first"), begin_ns=("begin_ns", "min"),

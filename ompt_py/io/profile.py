@@ -21,8 +21,11 @@ import pandas as pd
 from .. import _core, schema
 from ..errors import TraceFileError, TraceWarning
 from ..records import (
+    CONSTRUCTS,
     EVENT_CODES,
+    IMPLICIT_KINDS,
     KIND_NAMES,
+    PARALLEL_KINDS,
     PROFILE_HEAD_DTYPE,
     PROFILE_ROW_DTYPE,
     PROFILE_TABLES,
@@ -32,12 +35,8 @@ from . import rawfile
 
 #: A parallel region's and an implicit task's kinds in a profile row (the tool's
 #: flags: a teams league, an initial task).
-_OWN_KINDS = {"parallel_begin": {0: "team", 1: "league"},
-              "implicit_task": {0: "implicit", 1: "initial"}, "masked": {0: "masked"}}
-#: The construct each CONSTRUCT row's event stands for.
-CONSTRUCTS = {"parallel_begin": "parallel region", "implicit_task": "implicit task",
-              "work": "work", "sync_region": "sync", "masked": "masked",
-              "mutex_acquire": "mutex wait", "mutex_acquired": "mutex hold"}
+_OWN_KINDS = {"parallel_begin": dict(enumerate(PARALLEL_KINDS)),
+              "implicit_task": dict(enumerate(IMPLICIT_KINDS)), "masked": {0: "masked"}}
 _EVENT_NAMES = {code: name for name, code in EVENT_CODES.items()}
 
 
