@@ -335,7 +335,9 @@ def test_nothing_recorded_after_stop(emu, tmp_path):
 def test_device_clock_pairs_and_fit(emu, tmp_path):
     """device_clock pairs read the emulated clock (offset 5e12 ns, drift 1e-4): each pair's
     device time is the clock at a moment after its host time; the fit, where the trace has
-    one, maps device to host time within 50 us."""
+    one, maps device to host time within 50 us plus the fit's own residual (its largest
+    distance from a pair's midpoint: a pair whose reads a busy machine preempted moves the
+    line, and the fit says by how much)."""
     run = run_emu(emu, tmp_path, "--regions", "30", "--op-ns", "200000")
     devices = needs_device_tracing(run)
     ev = run.trace.events
@@ -358,10 +360,11 @@ def test_device_clock_pairs_and_fit(emu, tmp_path):
     host = run.trace.kernels().set_index("host_op_id")
     submits = run.records(lost=None, after_stop=False, type=EV_SUBMIT)
     assert submits
+    margin = 50_000 + clock["residual_ns"]
     for r in submits:
         host_ns = clock["slope"] * r["time"] + clock["offset_ns"]
         row = host.loc[r["host_op_id"]]
-        assert row["begin_ns"] - 50_000 < host_ns < row["end_ns"] + 50_000, (host_ns, row)
+        assert row["begin_ns"] - margin < host_ns < row["end_ns"] + margin, (host_ns, row, clock)
 
 
 SET_TRACE = {  # --set-trace SPEC: whether records come
