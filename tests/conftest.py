@@ -243,7 +243,40 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return f"runtime under test: libomp {LIBOMP_VERSION} ({TEST_LIBOMP}), OMPTPY_TEST_LIBOMP"
 
 
+# libomp registers each process in a file named by its pid (kmp_runtime.cpp,
+# __kmp_register_library_startup: shm_open, ftruncate, mmap).  A process killed
+# between the open and the ftruncate leaves an empty file; when the pid comes round
+# again (pid_max is 32768 here, and the suite starts thousands of processes, killing
+# many at start-up on purpose), libomp reads that file past its end and the new
+# process dies of SIGBUS at its first OpenMP call.  Empty files of dead pids go
+# before every test.
+_KMP_REGISTERED = re.compile(r"__KMP_REGISTERED_LIB_(\d+)_\d+")
+
+
+def remove_stale_libomp_registrations() -> int:
+    """Removes libomp's empty registration files of pids no longer alive; their number."""
+    removed = 0
+    for folder in ("/dev/shm", "/tmp"):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            found = _KMP_REGISTERED.fullmatch(name)
+            if not found or os.path.exists(f"/proc/{found[1]}"):
+                continue
+            path = os.path.join(folder, name)
+            try:
+                if os.stat(path).st_size == 0:
+                    os.unlink(path)
+                    removed += 1
+            except OSError:
+                pass
+    return removed
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    remove_stale_libomp_registrations()
     if TEST_LIBOMP is not None and not item.get_closest_marker("any_libomp"):
         pytest.skip(f"runs on libomp 19 only, not on the OMPTPY_TEST_LIBOMP runtime "
                     f"(libomp {LIBOMP_VERSION})")
