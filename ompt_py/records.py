@@ -534,6 +534,15 @@ STATE_CATEGORIES = Names({code: NORMALISED_STATES.get(name, name)
 WORK_STATES = tuple(code for code, name in OMPT_STATES.items() if name.startswith("work_"))
 
 
+def tick_scale(first: dict, last: dict | None, tick_ns_estimate: float) -> float:
+    """Nanoseconds per tick on the line through the clock anchors ``first`` and
+    ``last`` (``{"ticks", "mono_ns"}``), or the tool's estimate when ``last`` is
+    None or too close."""
+    return _core.tick_scale(first["ticks"], first["mono_ns"],
+                            last["ticks"] if last else None, last["mono_ns"] if last else None,
+                            tick_ns_estimate)
+
+
 def to_events(records: np.ndarray, first: dict, last: dict | None, tick_ns_estimate: float,
               origin_ns: int) -> np.ndarray:
     """Raw records (RAW_DTYPE) -> events (EVENT_DTYPE), in place: ticks become
@@ -542,9 +551,7 @@ def to_events(records: np.ndarray, first: dict, last: dict | None, tick_ns_estim
     tick's length when ``last`` is None or too close): every record's time, and
     the host time after the device's of each device_clock pair (u64b: int64
     nanoseconds in the events, as time_ns)."""
-    scale = _core.tick_scale(first["ticks"], first["mono_ns"],
-                             last["ticks"] if last else None, last["mono_ns"] if last else None,
-                             tick_ns_estimate)
+    scale = tick_scale(first, last, tick_ns_estimate)
     _core.ticks_to_ns(records, first["ticks"], first["mono_ns"], scale, origin_ns)
     # A device_clock pair's second host time (u64b) is in ticks too: on the same line.
     pairs = np.flatnonzero(records["event"] == EVENT_CODES["device_clock"])

@@ -30,6 +30,7 @@ from ..records import (
     PROFILE_ROW_DTYPE,
     PROFILE_TABLES,
     PROFILE_VERSION,
+    tick_scale,
 )
 from . import rawfile
 
@@ -163,13 +164,6 @@ def tables(rows: np.ndarray, pid: int, scale: float) -> dict[str, pd.DataFrame]:
     return out
 
 
-def _scale(p: rawfile.RawProcess) -> float:
-    last = p.stats[-1]["anchor"] if p.stats else None
-    first = p.meta["start_anchor"]
-    return _core.tick_scale(first["ticks"], first["mono_ns"], last["ticks"] if last else None,
-                            last["mono_ns"] if last else None, p.meta["tick_ns_estimate"])
-
-
 def load_profile(path: str | os.PathLike) -> Profile:
     """The profile of a raw file or of a directory of them (``OMPTPY_OUTPUT`` of a run
     with ``OMPTPY_PROFILE=on``): TraceFileError when a file cannot be read or holds no
@@ -186,7 +180,9 @@ def load_profile(path: str | os.PathLike) -> Profile:
         if not payloads:
             continue
         rows, slots = read_payloads(payloads, p.path)
-        for name, df in tables(rows, p.meta["pid"], _scale(p)).items():
+        for name, df in tables(rows, p.meta["pid"], tick_scale(
+            p.meta["start_anchor"], p.stats[-1]["anchor"] if p.stats else None,
+            p.meta["tick_ns_estimate"])).items():
             parts[name].append(df)
         unmapped = p.stats[-1].get("profile_unmapped", 0) if p.stats else 0
         processes.append({"pid": p.meta["pid"], "source": p.path, "slots": slots,

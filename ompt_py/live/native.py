@@ -31,7 +31,7 @@ from typing import Any
 
 from .. import _core
 from ..errors import NativeHandlerError
-from ..records import EVENTS, RAW_FIELDS
+from ..records import EVENTS, RAW_FIELDS, tick_scale
 from . import attach
 from .handlers import EventsArg, check_usable, event_codes, event_mask
 
@@ -172,8 +172,7 @@ def ns_per_tick() -> float:
     if meta["clock"] != "tsc":
         return 1.0
     first, last = meta["start_anchor"], json.loads(_core.stats())["anchor"]
-    return _core.tick_scale(first["ticks"], first["mono_ns"], last["ticks"], last["mono_ns"],
-                            meta["tick_ns_estimate"])
+    return tick_scale(first, last, meta["tick_ns_estimate"])
 
 
 class NativeHandler:
