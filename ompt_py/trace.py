@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from .io import Parts
     from .io.parquet import Converted
     from .live.recording import Recorder
+    from .profile import Profile
 
 _ID_COLUMNS = ("parallel_id", "task_id", "codeptr")
 
@@ -883,7 +884,7 @@ def _from_directory(path: str) -> Trace:
     return _merge(parts, sources, skipped)
 
 
-def load(path: str | os.PathLike) -> Trace:
+def load(path: str | os.PathLike) -> Trace | Profile:
     """Load a trace: a Parquet file (Trace.save, ompt-py run), one raw ``.omptraw``
     file, or a directory: the raw per-process files of a run (OMPTPY_OUTPUT), a
     dataset written by Trace.save (pid=N/ partitions), Parquet files, or a mix,
@@ -893,10 +894,18 @@ def load(path: str | os.PathLike) -> Trace:
     that cannot be read (or are not regular files: never opened), or can be read
     only in part, are left out with a TraceWarning and listed in
     ``meta["skipped"]`` ({"source", "reason"} each; empty when nothing was).
+
+    A profile (a file of Profile.save or ``ompt-py run --profile``, or raw files
+    written in profile mode, as their metadata says) loads as a ``Profile``.
     """
     from .io import rawfile
+    from .io.profile import holds_profile
+    from .profile import Profile
 
     path = os.fspath(path)
+    if holds_profile(path):
+        return (Profile.from_raw(path) if os.path.isdir(path) or path.endswith(rawfile.SUFFIX)
+                else Profile.from_parquet(path))
     if os.path.isdir(path):
         return _from_directory(path)
     if not os.path.exists(path):

@@ -1,37 +1,56 @@
-"""Reading profile mode's aggregates (OMPTPY_PROFILE=on, ``ompt-py run --profile``).
+"""Profile mode's aggregates (OMPTPY_PROFILE=on, ``ompt-py run --profile``): read
+from raw files, and written to and read from a profile file.
 
 The tool writes, per thread slot, PROFILE blocks of fixed-size rows
 (csrc/tool/omptpy_file.h; the numpy dtypes are ``records.PROFILE_*``) into the
 process's raw file at each ending (finalize, exit, the hook's), each holding
 everything so far: the last block of a slot is the one read.  In process,
 ``_core.profile()`` returns the same blocks.  ``load_profile`` makes a
-``Profile``: four DataFrames (times in nanoseconds) and the meta.  A block that
-cannot be read is a TraceFileError; rows lost to full tables a TraceWarning.
+``ProfileParts``: four DataFrames (times in nanoseconds) and the meta (from
+which ``ompt_py.profile.Profile`` is made, as a Trace from ``Parts``).  A block
+that cannot be read is a TraceFileError; rows lost to full tables a TraceWarning.
+
+A profile file (``Profile.save``, ``ompt-py run --profile``) is one Parquet file:
+the four tables' rows one after the other, a ``table`` column naming each row's
+table and the union of their columns (schema.PROFILE_COLUMNS; a column not of
+a row's table is null there), the metadata as JSON under the key-value key
+``ompt_py`` (schema.PROFILE_META; its ``profile`` key, the format's version,
+tells a profile from a trace).  One file rather than a directory of four:
+``-o prof.parquet`` names one file, as a trace's does, the metadata is said once,
+and DuckDB or polars read a table with a filter on ``table``.  A profile is small
+(a few hundred bytes per aggregate), so it is written and read whole.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import _core, schema
 from ..errors import TraceFileError, TraceWarning
+from ..meta import modules
 from ..records import (
     CONSTRUCTS,
     EVENT_CODES,
     IMPLICIT_KINDS,
     KIND_NAMES,
     PARALLEL_KINDS,
+    PROFILE_BUCKETS,
     PROFILE_HEAD_DTYPE,
     PROFILE_ROW_DTYPE,
     PROFILE_TABLES,
     PROFILE_VERSION,
 )
-from . import rawfile
+from . import open_regular, rawfile
+from .parquet import PARQUET_KEY
+from .streaming import output
 
 #: A parallel region's and an implicit task's kinds in a profile row (the tool's
 #: flags: a teams league, an initial task).
@@ -41,7 +60,7 @@ _EVENT_NAMES = {code: name for name, code in EVENT_CODES.items()}
 
 
 @dataclass
-class Profile:
+class ProfileParts:
     """A profile's tables, one row per aggregate (pid, thread, codeptr: a source
     location; times in nanoseconds, ``hist``: durations per log2 bucket, bucket b
     counting [2^(b-1), 2^b) ns):
@@ -56,7 +75,8 @@ class Profile:
 
     ``meta``: ``processes`` (pid, source, ``unmapped``: threads that had no
     memory for their tables, slots: per thread slot its ``overflow``, the
-    aggregates not made, and the ``threads`` its rows name).
+    aggregates not made, and the ``threads`` its rows name; exe, argv and
+    ``modules``: where its code was, for source locations).
     """
 
     constructs: pd.DataFrame
@@ -170,7 +190,7 @@ def _scale(p: rawfile.RawProcess) -> float:
                             last["mono_ns"] if last else None, p.meta["tick_ns_estimate"])
 
 
-def load_profile(path: str | os.PathLike) -> Profile:
+def load_profile(path: str | os.PathLike) -> ProfileParts:
     """The profile of a raw file or of a directory of them (``OMPTPY_OUTPUT`` of a run
     with ``OMPTPY_PROFILE=on``): TraceFileError when a file cannot be read or holds no
     profile; a TraceWarning when aggregates were lost to full tables (raise
@@ -190,7 +210,8 @@ def load_profile(path: str | os.PathLike) -> Profile:
             parts[name].append(df)
         unmapped = p.stats[-1].get("profile_unmapped", 0) if p.stats else 0
         processes.append({"pid": p.meta["pid"], "source": p.path, "slots": slots,
-                          "unmapped": unmapped})
+                          "unmapped": unmapped, "exe": p.meta["exe"], "argv": p.meta["argv"],
+                          "modules": modules(p.meta, *p.stats)})
     if not processes:
         raise TraceFileError(f"{source} holds no profile: run the program with "
                              "OMPTPY_PROFILE=on (ompt-py run --profile)")
@@ -204,4 +225,129 @@ def load_profile(path: str | os.PathLike) -> Profile:
                       "was full or its nesting too deep: their figures are missing; raise "
                       "OMPTPY_PROFILE_ENTRIES", TraceWarning, stacklevel=2)
     frames = {name: pd.concat(dfs, ignore_index=True) for name, dfs in parts.items()}
-    return Profile(**frames, meta={"processes": processes})
+    return ProfileParts(**frames, meta={"processes": processes})
+
+# ---- profile files ----------------------------------------------------------------------
+
+_ARROW = {"int64": pa.int64(), "uint64": pa.uint64(), "str": pa.string(),
+          "hist": pa.list_(pa.int64(), PROFILE_BUCKETS)}
+
+
+def _arrow_column(values: pd.Series, kind: str) -> pa.Array:
+    if kind == "hist":
+        flat = np.stack(values.to_list()).astype(np.int64).ravel() if len(values) else \
+            np.empty(0, np.int64)
+        return pa.FixedSizeListArray.from_arrays(pa.array(flat), PROFILE_BUCKETS)
+    return pa.array(values.to_numpy(object if kind == "str" else None), _ARROW[kind])
+
+
+def write(parts: ProfileParts, path: str | os.PathLike) -> None:
+    """``Profile.save``: the profile as one Parquet file at ``path`` (it appears there
+    only once written whole)."""
+    import pyarrow.parquet as pq
+
+    pieces = []
+    for name, own in schema.PROFILE_COLUMNS.items():
+        frame = getattr(parts, name)
+        columns = {"table": pa.array([name] * len(frame), pa.string())}
+        for column, kind in {**schema.PROFILE_KEYS, **own}.items():
+            columns[column] = _arrow_column(frame[column], kind)
+        pieces.append(pa.table(columns))
+    table = pa.concat_tables(pieces, promote_options="default")  # others' columns: null
+    meta = {"profile": schema.PROFILE_FORMAT, **parts.meta}
+    table = table.replace_schema_metadata({PARQUET_KEY: json.dumps(meta).encode()})
+    with output(path) as out:
+        pq.write_table(table, out, compression="zstd")
+
+
+def _file_meta(path: str) -> tuple[dict | None, object]:
+    """A Parquet file's ompt_py metadata (None: it has none) and the open file."""
+    import pyarrow.parquet as pq
+
+    open_regular(path).close()  # a FIFO would block pyarrow
+    try:
+        parquet_file = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as e:
+        raise TraceFileError(f"{path} cannot be read as a Parquet file ({type(e).__name__}: "
+                             f"{e}); it may be truncated or not an ompt-py file") from e
+    raw = (parquet_file.metadata.metadata or {}).get(PARQUET_KEY)
+    try:
+        doc = json.loads(raw) if raw is not None else None
+    except ValueError:
+        doc = None
+    return doc, parquet_file
+
+
+def read(path: str | os.PathLike) -> ProfileParts:
+    """A profile file (``write``); TraceFileError when it is not one, or its metadata
+    or columns are not of schema.PROFILE_META's and PROFILE_COLUMNS' shape."""
+    path = os.fspath(path)
+    doc, parquet_file = _file_meta(path)
+    if not isinstance(doc, dict) or "profile" not in doc:
+        raise TraceFileError(f"{path} is not an ompt-py profile (no profile metadata): "
+                             "Profile.save and ompt-py run --profile write one")
+    bad = schema.problem(doc, schema.PROFILE_META, "meta")
+    if not bad and doc["profile"] != schema.PROFILE_FORMAT:
+        raise TraceFileError(f"{path} has profile format {doc['profile']}; this ompt_py reads "
+                             f"format {schema.PROFILE_FORMAT}: read it with the ompt-py that "
+                             "wrote it (or a newer one)")
+    if bad:
+        raise TraceFileError(f"{path}: its ompt_py metadata is corrupt ({bad}); the file was "
+                             "damaged or not written by Profile.save")
+    try:
+        table = parquet_file.read()  # type: ignore[attr-defined]
+    except (pa.ArrowException, OSError) as e:
+        raise TraceFileError(f"{path} cannot be read as a profile ({type(e).__name__}: {e}); "
+                             "it may be truncated") from e
+    if "table" not in table.column_names:
+        raise TraceFileError(f"{path} lacks the column table; it is not an ompt-py profile")
+    which = table.column("table")
+    frames = {}
+    for name, own in schema.PROFILE_COLUMNS.items():
+        rows = table.filter(pc.equal(which, name))
+        frame = {}
+        for column, kind in {**schema.PROFILE_KEYS, **own}.items():
+            if column not in rows.column_names:
+                raise TraceFileError(f"{path} lacks the column {column} of its {name}; it is "
+                                     "not an ompt-py profile (Profile.save writes it)")
+            values = rows.column(column)
+            if values.null_count:
+                raise TraceFileError(f"{path}: its {name} have null {column} values; the "
+                                     "file is corrupt")
+            try:
+                values = values.cast(_ARROW[kind])
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise TraceFileError(f"{path}: its column {column} is of type {values.type}, "
+                                     f"not {_ARROW[kind]}; it is not an ompt-py profile") from e
+            array = values.to_numpy(zero_copy_only=False)
+            frame[column] = [np.asarray(h, np.int64) for h in array] if kind == "hist" \
+                else array
+        frames[name] = pd.DataFrame(frame)
+    meta = {k: v for k, v in doc.items() if k != "profile"}
+    return ProfileParts(**frames, meta=meta)
+
+
+def holds_profile(path: str) -> bool:
+    """Whether ``path`` is a profile rather than a trace: a profile file (its
+    metadata says so), or raw files written in profile mode (the first one's META
+    says so).  False when it cannot tell: the trace's reader then says why."""
+    try:
+        if os.path.isdir(path) or path.endswith(rawfile.SUFFIX):
+            files = rawfile.list_dir(path) if os.path.isdir(path) else [path]
+            return bool(files) and _raw_profile(files[0])
+        return "profile" in (_file_meta(path)[0] or {})
+    except (TraceFileError, OSError):
+        return False
+
+
+def _raw_profile(path: str) -> bool:
+    """Whether a raw file's META block says profile mode was on."""
+    with open_regular(path) as f:
+        header = f.read(schema.HEADER.size)
+        if len(header) != schema.HEADER.size:
+            return False
+        magic, kind, length = schema.HEADER.unpack(header)
+        if magic != schema.MAGIC or kind != _core.BLOCK_META or length > 1 << 24:
+            return False
+        doc, bad = schema.parse(f.read(length), schema.META_DOC, "META")
+    return not bad and bool(doc["config"].get("profile"))
