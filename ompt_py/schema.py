@@ -432,4 +432,5 @@ PROFILE_META = Obj(
     {"profile": Int(), "processes": List(Obj(
         {"pid": Int(0, I32), "source": Str(), "unmapped": _COUNT,
          "slots": List(Obj({"slot": _ID, "overflow": _COUNT, "threads": List(_ID)}))},
-        {"exe": Str(), "argv": List(Str()), "modules": List(MODULE)}))})
+        {"exe": Str(), "argv": List(Str()), "modules": List(MODULE)}))},
+    {"skipped": SKIPPED})

@@ -48,7 +48,7 @@ from ..records import (
     PROFILE_TABLES,
     PROFILE_VERSION,
 )
-from . import open_regular, rawfile
+from . import open_regular, rawfile, warn_skipped
 from .parquet import PARQUET_KEY
 from .streaming import output
 
@@ -192,18 +192,27 @@ def _scale(p: rawfile.RawProcess) -> float:
 
 def load_profile(path: str | os.PathLike) -> ProfileParts:
     """The profile of a raw file or of a directory of them (``OMPTPY_OUTPUT`` of a run
-    with ``OMPTPY_PROFILE=on``): TraceFileError when a file cannot be read or holds no
-    profile; a TraceWarning when aggregates were lost to full tables (raise
-    OMPTPY_PROFILE_ENTRIES)."""
+    with ``OMPTPY_PROFILE=on``): TraceFileError when none holds a profile; a
+    TraceWarning for each file that cannot be read or holds none (listed in
+    ``meta["skipped"]``, as a trace's), and when aggregates were lost to full tables
+    (raise OMPTPY_PROFILE_ENTRIES)."""
     source = os.fspath(path)
     if not os.path.exists(source):
         raise TraceFileError(f"no profile at {source}: the file or directory does not exist")
     paths = rawfile.list_dir(source) if os.path.isdir(source) else [source]
     parts: dict[str, list[pd.DataFrame]] = {name: [] for name in PROFILE_TABLES.values()}
-    processes = []
-    for p in map(rawfile.scan, paths):
+    processes, skipped = [], []
+    for path in paths:
+        try:
+            p = rawfile.scan(path)
+        except TraceFileError as e:
+            skipped.append({"source": path, "reason": str(e)})
+            continue
         payloads = p.blocks.get("PROFILE", [])
         if not payloads:
+            skipped.append({"source": path, "reason": f"process {p.meta['pid']} wrote no "
+                            "profile (it ended before the tool wrote its tables: killed?, "
+                            "or it ran without OMPTPY_PROFILE=on)"})
             continue
         rows, slots = read_payloads(payloads, p.path)
         for name, df in tables(rows, p.meta["pid"], _scale(p)).items():
@@ -214,7 +223,9 @@ def load_profile(path: str | os.PathLike) -> ProfileParts:
                           "modules": modules(p.meta, *p.stats)})
     if not processes:
         raise TraceFileError(f"{source} holds no profile: run the program with "
-                             "OMPTPY_PROFILE=on (ompt-py run --profile)")
+                             "OMPTPY_PROFILE=on (ompt-py run --profile)"
+                             + "".join(f"; {s['source']}: {s['reason']}" for s in skipped))
+    warn_skipped(skipped, stacklevel=2)
     unmapped = sum(proc["unmapped"] for proc in processes)
     if unmapped:
         warnings.warn(f"{source}: {unmapped:,} threads had no memory for their profile tables: "
@@ -225,7 +236,7 @@ def load_profile(path: str | os.PathLike) -> ProfileParts:
                       "was full or its nesting too deep: their figures are missing; raise "
                       "OMPTPY_PROFILE_ENTRIES", TraceWarning, stacklevel=2)
     frames = {name: pd.concat(dfs, ignore_index=True) for name, dfs in parts.items()}
-    return ProfileParts(**frames, meta={"processes": processes})
+    return ProfileParts(**frames, meta={"processes": processes, "skipped": skipped})
 
 # ---- profile files ----------------------------------------------------------------------
 
