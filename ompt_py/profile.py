@@ -14,6 +14,9 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pandas as pd
+
+    from .analysis.summary import Summary
     from .io.profile import ProfileParts
 
 
@@ -56,3 +59,44 @@ class Profile:
         from .io.profile import write
 
         write(self.parts, path)
+
+    # ---- answers (ompt_py.analysis.profile: the trace's where a profile can give them) ----
+
+    def summary(self, top: int = 10) -> Summary:
+        """The main answers together, as Trace.summary() gives them where a profile has
+        the data (see ompt_py.analysis.profile.summary)."""
+        from .analysis import profile
+
+        return profile.summary(self, top=top)
+
+    def constructs(self, by: str = "construct") -> pd.DataFrame:
+        """Count, total, mean, p50, p95 (estimated), max time per construct and kind
+        (``by="source"``: and per source location), as Trace.constructs()."""
+        from .analysis import profile
+
+        return profile.constructs(self, by=by)
+
+    def imbalance(self, per_thread: bool = False, by: str = "source") -> pd.DataFrame:
+        """Per parallel region source location: imbalance and time lost of the threads'
+        busy time summed over its instances, barrier-wait and wait shares
+        (``per_thread=True``: one row per location and thread)."""
+        from .analysis import profile
+
+        return profile.imbalance(self, per_thread=per_thread, by=by)
+
+    def task_granularity(self) -> pd.DataFrame:
+        """Histogram of explicit task run times on the profile's log2 bins."""
+        from .analysis import profile
+
+        return profile.task_granularity(self)
+
+    def lock_contention(self, by: str = "lock") -> pd.DataFrame:
+        """Wait and hold time per lock, critical section and ordered region, with the
+        source location where it was most often taken (``by="source"``: per lock and
+        source location)."""
+        from .analysis import profile
+
+        return profile.lock_contention(self, by=by)
+
+    def _repr_html_(self) -> str:
+        return self.summary()._repr_html_()

@@ -431,8 +431,8 @@ def _check_plot(path: str) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ..trace import load
-    from .report import render, render_html
+    from ..trace import Trace, load
+    from .report import render, render_html, render_profile, render_profile_html
 
     # Checked before the work: a wrong name is not told after a minute of plotting.
     if args.plot:
@@ -440,6 +440,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.html:
         _check_output(args.html, "--html")
     trace = load(args.trace)
+    if not isinstance(trace, Trace):  # a profile: its answers, no timeline
+        if args.plot:
+            raise ConfigError(f"--plot: {args.trace} is a profile, which has no timeline to "
+                              "plot; trace the run (ompt-py run without --profile) for it")
+        print(render_profile(trace, top=args.top), end="")
+        if args.html:
+            try:
+                with open(args.html, "w", encoding="utf-8") as f:
+                    f.write(render_profile_html(trace, top=args.top,
+                                                title=os.path.basename(args.trace)))
+            except OSError as e:
+                print(f"ompt-py report: cannot write {args.html}: {e.strerror or e}; choose "
+                      "another path", file=sys.stderr)
+                return 1
+            print(f"ompt-py report: HTML report -> {args.html}", file=sys.stderr)
+        return 0
     print(render(trace, top=args.top), end="")
 
     def plot(path: str) -> None:
@@ -521,9 +537,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("target", nargs=argparse.REMAINDER,
                      help="SCRIPT.py [ARGS], or -- COMMAND [ARGS]")
     run.set_defaults(func=cmd_run)
-    rep = sub.add_parser("report", help="print a summary of a trace; plots and HTML report",
+    rep = sub.add_parser("report", help="print a summary of a trace or profile; plots and HTML "
+                         "report",
                          description="Print counts and times per construct, per parallel "
-                         "region and per thread, and the written/dropped record counts. "
+                         "region and per thread, and the written/dropped record counts "
+                         "(of a profile: the same answers per source location, no plots). "
                          "--plot and --html also write the answers: time per construct and "
                          "source location, thread states, load imbalance per region, task "
                          "durations, lock contention, and the per-thread timeline.")
