@@ -145,14 +145,16 @@ def constructs(prof: Profile, by: str = "construct") -> pd.DataFrame:
 def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd.DataFrame:
     """metrics.imbalance from a profile, per pid and source location of parallel
     regions (``by="source"``; a profile keeps no region instances): function,
-    regions (instances), threads (that ran its implicit tasks), duration_ns (the
-    regions' total), imbalance, lost_ns, barrier_wait_share and wait_share; most
-    time lost first.
+    regions (instances), threads (the team: implicit tasks per instance),
+    duration_ns (the regions' total), imbalance, lost_ns, barrier_wait_share and
+    wait_share; most time lost first.
 
     ``imbalance`` and ``lost_ns`` are those of each thread's busy time summed over
-    the location's instances (max over mean; threads x max - sum): the trace's
-    per-instance figures when the same thread is the busiest in every instance,
-    less when it changes (imbalance_max, the worst instance, is left out).
+    the location's instances (max over mean; threads that ran them x max - sum):
+    the trace's per-instance figures when the same thread is the busiest in
+    every instance, less when it changes, and not meaningful for a nested
+    region whose teams run on changing threads (imbalance_max, the worst
+    instance, is left out).
     ``per_thread=True``: one row per pid, location and thread: implicit_tasks,
     duration_ns, busy_ns and the waits, busy_share, barrier_wait_share."""
     _no_instances("region instances", by, ("source",))
@@ -170,7 +172,8 @@ def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd
         function=("function", "first"), threads=("thread", "size"),
         busy_mean=("busy_ns", "mean"), busy_max=("busy_ns", "max"),
         busy_total=("busy_ns", "sum"), tasks_ns=("duration_ns", "sum"),
-        barrier_wait_ns=("barrier_wait_ns", "sum"), wait_ns=("_wait", "sum")).reset_index()
+        implicit_tasks=("implicit_tasks", "sum"), barrier_wait_ns=("barrier_wait_ns", "sum"),
+        wait_ns=("_wait", "sum")).reset_index()
     c = _with_source(prof, prof.parts.constructs)
     c = c[c["construct"] == "parallel region"]
     regions = c.groupby(["pid", "location"], sort=False, dropna=False).agg(
@@ -180,6 +183,10 @@ def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd
     tasks = out["tasks_ns"].where(out["tasks_ns"] > 0)
     out["imbalance"] = out["busy_max"] / out["busy_mean"].where(out["busy_mean"] > 0)
     out["lost_ns"] = out["threads"] * out["busy_max"] - out["busy_total"]
+    # The team: implicit tasks per instance (the trace's largest team when teams
+    # do not change), not the threads that ran them (nested teams move).
+    team = out["implicit_tasks"] / out["regions"].where(out["regions"] > 0)
+    out["threads"] = np.rint(team.fillna(out["threads"])).astype(np.int64)
     out["barrier_wait_share"] = out["barrier_wait_ns"] / tasks
     out["wait_share"] = out["wait_ns"] / tasks
     out = out.sort_values("lost_ns", ascending=False, kind="stable").reset_index(drop=True)
