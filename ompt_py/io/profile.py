@@ -90,6 +90,11 @@ def parse_blocks(data: bytes, source: str) -> tuple[np.ndarray, list[dict]]:
     """Rows (PROFILE_ROW_DTYPE) and slots ({slot, overflow}) of a sequence of PROFILE
     blocks as ``_core.profile()`` returns them (header and payload each); the last
     block of each slot wins."""
+    return read_payloads(_payloads(data, source), source)
+
+
+def _payloads(data: bytes, source: str) -> list[bytes]:
+    """The payloads of a sequence of PROFILE blocks (header and payload each)."""
     payloads, off = [], 0
     while off < len(data):
         if off + schema.HEADER.size > len(data):
@@ -101,7 +106,7 @@ def parse_blocks(data: bytes, source: str) -> tuple[np.ndarray, list[dict]]:
         off += schema.HEADER.size
         payloads.append(data[off:off + length])
         off += length
-    return read_payloads(payloads, source)
+    return payloads
 
 
 def read_payloads(payloads: list[bytes], source: str) -> tuple[np.ndarray, list[dict]]:
@@ -183,11 +188,43 @@ def tables(rows: np.ndarray, pid: int, scale: float) -> dict[str, pd.DataFrame]:
     return out
 
 
-def _scale(p: rawfile.RawProcess) -> float:
-    last = p.stats[-1]["anchor"] if p.stats else None
-    first = p.meta["start_anchor"]
+def _scale(meta: dict, stats: list[dict]) -> float:
+    """Nanoseconds per tick of a process, from its start anchor to its last STATS'."""
+    last = stats[-1]["anchor"] if stats else None
+    first = meta["start_anchor"]
     return _core.tick_scale(first["ticks"], first["mono_ns"], last["ticks"] if last else None,
-                            last["mono_ns"] if last else None, p.meta["tick_ns_estimate"])
+                            last["mono_ns"] if last else None, meta["tick_ns_estimate"])
+
+
+def _process(meta: dict, stats: list[dict], payloads: list[bytes], source: str
+             ) -> tuple[dict[str, pd.DataFrame], dict]:
+    """One process's tables and its ``meta["processes"]`` entry, from its META
+    document, its STATS documents (oldest first) and its PROFILE payloads."""
+    rows, slots = read_payloads(payloads, source)
+    unmapped = stats[-1].get("profile_unmapped", 0) if stats else 0
+    entry = {"pid": meta["pid"], "source": source, "slots": slots, "unmapped": unmapped,
+             "exe": meta["exe"], "argv": meta["argv"], "modules": modules(meta, *stats)}
+    return tables(rows, meta["pid"], _scale(meta, stats)), entry
+
+
+def _combine(source: str, found: list[tuple[dict[str, pd.DataFrame], dict]],
+             skipped: list[dict]) -> ProfileParts:
+    """The processes' tables together; a TraceWarning for each loss."""
+    warn_skipped(skipped, stacklevel=3)
+    processes = [entry for _, entry in found]
+    unmapped = sum(proc["unmapped"] for proc in processes)
+    if unmapped:
+        warnings.warn(f"{source}: {unmapped:,} threads had no memory for their profile tables: "
+                      "their events are in no figure", TraceWarning, stacklevel=3)
+    lost = sum(s["overflow"] for proc in processes for s in proc["slots"])
+    if lost:
+        warnings.warn(f"{source}: {lost:,} aggregates were not made because a thread's table "
+                      "was full or its nesting too deep: their figures are missing; raise "
+                      "OMPTPY_PROFILE_ENTRIES", TraceWarning, stacklevel=3)
+    frames = {name: pd.concat([f[name] for f, _ in found] or [tables(
+        np.empty(0, PROFILE_ROW_DTYPE), 0, 1.0)[name]], ignore_index=True)
+        for name in PROFILE_TABLES.values()}
+    return ProfileParts(**frames, meta={"processes": processes, "skipped": skipped})
 
 
 def load_profile(path: str | os.PathLike) -> ProfileParts:
@@ -200,8 +237,7 @@ def load_profile(path: str | os.PathLike) -> ProfileParts:
     if not os.path.exists(source):
         raise TraceFileError(f"no profile at {source}: the file or directory does not exist")
     paths = rawfile.list_dir(source) if os.path.isdir(source) else [source]
-    parts: dict[str, list[pd.DataFrame]] = {name: [] for name in PROFILE_TABLES.values()}
-    processes, skipped = [], []
+    found, skipped = [], []
     for path in paths:
         try:
             p = rawfile.scan(path)
@@ -214,29 +250,22 @@ def load_profile(path: str | os.PathLike) -> ProfileParts:
                             "profile (it ended before the tool wrote its tables: killed?, "
                             "or it ran without OMPTPY_PROFILE=on)"})
             continue
-        rows, slots = read_payloads(payloads, p.path)
-        for name, df in tables(rows, p.meta["pid"], _scale(p)).items():
-            parts[name].append(df)
-        unmapped = p.stats[-1].get("profile_unmapped", 0) if p.stats else 0
-        processes.append({"pid": p.meta["pid"], "source": p.path, "slots": slots,
-                          "unmapped": unmapped, "exe": p.meta["exe"], "argv": p.meta["argv"],
-                          "modules": modules(p.meta, *p.stats)})
-    if not processes:
+        found.append(_process(p.meta, p.stats, payloads, p.path))
+    if not found:
         raise TraceFileError(f"{source} holds no profile: run the program with "
                              "OMPTPY_PROFILE=on (ompt-py run --profile)"
                              + "".join(f"; {s['source']}: {s['reason']}" for s in skipped))
-    warn_skipped(skipped, stacklevel=2)
-    unmapped = sum(proc["unmapped"] for proc in processes)
-    if unmapped:
-        warnings.warn(f"{source}: {unmapped:,} threads had no memory for their profile tables: "
-                      "their events are in no figure", TraceWarning, stacklevel=2)
-    lost = sum(s["overflow"] for proc in processes for s in proc["slots"])
-    if lost:
-        warnings.warn(f"{source}: {lost:,} aggregates were not made because a thread's table "
-                      "was full or its nesting too deep: their figures are missing; raise "
-                      "OMPTPY_PROFILE_ENTRIES", TraceWarning, stacklevel=2)
-    frames = {name: pd.concat(dfs, ignore_index=True) for name, dfs in parts.items()}
-    return ProfileParts(**frames, meta={"processes": processes, "skipped": skipped})
+    return _combine(source, found, skipped)
+
+
+def from_memory(meta: dict, stats: dict, blocks: bytes) -> ProfileParts:
+    """This process's profile so far: its META and latest STATS documents and the
+    PROFILE blocks of ``_core.profile()`` (an empty profile when no thread made an
+    aggregate yet)."""
+    payloads = _payloads(blocks, "memory")
+    found = [_process(meta, [stats], payloads, "memory")] if payloads else []
+    return _combine("memory", found, [])
+
 
 # ---- profile files ----------------------------------------------------------------------
 

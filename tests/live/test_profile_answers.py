@@ -26,7 +26,7 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import cli, ok, printed
+from conftest import cli, ok, printed, run_python
 
 import ompt_py
 
@@ -157,3 +157,38 @@ def _against_the_programs_truth(prof, trace, args, stdout):
         assert _near(lock["hold_total_ns"], held), (lock, held)
         assert _near(lock["hold_mean_ns"] * lock["acquisitions"], held)
         assert lock["hold_max_ns"] >= hold_us * 1e3
+
+
+def test_in_process_profile(omp_ext, tmp_path):
+    """ompt_py.trace(profile=True) with OMPTPY_PROFILE=on from the start: the
+    aggregates of this process at stop(), saved at its path; a clear error without
+    profile mode, and for a trace in profile mode (which records no events)."""
+    path = tmp_path / "p.parquet"
+    code = f"""
+        import ompt_py, ompt_work_ext as w
+        with ompt_py.trace(profile=True, path={str(path)!r}) as p:
+            w.parallel(7)
+            w.critical(5)  # one region: 5 critical and 5 lock per thread, 2 threads
+        c = p.constructs().set_index(["construct", "kind"])["count"]
+        print(c["parallel region", "team"], p.lock_contention()["acquisitions"].sum())
+        try:
+            ompt_py.trace().start()
+        except ompt_py.ConfigError as e:
+            print("trace:", e)
+    """
+    r = run_python(code, {"OMPTPY_PROFILE": "on"}, path=[omp_ext])
+    regions, acquisitions, *_ = r.stdout.split()
+    assert int(regions) == 7 + 1 and int(acquisitions) == 2 * 2 * 5, r.stdout
+    assert "profile mode (OMPTPY_PROFILE=on), which records no events" in r.stdout
+    saved = ompt_py.load(path)
+    assert isinstance(saved, ompt_py.Profile)
+    assert saved.constructs().set_index(["construct", "kind"])["count"][
+        "parallel region", "team"] == 8
+    r = run_python("""
+        import ompt_py
+        try:
+            ompt_py.trace(profile=True).start()
+        except ompt_py.ConfigError as e:
+            print(e)
+    """, path=[omp_ext])
+    assert "set OMPTPY_PROFILE=on in the environment before ompt_py is imported" in r.stdout
