@@ -28,13 +28,16 @@ from . import symbols
 from .summary import Summary
 
 if TYPE_CHECKING:
+    from ..io.profile import ProfileParts
     from ..profile import Profile
 
 _STAT_COLUMNS = ["count", "total_ns", "mean_ns", "p50_ns", "p95_ns", "max_ns"]
 #: Bucket b of a histogram counts durations in [_LO[b], _HI[b]) ns (b = 0: under 1 ns).
 _HI = 2.0 ** np.arange(PROFILE_BUCKETS)
 _LO = np.r_[0.0, _HI[:-1]]
-_SOURCES: weakref.WeakKeyDictionary[Profile, pd.DataFrame] = weakref.WeakKeyDictionary()
+#: The source locations of each profile's tables (a profile recording in process
+#: gets new tables at each stop()).
+_SOURCES: weakref.WeakKeyDictionary[ProfileParts, pd.DataFrame] = weakref.WeakKeyDictionary()
 
 
 def _no_instances(what: str, by: str, allowed: tuple[str, ...]) -> None:
@@ -66,7 +69,7 @@ def quantile(hist: np.ndarray, q: float, lo: np.ndarray, hi: np.ndarray) -> np.n
 def _sources(prof: Profile) -> pd.DataFrame:
     """pid, codeptr, function, name, location of every code address of the profile
     (symbols.resolve with each process's modules), made once per profile."""
-    found = _SOURCES.get(prof)
+    found = _SOURCES.get(prof.parts)
     if found is None:
         p, frames = prof.parts, []
         for proc in prof.meta["processes"]:
@@ -80,7 +83,7 @@ def _sources(prof: Profile) -> pd.DataFrame:
         found = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
             columns=["codeptr", "function", "name", "location", "pid"])
         found["codeptr"] = found["codeptr"].astype(np.uint64)
-        _SOURCES[prof] = found
+        _SOURCES[prof.parts] = found
     return found
 
 

@@ -59,7 +59,7 @@ _OWN_KINDS = {"parallel_begin": dict(enumerate(PARALLEL_KINDS)),
 _EVENT_NAMES = {code: name for name, code in EVENT_CODES.items()}
 
 
-@dataclass
+@dataclass(eq=False)  # hashable by identity: the analyses cache per profile
 class ProfileParts:
     """A profile's tables, one row per aggregate (pid, thread, codeptr: a source
     location; times in nanoseconds, ``hist``: durations per log2 bucket, bucket b

@@ -125,3 +125,18 @@ def test_the_summary_has_the_traces_sections(mixed):
     text = str(s)
     assert "a profile:" in text and "explicit tasks" in text and "most waited-for" in text
     assert "<h4>" in mixed._repr_html_()
+
+
+def test_an_empty_profile_answers_with_empty_tables():
+    """A process that ran no OpenMP yet (ompt_py.trace(profile=True) around nothing)."""
+    from ompt_py import Profile
+    from ompt_py.io import profile
+    from ompt_py.records import PROFILE_ROW_DTYPE
+
+    parts = profile.ProfileParts(**profile.tables(np.zeros(0, PROFILE_ROW_DTYPE), 1, 1.0),
+                                 meta={"processes": []})
+    p = Profile(parts)
+    for name in ("constructs", "imbalance", "lock_contention", "task_granularity"):
+        assert getattr(p, name)().empty, name
+    assert p.constructs(by="source").empty
+    assert "0 aggregates" in str(p.summary())
