@@ -192,3 +192,22 @@ def test_in_process_profile(omp_ext, tmp_path):
             print(e)
     """, path=[omp_ext])
     assert "set OMPTPY_PROFILE=on in the environment before ompt_py is imported" in r.stdout
+
+
+def test_run_profile_says_what_was_lost(programs, tmp_path):
+    """Aggregates not made (tables too small): the profile is written, the loss said,
+    the raw files kept, exit status 1, as for a trace; the kept raw files read as the
+    profile (ompt-py report of the directory)."""
+    out, raw = tmp_path / "p.parquet", tmp_path / "raw"
+    r = cli("run", "--profile", "-o", out, "--keep-raw", raw, "--", programs.mixed, "20",
+            env={"OMPTPY_PROFILE_ENTRIES": "16"})
+    assert r.returncode == 1, r.stderr
+    assert "the profile holds less than was profiled" in r.stderr
+    assert "OMPTPY_PROFILE_ENTRIES" in r.stderr and str(raw) in r.stderr
+    with pytest.warns(ompt_py.TraceWarning, match="OMPTPY_PROFILE_ENTRIES"):
+        kept = ompt_py.load(raw)
+    assert isinstance(kept, ompt_py.Profile)
+    assert ompt_py.load(out).summary().overview["overflow"] == kept.summary().overview[
+        "overflow"] > 0
+    report = ok(cli("report", raw))
+    assert "ompt-py profile: 1 process(es)" in report.stdout
