@@ -33,6 +33,7 @@ from .live.handlers import stats as handler_stats
 from .live.markers import region, region_names
 from .live.native import NativeHandler, include_dir, native_handler, ns_per_tick
 from .live.runtime import mapped_runtimes
+from .profile import Profile
 from .trace import Trace, convert, load, trace
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ __all__ = [
     "NativeHandler",
     "NativeHandlerError",
     "OmptPyError",
+    "Profile",
     "RuntimeInfo",
     "Trace",
     "TraceFileError",

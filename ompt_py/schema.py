@@ -49,6 +49,8 @@ from .records import EVENT_DTYPE
 
 #: The layout of the trace metadata (``meta["format"]``), kept in Parquet files.
 FORMAT = 1
+#: The layout of a profile's Parquet file (``Profile.save``: its metadata's ``profile``).
+PROFILE_FORMAT = 1
 #: The layout of a raw file's META document (its ``format``: csrc/tool/meta.c).
 RAW_FORMAT = 1
 #: The record versions this ompt_py reads: all of them 64-byte records of the
@@ -405,3 +407,30 @@ TRACE_META = Obj({"format": Int(), "origin_mono_ns": Maybe(Int(0, I64)),
                   # pairs but no entry of the tool's (offload.attach_clocks)
                   "devices": List(Obj({"device": Int(-I32 - 1, I32)},
                                       {"pid": Int(0, I32), "clock": Obj({})}))})
+
+# ---- profile files ---------------------------------------------------------------------------
+
+#: A profile's columns (``Profile.save``; io/profile.py), per table: the key columns
+#: of every table, then the table's own.  Types: "int64", "uint64", "str" and
+#: "hist" (the log2 histogram: PROFILE_BUCKETS counts).
+PROFILE_KEYS = {"pid": "int64", "thread": "int64", "codeptr": "uint64"}
+PROFILE_COLUMNS: dict[str, dict[str, str]] = {
+    "constructs": {"construct": "str", "kind": "str", "count": "int64", "total_ns": "int64",
+                   "min_ns": "int64", "max_ns": "int64", "hist": "hist"},
+    "regions_threads": {"implicit_tasks": "int64", "duration_ns": "int64",
+                        "barrier_wait_ns": "int64", "sync_wait_ns": "int64",
+                        "lock_wait_ns": "int64", "busy_ns": "int64"},
+    "locks": {"kind": "str", "wait_id": "uint64", "acquisitions": "int64",
+              "wait_total_ns": "int64", "wait_min_ns": "int64", "wait_max_ns": "int64",
+              "hold_total_ns": "int64", "hold_max_ns": "int64", "hist": "hist"},
+    "tasks": {"created": "int64", "ran": "int64", "run_total_ns": "int64",
+              "run_min_ns": "int64", "run_max_ns": "int64", "hist": "hist"},
+}
+#: ``Profile.meta`` as a profile file keeps it: per process its slots (their
+#: overflow: aggregates not made) and threads without tables (``unmapped``).
+PROFILE_META = Obj(
+    {"profile": Int(), "processes": List(Obj(
+        {"pid": Int(0, I32), "source": Str(), "unmapped": _COUNT,
+         "slots": List(Obj({"slot": _ID, "overflow": _COUNT, "threads": List(_ID)}))},
+        {"exe": Str(), "argv": List(Str()), "modules": List(MODULE)}))},
+    {"skipped": SKIPPED})

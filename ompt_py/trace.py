@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from . import _core
-from .errors import OmptPyError, TraceFileError
+from .errors import ConfigError, OmptPyError, TraceFileError
 from .meta import interned_strings, ranks, record_versions, trace_meta
 from .records import (
     ARGUMENT_COLUMNS,
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from .io import Parts
     from .io.parquet import Converted
     from .live.recording import Recorder
+    from .profile import Profile
 
 _ID_COLUMNS = ("parallel_id", "task_id", "codeptr")
 
@@ -883,7 +884,7 @@ def _from_directory(path: str) -> Trace:
     return _merge(parts, sources, skipped)
 
 
-def load(path: str | os.PathLike) -> Trace:
+def load(path: str | os.PathLike) -> Trace | Profile:
     """Load a trace: a Parquet file (Trace.save, ompt-py run), one raw ``.omptraw``
     file, or a directory: the raw per-process files of a run (OMPTPY_OUTPUT), a
     dataset written by Trace.save (pid=N/ partitions), Parquet files, or a mix,
@@ -893,10 +894,18 @@ def load(path: str | os.PathLike) -> Trace:
     that cannot be read (or are not regular files: never opened), or can be read
     only in part, are left out with a TraceWarning and listed in
     ``meta["skipped"]`` ({"source", "reason"} each; empty when nothing was).
+
+    A profile (a file of Profile.save or ``ompt-py run --profile``, or raw files
+    written in profile mode, as their metadata says) loads as a ``Profile``.
     """
     from .io import rawfile
+    from .io.profile import holds_profile
+    from .profile import Profile
 
     path = os.fspath(path)
+    if holds_profile(path):
+        return (Profile.from_raw(path) if os.path.isdir(path) or path.endswith(rawfile.SUFFIX)
+                else Profile.from_parquet(path))
     if os.path.isdir(path):
         return _from_directory(path)
     if not os.path.exists(path):
@@ -939,10 +948,19 @@ def convert(raw: str | os.PathLike | list[str | os.PathLike], path: str | os.Pat
 
 
 def trace(path: str | os.PathLike | None = None,
-          python_stacks: bool | int | None = None, native_depth: int | None = None) -> Trace:
+          python_stacks: bool | int | None = None, native_depth: int | None = None,
+          profile: bool = False) -> Trace | Profile:
     """A trace of this process's OpenMP events: ``with ompt_py.trace() as t: ...``
     or ``t = ompt_py.trace(); t.start(); ...; t.stop()``.  With ``path``, the
     trace is saved there (Parquet) at each stop() and at interpreter exit.
+
+    ``profile=True``: a ``Profile`` instead (per-thread aggregates, see
+    ``ompt-py run --profile``), aggregated from start() to stop() and taken at
+    stop(); profile mode must be on from the tool's start: OMPTPY_PROFILE=on in
+    the environment before ompt_py is imported (ConfigError otherwise; a trace
+    cannot record in profile mode).  The tool's tables are the process's: a
+    profile holds what every profile window of the process aggregated so far.
+    No Python stacks (python_stacks, native_depth).
 
     ``python_stacks``: record the Python call stack of every parallel, teams
     and target region, region marker and explicit task that a Python thread
@@ -961,6 +979,13 @@ def trace(path: str | os.PathLike | None = None,
     TensorIteratorBase::for_each) are told apart by the native code that
     called it.  Default: the environment's OMPTPY_NATIVE_DEPTH, else 0 (off):
     unwinding costs a few microseconds per construct (bench/pystacks.py)."""
+    if profile:
+        from .profile import Profile
+
+        if python_stacks or native_depth:
+            raise ConfigError("python_stacks and native_depth: a profile keeps no Python "
+                              "stacks; leave them out with profile=True")
+        return Profile(path=path)
     return Trace(path, python_stacks, native_depth)
 
 

@@ -98,9 +98,15 @@ class Summary:
     def headline(self) -> list[str]:
         """The overview and the short answers, one line each."""
         o = self.overview
-        lines = [f"{o['events']:,} events over {format_ns(o['span_ns'])}, "
-                 f"{o['processes']} process(es), {o['threads']} thread(s); records written "
-                 f"{o['written']:,}, dropped {o['dropped']:,}, lost {o['lost']:,}"]
+        if "aggregates" in o:  # a profile's (analysis.profile.overview)
+            lines = [f"a profile: {o['aggregates']:,} aggregates, {o['processes']} "
+                     f"process(es), {o['threads']} thread(s); aggregates not made (tables "
+                     f"full) {o['overflow']:,}, threads without tables {o['unmapped']:,}, "
+                     f"files without a profile {o['skipped']:,}"]
+        else:
+            lines = [f"{o['events']:,} events over {format_ns(o['span_ns'])}, "
+                     f"{o['processes']} process(es), {o['threads']} thread(s); records "
+                     f"written {o['written']:,}, dropped {o['dropped']:,}, lost {o['lost']:,}"]
         started = (self.python[self.python["py_location"] != metrics.NO_PYTHON]
                    if self.python is not None else None)
         if started is not None and len(started):
@@ -116,8 +122,8 @@ class Summary:
             lines.append(f"most time in OpenMP from one Python line: {top} "
                          f"({format_ns(mine['py_time_ns'].iloc[0])} in {', '.join(what)})")
         if self.threads is not None and len(self.threads):
-            t = self.threads[STATE_COLUMNS].sum()
-            inside = t.sum() - t["idle_ns"]
+            t = self.threads[[c for c in STATE_COLUMNS if c in self.threads]].sum()
+            inside = t.sum() - t.get("idle_ns", 0)
             if inside > 0:
                 lines.append(f"threads were busy {100 * t['busy_ns'] / inside:.1f} % of the "
                              f"time they spent in parallel regions and tasks; waiting at "
@@ -126,7 +132,7 @@ class Summary:
                              f"for locks {100 * t['lock_wait_ns'] / inside:.1f} %")
         if self.regions is not None and len(self.regions):
             r = self.regions.iloc[0]
-            if isinstance(r["py_location"], str):
+            if isinstance(r.get("py_location"), str):
                 lines.append(f"most time lost to imbalance: region launched from "
                              f"{_named(r['py_location'], r['location'])}: "
                              f"{r['imbalance']:.2f}x, {format_ns(r['lost_ns'])} lost")
@@ -135,17 +141,18 @@ class Summary:
                              f"({r['imbalance']:.2f}x, {format_ns(r['lost_ns'])} lost)")
         if self.tasks is not None:
             a = self.tasks.attrs
+            created = (f"; creating one costs about {format_ns(a['create_ns'])} "
+                       f"({_percent(a['creation_overhead_share'])} of task time)"
+                       if not math.isnan(a["create_ns"]) else "")
             lines.append(f"{a['tasks']:,} explicit tasks, median duration "
-                         f"{format_ns(a['median_busy_ns'])}; creating one costs about "
-                         f"{format_ns(a['create_ns'])} "
-                         f"({_percent(a['creation_overhead_share'])} of task time)")
+                         f"{format_ns(a['median_busy_ns'])}{created}")
         if self.offload is not None and len(self.offload):
             lines.append(offload_line(self.offload))
         if self.locks is not None and len(self.locks):
             k = self.locks.iloc[0]
             waited = (f"{format_ns(k['wait_total_ns'])} waited over "
                       f"{k['acquisitions']:,} acquisitions")
-            if isinstance(k["py_location"], str):
+            if isinstance(k.get("py_location"), str):
                 lines.append(f"most waited-for {k['kind']}: "
                              f"{_named(k['py_location'], k['location'])}: {waited}")
             else:

@@ -4,7 +4,7 @@
   ``ompt-py run``): blocks of JSON metadata and 64-byte records.
 * ``parquet``: ``Trace.save`` and its reader, one file or a dataset
   partitioned by process.
-* ``profile``: profile mode's aggregates (``load_profile``).
+* ``profile``: profile mode's aggregates (``load_profile``) and profile files.
 * ``csv`` and ``perfetto``: exports, streamed in batches whose text is written
   in C (``streaming``).
 
@@ -111,8 +111,9 @@ def export(trace: Any, path: str | os.PathLike, format: str) -> None:
 
 
 def load_profile(path: str | os.PathLike) -> Any:
-    """The profile (``io.profile.Profile``) of a raw file or a directory of them written
-    with ``OMPTPY_PROFILE=on``: see ``io.profile.load_profile``."""
+    """The profile's tables (``io.profile.ProfileParts``) of a raw file or a directory
+    of them written with ``OMPTPY_PROFILE=on``: see ``io.profile.load_profile``
+    (``ompt_py.load`` makes a ``Profile`` of them)."""
     from .profile import load_profile as load
 
     return load(path)

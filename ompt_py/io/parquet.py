@@ -40,6 +40,8 @@ from . import Parts, open_regular
 from .streaming import Progress, batches, output
 
 if TYPE_CHECKING:
+    import pyarrow.parquet as pq
+
     from ..trace import Trace
     from .rawfile import Run
 
@@ -300,15 +302,26 @@ def _meta(path: str, raw: bytes | None) -> dict:
     return with_losses(meta)
 
 
-def read(path: str) -> Parts:
-    """One Parquet file: a whole trace (``Trace.save`` to a .parquet path) or the
-    partition of one process of a dataset (no pid column); TraceFileError when it
-    is not one, or its metadata or columns are not of the schema's shape."""
+def open_file(path: str) -> pq.ParquetFile:
+    """A Parquet file opened for reading; TraceFileError when it cannot be (not a
+    regular file, not Parquet, damaged: pyarrow raises ValueError on a damaged
+    footer's strings)."""
     import pyarrow.parquet as pq
 
     open_regular(path).close()  # a FIFO would block pyarrow
     try:
-        parquet_file = pq.ParquetFile(path)
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise TraceFileError(f"{path} cannot be read as a Parquet file ({type(e).__name__}: "
+                             f"{e}); it may be truncated or not an ompt-py file") from e
+
+
+def read(path: str) -> Parts:
+    """One Parquet file: a whole trace (``Trace.save`` to a .parquet path) or the
+    partition of one process of a dataset (no pid column); TraceFileError when it
+    is not one, or its metadata or columns are not of the schema's shape."""
+    parquet_file = open_file(path)
+    try:
         arrow_schema = parquet_file.schema_arrow
         # The file's key-value metadata: Trace.save's schema metadata is there too.
         meta = _meta(path, (parquet_file.metadata.metadata or {}).get(PARQUET_KEY))

@@ -1,38 +1,57 @@
-"""Reading profile mode's aggregates (OMPTPY_PROFILE=on, ``ompt-py run --profile``).
+"""Profile mode's aggregates (OMPTPY_PROFILE=on, ``ompt-py run --profile``): read
+from raw files, and written to and read from a profile file.
 
 The tool writes, per thread slot, PROFILE blocks of fixed-size rows
 (csrc/tool/omptpy_file.h; the numpy dtypes are ``records.PROFILE_*``) into the
 process's raw file at each ending (finalize, exit, the hook's), each holding
 everything so far: the last block of a slot is the one read.  In process,
 ``_core.profile()`` returns the same blocks.  ``load_profile`` makes a
-``Profile``: four DataFrames (times in nanoseconds) and the meta.  A block that
-cannot be read is a TraceFileError; rows lost to full tables a TraceWarning.
+``ProfileParts``: four DataFrames (times in nanoseconds) and the meta (from
+which ``ompt_py.profile.Profile`` is made, as a Trace from ``Parts``).  A block
+that cannot be read is a TraceFileError; rows lost to full tables a TraceWarning.
+
+A profile file (``Profile.save``, ``ompt-py run --profile``) is one Parquet file:
+the four tables' rows one after the other, a ``table`` column naming each row's
+table and the union of their columns (schema.PROFILE_COLUMNS; a column not of
+a row's table is null there), the metadata as JSON under the key-value key
+``ompt_py`` (schema.PROFILE_META; its ``profile`` key, the format's version,
+tells a profile from a trace).  One file rather than a directory of four:
+``-o prof.parquet`` names one file, as a trace's does, the metadata is said once,
+and DuckDB or polars read a table with a filter on ``table``.  A profile is small
+(a few hundred bytes per aggregate), so it is written and read whole.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import _core, schema
 from ..errors import TraceFileError, TraceWarning
+from ..meta import modules
 from ..records import (
     CONSTRUCTS,
     EVENT_CODES,
     IMPLICIT_KINDS,
     KIND_NAMES,
     PARALLEL_KINDS,
+    PROFILE_BUCKETS,
     PROFILE_HEAD_DTYPE,
     PROFILE_ROW_DTYPE,
     PROFILE_TABLES,
     PROFILE_VERSION,
     tick_scale,
 )
-from . import rawfile
+from . import open_regular, rawfile, warn_skipped
+from .parquet import PARQUET_KEY, open_file
+from .streaming import output
 
 #: A parallel region's and an implicit task's kinds in a profile row (the tool's
 #: flags: a teams league, an initial task).
@@ -41,8 +60,8 @@ _OWN_KINDS = {"parallel_begin": dict(enumerate(PARALLEL_KINDS)),
 _EVENT_NAMES = {code: name for name, code in EVENT_CODES.items()}
 
 
-@dataclass
-class Profile:
+@dataclass(eq=False)  # hashable by identity: the analyses cache per profile
+class ProfileParts:
     """A profile's tables, one row per aggregate (pid, thread, codeptr: a source
     location; times in nanoseconds, ``hist``: durations per log2 bucket, bucket b
     counting [2^(b-1), 2^b) ns):
@@ -57,7 +76,8 @@ class Profile:
 
     ``meta``: ``processes`` (pid, source, ``unmapped``: threads that had no
     memory for their tables, slots: per thread slot its ``overflow``, the
-    aggregates not made, and the ``threads`` its rows name).
+    aggregates not made, and the ``threads`` its rows name; exe, argv and
+    ``modules``: where its code was, for source locations).
     """
 
     constructs: pd.DataFrame
@@ -71,6 +91,11 @@ def parse_blocks(data: bytes, source: str) -> tuple[np.ndarray, list[dict]]:
     """Rows (PROFILE_ROW_DTYPE) and slots ({slot, overflow}) of a sequence of PROFILE
     blocks as ``_core.profile()`` returns them (header and payload each); the last
     block of each slot wins."""
+    return read_payloads(_payloads(data, source), source)
+
+
+def _payloads(data: bytes, source: str) -> list[bytes]:
+    """The payloads of a sequence of PROFILE blocks (header and payload each)."""
     payloads, off = [], 0
     while off < len(data):
         if off + schema.HEADER.size > len(data):
@@ -82,7 +107,7 @@ def parse_blocks(data: bytes, source: str) -> tuple[np.ndarray, list[dict]]:
         off += schema.HEADER.size
         payloads.append(data[off:off + length])
         off += length
-    return read_payloads(payloads, source)
+    return payloads
 
 
 def read_payloads(payloads: list[bytes], source: str) -> tuple[np.ndarray, list[dict]]:
@@ -164,40 +189,190 @@ def tables(rows: np.ndarray, pid: int, scale: float) -> dict[str, pd.DataFrame]:
     return out
 
 
-def load_profile(path: str | os.PathLike) -> Profile:
-    """The profile of a raw file or of a directory of them (``OMPTPY_OUTPUT`` of a run
-    with ``OMPTPY_PROFILE=on``): TraceFileError when a file cannot be read or holds no
-    profile; a TraceWarning when aggregates were lost to full tables (raise
-    OMPTPY_PROFILE_ENTRIES)."""
-    source = os.fspath(path)
-    if not os.path.exists(source):
-        raise TraceFileError(f"no profile at {source}: the file or directory does not exist")
-    paths = rawfile.list_dir(source) if os.path.isdir(source) else [source]
-    parts: dict[str, list[pd.DataFrame]] = {name: [] for name in PROFILE_TABLES.values()}
-    processes = []
-    for p in map(rawfile.scan, paths):
-        payloads = p.blocks.get("PROFILE", [])
-        if not payloads:
-            continue
-        rows, slots = read_payloads(payloads, p.path)
-        for name, df in tables(rows, p.meta["pid"], tick_scale(
-            p.meta["start_anchor"], p.stats[-1]["anchor"] if p.stats else None,
-            p.meta["tick_ns_estimate"])).items():
-            parts[name].append(df)
-        unmapped = p.stats[-1].get("profile_unmapped", 0) if p.stats else 0
-        processes.append({"pid": p.meta["pid"], "source": p.path, "slots": slots,
-                          "unmapped": unmapped})
-    if not processes:
-        raise TraceFileError(f"{source} holds no profile: run the program with "
-                             "OMPTPY_PROFILE=on (ompt-py run --profile)")
+def _process(meta: dict, stats: list[dict], payloads: list[bytes], source: str
+             ) -> tuple[dict[str, pd.DataFrame], dict]:
+    """One process's tables and its ``meta["processes"]`` entry, from its META
+    document, its STATS documents (oldest first) and its PROFILE payloads."""
+    rows, slots = read_payloads(payloads, source)
+    unmapped = stats[-1].get("profile_unmapped", 0) if stats else 0
+    entry = {"pid": meta["pid"], "source": source, "slots": slots, "unmapped": unmapped,
+             "exe": meta["exe"], "argv": meta["argv"], "modules": modules(meta, *stats)}
+    scale = tick_scale(meta["start_anchor"], stats[-1]["anchor"] if stats else None,
+                       meta["tick_ns_estimate"])
+    return tables(rows, meta["pid"], scale), entry
+
+
+def _combine(source: str, found: list[tuple[dict[str, pd.DataFrame], dict]],
+             skipped: list[dict]) -> ProfileParts:
+    """The processes' tables together; a TraceWarning for each loss."""
+    warn_skipped(skipped, stacklevel=3)
+    processes = [entry for _, entry in found]
     unmapped = sum(proc["unmapped"] for proc in processes)
     if unmapped:
         warnings.warn(f"{source}: {unmapped:,} threads had no memory for their profile tables: "
-                      "their events are in no figure", TraceWarning, stacklevel=2)
+                      "their events are in no figure", TraceWarning, stacklevel=3)
     lost = sum(s["overflow"] for proc in processes for s in proc["slots"])
     if lost:
         warnings.warn(f"{source}: {lost:,} aggregates were not made because a thread's table "
                       "was full or its nesting too deep: their figures are missing; raise "
-                      "OMPTPY_PROFILE_ENTRIES", TraceWarning, stacklevel=2)
-    frames = {name: pd.concat(dfs, ignore_index=True) for name, dfs in parts.items()}
-    return Profile(**frames, meta={"processes": processes})
+                      "OMPTPY_PROFILE_ENTRIES", TraceWarning, stacklevel=3)
+    frames = {name: pd.concat([f[name] for f, _ in found] or [tables(
+        np.empty(0, PROFILE_ROW_DTYPE), 0, 1.0)[name]], ignore_index=True)
+        for name in PROFILE_TABLES.values()}
+    return ProfileParts(**frames, meta={"processes": processes, "skipped": skipped})
+
+
+def load_profile(path: str | os.PathLike) -> ProfileParts:
+    """The profile of a raw file or of a directory of them (``OMPTPY_OUTPUT`` of a run
+    with ``OMPTPY_PROFILE=on``): TraceFileError when none holds a profile; a
+    TraceWarning for each file that cannot be read or holds none (listed in
+    ``meta["skipped"]``, as a trace's), and when aggregates were lost to full tables
+    (raise OMPTPY_PROFILE_ENTRIES)."""
+    source = os.fspath(path)
+    if not os.path.exists(source):
+        raise TraceFileError(f"no profile at {source}: the file or directory does not exist")
+    paths = rawfile.list_dir(source) if os.path.isdir(source) else [source]
+    found, skipped = [], []
+    for path in paths:
+        try:
+            p = rawfile.scan(path)
+        except TraceFileError as e:
+            skipped.append({"source": path, "reason": str(e)})
+            continue
+        payloads = p.blocks.get("PROFILE", [])
+        if not payloads:
+            skipped.append({"source": path, "reason": f"process {p.meta['pid']} wrote no "
+                            "profile (it ended before the tool wrote its tables: killed?, "
+                            "or it ran without OMPTPY_PROFILE=on)"})
+            continue
+        found.append(_process(p.meta, p.stats, payloads, p.path))
+    if not found:
+        raise TraceFileError(f"{source} holds no profile: run the program with "
+                             "OMPTPY_PROFILE=on (ompt-py run --profile)"
+                             + "".join(f"; {s['source']}: {s['reason']}" for s in skipped))
+    return _combine(source, found, skipped)
+
+
+def from_memory(meta: dict, stats: dict, blocks: bytes) -> ProfileParts:
+    """This process's profile so far: its META and latest STATS documents and the
+    PROFILE blocks of ``_core.profile()`` (an empty profile when no thread made an
+    aggregate yet)."""
+    payloads = _payloads(blocks, "memory")
+    found = [_process(meta, [stats], payloads, "memory")] if payloads else []
+    return _combine("memory", found, [])
+
+
+# ---- profile files ----------------------------------------------------------------------
+
+_ARROW = {"int64": pa.int64(), "uint64": pa.uint64(), "str": pa.string(),
+          "hist": pa.list_(pa.int64(), PROFILE_BUCKETS)}
+
+
+def _arrow_column(values: pd.Series, kind: str) -> pa.Array:
+    if kind == "hist":
+        flat = np.stack(values.to_list()).astype(np.int64).ravel() if len(values) else \
+            np.empty(0, np.int64)
+        return pa.FixedSizeListArray.from_arrays(pa.array(flat), PROFILE_BUCKETS)
+    return pa.array(values.to_numpy(object if kind == "str" else None), _ARROW[kind])
+
+
+def write(parts: ProfileParts, path: str | os.PathLike) -> None:
+    """``Profile.save``: the profile as one Parquet file at ``path`` (it appears there
+    only once written whole)."""
+    import pyarrow.parquet as pq
+
+    pieces = []
+    for name, own in schema.PROFILE_COLUMNS.items():
+        frame = getattr(parts, name)
+        columns = {"table": pa.array([name] * len(frame), pa.string())}
+        for column, kind in {**schema.PROFILE_KEYS, **own}.items():
+            columns[column] = _arrow_column(frame[column], kind)
+        pieces.append(pa.table(columns))
+    table = pa.concat_tables(pieces, promote_options="default")  # others' columns: null
+    meta = {"profile": schema.PROFILE_FORMAT, **parts.meta}
+    table = table.replace_schema_metadata({PARQUET_KEY: json.dumps(meta).encode()})
+    with output(path) as out:
+        pq.write_table(table, out, compression="zstd")
+
+
+def _file_meta(path: str) -> tuple[dict | None, object]:
+    """A Parquet file's ompt_py metadata (None: it has none) and the open file."""
+    parquet_file = open_file(path)
+    raw = (parquet_file.metadata.metadata or {}).get(PARQUET_KEY)
+    doc, bad = schema.parse(raw, schema.Obj({})) if raw is not None else (None, None)
+    return (None if bad else doc), parquet_file
+
+
+def read(path: str | os.PathLike) -> ProfileParts:
+    """A profile file (``write``); TraceFileError when it is not one, or its metadata
+    or columns are not of schema.PROFILE_META's and PROFILE_COLUMNS' shape."""
+    path = os.fspath(path)
+    doc, parquet_file = _file_meta(path)
+    if not isinstance(doc, dict) or "profile" not in doc:
+        raise TraceFileError(f"{path} is not an ompt-py profile (no profile metadata): "
+                             "Profile.save and ompt-py run --profile write one")
+    bad = schema.problem(doc, schema.PROFILE_META, "meta")
+    if not bad and doc["profile"] != schema.PROFILE_FORMAT:
+        raise TraceFileError(f"{path} has profile format {doc['profile']}; this ompt_py reads "
+                             f"format {schema.PROFILE_FORMAT}: read it with the ompt-py that "
+                             "wrote it (or a newer one)")
+    if bad:
+        raise TraceFileError(f"{path}: its ompt_py metadata is corrupt ({bad}); the file was "
+                             "damaged or not written by Profile.save")
+    try:
+        table = parquet_file.read()  # type: ignore[attr-defined]
+    except (pa.ArrowException, OSError) as e:
+        raise TraceFileError(f"{path} cannot be read as a profile ({type(e).__name__}: {e}); "
+                             "it may be truncated") from e
+    if "table" not in table.column_names:
+        raise TraceFileError(f"{path} lacks the column table; it is not an ompt-py profile")
+    which = table.column("table")
+    frames = {}
+    for name, own in schema.PROFILE_COLUMNS.items():
+        rows = table.filter(pc.equal(which, name))
+        frame = {}
+        for column, kind in {**schema.PROFILE_KEYS, **own}.items():
+            if column not in rows.column_names:
+                raise TraceFileError(f"{path} lacks the column {column} of its {name}; it is "
+                                     "not an ompt-py profile (Profile.save writes it)")
+            values = rows.column(column)
+            if values.null_count:
+                raise TraceFileError(f"{path}: its {name} have null {column} values; the "
+                                     "file is corrupt")
+            try:
+                values = values.cast(_ARROW[kind])
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise TraceFileError(f"{path}: its column {column} is of type {values.type}, "
+                                     f"not {_ARROW[kind]}; it is not an ompt-py profile") from e
+            array = values.to_numpy(zero_copy_only=False)
+            frame[column] = [np.asarray(h, np.int64) for h in array] if kind == "hist" \
+                else array
+        frames[name] = pd.DataFrame(frame)
+    meta = {k: v for k, v in doc.items() if k != "profile"}
+    return ProfileParts(**frames, meta=meta)
+
+
+def holds_profile(path: str) -> bool:
+    """Whether ``path`` is a profile rather than a trace: a profile file (its
+    metadata says so), or raw files written in profile mode (the first one's META
+    says so).  False when it cannot tell: the trace's reader then says why."""
+    try:
+        if os.path.isdir(path) or path.endswith(rawfile.SUFFIX):
+            files = rawfile.list_dir(path) if os.path.isdir(path) else [path]
+            return bool(files) and _raw_profile(files[0])
+        return "profile" in (_file_meta(path)[0] or {})
+    except (TraceFileError, OSError):
+        return False
+
+
+def _raw_profile(path: str) -> bool:
+    """Whether a raw file's META block says profile mode was on."""
+    with open_regular(path) as f:
+        header = f.read(schema.HEADER.size)
+        if len(header) != schema.HEADER.size:
+            return False
+        magic, kind, length = schema.HEADER.unpack(header)
+        if magic != schema.MAGIC or kind != _core.BLOCK_META or length > 1 << 24:
+            return False
+        doc, bad = schema.parse(f.read(length), schema.META_DOC, "META")
+    return not bad and bool(doc["config"].get("profile"))

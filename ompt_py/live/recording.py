@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 
 from .. import _core
+from ..errors import ConfigError
 from ..meta import NOBUF_REASON, modules, process_entry, thread_rows, trace_meta
 from ..records import RAW_DTYPE, to_events
 from . import attach, runhook
@@ -38,8 +39,13 @@ class Recorder:
         self.native_depth = native_depth
 
     def start(self) -> None:
-        """Open a window (AttachError when the runtime cannot be observed)."""
+        """Open a window (AttachError when the runtime cannot be observed, ConfigError
+        in profile mode, which records no events)."""
         attach.ensure_attachable()
+        if attach.meta()["config"].get("profile"):
+            raise ConfigError("this process runs in profile mode (OMPTPY_PROFILE=on), which "
+                              "records no events: use ompt_py.trace(profile=True), or start "
+                              "Python without OMPTPY_PROFILE to trace")
         runhook.start_python_stacks(_core, self.python_depth, self.native_depth, (PACKAGE_DIR,))
         _core.flush()
         _core.take()  # drop what was recorded outside any trace window

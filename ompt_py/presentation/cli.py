@@ -20,6 +20,7 @@ Trace what the OpenMP runtime does.
   ompt-py run -o trace.parquet -- ./my_openmp_program args
   ompt-py run -o trace.parquet my_script.py args
   ompt-py run -o trace.parquet -m my_module args
+  ompt-py run --profile -o prof.parquet -- ./my_openmp_program args
   ompt-py report trace.parquet [--plot timeline.png] [--html report.html]
   ompt-py export trace.parquet --format perfetto -o trace.json
   ompt-py doctor [my_script.py args | -m my_module args]
@@ -46,6 +47,13 @@ The target is a Python script (ends in .py), -m MODULE, or a command after
 OMPTPY_CLOCK, OMPTPY_DRAIN_MS, OMPTPY_MERGE_MEMORY) pass through; the options
 above override them.  The raw files are merged into the output in chunks, so
 that a trace larger than the machine's memory converts.
+
+--profile: no trace, per-thread aggregates (OMPTPY_PROFILE=on for the
+command; OMPTPY_PROFILE_ENTRIES sizes the tables): per construct kind and
+source location, per parallel region and thread, per lock, per task creation
+site.  `ompt-py report` and ompt_py.load read the profile as a trace (the
+answers a profile can give).  Losses as for a trace: aggregates not made
+(tables full), threads without tables, processes that wrote no profile.
 
 Exit status: the command's when it failed (128 + N when signal N killed it);
 else 1 when the trace holds less than was traced (records lost or dropped,
@@ -116,6 +124,9 @@ def _run_command(args: argparse.Namespace) -> list[str]:
 
 
 def _check_run_paths(args: argparse.Namespace) -> None:
+    if args.profile and not args.output.endswith(".parquet"):
+        raise ConfigError(f"-o {args.output}: a profile is one file; give a name ending in "
+                          ".parquet")
     _check_output(args.output, "-o", directory_ok=not args.output.endswith(".parquet"))
     if os.path.isdir(args.output) and os.listdir(args.output):
         raise ConfigError(f"{args.output} is a directory that is not empty; its traces would "
@@ -152,7 +163,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..live import attach, launch, runhook, runtime
 
     command = _run_command(args)
+    args.output = args.output or ("ompt-profile.parquet" if args.profile
+                                  else "ompt-trace.parquet")
     _check_run_paths(args)
+    if args.profile:
+        given = [o for o in ("--python-stacks", "--native-depth", "--buffer-size", "--overflow")
+                 if getattr(args, o[2:].replace("-", "_"))]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: not used with --profile (a profile keeps "
+                              "no records and no Python stacks); leave it out")
+        os.environ["OMPTPY_PROFILE"] = "on"
     chunk_rows(args.merge_memory, "--merge-memory")  # said before the command runs
     if args.buffer_size:
         os.environ["OMPTPY_BUFFER_SIZE"] = args.buffer_size
@@ -213,7 +233,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     caught = [s for s in launch.FORWARDED if signal.getsignal(s) != signal.SIG_IGN]
     previous = {s: signal.signal(s, _interrupt) for s in caught}
     try:
-        return _write_trace(args, raw_dir, ended.returncode)
+        write = _write_profile if args.profile else _write_trace
+        return write(args, raw_dir, ended.returncode)
     except _Interrupted as e:
         print(f"ompt-py run: {signal.Signals(e.signum).name} while writing {args.output}: "
               f"stopped; {_kept(raw_dir)}", file=sys.stderr)
@@ -290,6 +311,60 @@ def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int
     return returncode or (1 if losses else 0)
 
 
+def _write_profile(args: argparse.Namespace, raw_dir: str, returncode: int) -> int:
+    """Reads the raw files' profile and saves it as ``args.output``; the exit status
+    of ``ompt-py run --profile`` (the rules of _write_trace)."""
+    import warnings
+
+    from ..errors import TraceFileError, TraceWarning
+    from ..io import rawfile
+    from ..profile import Profile
+
+    try:
+        files = rawfile.list_dir(raw_dir)
+    except TraceFileError as e:
+        print(f"ompt-py run: no profile written: {e}", file=sys.stderr)
+        return returncode or 1
+    if not files:
+        print("ompt-py run: no profile written: no process of the command started an OpenMP "
+              "runtime with OMPT support (LLVM libomp)", file=sys.stderr)
+        if not args.keep_raw:
+            with contextlib.suppress(OSError):
+                os.rmdir(raw_dir)
+        return returncode
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always", TraceWarning)
+        try:
+            prof = Profile.from_raw(raw_dir)
+            prof.save(args.output)
+        except TraceFileError as e:
+            print(f"ompt-py run: no profile written: {e}; {_kept(raw_dir)}", file=sys.stderr)
+            return returncode or 1
+        except OSError as e:
+            print(f"ompt-py run: cannot write {args.output} ({e.strerror or e}); "
+                  f"{_kept(raw_dir)}", file=sys.stderr)
+            return returncode or 1
+    losses = list(dict.fromkeys(str(w.message) for w in warned
+                                if issubclass(w.category, TraceWarning)))
+    for w in warned:
+        if not issubclass(w.category, TraceWarning):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    if not args.keep_raw and not losses:
+        shutil.rmtree(raw_dir, ignore_errors=True)
+    if not args.quiet:
+        p = prof.parts
+        threads = sum(len(s["threads"]) for proc in prof.meta["processes"]
+                      for s in proc["slots"])
+        print(f"ompt-py: profile of {len(prof.meta['processes'])} process(es), {threads} "
+              f"thread(s): {len(p.constructs):,} construct, {len(p.regions_threads):,} region, "
+              f"{len(p.locks):,} lock and {len(p.tasks):,} task aggregates -> {args.output}\n"
+              f"         see: ompt-py report {args.output}", file=sys.stderr)
+    if losses:
+        print("ompt-py run: the profile holds less than was profiled:\n  "
+              + "\n  ".join(losses) + f"\n  {_kept(raw_dir)}", file=sys.stderr)
+    return returncode or (1 if losses else 0)
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from ..live import doctor
 
@@ -324,10 +399,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from ..io import export
-    from ..trace import load
+    from ..trace import Trace, load
 
     _check_output(args.output, "-o", directory_ok=args.format == "parquet")
     trace = load(args.trace)
+    if not isinstance(trace, Trace):
+        raise ConfigError(f"{args.trace} is a profile, not a trace: it has no events to "
+                          "export (it is a Parquet file already; ompt-py report reads it)")
     try:
         export(trace, args.output, args.format)
     except OSError as e:
@@ -353,8 +431,8 @@ def _check_plot(path: str) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ..trace import load
-    from .report import render, render_html
+    from ..trace import Trace, load
+    from .report import render, render_html, render_profile, render_profile_html
 
     # Checked before the work: a wrong name is not told after a minute of plotting.
     if args.plot:
@@ -362,6 +440,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.html:
         _check_output(args.html, "--html")
     trace = load(args.trace)
+    if not isinstance(trace, Trace):  # a profile: its answers, no timeline
+        if args.plot:
+            raise ConfigError(f"--plot: {args.trace} is a profile, which has no timeline to "
+                              "plot; trace the run (ompt-py run without --profile) for it")
+        print(render_profile(trace, top=args.top), end="")
+        if args.html:
+            try:
+                with open(args.html, "w", encoding="utf-8") as f:
+                    f.write(render_profile_html(trace, top=args.top,
+                                                title=os.path.basename(args.trace)))
+            except OSError as e:
+                print(f"ompt-py report: cannot write {args.html}: {e.strerror or e}; choose "
+                      "another path", file=sys.stderr)
+                return 1
+            print(f"ompt-py report: HTML report -> {args.html}", file=sys.stderr)
+        return 0
     print(render(trace, top=args.top), end="")
 
     def plot(path: str) -> None:
@@ -403,9 +497,14 @@ def parser() -> argparse.ArgumentParser:
         + DESCRIPTION.split("\n\n", 1)[1],
         epilog=RUN_EPILOG, formatter_class=argparse.RawTextHelpFormatter,
     )
-    run.add_argument("-o", "--output", default="ompt-trace.parquet",
+    run.add_argument("-o", "--output",
                      help="trace to write: a .parquet file, or a directory for a Parquet "
-                          "dataset partitioned by process (default: %(default)s)")
+                          "dataset partitioned by process (default: ompt-trace.parquet); "
+                          "with --profile a .parquet file (default: ompt-profile.parquet)")
+    run.add_argument("--profile", action="store_true",
+                     help="no trace: per-thread aggregates (counts, times, histograms per "
+                          "construct and source location, region, lock, task creation site), "
+                          "a few ns per event, for runs too long to trace")
     run.add_argument("-m", dest="module", metavar="MODULE", help="run a Python module")
     run.add_argument("--buffer-size", metavar="SIZE",
                      help="per-thread buffer bound, e.g. 8M (default), 64M")
@@ -438,13 +537,16 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("target", nargs=argparse.REMAINDER,
                      help="SCRIPT.py [ARGS], or -- COMMAND [ARGS]")
     run.set_defaults(func=cmd_run)
-    rep = sub.add_parser("report", help="print a summary of a trace; plots and HTML report",
+    rep = sub.add_parser("report", help="print a summary of a trace or profile; plots and HTML "
+                         "report",
                          description="Print counts and times per construct, per parallel "
-                         "region and per thread, and the written/dropped record counts. "
+                         "region and per thread, and the written/dropped record counts "
+                         "(of a profile: the same answers per source location, no plots). "
                          "--plot and --html also write the answers: time per construct and "
                          "source location, thread states, load imbalance per region, task "
                          "durations, lock contention, and the per-thread timeline.")
-    rep.add_argument("trace", help="a trace file (.parquet), raw directory or .omptraw file")
+    rep.add_argument("trace", help="a trace or profile file (.parquet), raw directory or "
+                     ".omptraw file")
     rep.add_argument("--top", type=_positive(int), default=10,
                      help="rows per table (default: %(default)s)")
     rep.add_argument("--plot", metavar="FILE",

@@ -14,6 +14,7 @@ from ..errors import MissingEventsError
 from ..units import format_ns
 
 if TYPE_CHECKING:
+    from ..profile import Profile
     from ..trace import Trace
 
 
@@ -210,6 +211,40 @@ def _threads(trace: Trace) -> str:
             "written": th.get("written", "-"), "dropped": th.get("dropped", "-"),
         })
     return _table(rows)
+
+
+def _profile_processes(prof: Profile) -> str:
+    """The processes of a profile and what each lost."""
+    out = []
+    for p in prof.meta["processes"]:
+        overflow = sum(s["overflow"] for s in p["slots"])
+        threads = sum(len(s["threads"]) for s in p["slots"])
+        out.append(f"  pid {p['pid']}: {' '.join(p.get('argv', []))[:100]}\n"
+                   f"    {threads} thread(s); aggregates not made (tables full) {overflow:,}, "
+                   f"threads without tables {p['unmapped']:,}\n")
+    for s in prof.meta.get("skipped", []):
+        out.append(f"  left out: {s['source']}: {s['reason']}\n")
+    return "".join(out)
+
+
+def render_profile(prof: Profile, top: int = 10) -> str:
+    """The report of a profile as text: its processes and the summary's answers and
+    tables (analysis.profile.summary: the trace's sections where a profile has the
+    data)."""
+    answers = prof.summary(top=top)
+    return (f"ompt-py profile: {len(prof.meta['processes'])} process(es)\n"
+            + _profile_processes(prof) + "\n" + str(answers))
+
+
+def render_profile_html(prof: Profile, top: int = 10, title: str = "") -> str:
+    """One HTML page of a profile: its processes and the summary tables."""
+    import html
+
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
+            f"<title>ompt-py profile {html.escape(title)}</title><style>{_HTML_STYLE}</style>"
+            f"</head><body><h1>ompt-py profile {html.escape(title)}</h1><h2>Processes</h2>"
+            f"<pre>{html.escape(_profile_processes(prof))}</pre><h2>Summary</h2>"
+            f"{prof.summary(top=top)._repr_html_()}</body></html>\n")
 
 
 _HTML_STYLE = """

@@ -370,6 +370,21 @@ def _report_incomplete(b: Builds, work: Path) -> None:
                  b.program("many"), "20000", "_exit"])
 
 
+# Profiles (ompt-py run --profile: tests/analysis/test_profile_metrics.py,
+# tests/presentation/test_report.py)
+@trace("profile-mixed")
+def _profile_mixed(b: Builds, work: Path) -> None:
+    ompt_py_run(["--profile", "-o", str(parquet("profile-mixed")), "--", b.program("mixed"),
+                 "20"])
+
+
+@trace("profile-known-tasks")
+def _profile_known_tasks(b: Builds, work: Path) -> None:
+    out = ompt_py_run(["--profile", "-o", str(parquet("profile-known-tasks")), "--",
+                       b.program("known"), "tasks", "20", "500", "20", "2000"])
+    (DATA / "profile-known-tasks.out").write_text(out)
+
+
 # Several processes (tests/io/test_datasets.py): `parallel N` per process, ranks from
 # the variables of each (conftest.RANKS).
 @trace("ranks")

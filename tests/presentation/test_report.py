@@ -56,6 +56,23 @@ def test_report_of_raw_directory():
     assert re.search(r"parallel", r.stdout, re.I)
 
 
+def test_report_of_a_profile(tmp_path):
+    """A profile's report: its processes and the summary's sections (no plot: a
+    profile has no timeline, which --plot says)."""
+    prof = stored_path("profile-mixed")
+    html = tmp_path / "r.html"
+    r = ok(cli("report", prof, "--html", html, "--top", "3"))
+    for words in ("ompt-py profile: 1 process(es)", "aggregates not made (tables full) 0",
+                  "Time per construct", "Parallel regions: load imbalance",
+                  "Explicit tasks: duration histogram", "Locks and critical sections",
+                  "Threads: time per state"):
+        assert words in r.stdout, r.stdout
+    assert "<h4>Time per construct</h4>" in html.read_text()
+    r = cli("report", prof, "--plot", tmp_path / "x.png")
+    no_traceback(r)
+    assert r.returncode == 2 and "no timeline" in r.stderr
+
+
 def test_report_of_incomplete_process():
     # ompt-py run --buffer-size 256K -- many 20000 _exit
     out = stored_path("report-incomplete")
