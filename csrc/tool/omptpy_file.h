@@ -23,9 +23,33 @@
  *    threads): that slot's `max_chunks` chunk descriptors (omptpy_chunk, one
  *    per OMPTPY_LEDGER_DESC_SIZE bytes, the uint32 count of records written
  *    into the chunk first), stored per record on the hot path anyway.
+ *  - kind WINDOWS (one, in-place files only: see REGION below): an
+ *    omptpy_ledger_windows, then `cap` omptpy_window entries of which the
+ *    first `count` are the sink's windows so far, in clock ticks (until
+ *    UINT64_MAX: still open).  A file's records stamped in no window were
+ *    written for handlers only (discarded, not lost).  When the table is
+ *    full the last window is extended instead: more records kept, never fewer.
  * A thread has written handed + (cur != NONE ? n of descriptor cur of its
  * slot : 0) records into its buffer; the loader subtracts those in the file
  * and those discarded (outside the sink's window) to find the lost ones.
+ * In an in-place file (head.in_place = 1) threads write their records into
+ * the file itself (REGION blocks), so every record written is in the file:
+ * handed and cur are not kept, and only dropped (no room) and nobuf count.
+ *
+ * REGION blocks (the in-place file route, zerocopy.c): a span of the file,
+ * allocated (fallocate) when the block is made and mapped MAP_SHARED, that
+ * threads lease 64 KiB chunks of and write their records into in place (the
+ * page cache keeps what a killed process wrote).  Its payload: an
+ * omptpy_region_prefix, zeros up to desc_offset (a page of the file), then
+ * `nchunks` chunk descriptors of OMPTPY_LEDGER_DESC_SIZE bytes (the uint32
+ * count of records written into the chunk at offset 0, the uint32 thread
+ * index + 1 of the thread it was leased to at OMPTPY_DESC_THREAD_OFFSET, 0
+ * for a chunk never leased), then at data_offset the chunks' records
+ * (`chunk_records` records each, chunk i at data_offset + i * chunk_records *
+ * record size; its first n are written).  A thread's chunks are in lease
+ * order within a block and blocks in file order, so its records are in time
+ * order when read so.  At a clean end, unleased chunks' data is released
+ * (a hole: reads as zeros).
  */
 #ifndef OMPTPY_FILE_H
 #define OMPTPY_FILE_H
@@ -35,7 +59,8 @@
 #define OMPTPY_FILE_MAGIC 0x5450504fu /* "OPPT" in the file's (little-endian) bytes */
 
 enum { OMPTPY_BLOCK_META = 1, OMPTPY_BLOCK_RECORDS = 2, OMPTPY_BLOCK_STATS = 3,
-       OMPTPY_BLOCK_STACKS = 4, OMPTPY_BLOCK_LEDGER = 5, OMPTPY_BLOCK_PROFILE = 6 };
+       OMPTPY_BLOCK_STACKS = 4, OMPTPY_BLOCK_LEDGER = 5, OMPTPY_BLOCK_PROFILE = 6,
+       OMPTPY_BLOCK_REGION = 7 };
 
 typedef struct omptpy_block_header {
   uint32_t magic;
@@ -45,7 +70,7 @@ typedef struct omptpy_block_header {
 
 _Static_assert(sizeof(omptpy_block_header) == 16, "a block header is 16 bytes, no padding");
 
-enum { OMPTPY_LEDGER_PROCESS = 1, OMPTPY_LEDGER_SLOT = 2 };
+enum { OMPTPY_LEDGER_PROCESS = 1, OMPTPY_LEDGER_SLOT = 2, OMPTPY_LEDGER_WINDOWS = 3 };
 
 /* How the process image ended, as whoever saw it recorded it (0: nobody did:
  * killed by a signal or crashed). */
@@ -61,6 +86,7 @@ enum {
 
 #define OMPTPY_LEDGER_NONE 0xffffffffu /* omptpy_ledger_thread.cur: no chunk */
 #define OMPTPY_LEDGER_DESC_SIZE 64u
+#define OMPTPY_DESC_THREAD_OFFSET 36u /* a descriptor's thread index + 1 (REGION blocks) */
 
 typedef struct omptpy_ledger_prefix {
   uint32_t kind;        /* OMPTPY_LEDGER_* */
@@ -79,8 +105,30 @@ typedef struct omptpy_ledger_head {
   uint32_t ending;         /* OMPTPY_END_* */
   int32_t sink_errno;      /* why the file sink failed, 0 if it did not */
   uint32_t unaccounted;    /* threads beyond thread_cap: their records are not counted here */
-  uint64_t reserved[4];
+  uint32_t in_place;       /* 1: records are written in the file itself (REGION blocks) */
+  uint32_t reserved32;
+  uint64_t reserved[3];
 } omptpy_ledger_head;
+
+typedef struct omptpy_ledger_windows {
+  uint32_t count; /* windows used */
+  uint32_t cap;   /* entries that follow */
+  uint64_t reserved;
+} omptpy_ledger_windows;
+
+typedef struct omptpy_window {
+  uint64_t from, until; /* clock ticks: records stamped in [from, until) are the sink's */
+} omptpy_window;
+
+typedef struct omptpy_region_prefix {
+  uint32_t version;       /* 1 */
+  uint32_t chunk_records; /* records per chunk */
+  uint32_t nchunks;
+  uint32_t desc_size;     /* OMPTPY_LEDGER_DESC_SIZE */
+  uint64_t desc_offset;   /* from the start of the payload: a page of the file */
+  uint64_t data_offset;   /* from the start of the payload: a page of the file */
+  uint64_t reserved[4];
+} omptpy_region_prefix;
 
 /* Flags of a thread entry. */
 enum {
@@ -106,6 +154,9 @@ typedef struct omptpy_ledger_thread {
 _Static_assert(sizeof(omptpy_ledger_prefix) == 32, "the ledger prefix is 32 bytes");
 _Static_assert(sizeof(omptpy_ledger_head) == 64, "the ledger head is 64 bytes");
 _Static_assert(sizeof(omptpy_ledger_thread) == 64, "a ledger thread entry is 64 bytes");
+_Static_assert(sizeof(omptpy_ledger_windows) == 16, "the windows head is 16 bytes");
+_Static_assert(sizeof(omptpy_window) == 16, "a window is 16 bytes");
+_Static_assert(sizeof(omptpy_region_prefix) == 64, "the region prefix is 64 bytes");
 
 /*
  * PROFILE blocks (profile mode: OMPTPY_PROFILE=on; profile.c), written at the

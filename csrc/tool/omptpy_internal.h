@@ -136,7 +136,12 @@ typedef struct omptpy_chunk {
    * fit): n is final, the chunk is done as a full one is.  Stored before
    * the writer's next release store of a count. */
   _Atomic bool closed;
+  /* in-place file route: the owner's thread index + 1, stored before owner
+   * (the file's REGION descriptor, OMPTPY_DESC_THREAD_OFFSET) */
+  uint32_t thread;
 } omptpy_chunk;
+_Static_assert(offsetof(omptpy_chunk, thread) == OMPTPY_DESC_THREAD_OFFSET,
+               "the thread index of a descriptor is where the raw file says");
 
 /* Single-producer single-consumer ring of chunk pointers. */
 typedef struct omptpy_ring {

@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 PREFIX = struct.Struct("<IIQI12x")  # kind, data_offset, data_bytes, slot
 HEAD = np.dtype([("version", "<u4"), ("thread_cap", "<u4"), ("thread_base", "<u4"),
                  ("chunk_records", "<u4"), ("max_chunks", "<u4"), ("ending", "<u4"),
-                 ("sink_errno", "<i4"), ("unaccounted", "<u4"), ("reserved", "<u8", 4)])
+                 ("sink_errno", "<i4"), ("unaccounted", "<u4"), ("in_place", "<u4"),
+                 ("reserved32", "<u4"), ("reserved", "<u8", 3)])
 THREAD = np.dtype([("used", "<u4"), ("slot", "<u4"), ("tid", "<i4"), ("flags", "<u4"),
                    ("cur", "<u4"), ("type", "<i4"), ("handed", "<u8"), ("dropped", "<u8"),
                    ("discarded", "<u8"), ("sink_lost", "<u8"), ("nobuf", "<u8")])
