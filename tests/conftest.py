@@ -248,21 +248,29 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 # between the open and the ftruncate leaves an empty file; when the pid comes round
 # again (pid_max is 32768 here, and the suite starts thousands of processes, killing
 # many at start-up on purpose), libomp reads that file past its end and the new
-# process dies of SIGBUS at its first OpenMP call.  Empty files of dead pids go
-# before every test.
-_KMP_REGISTERED = re.compile(r"__KMP_REGISTERED_LIB_(\d+)_\d+")
+# process dies of SIGBUS at its first OpenMP call.  The product removes such a file
+# of its own pid (the preload hook of `ompt-py run`, `import ompt_py`:
+# tests/live/test_stale_registration.py), but most processes of the suite are started
+# without either; so empty files of dead pids go before every test.
 
 
 def remove_stale_libomp_registrations() -> int:
-    """Removes libomp's empty registration files of pids no longer alive; their number."""
+    """Removes libomp's empty registration files of pids no longer alive; their number.
+
+    The name and folders are ompt_py's (live/runtime.py), imported here and not at the
+    top: conftest is loaded before ``_refuse_the_source_tree`` checks where ompt_py
+    comes from."""
+    from ompt_py.live.runtime import KMP_REGISTRATION_DIRS, KMP_REGISTRATION_NAME
+
+    pattern = re.compile(KMP_REGISTRATION_NAME.format(pid=r"(\d+)", uid=r"-?\d+"))
     removed = 0
-    for folder in ("/dev/shm", "/tmp"):
+    for folder in KMP_REGISTRATION_DIRS:
         try:
             names = os.listdir(folder)
         except OSError:
             continue
         for name in names:
-            found = _KMP_REGISTERED.fullmatch(name)
+            found = pattern.fullmatch(name)
             if not found or os.path.exists(f"/proc/{found[1]}"):
                 continue
             path = os.path.join(folder, name)

@@ -1,18 +1,21 @@
 /*
  * The preload hook (README.md): _exit, _Exit, abort and the exec family,
  * interposed so that the tool writes what it buffers and records how the
- * process image ended before the real function runs.  Plain C, no lock, no
- * allocation but the new environment of an exec (mmap: async-signal-safe, as
- * exec and _exit are).
+ * process image ended before the real function runs; and libomp's stale
+ * registration file of this process removed before libomp can read it.
+ * Plain C, no lock, no allocation but the new environment of an exec (mmap:
+ * async-signal-safe, as exec and _exit are).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../tool/omptpy_file.h"
@@ -147,4 +150,60 @@ typedef void (*abort_fn)(void) __attribute__((noreturn));
 HOOK_API __attribute__((noreturn)) void abort(void) {
   end(OMPTPY_END_ABORT, NULL, 0);
   ((abort_fn)real("abort"))();
+}
+
+/* libomp (14, 16 and 19: kmp_runtime.cpp, __kmp_register_library_startup)
+ * registers each process in a file named __KMP_REGISTERED_LIB_<pid>_<uid>
+ * (getpid, getuid): shm_open in /dev/shm with O_CREAT | O_EXCL, ftruncate,
+ * mmap, then its string; libomp 19 uses the same name in /tmp where /dev/shm
+ * cannot be used (16 uses mkstemp there: a name no later process meets).  A
+ * process killed between the open and the ftruncate leaves an empty file; when
+ * its pid comes round again, the new process's libomp finds the file, maps it
+ * and reads it past its end: SIGBUS at the first OpenMP call.  An empty file of
+ * this process's own pid is stale by definition (its libomp has not registered
+ * yet: the hook runs before main, and in a fork's child before the child's
+ * libomp registers under its new pid), so it goes.  Only empty ones: a
+ * non-empty file is a registration, which libomp checks itself (the previous
+ * image of an exec).  The same name and folders as
+ * ompt_py/live/runtime.py's KMP_REGISTRATION_NAME and KMP_REGISTRATION_DIRS
+ * (the Python mirror, for processes that import ompt_py).  Async-signal-safe
+ * (a fork's child of a threaded process): no stdio, no allocation. */
+#define KMP_REGISTRATION_PREFIX "__KMP_REGISTERED_LIB_"
+static const char *const kmp_registration_dirs[] = {"/dev/shm/", "/tmp/"};
+
+/* v in decimal at p, as printf's %d writes it; returns the end. */
+static char *put_decimal(char *p, int value) {
+  char digits[16];
+  size_t n = 0;
+  long v = value;
+  if (v < 0) {
+    *p++ = '-';
+    v = -v;
+  }
+  do {
+    digits[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  while (n) *p++ = digits[--n];
+  return p;
+}
+
+static void remove_stale_kmp_registration(void) {
+  char path[sizeof "/dev/shm/" + sizeof KMP_REGISTRATION_PREFIX + 48];
+  for (size_t i = 0; i < sizeof kmp_registration_dirs / sizeof *kmp_registration_dirs; i++) {
+    size_t dir = strlen(kmp_registration_dirs[i]);
+    memcpy(path, kmp_registration_dirs[i], dir);
+    memcpy(path + dir, KMP_REGISTRATION_PREFIX, sizeof KMP_REGISTRATION_PREFIX - 1);
+    char *p = put_decimal(path + dir + sizeof KMP_REGISTRATION_PREFIX - 1, (int)getpid());
+    *p++ = '_';
+    p = put_decimal(p, (int)getuid()); /* libomp's (int)getuid() */
+    *p = '\0';
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) unlink(path);
+  }
+}
+
+__attribute__((constructor)) static void hook_start(void) {
+  remove_stale_kmp_registration();
+  pthread_atfork(NULL, NULL, remove_stale_kmp_registration);
 }

@@ -46,6 +46,13 @@ def _config_message(error: str) -> str:
     )
 
 
+# Before anything can start libomp in this process (the runtime fallback below, the
+# program's first OpenMP call), and in every fork's child, which registers under its own
+# pid: an empty registration file left by a killed process of the same pid would crash
+# it (runtime.remove_stale_registration; the preload hook does the same in C).
+runtime.remove_stale_registration()
+os.register_at_fork(after_in_child=runtime.remove_stale_registration)
+
 # The tool reads OMPTPY_* now; with an invalid value it stays off in this process.
 CONFIG_ERROR = _core.init()
 if CONFIG_ERROR is not None:

@@ -17,6 +17,9 @@ mapped, unused.  Importing ompt_py applies the policy in OMPTPY_RUNTIME:
 - ``bundled``: the libomp in the package (an error if it has none).
 - ``system``: the system's libomp (an error if there is none).
 - ``off``: nothing; libgomp-built code runs on libgomp, untraced.
+
+Also here: libomp's stale registration file of this process, removed at
+import (``remove_stale_registration``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import ctypes
 import glob
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 from ..elf import needed
@@ -33,6 +37,13 @@ from ..errors import ConfigError
 POLICIES = ("auto", "bundled", "system", "off")
 BUNDLED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runtime",
                        "libomp.so.5")
+
+#: libomp's registration file of a process (libomp 14, 16 and 19: kmp_runtime.cpp,
+#: __kmp_register_library_startup; pid and uid as ``%d`` of getpid() and (int)getuid()),
+#: in /dev/shm (shm_open), or in /tmp where libomp 19 cannot use /dev/shm.  The Python
+#: mirror of csrc/hook/hook.c's KMP_REGISTRATION_PREFIX and kmp_registration_dirs.
+KMP_REGISTRATION_NAME = "__KMP_REGISTERED_LIB_{pid}_{uid}"
+KMP_REGISTRATION_DIRS = ("/dev/shm", "/tmp")
 
 _LLVM = re.compile(r"^lib(omp|iomp5)(-[\w.]+)?\.so(\.\d+)*$")
 _GNU = re.compile(r"^libgomp(-[0-9a-f]+)?\.so(\.\d+)*$")
@@ -117,6 +128,31 @@ def gnu_linked_modules(objects: list[str] | None = None) -> list[str]:
     """Mapped objects that link GNU libgomp."""
     return [m["module"] for m in module_links(objects)
             if any(runtime_family(n) == "gnu" for n in m["links"])]
+
+
+def remove_stale_registration() -> list[str]:
+    """Removes libomp's EMPTY registration files of this process's pid; the paths removed.
+
+    libomp creates the file (O_CREAT | O_EXCL), sizes it, maps it and writes its
+    string; a process killed between the open and the sizing leaves it empty, and
+    when its pid comes round again the new process's libomp reads it past its end
+    and dies of SIGBUS at its first OpenMP call.  Run where this process's libomp
+    has not registered yet (at import, in a fork's child), such a file is stale.
+    A non-empty one is a registration that libomp checks itself: left alone.
+    """
+    uid = os.getuid()
+    name = KMP_REGISTRATION_NAME.format(pid=os.getpid(),
+                                        uid=uid - 2**32 if uid >= 2**31 else uid)  # (int)
+    removed = []
+    for folder in KMP_REGISTRATION_DIRS:
+        path = os.path.join(folder, name)
+        try:
+            if stat.S_ISREG((st := os.lstat(path)).st_mode) and st.st_size == 0:
+                os.unlink(path)
+                removed.append(path)
+        except OSError:
+            pass  # none (the usual case), or not ours to remove: libomp's business
+    return removed
 
 
 def _policy(policy: str | None) -> str:
