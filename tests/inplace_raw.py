@@ -146,6 +146,15 @@ def as_records(src: Source, chunks: list[np.ndarray]) -> bytes:
                      *(block(_core.BLOCK_RECORDS, c.tobytes()) for c in chunks), *src.stats])
 
 
+def sample() -> bytes:
+    """An in-place raw file of the source: two threads' chunks interleaved in a REGION
+    block, and windows that leave some of their records out (the mutation test's
+    and the fuzzer's seed)."""
+    src = source()
+    times = np.unique(src.records["time"]).tolist()
+    return in_place(src, lease(src.records, 5), [(times[3], times[20]), (times[30], 2**64 - 1)])
+
+
 def blocks(data: bytes) -> list[tuple[int, int, int]]:
     """(offset, type, length) of each block of a raw file."""
     out, off = [], 0
