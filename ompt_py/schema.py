@@ -8,9 +8,11 @@ metadata's keys without checking them again.
 Raw files (``.omptraw``, one per process, written by the C tool:
 csrc/tool/omptpy_file.h) are a sequence of blocks, each a 16-byte ``HEADER``
 (``MAGIC``, type, payload length) and its payload; ``BLOCKS`` gives each type
-its name and what its payload is: 64-byte records (RECORDS), a JSON document
-of the shape given (META first, STATS, STACKS) or binary data that its own
-module reads (LEDGER: io/ledger.py).  A new block type is one entry there (and
+its name and what its payload is: 64-byte records (RECORDS), a span of the
+file that threads wrote records into in place (REGION: a prefix, chunk
+descriptors and the chunks, read by io/rawfile.py), a JSON document of the
+shape given (META first, STATS, STACKS) or binary data that its own module
+reads (LEDGER: io/ledger.py).  A new block type is one entry there (and
 its document's shape).  Versions: META's ``format`` (RAW_FORMAT) and
 ``record_version`` (RECORD_VERSIONS, all of them 64-byte records).
 
@@ -342,8 +344,9 @@ STACKS_DOC = Obj(
 @dataclass(frozen=True)
 class Block:
     """A block type of raw files: its name, what its payload is ("records": 64-byte
-    records; "json": a document of the shape ``doc``; "binary": read and checked by
-    its own module) and that shape."""
+    records; "region": records written in place, in chunks, never read whole;
+    "json": a document of the shape ``doc``; "binary": read and checked by its own
+    module) and that shape."""
 
     name: str
     payload: str
@@ -358,6 +361,7 @@ BLOCKS: dict[int, Block] = {
     _core.BLOCK_STACKS: Block("STACKS", "json", STACKS_DOC),
     _core.BLOCK_LEDGER: Block("LEDGER", "binary"),  # io/ledger.py: its prefix and layout
     _core.BLOCK_PROFILE: Block("PROFILE", "binary"),  # io/profile.py (profile mode)
+    _core.BLOCK_REGION: Block("REGION", "region"),  # io/rawfile.py (the in-place file route)
 }
 
 # ---- Parquet files -------------------------------------------------------------------------

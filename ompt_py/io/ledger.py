@@ -15,6 +15,15 @@ image ended (still in the buffers when it was killed, called ``_exit``,
 memory for its buffer) are lost too; records dropped because buffers were
 full stay ``dropped``.
 
+In an in-place file (the head's ``in_place``: REGION blocks, read by
+``rawfile``) threads wrote their records into the file itself, so nothing is
+lost to buffering: every record written is in the file (but those beyond its
+end, when it was cut short after the run, which are counted lost), and only
+``dropped`` (no room) and ``nobuf`` count.  Its WINDOWS block holds the sink's
+windows (``Ledger.windows``): the reader drops the records stamped in none
+(``Ledger.keeps``), which were written for handlers only (discarded, not
+lost); without the block every record is kept.
+
 An exec made through ompt-py's preload hook gives the new image a file of
 its own whose META names the previous one (``exec_from``) and whose thread
 indices go on from the previous image's: the files of one pid are the
@@ -49,8 +58,11 @@ HEAD = np.dtype([("version", "<u4"), ("thread_cap", "<u4"), ("thread_base", "<u4
 THREAD = np.dtype([("used", "<u4"), ("slot", "<u4"), ("tid", "<i4"), ("flags", "<u4"),
                    ("cur", "<u4"), ("type", "<i4"), ("handed", "<u8"), ("dropped", "<u8"),
                    ("discarded", "<u8"), ("sink_lost", "<u8"), ("nobuf", "<u8")])
-if (PREFIX.size, HEAD.itemsize, THREAD.itemsize) != (
-        _core.LEDGER_PREFIX_SIZE, _core.LEDGER_HEAD_SIZE, _core.LEDGER_THREAD_SIZE):
+WINDOWS_HEAD = struct.Struct("<II8x")  # count, cap; then cap windows
+WINDOW_SIZE = 16  # a window: u64 from, until (clock ticks)
+if (PREFIX.size, HEAD.itemsize, THREAD.itemsize, WINDOWS_HEAD.size) != (
+        _core.LEDGER_PREFIX_SIZE, _core.LEDGER_HEAD_SIZE, _core.LEDGER_THREAD_SIZE,
+        _core.LEDGER_WINDOWS_HEAD_SIZE):
     raise ImportError("ompt_py._core was built for another raw file ledger; reinstall the "
                       "package so both parts come from one build")
 
@@ -63,6 +75,8 @@ _BUFFERED = {"killed": "killed or crashed (no ending was recorded): records stil
              "_exit": "_exit: records written after the last flush",
              "exec": "exec: records written after the last flush",
              "abort": "abort: records still in buffers"}
+#: Why records of an in-place file are not in it: beyond its end.
+CUT_REASON = "the file was cut short after the run (copied or truncated): records beyond its end"
 
 
 @dataclass
@@ -85,12 +99,53 @@ class ThreadCount:
 @dataclass
 class Ledger:
     """A file's ledger: the image's ending, the file's errno (0: no write failed),
-    the threads beyond its capacity and each thread's counts by index."""
+    the threads beyond its capacity, each thread's counts by index, the records per
+    chunk, whether the file is in place and, for one with a WINDOWS block, the
+    sink's windows ((count, 2) uint64: from, until in clock ticks; until 2**64-1:
+    still open) and ``edges``, the sorted edges of their union."""
 
     ending: str
     sink_errno: int
     unaccounted: int
     threads: dict[int, ThreadCount] = field(default_factory=dict)
+    chunk_records: int = 0
+    in_place: bool = False
+    windows: np.ndarray | None = None
+    edges: np.ndarray | None = None
+
+    def keeps(self, times: np.ndarray) -> np.ndarray | None:
+        """Which of these records' raw ``times`` the trace keeps: those in one of the
+        sink's windows [from, until) of an in-place file; None: every one (a file
+        not in place, or without windows)."""
+        if not self.in_place or self.edges is None:
+            return None
+        # In the union of the windows: after an odd number of its sorted edges.
+        return np.searchsorted(self.edges, times, side="right") % 2 == 1
+
+
+def _windows(data: memoryview, path: str) -> np.ndarray:
+    """The windows of a WINDOWS block's data; TraceFileError when it is corrupt."""
+    if len(data) < WINDOWS_HEAD.size:
+        raise TraceFileError(f"{path} is corrupt (a ledger windows block of {len(data)} bytes)")
+    count, cap = WINDOWS_HEAD.unpack_from(data)
+    if count > cap or WINDOWS_HEAD.size + cap * WINDOW_SIZE > len(data):
+        raise TraceFileError(f"{path} is corrupt (its ledger's windows: {count} used of {cap}, "
+                             f"in {len(data)} bytes)")
+    return np.frombuffer(data, "<u8", 2 * count, WINDOWS_HEAD.size).reshape(count, 2).copy()
+
+
+def _edges(windows: np.ndarray) -> np.ndarray:
+    """The sorted edges (from, until, from, ...) of the union of ``windows`` (a
+    handful: the sink's table), the empty ones left out."""
+    edges: list[int] = []
+    for start, until in sorted(windows.tolist()):
+        if start >= until:
+            continue
+        if edges and start <= edges[-1]:
+            edges[-1] = max(edges[-1], until)
+        else:
+            edges += [start, until]
+    return np.array(edges, np.uint64)
 
 
 def _data(payload: bytes, path: str) -> tuple[int, int, memoryview]:
@@ -104,20 +159,24 @@ def _data(payload: bytes, path: str) -> tuple[int, int, memoryview]:
 
 def parse(payloads: list[bytes], path: str) -> Ledger | None:
     """The ledger of a file's LEDGER blocks (None without a process block)."""
-    head, slots = None, {}
+    head, slots, windows = None, {}, None
     for payload in payloads:
         kind, slot, data = _data(payload, path)
         if kind == _core.LEDGER_PROCESS and head is None:
             head = data
         elif kind == _core.LEDGER_SLOT:
             slots[slot] = data
+        elif kind == _core.LEDGER_WINDOWS and windows is None:
+            windows = _windows(data, path)
     if head is None or len(head) < HEAD.itemsize:
         return None
     h = np.frombuffer(head, HEAD, 1)[0]
     cap = min(int(h["thread_cap"]), (len(head) - HEAD.itemsize) // THREAD.itemsize)
     entries = np.frombuffer(head, THREAD, cap, HEAD.itemsize)
     ledger = Ledger(ENDINGS.get(int(h["ending"]), f"code {int(h['ending'])}"),
-                    int(h["sink_errno"]), int(h["unaccounted"]))
+                    int(h["sink_errno"]), int(h["unaccounted"]),
+                    chunk_records=int(h["chunk_records"]), in_place=int(h["in_place"]) == 1,
+                    windows=windows, edges=None if windows is None else _edges(windows))
     for e in entries[entries["used"] > 0]:
         flags, cur, count = int(e["flags"]), int(e["cur"]), 0
         partial = bool(flags & _core.LEDGER_UNKNOWN)
@@ -152,7 +211,10 @@ def account(proc: RawProcess, rows: list[dict]) -> dict:
     and ``unaccounted_threads`` (threads beyond the ledger's capacity, and those
     whose last chunk it could not see: a chunk grown outside the thread's
     buffer, or a buffer made after the disk was full); without a ledger (an older file, or one whose
-    ledger could not be written), ``ending`` "unknown" and nothing lost."""
+    ledger could not be written), ``ending`` "unknown" and nothing lost.  In an
+    in-place file every record written is in it: a thread lost only its ``nobuf``
+    records and those beyond the end of a file cut short (``proc.cut_off``); the
+    records outside the windows (``proc.discarded``) are neither written nor lost."""
     kept = proc.kept
     by_index = {r["thread"]: r for r in rows}
     ledger = proc.ledger
@@ -163,7 +225,8 @@ def account(proc: RawProcess, rows: list[dict]) -> dict:
     reasons: dict[str, int] = {}
     total, partial = 0, 0
     for index, c in sorted(ledger.threads.items()):
-        partial += c.partial and ledger.ending == "killed"  # else a flush took that chunk
+        # A killed process's last chunk (else a flush took it); none in place.
+        partial += c.partial and ledger.ending == "killed" and not ledger.in_place
         row = by_index.get(index)
         if row is None:
             row = by_index[index] = {"thread": index, "type": THREAD_TYPES.get(c.type, str(c.type)),
@@ -171,15 +234,16 @@ def account(proc: RawProcess, rows: list[dict]) -> dict:
                                      "samples_skipped": 0}
             rows.append(row)
         stored = kept.get(index, 0)
-        missing = max(c.buffered - stored - c.discarded, 0)
+        missing = 0 if ledger.in_place else max(c.buffered - stored - c.discarded, 0)
         by_sink = min(c.sink_lost, missing)
+        cut = proc.cut_off.get(index, 0)
         for reason, n in ((errno_text(ledger.sink_errno or errno_names.EIO), by_sink),
                           (_BUFFERED.get(ledger.ending, ledger.ending), missing - by_sink),
-                          (NOBUF_REASON, c.nobuf)):
+                          (NOBUF_REASON, c.nobuf), (CUT_REASON, cut)):
             if n:
                 reasons[reason] = reasons.get(reason, 0) + n
         row["written"], row["dropped"] = stored, c.dropped
-        row["lost"] = missing + c.nobuf
+        row["lost"] = missing + c.nobuf + cut
         total += row["lost"]
     for r in rows:
         r.setdefault("lost", 0)

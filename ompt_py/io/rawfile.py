@@ -3,17 +3,32 @@
 A file is a sequence of blocks (ompt_py.schema: HEADER, BLOCKS): META (JSON,
 first), LEDGER (what each thread wrote into its buffers, kept up to date
 however the process ends: see ``ledger``), RECORDS (64-byte records of one
-thread, in order), STATS (JSON counters with a clock anchor; the tool writes
-one as it goes and a final one at exit) and STACKS (JSON, the Python stacks).
-Every header and document is checked against the schema before it is trusted;
-what cannot be read is left out and said (a TraceWarning, ``meta["skipped"]``),
-the rest is kept.
+thread, in order), REGION (the in-place route: a span of the file whose 64 KiB
+chunks threads leased and wrote records into; its prefix and chunk
+descriptors say which chunk is whose and how full, csrc/tool/omptpy_file.h),
+STATS (JSON counters with a clock anchor; the tool writes one as it goes and a
+final one at exit) and STACKS (JSON, the Python stacks).  Every header and
+document is checked against the schema before it is trusted; what cannot be
+read is left out and said (a TraceWarning, ``meta["skipped"]``), the rest is
+kept.
+
+Records are found by extents (byte offset and record count): a RECORDS block's
+records, a REGION block's leased chunks' (in chunk order, that is lease
+order).  Each extent holds one thread's records, in time order, and the
+extents of one thread are in its time order, but the extents of several
+threads interleave (the tool drains or leases chunks as threads fill them):
+every consumer (to_events, the loader, the streamed merge, the analyses, which
+sort by time or go by each record's ``thread``) takes records in any
+interleaving of threads.  An in-place file's records outside the sink's
+windows (written for handlers only) are dropped as they are read and counted
+per thread (``RawProcess.discarded``).
 """
 
 from __future__ import annotations
 
 import array
 import os
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -29,17 +44,32 @@ from . import ledger as raw_ledger
 SUFFIX = ".omptraw"
 _META, _STATS, _STACKS, _LEDGER = (schema.BLOCKS[k].name for k in (
     _core.BLOCK_META, _core.BLOCK_STATS, _core.BLOCK_STACKS, _core.BLOCK_LEDGER))
+#: A REGION block's prefix: version, chunk_records, nchunks, desc_size, desc_offset,
+#: data_offset (from the payload's start), reserved.
+REGION_PREFIX = struct.Struct("<IIIIQQ32x")
+REGION_VERSION = 1
+#: A chunk descriptor of a REGION block: its records written, its thread index + 1
+#: (0: never leased).
+DESCRIPTOR = np.dtype({"names": ["n", "thread"], "formats": ["<u4", "<u4"],
+                       "offsets": [0, _core.DESC_THREAD_OFFSET],
+                       "itemsize": _core.LEDGER_DESC_SIZE})
+if REGION_PREFIX.size != _core.REGION_PREFIX_SIZE:
+    raise ImportError("ompt_py._core was built for another raw file format; reinstall the "
+                      "package so both parts come from one build")
 
 
 @dataclass
 class RawProcess:
-    """What one file holds: its META document, where its records are (``extents``:
-    byte offset and record count of each RECORDS block's complete records, in file
-    order; read by ``records``), the payloads of its other blocks by block name
+    """What one file holds: its META document, where its records are (``offsets``,
+    ``counts``: byte offset and record count of each extent, a RECORDS block's
+    complete records or a REGION block's chunk, in file order; read by
+    ``records``), the payloads of its other blocks by block name
     (``blocks["STATS"]``: documents; binary ones as bytes), its ledger, whether its
     tail was left out (``truncated``) and what was (``skipped``: reasons).
-    ``kept``: the records of each thread index read so far (``records`` counts them
-    as they pass, for the ledger's accounting)."""
+    ``kept`` and ``discarded``: the records of each thread index read so far and
+    dropped as read (outside the sink's windows of an in-place file); ``cut_off``:
+    those of REGION chunks beyond the end of a file cut short (for the ledger's
+    accounting)."""
 
     path: str
     meta: dict
@@ -50,10 +80,13 @@ class RawProcess:
     skipped: list[str] = field(default_factory=list)
     ledger: raw_ledger.Ledger | None = None
     kept: dict[int, int] = field(default_factory=dict)
+    discarded: dict[int, int] = field(default_factory=dict)
+    cut_off: dict[int, int] = field(default_factory=dict)
 
     @property
     def nrecords(self) -> int:
-        """The records the file holds."""
+        """The records the file holds (those outside an in-place file's windows
+        included)."""
         return sum(self.counts)
 
     @property
@@ -69,7 +102,8 @@ class RawProcess:
         (``rows`` None, also when there is none), or arrays of at most ``rows``
         (none when there is no record), each a fresh array read straight from the
         file (one copy, from the kernel).  Counts each thread's records in ``kept``
-        as they are read."""
+        as they are read; an in-place file's records outside the sink's windows
+        are left out and counted in ``discarded``."""
         total = self.nrecords
         size = total if rows is None else rows
         with open_regular(self.path) as f:
@@ -92,8 +126,13 @@ class RawProcess:
                     if within == self.counts[block]:
                         block, within = block + 1, 0
                 done += len(chunk)
+                keep = self.ledger.keeps(chunk["time"]) if self.ledger else None
+                if keep is not None and not keep.all():
+                    _count_threads(chunk["thread"][~keep], self.discarded)
+                    chunk = chunk[keep]
                 _count_threads(chunk["thread"], self.kept)
-                yield chunk
+                if len(chunk) or rows is None:
+                    yield chunk
                 if not total:
                     return
 
@@ -143,6 +182,17 @@ def _check_meta(path: str, meta: dict) -> None:
             "with the ompt-py that wrote it (or a newer one)")
 
 
+@dataclass
+class _Region:
+    """A REGION block met while scanning: its header's and payload's offsets, its
+    length (from its header) and whether the file holds it whole."""
+
+    off: int
+    body: int
+    length: int
+    whole: bool
+
+
 def scan(path: str) -> RawProcess:
     """Parse one .omptraw file, all but its records (read by RawProcess.records);
     TraceFileError when it is not one, or its META block is missing or bad.
@@ -151,12 +201,13 @@ def scan(path: str) -> RawProcess:
     killed while the tool wrote, or the disk filled up) keeps its complete
     records and documents and is marked ``truncated``, as is one whose block
     headers stop making sense (the rest cannot be found); a bad document or
-    ledger, or a block of a type this ompt_py does not know, is left out.
+    ledger, a REGION block whose prefix is corrupt, a chunk whose descriptor is,
+    or a block of a type this ompt_py does not know, is left out.
     Each of these is in ``skipped``.
     """
     with open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
-        offsets, counts = array.array("q"), array.array("q")
+        pieces: list[tuple[int, int] | _Region] = []  # (offset, records) or a REGION block
         off = 0
         meta: dict | None = None
         blocks: dict[str, list] = {}
@@ -193,9 +244,13 @@ def scan(path: str) -> RawProcess:
                 # A cut-short last block keeps its complete records.
                 take = length if whole else (size - body) // RECORD_SIZE * RECORD_SIZE
                 if take:
-                    offsets.append(body)
-                    counts.append(take // RECORD_SIZE)
+                    pieces.append((body, take // RECORD_SIZE))
                 f.seek(take, os.SEEK_CUR)
+            elif block.payload == "region":
+                # Never read whole (it can be gigabytes): its chunks once the ledger is known.
+                pieces.append(_Region(off, body, length, whole))
+                if whole:
+                    f.seek(length, os.SEEK_CUR)
             elif whole and block.payload == "binary":
                 blocks.setdefault(block.name, []).append(f.read(length))
             elif whole:
@@ -215,19 +270,111 @@ def scan(path: str) -> RawProcess:
                 cut = f"the {block.name if block else kind} block at byte {off} is cut short"
                 break
             off = body + length
-    if meta is None:
-        raise TraceFileError(f"{path} has no META block; {_AGAIN}")
-    try:
-        ledger = raw_ledger.parse(blocks.pop(_LEDGER, []), path)
-    except TraceFileError as e:
-        ledger = None
-        skipped.append(f"its ledger ({e}): the records it lost cannot be counted")
+        if meta is None:
+            raise TraceFileError(f"{path} has no META block; {_AGAIN}")
+        try:
+            ledger = raw_ledger.parse(blocks.pop(_LEDGER, []), path)
+        except TraceFileError as e:
+            ledger = None
+            skipped.append(f"its ledger ({e}): the records it lost cannot be counted")
+        # The chunk size the tool wrote with: its ledger's, else its META's.
+        chunk_records = ledger.chunk_records if ledger else meta.get("chunk_records")
+        offsets, counts = array.array("q"), array.array("q")
+        cut_off: dict[int, int] = {}
+        for piece in pieces:
+            if isinstance(piece, _Region):
+                starts, n = _region_chunks(path, f.fileno(), piece, size, chunk_records,
+                                           skipped, cut_off)
+                offsets.extend(starts.tolist())
+                counts.extend(n.tolist())
+            else:
+                offsets.append(piece[0])
+                counts.append(piece[1])
     if cut:
-        why = (f"writing it failed: {raw_ledger.errno_text(ledger.sink_errno)}"
-               if ledger and ledger.sink_errno else "the process was killed while writing")
+        if pieces and isinstance(pieces[-1], _Region) and not pieces[-1].whole:
+            why = ("a REGION block is allocated whole when it is made: the file was cut short "
+                   "after the run, copied or truncated")
+        elif ledger and ledger.sink_errno:
+            why = f"writing it failed: {raw_ledger.errno_text(ledger.sink_errno)}"
+        else:
+            why = "the process was killed while writing"
         skipped.append(f"{cut} ({why}); the complete part is kept")
         truncated = True
-    return RawProcess(path, meta, offsets, counts, blocks, truncated, skipped, ledger)
+    return RawProcess(path, meta, offsets, counts, blocks, truncated, skipped, ledger,
+                      cut_off=cut_off)
+
+
+def _region_problem(prefix: tuple[int, ...], length: int, chunk_records: int | None
+                    ) -> str | None:
+    """What is wrong with a REGION block's prefix (None: nothing), given the
+    block's length and the file's chunk size (None: unknown)."""
+    version, records, nchunks, desc_size, desc_offset, data_offset = prefix
+    if version != REGION_VERSION:
+        return f"version {version}; this ompt_py reads version {REGION_VERSION}"
+    if desc_size != _core.LEDGER_DESC_SIZE:
+        return f"descriptors of {desc_size} bytes, not {_core.LEDGER_DESC_SIZE}"
+    if records == 0 or (chunk_records is not None and records != chunk_records):
+        return f"chunks of {records} records, the file's are of {chunk_records}"
+    if desc_offset < REGION_PREFIX.size or desc_offset + nchunks * desc_size > data_offset:
+        return (f"{nchunks} descriptors at byte {desc_offset} do not lie between its prefix "
+                f"and its data at byte {data_offset}")
+    if data_offset + nchunks * records * RECORD_SIZE > length:
+        return f"{nchunks} chunks from byte {data_offset} do not fit in its {length} bytes"
+    return None
+
+
+def _region_chunks(path: str, fd: int, region: _Region, size: int, chunk_records: int | None,
+                   skipped: list[str], cut_off: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The extents (byte offsets, record counts) of a REGION block's leased chunks
+    that hold records, in chunk order, read from its prefix and descriptors (the
+    chunks' data is not read); ``chunk_records``: the file's chunk size (None:
+    unknown).  A corrupt prefix leaves the block out, a corrupt descriptor its
+    chunk, each said in ``skipped``; of a block cut short, the records inside the
+    file are kept and those beyond counted per thread in ``cut_off``."""
+    where = f"the REGION block at byte {region.off}"
+    none = np.empty(0, np.int64), np.empty(0, np.int64)
+    if region.body + REGION_PREFIX.size > size:  # cut short: said as such
+        return none
+    changed = TraceFileError(f"{path} changed while it was read (it is shorter than when it "
+                             "was opened): read it again once nothing writes it")
+    prefix = bytearray(REGION_PREFIX.size)
+    if _pread(fd, memoryview(prefix), region.body) != len(prefix):
+        raise changed
+    fields = REGION_PREFIX.unpack(prefix)
+    problem = _region_problem(fields, region.length, chunk_records)
+    if problem:
+        skipped.append(f"{where} (its prefix is corrupt: {problem}): its records are left out")
+        return none
+    _, records, nchunks, desc_size, desc_offset, data_offset = fields
+    # The descriptors the file holds (all of them unless it was cut short).
+    at = region.body + desc_offset
+    desc = np.zeros(min(nchunks, max(size - at, 0) // desc_size), DESCRIPTOR)
+    if _pread(fd, memoryview(desc.view(np.uint8)), at) != desc.nbytes:
+        raise changed
+    if len(desc) < nchunks:
+        skipped.append(f"{where}: the descriptors of {nchunks - len(desc):,} chunks lie beyond "
+                       "the file's end: their records cannot be counted")
+    n, thread = desc["n"].astype(np.int64), desc["thread"].astype(np.int64)
+    bad = (n > records) | ((thread == 0) & (n > 0))
+    if bad.any():
+        skipped.append(f"{where}: {int(bad.sum()):,} chunk descriptors are corrupt (more "
+                       f"records than a chunk's {records}, or records in a chunk never "
+                       "leased): their chunks are left out")
+    chunks = np.flatnonzero((thread > 0) & ~bad & (n > 0))
+    n, thread = n[chunks], thread[chunks] - 1
+    # The records inside the file, computed only for chunks that start in it (a cut
+    # block's length, and so its offsets, may be beyond what int64 holds).
+    base, chunk_bytes = region.body + data_offset, records * RECORD_SIZE
+    starts, inside = np.zeros(len(chunks), np.int64), np.zeros(len(chunks), np.int64)
+    near = chunks < max(0, -(-(size - base) // chunk_bytes))
+    if near.any():
+        starts[near] = base + chunks[near] * chunk_bytes
+        inside[near] = np.minimum((size - starts[near]) // RECORD_SIZE, n[near])
+    beyond = n - inside
+    for index, records_beyond in zip(thread[beyond > 0].tolist(), beyond[beyond > 0].tolist()):
+        cut_off[index] = cut_off.get(index, 0) + records_beyond
+    keep = inside > 0
+    return starts[keep], inside[keep]
 
 
 def list_dir(directory: str) -> list[str]:

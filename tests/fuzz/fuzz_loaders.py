@@ -99,8 +99,12 @@ def one_input(target: str):
 
 def seeds(corpus: Path) -> None:
     """Write the seeds made from tests/data into corpus/TARGET: the small raw files of
-    format-v1 (one with a STACKS block) and one of today's tool (LEDGER blocks),
-    Parquet files of one and two processes."""
+    format-v1 (one with a STACKS block), one of today's tool (LEDGER blocks) and an
+    in-place one (tests/inplace_raw.py: REGION and WINDOWS blocks), Parquet files
+    of one and two processes."""
+    sys.path.insert(0, str(HERE.parent))  # tests/, for inplace_raw
+    import inplace_raw
+
     raw = [p.read_bytes() for p in sorted((DATA / "format-v1" / "raw").glob("*.omptraw"))]
     meta = json.loads(pq.read_schema(DATA / "pystacks-inprocess.parquet").metadata[b"ompt_py"])
     py = meta["processes"][0]["python"]
@@ -118,6 +122,9 @@ def seeds(corpus: Path) -> None:
     files = {"raw": raw, "parquet": parquets,
              "load": [b"\0" + r for r in raw] + [b"\1" + p for p in parquets]
              + [b"\2" + json.dumps(trace).encode()]}
+    in_place = inplace_raw.sample()  # last: the seeds made before keep their names
+    files["raw"].append(in_place)
+    files["load"].append(b"\0" + in_place)
     for target, inputs in files.items():
         (corpus / target).mkdir(parents=True, exist_ok=True)
         for i, data in enumerate(inputs):

@@ -7,11 +7,15 @@ TraceWarning when a part was left out, listed in ``meta["skipped"]``) on which
 The mutations (``raw_cases``, ``parquet_cases``, ``directory_cases``):
 
 * raw files (tests/data/parallel-300.omptraw, raw-ledger.omptraw of today's
-  tool with its LEDGER blocks, and one of format-v1/raw/ with a STACKS block
-  made from a stored trace's Python stacks): cut at every block boundary and
-  inside every block, block headers with a bad magic, type or length, bytes
-  flipped, and each key of each JSON block (META, STATS, STACKS) removed or
-  given a value of another type, the documents replaced whole;
+  tool with its LEDGER blocks, one of format-v1/raw/ with a STACKS block
+  made from a stored trace's Python stacks, and an in-place file made of
+  raw-ledger's records by tests/inplace_raw.py, with a REGION block and a
+  WINDOWS ledger block): cut at every block boundary and inside every block,
+  block headers with a bad magic, type or length, bytes flipped, and each key
+  of each JSON block (META, STATS, STACKS) removed or given a value of another
+  type, the documents replaced whole; each field of the REGION prefix, of a
+  chunk descriptor and of the WINDOWS head given bad values, and the ledger's
+  in_place flag;
 * Parquet files (format-v1/trace.parquet and one partition of its dataset,
   saved/b.parquet, pystacks-inprocess.parquet): each key of the ``ompt_py``
   metadata removed or retyped, the metadata missing or not JSON, each column
@@ -42,6 +46,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import inplace_raw
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -53,7 +58,7 @@ from ompt_py.errors import TraceFileError, TraceWarning
 SEED = 13
 HEADER = struct.Struct("<IIQ")
 MAGIC = 0x5450504F
-META, RECORDS, STATS, STACKS, LEDGER = 1, 2, 3, 4, 5
+META, RECORDS, STATS, STACKS, LEDGER, REGION = 1, 2, 3, 4, 5, 7
 #: The values a key is given in turn: other JSON types, and integers out of range.
 REPLACEMENTS = (None, "x", 1.5, 2**64, [], {})
 #: Whole documents that are not what a reader expects.
@@ -156,11 +161,52 @@ def raw_seeds() -> dict[str, tuple[bytes, bool, bool]]:
     """The raw files mutated, whether their documents are, and whether their bytes are:
     the large one for its several records blocks, a small one of record version 3 with
     a STACKS block (its documents' keys are those of the others), one of today's tool
-    for its LEDGER blocks."""
+    for its LEDGER blocks, an in-place one for its REGION and WINDOWS blocks."""
     critical = sorted(stored_path("format-v1/raw").glob("*.omptraw"))[0].read_bytes()
     return {"parallel-300": (stored_path("parallel-300.omptraw").read_bytes(), False, False),
             "critical+stacks": (critical + stacks_block(), True, True),
-            "raw-ledger": (stored_path("raw-ledger.omptraw").read_bytes(), False, True)}
+            "raw-ledger": (stored_path("raw-ledger.omptraw").read_bytes(), False, True),
+            "in-place": (inplace_raw.sample(), False, True)}
+
+
+#: Bad values of the fields of a REGION block's prefix (offset, format), of a chunk
+#: descriptor's (n, thread + 1) and of the WINDOWS head's (count, cap).
+REGION_FIELDS = {"version": (0, "<I", (0, 2, 2**32 - 1)),
+                 "chunk_records": (4, "<I", (0, 1, 1023, 2**32 - 1)),
+                 "nchunks": (8, "<I", (0, 1, 2**20, 2**32 - 1)),
+                 "desc_size": (12, "<I", (0, 32, 65)),
+                 "desc_offset": (16, "<Q", (0, 63, 2**31, 2**63, 2**64 - 1)),
+                 "data_offset": (24, "<Q", (0, 4096, 2**40, 2**64 - 1))}
+DESCRIPTOR_FIELDS = {"n": (0, (1, 17, 2**31, 2**32 - 1)), "thread": (36, (0, 3, 2**32 - 1))}
+WINDOWS_FIELDS = {"count": (0, (0, 7, 9, 2**32 - 1)), "cap": (4, (0, 1, 2**28, 2**32 - 1))}
+
+
+def in_place_mutants(name: str, data: bytes) -> Iterator[tuple[str, bytes, bool]]:
+    """The fields of an in-place file's REGION prefix, descriptors, WINDOWS head and
+    ledger head given bad values."""
+    def put(at: int, fmt: str, value: int) -> bytes:
+        out = bytearray(data)
+        struct.pack_into(fmt, out, at, value)
+        return bytes(out)
+
+    ledgers = [off + 16 for off, kind, _ in blocks(data) if kind == LEDGER]
+    body = next(off for off, kind, _ in blocks(data) if kind == REGION) + 16
+    desc_offset = struct.unpack_from("<Q", data, body + 16)[0]
+    for field, (at, fmt, values) in REGION_FIELDS.items():
+        for value in values:
+            yield f"{name} REGION {field} {value}", put(body + at, fmt, value), False
+    for chunk in (0, 1, 11):  # leased ones, one never leased
+        for field, (at, values) in DESCRIPTOR_FIELDS.items():
+            for value in values:
+                yield (f"{name} chunk {chunk} {field} {value}",
+                       put(body + desc_offset + 64 * chunk + at, "<I", value), False)
+    windows = ledgers[1] + struct.unpack_from("<I", data, ledgers[1] + 4)[0]
+    for field, (at, values) in WINDOWS_FIELDS.items():
+        for value in values:
+            yield f"{name} WINDOWS {field} {value}", put(windows + at, "<I", value), False
+    head = ledgers[0] + struct.unpack_from("<I", data, ledgers[0] + 4)[0]
+    for value in (0, 2, 2**32 - 1):
+        yield f"{name} in_place {value}", put(head + 32, "<I", value), False
 
 
 def flips(name: str, data: bytes, rng: random.Random) -> Iterator[tuple[str, bytes, bool]]:
@@ -175,7 +221,8 @@ def raw_mutants(name: str, data: bytes, documents: bool, flipped: bool, rng: ran
                 ) -> Iterator[tuple[str, bytes, bool]]:
     """(name, bytes, whether it is a metadata mutation) of the mutations of one raw file."""
     bl = blocks(data)
-    kinds = {META: "META", RECORDS: "RECORDS", STATS: "STATS", STACKS: "STACKS", LEDGER: "LEDGER"}
+    kinds = {META: "META", RECORDS: "RECORDS", STATS: "STATS", STACKS: "STACKS", LEDGER: "LEDGER",
+             REGION: "REGION"}
     for i, (off, kind, length) in enumerate(bl):
         where = f"{name} block {i} ({kinds[kind]})"
         for cut in sorted({off, off + 1, off + 8, off + 15, off + 16, off + 16 + length // 2,
@@ -189,13 +236,15 @@ def raw_mutants(name: str, data: bytes, documents: bool, flipped: bool, rng: ran
                          2**64 - 1} - {length}):
             yield (f"{where} length {n}", data[:off + 8] + struct.pack("<Q", n) + data[off + 16:],
                    False)
-        if kind in (RECORDS, LEDGER) or not documents:
+        if kind in (RECORDS, LEDGER, REGION) or not documents:
             continue
         doc = json.loads(data[off + 16:off + 16 + length])
         for label, new in doc_mutations(doc):
             yield f"{where} {label}", with_block(data, i, new), True
         for bad in BAD_DOCUMENTS:
             yield f"{where} document {bad[:12]!r}", with_block(data, i, bad), True
+    if REGION in (kind for _, kind, _ in bl):
+        yield from in_place_mutants(name, data)
     if flipped:
         yield from flips(name, data, rng)
 

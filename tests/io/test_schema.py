@@ -22,7 +22,7 @@ def test_every_block_type_of_the_tool_is_in_the_schema():
     assert {k: b.name for k, b in schema.BLOCKS.items()} == {
         _core.BLOCK_META: "META", _core.BLOCK_RECORDS: "RECORDS", _core.BLOCK_STATS: "STATS",
         _core.BLOCK_STACKS: "STACKS", _core.BLOCK_LEDGER: "LEDGER",
-        _core.BLOCK_PROFILE: "PROFILE"}
+        _core.BLOCK_PROFILE: "PROFILE", _core.BLOCK_REGION: "REGION"}
     assert schema.HEADER.size == _core.BLOCK_HEADER_SIZE
     assert ompt_py.records.RECORD_VERSION in schema.RECORD_VERSIONS
 
