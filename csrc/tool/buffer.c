@@ -192,13 +192,24 @@ static void ledger_current(omptpy_thread *t, omptpy_chunk *c) {
                                     : e->flags | OMPTPY_LEDGER_UNKNOWN);
 }
 
+void omptpy_count_dropped(omptpy_thread *t) {
+  atomic_store_explicit(&t->dropped, atomic_load_explicit(&t->dropped, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
+  if (t->led) ledger_add(&t->led->dropped, 1);
+}
+
+void omptpy_count_sink_lost(omptpy_thread *t) {
+  omptpy_zc_file_lost_add(1);
+  if (t->led) ledger_add(&t->led->sink_lost, 1);
+}
+
 /* Under the registry lock: a thread takes a slot. */
 static void ledger_enter(omptpy_thread *t) {
   omptpy_ledger_thread *e = t->led = omptpy_ledger_thread_entry(t->index);
   if (!e) return;
   *e = (omptpy_ledger_thread){.used = t->index + 1, .slot = t->arena_shared ? t->slot_no + 1 : 0,
                               .tid = t->tid, .cur = OMPTPY_LEDGER_NONE, .type = t->type,
-                              .flags = t->arena_recs ? 0 : OMPTPY_LEDGER_NOBUF};
+                              .flags = t->arena_recs || omptpy_buf.zc ? 0 : OMPTPY_LEDGER_NOBUF};
   if (t->cur) ledger_current(t, t->cur);
 }
 
@@ -255,6 +266,7 @@ omptpy_thread *omptpy_thread_attach(int type, int runtime) {
   /* Slots of threads that ended are drained and freed first, so a program
    * that starts threads one after another reuses one buffer. */
   retire_ended();
+  omptpy_zc_file_start(); /* the file and its first region, before the thread's ledger entry */
   pthread_mutex_lock(&omptpy_buf.lock);
   omptpy_thread *t = NULL;
   for (omptpy_thread *p = atomic_load(&omptpy_buf.all); p; p = p->all_next)
@@ -383,9 +395,7 @@ omptpy_record *omptpy_slot_slow(omptpy_thread *t) {
   if (!c) c = overflow(t);
   if (!c) {
     t->pos = OMPTPY_CHUNK_RECORDS;
-    atomic_store_explicit(&t->dropped, atomic_load_explicit(&t->dropped, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-    if (t->led) ledger_add(&t->led->dropped, 1);
+    omptpy_count_dropped(t);
     return NULL;
   }
   atomic_store_explicit(&c->n, 0, memory_order_relaxed);
@@ -403,7 +413,7 @@ omptpy_record *omptpy_slot_slow(omptpy_thread *t) {
  * the next.  The copying scheme's slow path already moves on from a chunk
  * that is not full; the zero-copy one carries on in it unless told. */
 omptpy_record *omptpy_slot2_slow(omptpy_thread *t) {
-  uint64_t nobuf = t->nobuf;
+  uint64_t nobuf = t->nobuf, dropped = atomic_load_explicit(&t->dropped, memory_order_relaxed);
   omptpy_record *r = omptpy_slot_slow(t);
   if (r && t->pos + 2 > OMPTPY_CHUNK_RECORDS) {
     atomic_store_explicit(&t->cur->closed, true, memory_order_release);
@@ -415,10 +425,10 @@ omptpy_record *omptpy_slot2_slow(omptpy_thread *t) {
   if (t->nobuf != nobuf) {
     t->nobuf++;
     if (t->led) ledger_add(&t->led->nobuf, 1);
+  } else if (atomic_load_explicit(&t->dropped, memory_order_relaxed) != dropped) {
+    omptpy_count_dropped(t);
   } else {
-    atomic_store_explicit(&t->dropped, atomic_load_explicit(&t->dropped, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-    if (t->led) ledger_add(&t->led->dropped, 1);
+    omptpy_count_sink_lost(t);
   }
   return NULL;
 }

@@ -95,6 +95,26 @@ static int check_memory(omptpy_config *cfg, const char *name, const char *value,
   return -EINVAL;
 }
 
+/* ---- the in-place file route (zerocopy.c) --------------------------------------------- */
+
+#define FILE_RESERVE_CAP ((size_t)256 << 20)
+#define FILE_RESERVE_SHARE 8 /* of the memory available at start */
+#define FILE_REGION_MIN ((size_t)64 << 20)
+
+/* With a file sink, OMPTPY_RESERVE is what is made resident of the file's
+ * first region before the program's work, by default an eighth of the memory
+ * available now, at most FILE_RESERVE_CAP; each region of the file is that
+ * large, and at least FILE_REGION_MIN. */
+static void file_region_config(omptpy_config *cfg, bool reserve_set) {
+  if (cfg->output[0] == '\0') return;
+  if (!reserve_set) {
+    size_t share = omptpy_mem_available() / FILE_RESERVE_SHARE;
+    cfg->reserve_bytes = share && share < FILE_RESERVE_CAP ? share : FILE_RESERVE_CAP;
+  }
+  size_t bytes = cfg->reserve_bytes > FILE_REGION_MIN ? cfg->reserve_bytes : FILE_REGION_MIN;
+  cfg->file_region_bytes = (bytes + OMPTPY_CHUNK_BYTES - 1) / OMPTPY_CHUNK_BYTES * OMPTPY_CHUNK_BYTES;
+}
+
 /* ---- scripting callbacks (ompt_py.on) ---------------------------------------------- */
 
 #define DEFAULT_HANDLER_QUEUE_BYTES ((size_t)64 << 20)
@@ -259,6 +279,7 @@ int omptpy_config_read(omptpy_config *cfg) {
       return bad(cfg, "OMPTPY_OUTPUT", v, "a shorter directory path");
     strcpy(cfg->output, v);
   }
+  file_region_config(cfg, getenv("OMPTPY_RESERVE") && *getenv("OMPTPY_RESERVE"));
   int rc = handler_config(cfg);
   return rc ? rc : device_config(cfg);
 }

@@ -35,6 +35,7 @@
 #include "omptpy_internal.h"
 
 #define THREAD_CAP 1024u /* thread entries: 64 KiB */
+#define WINDOWS_BYTES ((size_t)64 << 10) /* 4,095 windows */
 #define EXEC_VARIABLE "OMPTPY_EXEC_FROM"
 
 typedef struct mapping {
@@ -49,6 +50,7 @@ static struct {
   uint32_t max_chunks;
   uint32_t base;           /* thread index of entry 0 */
   char exec_from[4096];    /* the previous image's file, "" if none */
+  omptpy_ledger_windows *win; /* the in-place route's windows (WINDOWS block), or NULL */
   mapping *maps;           /* every block mapped, for fork */
   size_t nmaps, capmaps;
   pthread_mutex_t lock;    /* maps */
@@ -166,6 +168,44 @@ void omptpy_ledger_sink_failed(int err) {
 }
 
 bool omptpy_ledger_on(void) { return L.head != NULL; }
+
+/* Under drain_lock: the in-place route made its first region.  The head says
+ * so, and the sink's windows get a block, starting with the open one if any
+ * (a forked child's was copied from its parent's).  Without the block the
+ * loader keeps every record. */
+void omptpy_ledger_in_place(bool open, uint64_t from) {
+  if (!L.head) return;
+  L.head->in_place = 1;
+  if (L.win) return;
+  omptpy_ledger_windows *w = omptpy_sink_ledger_block(OMPTPY_LEDGER_WINDOWS, 0, WINDOWS_BYTES,
+                                                      NULL);
+  if (!w) return;
+  remember(w, WINDOWS_BYTES, OMPTPY_LEDGER_WINDOWS, 0);
+  w->cap = (uint32_t)((WINDOWS_BYTES - sizeof *w) / sizeof(omptpy_window));
+  if (open) {
+    ((omptpy_window *)(w + 1))[0] = (omptpy_window){from, UINT64_MAX};
+    w->count = 1;
+  }
+  L.win = w;
+}
+
+/* Under drain_lock: the sink window opened or closed at `now`.  An entry is
+ * complete before the count shows it (read after a kill); a full table
+ * extends its last window over the gap instead. */
+void omptpy_ledger_window(bool open, uint64_t now) {
+  omptpy_ledger_windows *w = L.win;
+  if (!w) return;
+  omptpy_window *e = (omptpy_window *)(w + 1);
+  if (!open) {
+    if (w->count) e[w->count - 1].until = now;
+  } else if (w->count < w->cap) {
+    e[w->count] = (omptpy_window){now, UINT64_MAX};
+    atomic_signal_fence(memory_order_seq_cst);
+    *(volatile uint32_t *)&w->count = w->count + 1;
+  } else {
+    e[w->cap - 1].until = UINT64_MAX;
+  }
+}
 
 /* fork: the child's blocks go into a file of its own, at the same addresses
  * (or into private memory if it cannot have one), the slots' content copied;

@@ -411,6 +411,13 @@ int omptpy_stats_json(omptpy_str *s, bool final) {
   /* The devices' counters now (device tracing goes on after the meta). */
   rc = rc ? rc : omptpy_put(s, "],\"devices\":");
   rc = rc ? rc : omptpy_devices_json(s, -1);
+  /* The in-place file route: writers that found the file's region full and
+   * made the next one themselves, and how long that held them. */
+  uint64_t stalls, stall_ns;
+  omptpy_zc_file_stats(&stalls, &stall_ns);
+  if (stalls)
+    rc = rc ? rc : omptpy_put(s, ",\"region_stalls\":%llu,\"region_stall_ns\":%llu",
+                              (unsigned long long)stalls, (unsigned long long)stall_ns);
   if (omptpy_profiling)
     rc = rc ? rc : omptpy_put(s, ",\"profile_unmapped\":%llu",
                               (unsigned long long)omptpy_profile_unmapped());

@@ -60,6 +60,7 @@ typedef struct omptpy_config {
   int record;             /* OMPTPY_RECORD: 1 on, 0 off, -1 unset (sink decides) */
   size_t buffer_bytes;    /* OMPTPY_BUFFER_SIZE: per-thread bound */
   size_t reserve_bytes;   /* OMPTPY_RESERVE: trace storage provisioned before recording */
+  size_t file_region_bytes; /* the in-place file route: each REGION block (from the reserve) */
   omptpy_overflow overflow;
   int clock;              /* OMPTPY_CLOCK: -1 auto, else omptpy_clock_kind */
   unsigned drain_ms;      /* OMPTPY_DRAIN_MS: longest sleep of the drainer */
@@ -404,6 +405,18 @@ bool omptpy_sink_is_file(void);
 /* Records that reached the sink but could not be stored (memory or disk full). */
 uint64_t omptpy_sink_lost(void);
 void omptpy_sink_after_fork_child(void);
+/* A REGION block of the file (the in-place route, zerocopy.c): one shared
+ * mapping of its descriptors (desc_bytes, page-rounded) and then its data. */
+typedef struct omptpy_file_span {
+  void *map;
+  size_t map_bytes;
+  size_t desc_bytes;
+  uint64_t data_at; /* the file offset of the data */
+} omptpy_file_span;
+/* Appends a REGION block of nchunks chunks, allocated, and maps it: 0 or -errno. */
+int omptpy_sink_region_block(uint32_t nchunks, omptpy_file_span *out);
+/* Gives the file's blocks of that span back (a hole reads as zeros). */
+void omptpy_sink_release(uint64_t at, uint64_t bytes);
 /* Memory sink: hands the records gathered so far to the caller. */
 typedef struct omptpy_block {
   void *base;
@@ -435,6 +448,18 @@ void omptpy_zc_retire(omptpy_thread *t);
 void omptpy_zc_set_window(bool open, uint64_t now);
 void omptpy_zc_populate_ahead(void);
 void omptpy_zc_after_fork_child(void);
+/* The in-place file route (the file sink's zero-copy regions): its first
+ * region (a thread attaches), its end (finalize) and its writers' stalls. */
+void omptpy_zc_file_start(void);
+void omptpy_zc_file_finish(void);
+void omptpy_zc_file_stats(uint64_t *stalls, uint64_t *stall_ns);
+/* A record lost for want of room: the thread's count and its ledger entry. */
+void omptpy_count_dropped(omptpy_thread *t);
+/* A record the in-place route had no file for (its region could not be made:
+ * the ledger's sink_errno says why): the sink's loss. */
+void omptpy_count_sink_lost(omptpy_thread *t);
+void omptpy_zc_file_lost_add(uint64_t n);
+uint64_t omptpy_zc_file_lost(void);
 
 /* ---- the ledger (ledger.c; the format in omptpy_file.h) --------------------- */
 
@@ -453,6 +478,10 @@ omptpy_ledger_thread *omptpy_ledger_thread_entry(uint32_t index);
 void omptpy_ledger_end(int how); /* OMPTPY_END_* */
 void omptpy_ledger_end_exit(void); /* OMPTPY_END_EXIT unless an ending is recorded */
 void omptpy_ledger_sink_failed(int err);
+/* The in-place route (zerocopy.c) writes into the file; the sink's window,
+ * open or not, from `from` (ticks). */
+void omptpy_ledger_in_place(bool open, uint64_t from);
+void omptpy_ledger_window(bool open, uint64_t now);
 void omptpy_ledger_after_fork_child(void);
 
 /* ---- draining (drainer.c) ----------------------------------------------- */

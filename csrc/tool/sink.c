@@ -61,7 +61,7 @@ static struct {
 
 bool omptpy_sink_is_file(void) { return S.file; }
 
-uint64_t omptpy_sink_lost(void) { return S.lost; }
+uint64_t omptpy_sink_lost(void) { return S.lost + omptpy_zc_file_lost(); }
 
 int omptpy_sink_open(const omptpy_config *cfg) {
   S.file = cfg->output[0] != '\0';
@@ -196,6 +196,78 @@ void *omptpy_sink_ledger_block(uint32_t kind, uint32_t slot, size_t bytes, void 
 
 void *omptpy_sink_ledger_block_locked(uint32_t kind, uint32_t slot, size_t bytes, void *at) {
   return map_ledger_block(kind, slot, bytes, at);
+}
+
+/* Under file_lock: the file back to its last whole block after a REGION
+ * block could not be made.  Should that fail too, the loader reports the
+ * zeros left after it as a corrupt tail. */
+static void cut_back(int fd) {
+  int rc = ftruncate(fd, (off_t)S.size);
+  (void)rc;
+}
+
+/* Under file_lock: a REGION block of `nchunks` chunks (omptpy_file.h) appended
+ * and mapped.  The span is allocated first (a full disk is known before the
+ * header says the block exists, and a store into the mapping can then never
+ * fault for want of a block); the header and prefix follow.  0 or -errno. */
+static int region_block(uint32_t nchunks, omptpy_file_span *out) {
+  if (!file_ready()) return S.error ? -S.error : -EIO;
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  uint64_t payload = S.size + sizeof(omptpy_block_header);
+  uint64_t desc_at = (payload + sizeof(omptpy_region_prefix) + page - 1) / page * page;
+  size_t desc_bytes = ((size_t)nchunks * OMPTPY_LEDGER_DESC_SIZE + page - 1) / page * page;
+  size_t data_bytes = (size_t)nchunks * OMPTPY_CHUNK_BYTES;
+  uint64_t end = desc_at + desc_bytes + data_bytes;
+  /* The sink's fd is write-only and O_APPEND: allocating and mapping need another. */
+  int fd = open(S.path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  int rc = posix_fallocate(fd, (off_t)S.size, (off_t)(end - S.size));
+  if (rc != 0) {
+    cut_back(fd);
+    close(fd);
+    return -rc;
+  }
+  omptpy_region_prefix pre = {.version = 1, .chunk_records = OMPTPY_CHUNK_RECORDS,
+                              .nchunks = nchunks, .desc_size = OMPTPY_LEDGER_DESC_SIZE,
+                              .desc_offset = desc_at - payload,
+                              .data_offset = desc_at + desc_bytes - payload};
+  omptpy_block_header h = {OMPTPY_FILE_MAGIC, OMPTPY_BLOCK_REGION, end - payload};
+  char head[sizeof h + sizeof pre];
+  memcpy(head, &h, sizeof h);
+  memcpy(head + sizeof h, &pre, sizeof pre);
+  void *p = MAP_FAILED;
+  if (pwrite(fd, head, sizeof head, (off_t)S.size) != (ssize_t)sizeof head) {
+    rc = errno ? errno : EIO;
+  } else {
+    p = mmap(NULL, desc_bytes + data_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)desc_at);
+    rc = p == MAP_FAILED ? errno : 0;
+  }
+  if (rc != 0) {
+    cut_back(fd);
+    close(fd);
+    return -rc;
+  }
+  close(fd);
+  S.size = end;
+  *out = (omptpy_file_span){p, desc_bytes + data_bytes, desc_bytes, desc_at + desc_bytes};
+  return 0;
+}
+
+int omptpy_sink_region_block(uint32_t nchunks, omptpy_file_span *out) {
+  pthread_mutex_lock(&S.file_lock);
+  int rc = S.file ? region_block(nchunks, out) : -EINVAL;
+  pthread_mutex_unlock(&S.file_lock);
+  return rc;
+}
+
+void omptpy_sink_release(uint64_t at, uint64_t bytes) {
+  pthread_mutex_lock(&S.file_lock);
+  int fd = S.path[0] ? open(S.path, O_RDWR | O_CLOEXEC) : -1;
+  if (fd >= 0) {
+    fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)at, (off_t)bytes);
+    close(fd);
+  }
+  pthread_mutex_unlock(&S.file_lock);
 }
 
 /* The memory sink reserves a large range of address space once (nothing is

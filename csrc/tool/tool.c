@@ -207,6 +207,7 @@ static void on_finalize(ompt_data_t *tool_data) {
   omptpy_tap_shutdown();
   omptpy_drainer_stop();
   omptpy_flush();
+  omptpy_zc_file_finish();
   write_stats(true);
   omptpy_ledger_end(OMPTPY_END_FINALIZE);
 }

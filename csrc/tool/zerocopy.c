@@ -20,12 +20,27 @@
  * windows and the unused tails of chunks removed, order kept) and handed over
  * whole.  A region that cannot provide a chunk drops records (counted): the
  * flush and grow policies only concern the copying sinks.  Without
- * membarrier (or with OMPTPY_ZERO_COPY=0) the memory sink copies, as the file
- * sink does (buffer.c).
+ * membarrier (or with OMPTPY_ZERO_COPY=0) the memory sink copies (buffer.c).
+ *
+ * The file sink (OMPTPY_OUTPUT) works the same way in the file itself: a
+ * region is a REGION block of the raw file (omptpy_file.h), allocated and
+ * mapped shared, so threads write their records into the page cache in
+ * place, with no copy while the program runs, and what a killed process
+ * wrote stays in the file.  The first region is made when the first thread
+ * attaches (OMPTPY_RESERVE of it made resident then, before the program's
+ * work); the drainer appends the next one when the current one is half
+ * leased, and a writer that finds the region full before that makes it
+ * itself (counted and timed in the stats: a stall, not a loss; with
+ * OMPTPY_OVERFLOW=drop it drops instead).  The current region moves on by a
+ * compare-and-swap; older regions stay until the drainer has seen all their
+ * chunks done, then are unmapped (the kernel writes the pages back).  Windows
+ * go into the file too (ledger.c): the loader discards what lies outside
+ * them.  take() does not apply: the trace is the file.
  */
 #define _GNU_SOURCE
 #include <linux/membarrier.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -44,6 +59,8 @@ typedef struct zc_window {
 } zc_window;
 
 typedef struct omptpy_region {
+  omptpy_file_span span; /* the in-place route: the REGION block's mapping, else map NULL */
+  _Atomic(struct omptpy_region *) succ; /* the in-place route: the region after this one */
   omptpy_record *base;
   size_t bytes;
   omptpy_chunk *desc;
@@ -62,24 +79,77 @@ static uint64_t zc_epochs;
 static bool zc_window_open;
 static uint64_t zc_window_from;
 
-static omptpy_region *region_new(void) {
-  omptpy_region *r = calloc(1, sizeof *r);
-  if (!r) return NULL;
-  r->base = omptpy_sink_reserve(&r->bytes);
-  if (!r->base) {
-    free(r);
-    return NULL;
+/* The in-place file route. */
+static struct {
+  bool on;
+  uint32_t chunks;          /* per region */
+  size_t resident;          /* of the first region, made resident when it is made */
+  bool drop;                /* OMPTPY_OVERFLOW=drop: a full region without a next drops */
+  bool forked;              /* a forked child: its threads have slots already */
+  bool told;                /* a region that could not be made was reported */
+  bool started;             /* the first region was tried (drain_lock) */
+  int error;                /* why the last region could not be made (errno), 0 */
+  _Atomic uint64_t retry_ns; /* after a failure, no new try before then (monotonic) */
+  _Atomic uint64_t lost;    /* records with no region to go to for that reason */
+  omptpy_region *oldest;    /* the oldest region not yet done (drain_lock) */
+  pthread_mutex_t grow;     /* making a region */
+  _Atomic uint64_t stalls, stall_ns; /* writers that made the next region themselves */
+} F = {.grow = PTHREAD_MUTEX_INITIALIZER};
+
+/* Chunks left allocated past the leased ones at a clean end: records still
+ * to come (threads ending after finalize) go there, never into a hole. */
+#define F_SLACK_CHUNKS 64u
+/* After a region could not be made (disk full), the next try waits this long:
+ * the writers that find no room go on dropping at the cost of a compare. */
+#define F_RETRY_NS 1000000000u
+
+static bool region_in_file(omptpy_region *r) {
+  int rc = omptpy_sink_region_block(F.chunks, &r->span);
+  if (rc != 0) {
+    F.error = -rc;
+    atomic_store(&F.retry_ns, omptpy_monotonic_ns() + F_RETRY_NS);
+    if (F.started) { /* else omptpy_zc_file_start falls back to write() and says so */
+      if (!F.told)
+        fprintf(stderr, "ompt-py: cannot add %zu MiB to the trace file %s: %s; the records "
+                "that do not fit are counted as lost (free space there, or set OMPTPY_OUTPUT "
+                "elsewhere)\n", ((size_t)F.chunks * OMPTPY_CHUNK_BYTES) >> 20,
+                omptpy_sink_path(), strerror(-rc));
+      F.told = true;
+      omptpy_ledger_sink_failed(-rc);
+    }
+    return false;
   }
+  F.error = 0;
+  r->desc = r->span.map;
+  r->desc_bytes = r->span.desc_bytes;
+  r->base = (omptpy_record *)((char *)r->span.map + r->span.desc_bytes);
+  r->cap = F.chunks;
+  r->bytes = (size_t)F.chunks * OMPTPY_CHUNK_BYTES;
+  return true;
+}
+
+static bool region_in_memory(omptpy_region *r) {
+  r->base = omptpy_sink_reserve(&r->bytes);
+  if (!r->base) return false;
   r->cap = (uint32_t)(r->bytes / OMPTPY_CHUNK_BYTES);
   r->desc_bytes = (size_t)r->cap * sizeof(omptpy_chunk);
   void *d = mmap(NULL, r->desc_bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (d == MAP_FAILED) {
     munmap(r->base, r->bytes);
+    return false;
+  }
+  r->desc = d;
+  return true;
+}
+
+static omptpy_region *region_new(void) {
+  omptpy_region *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  if (!(F.on ? region_in_file(r) : region_in_memory(r))) {
     free(r);
     return NULL;
   }
-  r->desc = d;
   r->epoch = ++zc_epochs;
   if (zc_window_open) {
     r->win = malloc(sizeof *r->win);
@@ -91,9 +161,11 @@ static omptpy_region *region_new(void) {
   return r;
 }
 
-/* Frees everything but the records (handed over, or unmapped by the caller). */
+/* Frees everything but the records (handed over, or unmapped by the caller);
+ * a region of the file is unmapped whole (its records are the file's). */
 static void region_free_meta(omptpy_region *r) {
-  munmap(r->desc, r->desc_bytes);
+  if (r->span.map) munmap(r->span.map, r->span.map_bytes);
+  else munmap(r->desc, r->desc_bytes);
   free(r->win);
   free(r);
 }
@@ -133,10 +205,35 @@ static size_t count_kept(const omptpy_region *r, const omptpy_record *recs, size
  * re-check of the region after publishing the limit (a take() that installed
  * a new region meanwhile either sees this thread in_tool or has lowered the
  * limit after it was raised). */
+/* The in-place route: the region after full region r, made now if the
+ * drainer has not yet (a stall, counted), and installed as the current one
+ * unless another writer did; NULL when there is none (dropped). */
+static bool may_grow(void) {
+  return !F.error || omptpy_monotonic_ns() >= atomic_load(&F.retry_ns);
+}
+
+static omptpy_region *file_next(omptpy_region *r) {
+  omptpy_region *s = atomic_load(&r->succ);
+  if (!s && !F.drop && may_grow()) {
+    uint64_t t0 = omptpy_monotonic_ns();
+    pthread_mutex_lock(&F.grow);
+    if (!(s = atomic_load(&r->succ)) && (s = region_new())) atomic_store(&r->succ, s);
+    pthread_mutex_unlock(&F.grow);
+    atomic_fetch_add_explicit(&F.stalls, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&F.stall_ns, omptpy_monotonic_ns() - t0, memory_order_relaxed);
+  }
+  if (s) atomic_compare_exchange_strong(&R, &r, s);
+  return s;
+}
+
 omptpy_record *omptpy_zc_slot_slow(omptpy_thread *t) {
   for (;;) {
     atomic_thread_fence(memory_order_acquire);
     omptpy_region *r = atomic_load(&R);
+    if (!r && F.on && !F.started) { /* a forked child's first record */
+      omptpy_zc_file_start();
+      continue;
+    }
     if (!r) break;
     if (t->cur && t->cur_epoch == r->epoch && t->pos < OMPTPY_CHUNK_RECORDS) {
       /* Only the limit was lowered: carry on in the same chunk. */
@@ -148,9 +245,13 @@ omptpy_record *omptpy_zc_slot_slow(omptpy_thread *t) {
      * region was accounted for by the take() that retired it. */
     t->cur = NULL;
     atomic_store_explicit(&t->cur_pub, NULL, memory_order_relaxed);
-    if (atomic_load_explicit(&r->next, memory_order_relaxed) >= r->cap) break;
-    uint32_t i = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed);
-    if (i >= r->cap) break;
+    uint32_t i = r->cap;
+    if (atomic_load_explicit(&r->next, memory_order_relaxed) < r->cap)
+      i = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed);
+    if (i >= r->cap) {
+      if (F.on && file_next(r)) continue;
+      break;
+    }
     omptpy_chunk *c = &r->desc[i];
     c->recs = r->base + (size_t)i * OMPTPY_CHUNK_RECORDS;
     c->region = r;
@@ -158,6 +259,7 @@ omptpy_record *omptpy_zc_slot_slow(omptpy_thread *t) {
     c->retired = false;
     atomic_store_explicit(&c->closed, false, memory_order_relaxed);
     atomic_store_explicit(&c->n, 0, memory_order_relaxed);
+    c->thread = t->index + 1;
     atomic_store_explicit(&c->owner, t, memory_order_release);
     t->cur = c;
     t->cur_epoch = r->epoch;
@@ -170,14 +272,21 @@ omptpy_record *omptpy_zc_slot_slow(omptpy_thread *t) {
       omptpy_drainer_wake();
     return &t->recs[0];
   }
-  /* No region, or it is full: drop and count. */
+  /* No region, or it is full: drop and count (the in-place route's loss when
+   * the file could not grow). */
   t->cur = NULL;
   t->pos = 0;
   atomic_store(&t->limit, 0);
-  atomic_store_explicit(&t->dropped, atomic_load_explicit(&t->dropped, memory_order_relaxed) + 1,
-                        memory_order_relaxed);
+  if (F.on && F.error && !F.drop) omptpy_count_sink_lost(t);
+  else omptpy_count_dropped(t);
   return NULL;
 }
+
+void omptpy_zc_file_lost_add(uint64_t n) {
+  atomic_fetch_add_explicit(&F.lost, n, memory_order_relaxed);
+}
+
+uint64_t omptpy_zc_file_lost(void) { return atomic_load_explicit(&F.lost, memory_order_relaxed); }
 
 /* Gives what chunk c holds beyond c->taken to the tap and counts it; false
  * when the tap took only part of it. */
@@ -225,15 +334,38 @@ static uint32_t drain_region(omptpy_region *r, bool partial) {
   return nfull;
 }
 
+/* The in-place route's pass: the regions from the oldest not yet done to the
+ * current one, in order (a thread's chunks in an older region come first);
+ * an older region whose chunks are all done is unmapped. */
+static uint32_t file_drain(bool partial) {
+  omptpy_region *cur = atomic_load(&R);
+  if (!F.oldest) F.oldest = cur;
+  uint32_t nfull = 0;
+  for (omptpy_region *r = F.oldest; r; r = r->succ) {
+    nfull += drain_region(r, partial);
+    if (omptpy_buf.drain_stalled || r == cur) break;
+    if (r == F.oldest && r->cursor >= r->cap) {
+      F.oldest = r->succ;
+      region_free_meta(r);
+    }
+  }
+  return nfull;
+}
+
 /* An ended thread's chunks in the current region are finished: drained whole
  * (partial), and skipped by the cursor from then on. */
 void omptpy_zc_retire(omptpy_thread *t) {
   omptpy_region *r = atomic_load(&R);
   if (!r) return;
-  drain_region(r, true);
+  if (F.on) file_drain(true);
+  else drain_region(r, true);
   if (omptpy_buf.drain_stalled) return;
-  /* Never written again: the cursor may pass it once drained. */
-  if (t->cur && t->cur_epoch == r->epoch) t->cur->retired = true;
+  /* Never written again: the cursor may pass it once drained.  A full chunk
+   * needs no mark (in the in-place route its region may be gone already);
+   * one that is not full is in the current region, or in an older one of
+   * the file that waits for it. */
+  if (t->cur && t->pos < OMPTPY_CHUNK_RECORDS && (t->cur_epoch == r->epoch || F.on))
+    t->cur->retired = true;
   t->cur = NULL;
 }
 
@@ -314,6 +446,7 @@ static omptpy_block zc_take_locked(bool keep) {
 }
 
 omptpy_block omptpy_zc_take(void) {
+  if (F.on) return (omptpy_block){0}; /* the trace is the file */
   pthread_mutex_lock(&omptpy_buf.drain_lock);
   omptpy_block b = zc_take_locked(true);
   omptpy_region *r = atomic_load(&R);
@@ -335,9 +468,10 @@ void omptpy_zc_prepare(size_t bytes) {
 
 /* A drainer pass over the current region (under drain_lock). */
 uint32_t omptpy_zc_drain(bool partial) {
+  omptpy_buf.drain_stalled = false;
+  if (F.on) return file_drain(partial);
   omptpy_region *r = atomic_load(&R);
   if (!r) return 0;
-  omptpy_buf.drain_stalled = false;
   uint32_t nfull = drain_region(r, partial);
   /* Chunks written only for handlers (no window since the region was
    * installed) are let go once they add up. */
@@ -348,18 +482,84 @@ uint32_t omptpy_zc_drain(bool partial) {
   return nfull;
 }
 
-/* Page faults off the writers' path: populate ahead of the leases (drainer). */
+/* Page faults off the writers' path: populate ahead of the leases (drainer).
+ * In the file, the next region is made once the current one is half leased. */
 void omptpy_zc_populate_ahead(void) {
   pthread_mutex_lock(&omptpy_buf.drain_lock);
   omptpy_region *r = atomic_load(&R);
   if (r) region_populate_ahead(r);
+  if (r && F.on && !atomic_load(&r->succ) && atomic_load(&r->next) >= r->cap / 2 &&
+      may_grow()) {
+    pthread_mutex_lock(&F.grow);
+    omptpy_region *s = atomic_load(&r->succ) ? NULL : region_new();
+    if (s) {
+      region_populate(s, ZC_PREFAULT_AHEAD);
+      atomic_store(&r->succ, s);
+    }
+    pthread_mutex_unlock(&F.grow);
+  }
   pthread_mutex_unlock(&omptpy_buf.drain_lock);
+}
+
+/* The in-place route's first region, when a thread attaches (buffer.c) and
+ * there is none yet: made and OMPTPY_RESERVE of it made resident before the
+ * thread records. */
+void omptpy_zc_file_start(void) {
+  if (!F.on || atomic_load(&R)) return;
+  pthread_mutex_lock(&omptpy_buf.drain_lock);
+  pthread_mutex_lock(&F.grow);
+  if (!F.started) {
+    omptpy_region *r = region_new();
+    F.started = true;
+    if (r) {
+      region_populate(r, F.resident ? F.resident : ZC_PREFAULT_AHEAD);
+      omptpy_ledger_in_place(zc_window_open, zc_window_from);
+      atomic_store(&R, r);
+    } else if (!F.forked) {
+      /* No thread has a slot yet: the file is written with write() instead,
+       * from per-thread buffers (buffer.c), as far as it can be. */
+      fprintf(stderr, "ompt-py: cannot write the trace in place in the file in %s (%s); "
+              "writing it with write() instead\n", omptpy_sink_path()[0] ? omptpy_sink_path()
+              : "OMPTPY_OUTPUT", strerror(F.error));
+      F.on = false;
+      omptpy_buf.zc = false;
+    }
+  }
+  pthread_mutex_unlock(&F.grow);
+  pthread_mutex_unlock(&omptpy_buf.drain_lock);
+}
+
+/* The in-place route at a clean end: the current region's chunks beyond the
+ * leased ones (and a slack for records still to come) and an unused next
+ * region give their blocks back. */
+void omptpy_zc_file_finish(void) {
+  if (!F.on) return;
+  pthread_mutex_lock(&omptpy_buf.drain_lock);
+  pthread_mutex_lock(&F.grow);
+  omptpy_region *r = atomic_load(&R);
+  if (r) {
+    uint64_t next = atomic_load(&r->next) + F_SLACK_CHUNKS;
+    if (next < r->cap)
+      omptpy_sink_release(r->span.data_at + next * OMPTPY_CHUNK_BYTES,
+                          (r->cap - next) * OMPTPY_CHUNK_BYTES);
+    omptpy_region *s = atomic_load(&r->succ);
+    if (s && atomic_load(&s->next) == 0)
+      omptpy_sink_release(s->span.data_at, (uint64_t)s->cap * OMPTPY_CHUNK_BYTES);
+  }
+  pthread_mutex_unlock(&F.grow);
+  pthread_mutex_unlock(&omptpy_buf.drain_lock);
+}
+
+void omptpy_zc_file_stats(uint64_t *stalls, uint64_t *stall_ns) {
+  *stalls = atomic_load(&F.stalls);
+  *stall_ns = atomic_load(&F.stall_ns);
 }
 
 void omptpy_zc_set_window(bool open, uint64_t now) {
   omptpy_region *r = atomic_load(&R);
   zc_window_open = open;
   if (open) zc_window_from = now;
+  if (F.on) omptpy_ledger_window(open, now);
   if (!r) return;
   if (open) {
     if (r->nwin == r->capwin) {
@@ -376,19 +576,46 @@ void omptpy_zc_set_window(bool open, uint64_t now) {
 }
 
 bool omptpy_zc_init(const omptpy_config *cfg) {
-  /* Only in memory, and only if take() can quiesce the writers (membarrier). */
-  if (cfg->output[0] != '\0' || !cfg->zero_copy ||
-      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0)
-    return false;
+  if (!cfg->zero_copy) return false;
+  if (cfg->output[0] != '\0') {
+    /* Profile mode writes no records: the file gets its profile at the end. */
+    if (cfg->profile) return false;
+    /* The file: regions come with the first thread (omptpy_zc_file_start). */
+    size_t bytes = cfg->file_region_bytes;
+    F.on = true;
+    F.chunks = (uint32_t)(bytes / OMPTPY_CHUNK_BYTES);
+    F.resident = cfg->reserve_bytes < bytes ? cfg->reserve_bytes : bytes;
+    F.drop = cfg->overflow == OMPTPY_OVERFLOW_DROP;
+    return true;
+  }
+  /* In memory only if take() can quiesce the writers (membarrier). */
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0) return false;
   omptpy_region *r = region_new();
   if (r) atomic_store(&R, r);
   return r != NULL;
 }
 
-/* fork: the parent's region is the parent's; the child starts an empty one. */
+/* fork: the parent's regions are the parent's (in the file: mapped shared, so
+ * the child must not write there); the child starts an empty one, in its own
+ * file when its first thread attaches. */
 void omptpy_zc_after_fork_child(void) {
+  pthread_mutex_init(&F.grow, NULL);
   omptpy_region *old = atomic_load(&R);
   atomic_store(&R, NULL);
+  if (F.on) {
+    for (omptpy_region *r = F.oldest ? F.oldest : old, *next; r; r = next) {
+      next = atomic_load(&r->succ);
+      region_free_meta(r);
+    }
+    F.oldest = NULL;
+    F.started = false;
+    F.forked = true;
+    F.error = 0;
+    atomic_store(&F.lost, 0);
+    atomic_store(&F.stalls, 0);
+    atomic_store(&F.stall_ns, 0);
+    return;
+  }
   if (old) {
     munmap(old->base, old->bytes);
     region_free_meta(old);

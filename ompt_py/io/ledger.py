@@ -213,8 +213,10 @@ def account(proc: RawProcess, rows: list[dict]) -> dict:
     buffer, or a buffer made after the disk was full); without a ledger (an older file, or one whose
     ledger could not be written), ``ending`` "unknown" and nothing lost.  In an
     in-place file every record written is in it: a thread lost only its ``nobuf``
-    records and those beyond the end of a file cut short (``proc.cut_off``); the
-    records outside the windows (``proc.discarded``) are neither written nor lost."""
+    records, those no region of the file had room for (``sink_lost``: the disk
+    was full, ``sink_errno`` says why) and those beyond the end of a file cut short
+    (``proc.cut_off``); the records outside the windows (``proc.discarded``) are
+    neither written nor lost."""
     kept = proc.kept
     by_index = {r["thread"]: r for r in rows}
     ledger = proc.ledger
@@ -234,8 +236,11 @@ def account(proc: RawProcess, rows: list[dict]) -> dict:
                                      "samples_skipped": 0}
             rows.append(row)
         stored = kept.get(index, 0)
-        missing = 0 if ledger.in_place else max(c.buffered - stored - c.discarded, 0)
-        by_sink = min(c.sink_lost, missing)
+        if ledger.in_place:
+            missing = by_sink = c.sink_lost
+        else:
+            missing = max(c.buffered - stored - c.discarded, 0)
+            by_sink = min(c.sink_lost, missing)
         cut = proc.cut_off.get(index, 0)
         for reason, n in ((errno_text(ledger.sink_errno or errno_names.EIO), by_sink),
                           (_BUFFERED.get(ledger.ending, ledger.ending), missing - by_sink),

@@ -43,10 +43,13 @@ runtime and why something is not traced.
 
 RUN_EPILOG = """\
 The target is a Python script (ends in .py), -m MODULE, or a command after
-`--`.  Environment variables of the tool (OMPTPY_BUFFER_SIZE, OMPTPY_OVERFLOW,
-OMPTPY_CLOCK, OMPTPY_DRAIN_MS, OMPTPY_MERGE_MEMORY) pass through; the options
-above override them.  The raw files are merged into the output in chunks, so
-that a trace larger than the machine's memory converts.
+`--`.  Environment variables of the tool (OMPTPY_RESERVE, OMPTPY_BUFFER_SIZE,
+OMPTPY_OVERFLOW, OMPTPY_ZERO_COPY, OMPTPY_CLOCK, OMPTPY_DRAIN_MS,
+OMPTPY_MERGE_MEMORY) pass through; the options above override them.  The
+threads write their records in place into each process's raw file (mapped
+shared, in regions made on disk ahead of them), so a killed process keeps
+what it wrote.  The raw files are merged into the output in chunks, so that
+a trace larger than the machine's memory converts.
 
 --profile: no trace, per-thread aggregates (OMPTPY_PROFILE=on for the
 command; OMPTPY_PROFILE_ENTRIES sizes the tables): per construct kind and
@@ -167,7 +170,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                                   else "ompt-trace.parquet")
     _check_run_paths(args)
     if args.profile:
-        given = [o for o in ("--python-stacks", "--native-depth", "--buffer-size", "--overflow")
+        given = [o for o in ("--python-stacks", "--native-depth", "--buffer-size", "--overflow",
+                             "--reserve")
                  if getattr(args, o[2:].replace("-", "_"))]
         if given:
             raise ConfigError(f"{', '.join(given)}: not used with --profile (a profile keeps "
@@ -176,6 +180,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     chunk_rows(args.merge_memory, "--merge-memory")  # said before the command runs
     if args.buffer_size:
         os.environ["OMPTPY_BUFFER_SIZE"] = args.buffer_size
+    if args.reserve:
+        os.environ["OMPTPY_RESERVE"] = args.reserve
     if args.overflow:
         os.environ["OMPTPY_OVERFLOW"] = args.overflow
     # Checked here, before the command starts (each of its Python processes reads them).
@@ -300,8 +306,8 @@ def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int
     lost, dropped = meta.get("lost", 0), meta["dropped"]
     losses = [f"{lost:,} records lost (never written to a raw file)"] * bool(lost)
     if dropped:
-        losses.append(f"{dropped:,} records dropped (buffers full: raise --buffer-size or use "
-                      "--overflow flush)")
+        losses.append(f"{dropped:,} records dropped (no room: use --overflow flush, or with "
+                      "OMPTPY_ZERO_COPY=off raise --buffer-size)")
     if partial:
         losses.append("raw files not read in full:\n  " + "\n  ".join(partial) + "\n  "
                       + _kept(raw_dir))
@@ -506,11 +512,19 @@ def parser() -> argparse.ArgumentParser:
                           "construct and source location, region, lock, task creation site), "
                           "a few ns per event, for runs too long to trace")
     run.add_argument("-m", dest="module", metavar="MODULE", help="run a Python module")
+    run.add_argument("--reserve", metavar="SIZE",
+                     help="trace file space made resident before the program's work, and the "
+                          "size of each region of the file the threads write into in place, "
+                          "e.g. 1G (default: OMPTPY_RESERVE, else an eighth of the available "
+                          "memory, at most 256M)")
     run.add_argument("--buffer-size", metavar="SIZE",
-                     help="per-thread buffer bound, e.g. 8M (default), 64M")
+                     help="per-thread buffer bound when the file is written with write() "
+                          "(OMPTPY_ZERO_COPY=off, or a file system that cannot map it), e.g. "
+                          "8M (default), 64M")
     run.add_argument("--overflow", choices=["flush", "drop", "grow"],
-                     help="when a thread's buffer is full: the thread flushes it itself "
-                          "(default), drops and counts records, or grows the buffer")
+                     help="when a thread finds no room: it makes room itself (default: the "
+                          "next region of the file, or it writes its full buffer), drops and "
+                          "counts records, or grows its buffer (write() route)")
     run.add_argument("--runtime", choices=["auto", "bundled", "system", "off"],
                      help="run libgomp-built code on LLVM libomp (preloaded): auto (default: "
                           "the system's libomp, else the bundled one), bundled, system, or off")

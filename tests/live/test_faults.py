@@ -1,6 +1,10 @@
 """Loss is counted on every ending: what a raw file holds plus what the loader
 reports lost equals what a counting tool saw, per thread, and the reason is
-the ending's (killed, _exit, abort, exec, disk full, file size limit).
+the ending's (killed, _exit, abort, exec, disk full, file size limit), by
+both routes of the file sink: records written in place into the file (the
+default: a killed process loses nothing, the page cache keeps what its
+threads wrote) and copied out of per-thread buffers with write()
+(OMPTPY_ZERO_COPY=off: what the buffers held at a kill is lost, and counted).
 
 tests/programs/faults.c runs OpenMP work with a counting native handler
 installed into the tool (the reference: every record a thread wrote, counted
@@ -30,19 +34,24 @@ import ompt_py
 from ompt_py.live.attach import HOOK_PATH
 
 MAX_THREADS = 4096  # the counters of faults.c
+#: The file sink's routes, by OMPTPY_ZERO_COPY.
+ROUTES = {"in place": "on", "write": "off"}
+route = pytest.mark.parametrize("route", list(ROUTES))
 ROUNDS = 40  # about 40,000 records: several chunks per thread, the last ones partly full
 
 
 def run_faults(programs, tmp_path: Path, mode: str, *, hook: bool = True, out: Path | None = None,
-               rounds: int = ROUNDS, limits=None) -> tuple[int, np.ndarray, Path, str]:
-    """Runs faults MODE ROUNDS with the tool writing into ``out``: (exit status, the
-    counting tool's counts per thread index, out, stderr)."""
+               rounds: int = ROUNDS, limits=None, route: str = "in place",
+               **env_more: str) -> tuple[int, np.ndarray, Path, str]:
+    """Runs faults MODE ROUNDS with the tool writing into ``out`` by ``route``: (exit
+    status, the counting tool's counts per thread index, out, stderr)."""
     out = out or tmp_path / "raw"
     out.mkdir(parents=True, exist_ok=True)
     counts = tmp_path / "counts"
     counts.write_bytes(bytes(8 * MAX_THREADS))
     # A slow drainer: the last chunks stay in the buffers until the ending.
-    env = tool_env(out, FAULTS_COUNTS=str(counts), OMPTPY_DRAIN_MS="1000")
+    env = tool_env(out, FAULTS_COUNTS=str(counts), OMPTPY_DRAIN_MS="1000",
+                   OMPTPY_ZERO_COPY=ROUTES[route], **env_more)
     if hook:
         env["LD_PRELOAD"] = ":".join(filter(None, [HOOK_PATH, env.get("LD_PRELOAD")]))
 
@@ -86,17 +95,35 @@ def files_of(out: Path) -> dict[str, int]:
     return {f.name: f.stat().st_size for f in out.iterdir()}
 
 
-def test_clean_exit_loses_nothing(programs, tmp_path):
-    rc, ref, out, err = run_faults(programs, tmp_path, "exit")
+def in_place(t) -> bool:
+    """Whether every process of the trace wrote its records in place."""
+    return all(p["config"]["zero_copy"] for p in t.meta["processes"])
+
+
+@route
+def test_clean_exit_loses_nothing(programs, tmp_path, route):
+    rc, ref, out, err = run_faults(programs, tmp_path, "exit", route=route)
     assert rc == 0, err
     t, warned = load(out)
+    assert in_place(t) == (route == "in place")
     check_balance(t, ref)
     (proc,) = t.meta["processes"]
     assert proc["ending"] in ("finalize", "exit") and proc["lost"] == 0 and not warned
 
 
-def test_sigkill(programs, tmp_path):
+def test_sigkill_in_place_loses_nothing(programs, tmp_path):
+    """The threads wrote into the file's pages: the kill takes none of them."""
     rc, ref, out, _ = run_faults(programs, tmp_path, "kill")
+    assert rc == -signal.SIGKILL
+    t, warned = load(out)
+    check_balance(t, ref)
+    (proc,) = t.meta["processes"]
+    assert proc["ending"] == "killed"
+    assert proc["lost"] == 0 and len(t) == int(ref.sum()) and not warned
+
+
+def test_sigkill(programs, tmp_path):
+    rc, ref, out, _ = run_faults(programs, tmp_path, "kill", route="write")
     assert rc == -signal.SIGKILL
     before = files_of(out)
     t, warned = load(out)
@@ -111,9 +138,10 @@ def test_sigkill(programs, tmp_path):
     assert files_of(out) == before  # loading deletes and changes nothing
 
 
+@route
 @pytest.mark.parametrize("mode", ["_exit", "abort"])
-def test_ending_seen_by_the_hook_flushes(programs, tmp_path, mode):
-    rc, ref, out, err = run_faults(programs, tmp_path, mode)
+def test_ending_seen_by_the_hook_flushes(programs, tmp_path, mode, route):
+    rc, ref, out, err = run_faults(programs, tmp_path, mode, route=route)
     assert rc == (0 if mode == "_exit" else -signal.SIGABRT), err
     t, warned = load(out)
     check_balance(t, ref)
@@ -123,18 +151,25 @@ def test_ending_seen_by_the_hook_flushes(programs, tmp_path, mode):
     assert proc["complete"]  # and wrote the final counters
 
 
+@route
 @pytest.mark.parametrize("mode", ["_exit", "abort"])
-def test_ending_without_the_hook_is_counted(programs, tmp_path, mode):
-    """OMPTPY_OUTPUT set by hand: no flush, no ending, but the loss is counted."""
-    _, ref, out, _ = run_faults(programs, tmp_path, mode, hook=False)
+def test_ending_without_the_hook_is_counted(programs, tmp_path, mode, route):
+    """OMPTPY_OUTPUT set by hand: no flush, no ending; written in place, nothing is
+    lost, else the loss is counted."""
+    _, ref, out, _ = run_faults(programs, tmp_path, mode, hook=False, route=route)
     t, warned = load(out)
     check_balance(t, ref)
     (proc,) = t.meta["processes"]
-    assert proc["ending"] == "killed" and proc["lost"] > 0 and warned
+    assert proc["ending"] == "killed"
+    if route == "in place":
+        assert proc["lost"] == 0 and not warned
+    else:
+        assert proc["lost"] > 0 and warned
 
 
-def test_exec_links_the_images(programs, tmp_path):
-    rc, ref, out, err = run_faults(programs, tmp_path, "exec")
+@route
+def test_exec_links_the_images(programs, tmp_path, route):
+    rc, ref, out, err = run_faults(programs, tmp_path, "exec", route=route)
     assert rc == 0, err
     assert len(os.listdir(out)) == 2
     t, warned = load(out)
@@ -170,12 +205,20 @@ def test_exec_without_the_hook(programs, tmp_path):
     assert endings[0] in ("exit", "finalize") and endings[1] == "killed"
 
 
-def check_disk_full(programs, tmp_path, out: Path, limits, reason: str, errno_name: str) -> None:
-    rc, ref, out, err = run_faults(programs, tmp_path, "exit", out=out, rounds=300, limits=limits)
+def check_disk_full(programs, tmp_path, out: Path, limits, reason: str, errno_name: str,
+                    rounds: int = 300, in_place: bool = False, **env: str) -> None:
+    """The run ends well and its trace says how many records the disk could not
+    take, and why.  Written with write(), they were written into the buffers (the
+    counting tool saw them); in place, they found no room anywhere (it did not)."""
+    rc, ref, out, err = run_faults(programs, tmp_path, "exit", out=out, rounds=rounds,
+                                   limits=limits, **env)
     assert rc == 0, err
     assert "counted as lost" in err
     t, warned = load(out)
-    check_balance(t, ref)
+    if in_place:
+        assert len(t) == int(ref.sum())
+    else:
+        check_balance(t, ref)
     (proc,) = t.meta["processes"]
     assert proc["ending"] in ("finalize", "exit")  # it ended well: the disk did not
     assert proc["lost"] > 0 and len(t) > 0
@@ -185,17 +228,35 @@ def check_disk_full(programs, tmp_path, out: Path, limits, reason: str, errno_na
     assert not any("killed" in w for w in warned), warned
 
 
-def test_disk_full(programs, tmp_path):
-    """A 1 MiB tmpfs: the file fills it long before the run ends."""
+def small_disk(tmp_path: Path, size: str) -> Path:
+    """A tmpfs of ``size`` at tmp_path/disk (skips the test where it cannot be had)."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)],
                        capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here ({r.stderr.strip()}); "
                     "test_file_size_limit covers the same without privileges")
+    return disk
+
+
+def test_disk_full(programs, tmp_path):
+    """A 1 MiB tmpfs: no room for the in-place route's region, so the file is
+    written with write(), and fills the disk long before the run ends."""
+    disk = small_disk(tmp_path, "1m")
     try:
         check_disk_full(programs, tmp_path, disk / "raw", None, "disk full", "ENOSPC")
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_disk_full_in_place(programs, tmp_path):
+    """A 96 MiB tmpfs and 64 MiB regions: the first region fits, the second does
+    not: what no region could take is lost, counted, with the disk's errno."""
+    disk = small_disk(tmp_path, "96m")
+    try:
+        check_disk_full(programs, tmp_path, disk / "raw", None, "disk full", "ENOSPC",
+                        rounds=1500, in_place=True, OMPTPY_RESERVE="64M")
     finally:
         subprocess.run(["umount", str(disk)], check=True)
 

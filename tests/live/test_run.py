@@ -242,7 +242,8 @@ def test_run_dropped_records_exit_status(programs, tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     r = cli("run", "-o", out, "--buffer-size", "128K", "--overflow", "drop", "--",
-            programs.many, "200000", env={"OMPTPY_DRAIN_MS": "1000", "TMPDIR": tmp})
+            programs.many, "200000", env={"OMPTPY_DRAIN_MS": "1000", "TMPDIR": tmp,
+                                          "OMPTPY_ZERO_COPY": "off"})
     no_traceback(r)
     dropped = ompt_py.load(out).dropped
     assert dropped > 0, "the burst was expected to overflow a 128K buffer"
@@ -254,7 +255,8 @@ def test_run_dropped_records_exit_status(programs, tmp_path):
 def test_run_dropped_records_command_status_wins(programs, tmp_path):
     out = tmp_path / "out.parquet"
     r = cli("run", "-o", out, "--buffer-size", "128K", "--overflow", "drop", "--", "bash",
-            "-c", f"{programs.many} 200000; exit 7", env={"OMPTPY_DRAIN_MS": "1000"})
+            "-c", f"{programs.many} 200000; exit 7",
+            env={"OMPTPY_DRAIN_MS": "1000", "OMPTPY_ZERO_COPY": "off"})
     assert ompt_py.load(out).dropped > 0
     assert r.returncode == 7, r.stderr
 
@@ -271,8 +273,21 @@ def test_run_buffer_options(programs, tmp_path):
     assert proc["written"] == len(t.events) == 200_000 + 32  # see test_overflow.py
 
 
+def test_run_reserve(programs, tmp_path):
+    """--reserve: the file's regions are that large (here the least, 64 MiB), and a
+    run that needs several of them loses nothing."""
+    out = tmp_path / "out.parquet"
+    ok(cli("run", "-o", out, "--reserve", "2M", "--", programs.many, "1500000"))
+    t = ompt_py.load(out)
+    (proc,) = t.meta["processes"]
+    assert proc["config"]["zero_copy"]
+    assert proc["dropped"] == 0 and proc["lost"] == 0
+    assert proc["written"] == len(t.events) == 1_500_000 + 32  # see test_overflow.py
+
+
 @pytest.mark.parametrize(("opt", "value"), [("--overflow", "bogus"),
-                                            ("--buffer-size", "lots")])
+                                            ("--buffer-size", "lots"), ("--reserve", "lots"),
+                                            ("--reserve", "100000G")])
 def test_run_bad_option_values(programs, tmp_path, opt, value):
     out = tmp_path / "out.parquet"
     r = cli("run", "-o", out, opt, value, "--", programs.parallel, "1")

@@ -48,6 +48,7 @@ USAGE = [  # (arguments with {dir} for tmp_path, words the message must hold)
     ("run --profile -o {dir}/empty -- true", ["a profile is one file", ".parquet"]),
     ("run --profile --python-stacks 4 -- true", ["--python-stacks", "--profile"]),
     ("run --profile --buffer-size 64M -- true", ["--buffer-size", "--profile"]),
+    ("run --profile --reserve 1G -- true", ["--reserve", "--profile"]),
     ("report " + TRACE + " --plot {dir}/x.unknownext", [".unknownext", ".png"]),
     ("report " + TRACE + " --plot {dir}/no-dir/x.png", ["no-dir", "--plot"]),
     ("report " + TRACE + " --html {dir}/empty", ["is a directory", "--html"]),

@@ -10,9 +10,12 @@ implicit_task, implicit-barrier sync_region and sync_region_wait begin/end),
 4 work loop_dynamic begin/end and 8 for the loop's implicit workshare barrier.
 test_event_count_formula checks E without any pressure on the buffers.
 
-With OMPTPY_BUFFER_SIZE=256K a thread owns at most 3 chunks of 1024 records,
-and OMPTPY_DRAIN_MS=1000 lets the drainer sleep long, so a burst of 10^5
-records per thread overflows.
+The policies are those of the per-thread buffers that the file is written
+from with write() (OMPTPY_ZERO_COPY=off): with OMPTPY_BUFFER_SIZE=256K a
+thread owns at most 3 chunks of 1024 records, and OMPTPY_DRAIN_MS=1000 lets
+the drainer sleep long, so a burst of 10^5 records per thread overflows.  The
+default route writes in place into the file, whose regions the tool extends
+(test_burst_in_place_loses_nothing).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ pytestmark = [pytest.mark.needs_clang, pytest.mark.any_libomp]
 
 FIXED = 32
 BURST = 200_000
-PRESSURE = {"OMPTPY_BUFFER_SIZE": "256K", "OMPTPY_DRAIN_MS": "1000"}
+PRESSURE = {"OMPTPY_BUFFER_SIZE": "256K", "OMPTPY_DRAIN_MS": "1000", "OMPTPY_ZERO_COPY": "off"}
 
 
 def run_many(programs, tmp_path, n, **env):
@@ -104,3 +107,17 @@ def test_flush_loses_nothing(programs, tmp_path, explicit):
     assert proc["written"] == BURST + FIXED
     check_accounting(t, proc)
     assert sorted(select(t.events, "dispatch")["u64a"].tolist()) == list(range(BURST))
+
+
+def test_burst_in_place_loses_nothing(programs, tmp_path):
+    """In place, with the smallest regions (64 MiB: 10^6 records) and a drainer that
+    sleeps long: the burst of 2.5 x 10^6 records takes three regions, which the
+    drainer or else the writers add; nothing is dropped and every iteration is
+    there once."""
+    n = 2_500_000
+    t, proc = run_many(programs, tmp_path, n, OMPTPY_RESERVE="1M", OMPTPY_DRAIN_MS="1000")
+    assert proc["config"]["zero_copy"]
+    assert proc["dropped"] == 0 and proc["lost"] == 0
+    assert proc["written"] == n + FIXED
+    check_accounting(t, proc)
+    assert sorted(select(t.events, "dispatch")["u64a"].tolist()) == list(range(n))

@@ -695,7 +695,8 @@ def test_sample_signal_realtime_accepted(programs, tmp_path):
 
 
 def test_thread_without_memory_for_its_buffer_counts_its_records(programs, tmp_path):
-    """Room (RLIMIT_AS) for one 256 MiB buffer, not two: the second thread gets none,
+    """Written with write() from per-thread buffers (OMPTPY_ZERO_COPY=off), room
+    (RLIMIT_AS) for one 256 MiB buffer, not two: the second thread gets none,
     and its records are counted as lost with the reason (not an OOM kill, not a
     silent empty trace)."""
     import resource
@@ -706,7 +707,8 @@ def test_thread_without_memory_for_its_buffer_counts_its_records(programs, tmp_p
     out = tmp_path / "raw"
     out.mkdir()
     limit = 400 << 20
-    r = subprocess.run([programs.parallel, "3"], env=tool_env(out, OMPTPY_BUFFER_SIZE="256M"),
+    r = subprocess.run([programs.parallel, "3"],
+                       env=tool_env(out, OMPTPY_BUFFER_SIZE="256M", OMPTPY_ZERO_COPY="off"),
                        capture_output=True, text=True, timeout=60,
                        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
     assert r.returncode == 0, r.stderr
