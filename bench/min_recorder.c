@@ -16,13 +16,32 @@
  * (default 16M, i.e. 640 MiB per thread).
  * At finalize it prints to stderr:
  *   minrec events=N written=W dropped=D threads=T registered=R
+ *
+ * MINREC_SINK (with MINREC_DIR, a directory) makes it write its records to a
+ * file per thread instead, one design of a file route each, for
+ * bench/file_route.py to compare with recording in memory (the default, `mem`):
+ *   write     a 1024-record buffer, written with write() whenever it fills
+ *             (ompt-py's file sink until issue 15, without its drainer);
+ *   reserve   the MINREC_RECORDS buffer as in memory, written with write()
+ *             when it fills and at finalize (reserve-and-flush, Score-P's way);
+ *   map       the file itself, fallocate'd and mapped MAP_SHARED, made
+ *             resident (MADV_POPULATE_WRITE) at thread_begin, written in place
+ *             (the page cache outlives a killed process); truncated at finalize;
+ *   consumer  a ring of 128 1024-record chunks that a consumer thread writes
+ *             with write() while the program runs (a full ring drops).
+ * Then finalize also prints `flush_ms=F flushes=K`: the time finalize (and the
+ * flushes of a full reserve or mapping, K of them) spent writing.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
@@ -48,17 +67,55 @@ _Static_assert(sizeof(record_t) == 40, "record must be 40 bytes");
 
 typedef struct __attribute__((aligned(64))) thread_state {
   record_t *buf;
-  uint64_t cap;
+  uint64_t cap;     /* records may be written while written < cap */
   uint64_t written; /* owner thread writes, finalize reads (relaxed) */
   uint64_t dropped;
   uint64_t next_id;
   uint32_t tid;
+  /* File sinks (slow path only). */
+  int fd;
+  uint64_t flushed;                 /* records moved out of buf (write, reserve, map) */
+  uint64_t map_off;                 /* map: file offset of buf, in records */
+  uint64_t head __attribute__((aligned(64))); /* consumer: chunks filled (release) */
+  uint64_t tail __attribute__((aligned(64))); /* consumer: chunks written (release) */
 } thread_state_t;
+
+enum { SINK_MEM, SINK_WRITE, SINK_RESERVE, SINK_MAP, SINK_CONSUMER };
+#define CHUNK 1024u
+#define RING_CHUNKS 128u
 
 static thread_state_t states[MAX_THREADS];
 static uint32_t n_threads;
 static uint64_t capacity = DEFAULT_RECORDS;
 static int registered;
+static int sink = SINK_MEM;
+static const char *sink_dir;
+static uint64_t flush_ns, flushes; /* under flush_lock */
+#ifndef MINREC_NOOP
+static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
+#endif
+static pthread_t consumer;
+static int consumer_run;
+
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void write_recs(int fd, const record_t *r, uint64_t n) {
+  const char *p = (const char *)r;
+  size_t left = n * sizeof *r;
+  while (left) {
+    ssize_t w = write(fd, p, left);
+    if (w <= 0) {
+      perror("minrec: write");
+      return;
+    }
+    p += w;
+    left -= (size_t)w;
+  }
+}
 
 #ifdef MINREC_NOOP
 /* Built with -DMINREC_NOOP as noop_tool.so (bench/apps.py): the same
@@ -71,6 +128,17 @@ INLINE uint64_t new_id(thread_state_t *s) {
   return 0;
 }
 #else
+/* map: the next `capacity` records of the file, allocated, mapped and resident. */
+static record_t *map_window(thread_state_t *s) {
+  size_t bytes = capacity * sizeof(record_t);
+  off_t off = (off_t)(s->map_off * sizeof(record_t));
+  if (fallocate(s->fd, 0, off, (off_t)bytes) != 0) perror("minrec: fallocate");
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, off);
+  if (p == MAP_FAILED) return NULL;
+  madvise(p, bytes, MADV_POPULATE_WRITE);
+  return p;
+}
+
 static __thread thread_state_t *tls_state
     __attribute__((tls_model("initial-exec")));
 
@@ -82,15 +150,28 @@ static __attribute__((noinline)) thread_state_t *attach_thread(void) {
   }
   thread_state_t *s = &states[tid];
   s->tid = tid;
-  s->cap = capacity;
-  void *p = mmap(NULL, capacity * sizeof(record_t), PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  uint64_t n = sink == SINK_WRITE ? CHUNK : sink == SINK_CONSUMER ? CHUNK * RING_CHUNKS : capacity;
+  s->cap = sink == SINK_CONSUMER ? CHUNK : n;
+  void *p = MAP_FAILED;
+  if (sink != SINK_MEM) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/minrec-%d-%u", sink_dir, (int)getpid(), tid);
+    s->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (s->fd < 0) perror("minrec: open");
+  }
+  if (sink == SINK_MAP) {
+    record_t *m = s->fd >= 0 ? map_window(s) : NULL;
+    p = m ? (void *)m : MAP_FAILED;
+  } else if (sink == SINK_MEM || s->fd >= 0) {
+    p = mmap(NULL, n * sizeof(record_t), PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  }
   if (p == MAP_FAILED) {
     perror("minrec: mmap");
     s->cap = 0; /* every record of this thread is dropped */
     p = NULL;
   }
-  s->buf = p;
+  __atomic_store_n(&s->buf, (record_t *)p, __ATOMIC_RELEASE); /* the consumer reads it */
   tls_state = s;
   return s;
 }
@@ -122,12 +203,51 @@ INLINE uint32_t ev(int callback, int sub, int kind) {
          ((uint32_t)kind & 0xffffu) << 16;
 }
 
+#ifndef MINREC_NOOP
+/* The buffer is full: the file sink makes room (false: the record is dropped). */
+static __attribute__((noinline)) int full(thread_state_t *s) {
+  if (sink == SINK_MEM || s->buf == NULL) return 0;
+  if (sink == SINK_CONSUMER) {
+    uint64_t h = s->head + 1;
+    __atomic_store_n(&s->head, h, __ATOMIC_RELEASE);
+    if (h - __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE) >= RING_CHUNKS) {
+      __atomic_store_n(&s->head, h - 1, __ATOMIC_RELAXED); /* this chunk is refilled */
+      s->written = s->cap - CHUNK;
+      s->dropped += CHUNK;
+      return 1;
+    }
+    s->written = (h % RING_CHUNKS) * CHUNK;
+    s->cap = s->written + CHUNK;
+    return 1;
+  }
+  uint64_t t0 = mono_ns();
+  if (sink == SINK_MAP) {
+    munmap(s->buf, capacity * sizeof(record_t));
+    s->map_off += capacity;
+    s->buf = map_window(s);
+    if (s->buf == NULL) s->cap = 0;
+  } else {
+    write_recs(s->fd, s->buf, s->written);
+  }
+  s->flushed += s->written;
+  s->written = 0;
+  if (sink != SINK_WRITE) {
+    pthread_mutex_lock(&flush_lock);
+    flush_ns += mono_ns() - t0;
+    flushes++;
+    pthread_mutex_unlock(&flush_lock);
+  }
+  return s->buf != NULL;
+}
+#endif
+
 INLINE void put(thread_state_t *s, uint32_t event, uint64_t id1, uint64_t id2,
                 uint64_t arg) {
 #ifdef MINREC_NOOP
   (void)s, (void)event, (void)id1, (void)id2, (void)arg;
 #else
   uint64_t i = s->written;
+  if (UNLIKELY(i >= s->cap) && full(s)) i = s->written;
   if (LIKELY(i < s->cap)) {
     record_t *r = &s->buf[i];
     r->tsc = timestamp();
@@ -296,6 +416,37 @@ static void on_cancel(bo_data_t *task_data, int flags,
   emit(ev(BO_CB_CANCEL, 0, flags), dv(task_data), 0, PTR(codeptr_ra));
 }
 
+/* ---- the consumer thread (MINREC_SINK=consumer) --------------------------- */
+
+/* Writes the thread's filled chunks. */
+static void consume_thread(thread_state_t *s) {
+  uint64_t h = __atomic_load_n(&s->head, __ATOMIC_ACQUIRE);
+  for (uint64_t t = s->tail; t < h; t++) {
+    write_recs(s->fd, s->buf + (t % RING_CHUNKS) * CHUNK, CHUNK);
+    __atomic_store_n(&s->tail, t + 1, __ATOMIC_RELEASE);
+  }
+}
+
+static void *consume(void *arg) {
+  (void)arg;
+  while (__atomic_load_n(&consumer_run, __ATOMIC_RELAXED)) {
+    uint32_t n = __atomic_load_n(&n_threads, __ATOMIC_ACQUIRE);
+    uint64_t before = 0, after = 0;
+    for (uint32_t i = 0; i < n && i < MAX_THREADS; i++) {
+      thread_state_t *s = &states[i];
+      if (__atomic_load_n(&s->buf, __ATOMIC_ACQUIRE) == NULL) continue;
+      before += s->tail;
+      consume_thread(s);
+      after += s->tail;
+    }
+    if (before == after) {
+      struct timespec ms = {0, 1000000};
+      nanosleep(&ms, NULL);
+    }
+  }
+  return NULL;
+}
+
 /* ---- tool life cycle ---------------------------------------------------- */
 
 #define CB(f) ((bo_callback_t)(f))
@@ -310,6 +461,19 @@ static int minrec_initialize(bo_function_lookup_t lookup,
     unsigned long long v = strtoull(env, &end, 10);
     if (end != NULL && *end == '\0' && v > 0)
       capacity = v;
+  }
+  static const char *const sinks[] = {"mem", "write", "reserve", "map", "consumer"};
+  const char *name = getenv("MINREC_SINK");
+  for (int i = 0; name && i < (int)(sizeof sinks / sizeof *sinks); i++)
+    if (strcmp(name, sinks[i]) == 0) sink = i;
+  sink_dir = getenv("MINREC_DIR");
+  if (sink != SINK_MEM && (sink_dir == NULL || *sink_dir == '\0')) {
+    fprintf(stderr, "minrec: MINREC_SINK=%s needs MINREC_DIR\n", name);
+    return 0;
+  }
+  if (sink == SINK_CONSUMER) {
+    __atomic_store_n(&consumer_run, 1, __ATOMIC_RELAXED);
+    pthread_create(&consumer, NULL, consume, NULL);
   }
 
   bo_set_callback_t set_callback =
@@ -356,15 +520,38 @@ static void minrec_finalize(bo_data_t *tool_data) {
   uint32_t n = __atomic_load_n(&n_threads, __ATOMIC_RELAXED);
   if (n > MAX_THREADS)
     n = MAX_THREADS;
+  if (sink == SINK_CONSUMER) {
+    __atomic_store_n(&consumer_run, 0, __ATOMIC_RELAXED);
+    pthread_join(consumer, NULL);
+  }
+  uint64_t t0 = mono_ns();
   unsigned long long written = 0, dropped = 0;
   for (uint32_t i = 0; i < n; i++) {
-    written += __atomic_load_n(&states[i].written, __ATOMIC_RELAXED);
-    dropped += __atomic_load_n(&states[i].dropped, __ATOMIC_RELAXED);
+    thread_state_t *s = &states[i];
+    uint64_t w = __atomic_load_n(&s->written, __ATOMIC_RELAXED);
+    if (sink == SINK_CONSUMER && s->buf) {
+      consume_thread(s);
+      write_recs(s->fd, s->buf + (s->cap - CHUNK), w - (s->cap - CHUNK));
+      written += s->tail * CHUNK + w - (s->cap - CHUNK);
+    } else if (sink == SINK_MAP && s->buf) {
+      if (ftruncate(s->fd, (off_t)((s->map_off + w) * sizeof(record_t))) != 0)
+        perror("minrec: ftruncate");
+      munmap(s->buf, capacity * sizeof(record_t));
+      written += s->flushed + w;
+    } else {
+      if (sink != SINK_MEM && s->buf) write_recs(s->fd, s->buf, w);
+      written += s->flushed + w;
+    }
+    dropped += __atomic_load_n(&s->dropped, __ATOMIC_RELAXED);
+    if (sink != SINK_MEM && s->fd >= 0) close(s->fd);
   }
   fprintf(stderr,
           "minrec events=%llu written=%llu dropped=%llu threads=%u "
           "registered=%d\n",
           written + dropped, written, dropped, n, registered);
+  if (sink != SINK_MEM)
+    fprintf(stderr, "minrec flush_ms=%.1f flushes=%llu\n",
+            (double)(flush_ns + mono_ns() - t0) / 1e6, (unsigned long long)flushes);
 }
 
 BO_EXPORT bo_start_tool_result_t *ompt_start_tool(unsigned int omp_version,
