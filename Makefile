@@ -168,7 +168,7 @@ test-sanitize: setup
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	$(BIN)/python -m pytest -q tests/tool/test_tool_c.py tests/tool/test_sanitized.py \
 	  tests/tool/test_device_trace.py tests/tool/test_device_pool.py \
-	  tests/tool/test_profile_tool.py
+	  tests/tool/test_profile_tool.py tests/tool/test_overflow.py
 	@# The Python-stack capture (csrc/ext/pystack.c, csrc/tool/stacks.c) runs only in
 	@# Python: a copy of the package with both libraries sanitized runs the program of
 	@# known lines (tests/programs/pystacks_app.py) with native frames on.

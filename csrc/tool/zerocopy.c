@@ -28,8 +28,8 @@
  * place, with no copy while the program runs, and what a killed process
  * wrote stays in the file.  The first region is made when the first thread
  * attaches (OMPTPY_RESERVE of it made resident then, before the program's
- * work); the drainer appends the next one when the current one is half
- * leased, and a writer that finds the region full before that makes it
+ * work); the drainer appends the next one when the current one is seven
+ * eighths leased, and a writer that finds the region full before that makes it
  * itself (counted and timed in the stats: a stall, not a loss; with
  * OMPTPY_OVERFLOW=drop it drops instead).  The current region moves on by a
  * compare-and-swap; older regions stay until the drainer has seen all their
@@ -483,12 +483,15 @@ uint32_t omptpy_zc_drain(bool partial) {
 }
 
 /* Page faults off the writers' path: populate ahead of the leases (drainer).
- * In the file, the next region is made once the current one is half leased. */
+ * In the file, the next region is made once seven eighths of the current one
+ * are leased: late enough that a trace which fits its reserve never pays for
+ * one while the program runs, early enough (an eighth of a region: 8 MiB at
+ * the least) that a drainer with a CPU has it ready in time. */
 void omptpy_zc_populate_ahead(void) {
   pthread_mutex_lock(&omptpy_buf.drain_lock);
   omptpy_region *r = atomic_load(&R);
   if (r) region_populate_ahead(r);
-  if (r && F.on && !atomic_load(&r->succ) && atomic_load(&r->next) >= r->cap / 2 &&
+  if (r && F.on && !atomic_load(&r->succ) && atomic_load(&r->next) >= r->cap / 8 * 7 &&
       may_grow()) {
     pthread_mutex_lock(&F.grow);
     omptpy_region *s = atomic_load(&r->succ) ? NULL : region_new();
