@@ -217,6 +217,7 @@ lint: setup
 
 bench: setup
 	$(BIN)/python bench/overhead.py
+	$(BIN)/python bench/file_route.py
 	$(BIN)/python bench/fallback.py
 	$(BIN)/python bench/analysis.py
 	$(BIN)/python bench/handlers.py

@@ -8,7 +8,7 @@ Runs two OpenMP workloads on 2 threads, (W1) 10**6 empty parallel regions and
     b  null tool: attached, registers no callback (bench/null_tool.c)
     c  minimal hand-written recorder (bench/min_recorder.c)
     d  ompt-py attached, recording off (OMPTPY_RECORD=off)
-    e  ompt-py recording
+    e  ompt-py recording to a file (OMPTPY_OUTPUT: in place, default reserve)
     f  ompt-py recording in memory (ompt_py.trace() with OMPTPY_RESERVE)
     g  ompt-py profile mode (OMPTPY_PROFILE=on: per-thread aggregates, no records)
 
@@ -952,8 +952,9 @@ def report_workload(bench: Bench, res: WorkloadResult) -> None:
         print(
             f"   file floor: writing the trace's {64 * res.omptpy_events / 1e6:.0f} MB to a file "
             f"here takes {res.write_floor_s:.4f} s of one CPU "
-            f"({res.write_floor_s * NS / res.omptpy_events:.1f} ns/event), the least (e) adds "
-            f"to (f) while the program's threads hold every CPU"
+            f"({res.write_floor_s * NS / res.omptpy_events:.1f} ns/event): what writing it "
+            f"with write() (OMPTPY_ZERO_COPY=off) adds while the program's threads hold every "
+            f"CPU, and (e), in place, does not"
         )
 
 

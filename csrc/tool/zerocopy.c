@@ -86,6 +86,7 @@ static struct {
   size_t resident;          /* of the first region, made resident when it is made */
   bool drop;                /* OMPTPY_OVERFLOW=drop: a full region without a next drops */
   bool forked;              /* a forked child: its threads have slots already */
+  omptpy_region *first;     /* the first region: the others follow it by succ */
   bool told;                /* a region that could not be made was reported */
   bool started;             /* the first region was tried (drain_lock) */
   int error;                /* why the last region could not be made (errno), 0 */
@@ -161,11 +162,9 @@ static omptpy_region *region_new(void) {
   return r;
 }
 
-/* Frees everything but the records (handed over, or unmapped by the caller);
- * a region of the file is unmapped whole (its records are the file's). */
+/* Frees everything but the records (handed over, or unmapped by the caller). */
 static void region_free_meta(omptpy_region *r) {
-  if (r->span.map) munmap(r->span.map, r->span.map_bytes);
-  else munmap(r->desc, r->desc_bytes);
+  munmap(r->desc, r->desc_bytes);
   free(r->win);
   free(r);
 }
@@ -341,12 +340,15 @@ static uint32_t file_drain(bool partial) {
   omptpy_region *cur = atomic_load(&R);
   if (!F.oldest) F.oldest = cur;
   uint32_t nfull = 0;
-  for (omptpy_region *r = F.oldest; r; r = r->succ) {
+  for (omptpy_region *r = F.oldest; r; r = atomic_load(&r->succ)) {
     nfull += drain_region(r, partial);
     if (omptpy_buf.drain_stalled || r == cur) break;
     if (r == F.oldest && r->cursor >= r->cap) {
-      F.oldest = r->succ;
-      region_free_meta(r);
+      /* Its records are the file's: the mapping goes, the description stays
+       * (a writer that read R just before it moved on may still look at it). */
+      F.oldest = atomic_load(&r->succ);
+      munmap(r->span.map, r->span.map_bytes);
+      r->span.map = NULL;
     }
   }
   return nfull;
@@ -367,6 +369,9 @@ void omptpy_zc_retire(omptpy_thread *t) {
   if (t->cur && t->pos < OMPTPY_CHUNK_RECORDS && (t->cur_epoch == r->epoch || F.on))
     t->cur->retired = true;
   t->cur = NULL;
+  /* Nothing reads its chunk any more (the ledger's entry of an in-place
+   * thread needs no count: every record is in the file). */
+  atomic_store(&t->cur_pub, NULL);
 }
 
 /* Stops every writer from using region `old` (installed as R) and installs a
@@ -517,6 +522,7 @@ void omptpy_zc_file_start(void) {
     if (r) {
       region_populate(r, F.resident ? F.resident : ZC_PREFAULT_AHEAD);
       omptpy_ledger_in_place(zc_window_open, zc_window_from);
+      F.first = r;
       atomic_store(&R, r);
     } else if (!F.forked) {
       /* No thread has a slot yet: the file is written with write() instead,
@@ -606,11 +612,13 @@ void omptpy_zc_after_fork_child(void) {
   omptpy_region *old = atomic_load(&R);
   atomic_store(&R, NULL);
   if (F.on) {
-    for (omptpy_region *r = F.oldest ? F.oldest : old, *next; r; r = next) {
+    for (omptpy_region *r = F.first, *next; r; r = next) {
       next = atomic_load(&r->succ);
-      region_free_meta(r);
+      if (r->span.map) munmap(r->span.map, r->span.map_bytes);
+      free(r->win);
+      free(r);
     }
-    F.oldest = NULL;
+    F.first = F.oldest = NULL;
     F.started = false;
     F.forked = true;
     F.error = 0;

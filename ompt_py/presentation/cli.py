@@ -255,26 +255,38 @@ def _kept(raw_dir: str) -> str:
             f"ompt_py.load({raw_dir!r}))")
 
 
+def _no_raw_files(args: argparse.Namespace, raw_dir: str, what: str,
+                  returncode: int) -> int | None:
+    """When ``raw_dir`` holds no raw file (or cannot be listed): says so (no ``what``
+    written) and gives the exit status of ``ompt-py run``; None when it holds some."""
+    from ..errors import TraceFileError
+    from ..io import rawfile
+
+    try:
+        files = rawfile.list_dir(raw_dir)
+    except TraceFileError as e:
+        print(f"ompt-py run: no {what} written: {e}", file=sys.stderr)
+        return returncode or 1
+    if files:
+        return None
+    print(f"ompt-py run: no {what} written: no process of the command started an OpenMP "
+          "runtime with OMPT support (LLVM libomp)", file=sys.stderr)
+    if not args.keep_raw:
+        with contextlib.suppress(OSError):
+            os.rmdir(raw_dir)  # only if empty: files of others are not ours to delete
+    return returncode
+
+
 def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int:
     """Merges the raw files into ``args.output``; the exit status of ``ompt-py run``."""
     import warnings
 
     from ..errors import ConfigError, TraceFileError, TraceWarning
-    from ..io import rawfile
     from ..trace import convert
 
-    try:
-        files = rawfile.list_dir(raw_dir)
-    except TraceFileError as e:
-        print(f"ompt-py run: no trace written: {e}", file=sys.stderr)
-        return returncode or 1
-    if not files:
-        print("ompt-py run: no trace written: no process of the command started an OpenMP "
-              "runtime with OMPT support (LLVM libomp)", file=sys.stderr)
-        if not args.keep_raw:
-            with contextlib.suppress(OSError):
-                os.rmdir(raw_dir)  # only if empty: files of others are not ours to delete
-        return returncode
+    nothing = _no_raw_files(args, raw_dir, "trace", returncode)
+    if nothing is not None:
+        return nothing
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always", TraceWarning)
         try:
@@ -323,21 +335,11 @@ def _write_profile(args: argparse.Namespace, raw_dir: str, returncode: int) -> i
     import warnings
 
     from ..errors import TraceFileError, TraceWarning
-    from ..io import rawfile
     from ..profile import Profile
 
-    try:
-        files = rawfile.list_dir(raw_dir)
-    except TraceFileError as e:
-        print(f"ompt-py run: no profile written: {e}", file=sys.stderr)
-        return returncode or 1
-    if not files:
-        print("ompt-py run: no profile written: no process of the command started an OpenMP "
-              "runtime with OMPT support (LLVM libomp)", file=sys.stderr)
-        if not args.keep_raw:
-            with contextlib.suppress(OSError):
-                os.rmdir(raw_dir)
-        return returncode
+    nothing = _no_raw_files(args, raw_dir, "profile", returncode)
+    if nothing is not None:
+        return nothing
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always", TraceWarning)
         try:

@@ -51,6 +51,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from conftest import stored_path
+from inplace_raw import blocks
 
 import ompt_py
 from ompt_py.errors import TraceFileError, TraceWarning
@@ -83,16 +84,6 @@ class Case:
 
 
 # ---- raw files -------------------------------------------------------------------------
-
-
-def blocks(data: bytes) -> list[tuple[int, int, int]]:
-    """(offset, type, length) of each block of a raw file."""
-    out, off = [], 0
-    while off < len(data):
-        _, kind, length = HEADER.unpack_from(data, off)
-        out.append((off, kind, length))
-        off += HEADER.size + length
-    return out
 
 
 def key_paths(doc: object, prefix: tuple = (), depth: int = 5) -> Iterator[tuple]:
