@@ -575,12 +575,7 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
                 hold_mean_ns=("hold_ns", "mean"), hold_max_ns=("hold_ns", "max"))
     out["wait_p95_ns"] = g["wait_ns"].quantile(0.95)
     out["hold_p50_ns"] = g["hold_ns"].median()
-    held = m.groupby([*keys, "thread"], sort=False)["hold_ns"].sum().reset_index()
-    held = held.sort_values("hold_ns", ascending=False, kind="stable").drop_duplicates(keys)
-    held = held.set_index(keys)
-    out["top_holder"] = held["thread"]
-    out["top_holder_share"] = held["hold_ns"] / out["hold_total_ns"].where(
-        out["hold_total_ns"] > 0)
+    top_holder(m, keys, "hold_ns", out)
     for most in ("codeptr", "py_location"):  # where it was taken most often
         if most not in keys:
             sites = m.groupby([*keys, most], sort=False).size().rename("n").reset_index()
@@ -592,6 +587,16 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
 
 
 # ---- thread utilisation over time ----------------------------------------------------------
+
+
+def top_holder(m: pd.DataFrame, keys: list[str], hold: str, out: pd.DataFrame) -> None:
+    """``out``'s top_holder (per lock of ``keys``: the thread that held it longest, by
+    the sum of ``m[hold]``) and top_holder_share (of out's hold_total_ns)."""
+    held = m.groupby([*keys, "thread"], sort=False)[hold].sum().reset_index()
+    held = held.sort_values(hold, ascending=False, kind="stable").drop_duplicates(keys)
+    held = held.set_index(keys)
+    out["top_holder"] = held["thread"]
+    out["top_holder_share"] = held[hold] / out["hold_total_ns"].where(out["hold_total_ns"] > 0)
 
 
 def _nice(ns: float) -> int:

@@ -25,6 +25,7 @@ import pandas as pd
 from ..records import PROFILE_BUCKETS
 from ..units import format_ns
 from . import symbols
+from .metrics import top_holder
 from .summary import Summary
 
 if TYPE_CHECKING:
@@ -226,12 +227,7 @@ def lock_contention(prof: Profile, by: str = "lock") -> pd.DataFrame:
     np.add.at(sums, g.ngroup().to_numpy(), np.stack(m["hist"].to_list()))
     out["wait_p95_ns"] = quantile(sums, 0.95, out["wait_min_ns"].to_numpy(np.float64),
                                   out["wait_max_ns"].to_numpy(np.float64))
-    held = m.groupby([*keys, "thread"], sort=False)["hold_total_ns"].sum().reset_index()
-    held = held.sort_values("hold_total_ns", ascending=False, kind="stable").drop_duplicates(keys)
-    held = held.set_index(keys)
-    out["top_holder"] = held["thread"]
-    out["top_holder_share"] = held["hold_total_ns"] / out["hold_total_ns"].where(
-        out["hold_total_ns"] > 0)
+    top_holder(m, keys, "hold_total_ns", out)
     if by == "lock":  # where it was taken most often
         sites = m.groupby([*keys, "codeptr"], sort=False)["acquisitions"].sum().reset_index()
         sites = sites.sort_values("acquisitions", ascending=False, kind="stable")

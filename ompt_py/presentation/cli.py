@@ -11,8 +11,11 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from typing import TypeVar
 
 from ..errors import ConfigError
+
+T = TypeVar("T")
 
 DESCRIPTION = """\
 Trace what the OpenMP runtime does.
@@ -277,35 +280,48 @@ def _no_raw_files(args: argparse.Namespace, raw_dir: str, what: str,
     return returncode
 
 
-def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int:
-    """Merges the raw files into ``args.output``; the exit status of ``ompt-py run``."""
+def _from_raw(args: argparse.Namespace, raw_dir: str, what: str,
+              make: Callable[[], T]) -> tuple[T, list[str]] | None:
+    """``make()``'s result (the output made from the raw files) and its TraceWarnings'
+    messages, once each (other warnings are shown); None, said, when it fails (no
+    ``what`` written, the raw files kept)."""
     import warnings
 
     from ..errors import ConfigError, TraceFileError, TraceWarning
+
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always", TraceWarning)
+        try:
+            result = make()
+        except (TraceFileError, ConfigError) as e:
+            print(f"ompt-py run: no {what} written: {e}; {_kept(raw_dir)}", file=sys.stderr)
+            return None
+        except OSError as e:
+            print(f"ompt-py run: cannot write {args.output} ({e.strerror or e}); "
+                  f"{_kept(raw_dir)}", file=sys.stderr)
+            return None
+    for w in warned:
+        if not issubclass(w.category, TraceWarning):
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return result, list(dict.fromkeys(str(w.message) for w in warned
+                                      if issubclass(w.category, TraceWarning)))
+
+
+def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int:
+    """Merges the raw files into ``args.output``; the exit status of ``ompt-py run``."""
     from ..trace import convert
 
     nothing = _no_raw_files(args, raw_dir, "trace", returncode)
     if nothing is not None:
         return nothing
-    with warnings.catch_warnings(record=True) as warned:
-        warnings.simplefilter("always", TraceWarning)
-        try:
-            events, meta = convert(raw_dir, args.output, args.merge_memory)
-        except (TraceFileError, ConfigError) as e:
-            print(f"ompt-py run: no trace written: {e}; {_kept(raw_dir)}", file=sys.stderr)
-            return returncode or 1
-        except OSError as e:
-            print(f"ompt-py run: cannot write {args.output} ({e.strerror or e}); "
-                  f"{_kept(raw_dir)}", file=sys.stderr)
-            return returncode or 1
+    made = _from_raw(args, raw_dir, "trace",
+                     lambda: convert(raw_dir, args.output, args.merge_memory))
+    if made is None:
+        return returncode or 1
+    (events, meta), partial = made
     # The conversion warns of what it skipped (also listed in meta["skipped"]) and of losses.
-    partial = list(dict.fromkeys(str(w.message) for w in warned
-                                 if issubclass(w.category, TraceWarning)))
     partial += [f"{s['source']}: {s['reason']}" for s in meta.get("skipped", [])
                 if not any(s["source"] in m for m in partial)]
-    for w in warned:
-        if not issubclass(w.category, TraceWarning):
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     if not args.keep_raw and not partial:
         shutil.rmtree(raw_dir, ignore_errors=True)
     if not args.quiet:
@@ -332,31 +348,21 @@ def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int
 def _write_profile(args: argparse.Namespace, raw_dir: str, returncode: int) -> int:
     """Reads the raw files' profile and saves it as ``args.output``; the exit status
     of ``ompt-py run --profile`` (the rules of _write_trace)."""
-    import warnings
-
-    from ..errors import TraceFileError, TraceWarning
     from ..profile import Profile
 
     nothing = _no_raw_files(args, raw_dir, "profile", returncode)
     if nothing is not None:
         return nothing
-    with warnings.catch_warnings(record=True) as warned:
-        warnings.simplefilter("always", TraceWarning)
-        try:
-            prof = Profile.from_raw(raw_dir)
-            prof.save(args.output)
-        except TraceFileError as e:
-            print(f"ompt-py run: no profile written: {e}; {_kept(raw_dir)}", file=sys.stderr)
-            return returncode or 1
-        except OSError as e:
-            print(f"ompt-py run: cannot write {args.output} ({e.strerror or e}); "
-                  f"{_kept(raw_dir)}", file=sys.stderr)
-            return returncode or 1
-    losses = list(dict.fromkeys(str(w.message) for w in warned
-                                if issubclass(w.category, TraceWarning)))
-    for w in warned:
-        if not issubclass(w.category, TraceWarning):
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+    def make() -> Profile:
+        prof = Profile.from_raw(raw_dir)
+        prof.save(args.output)
+        return prof
+
+    made = _from_raw(args, raw_dir, "profile", make)
+    if made is None:
+        return returncode or 1
+    prof, losses = made
     if not args.keep_raw and not losses:
         shutil.rmtree(raw_dir, ignore_errors=True)
     if not args.quiet:
