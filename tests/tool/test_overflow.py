@@ -12,8 +12,9 @@ test_event_count_formula checks E without any pressure on the buffers.
 
 The policies are those of the per-thread buffers that the file is written
 from with write() (OMPTPY_ZERO_COPY=off): with OMPTPY_BUFFER_SIZE=256K a
-thread owns at most 3 chunks of 1024 records, and OMPTPY_DRAIN_MS=1000 lets
-the drainer sleep long, so a burst of 10^5 records per thread overflows.  The
+thread owns at most 3 chunks of 1024 records, and the drainer (which polls
+every millisecond while chunks arrive and backs off up to OMPTPY_DRAIN_MS=1000
+when idle) moves them, so a burst of 10^5 records per thread can overflow.  The
 default route writes in place into the file, whose regions the tool extends
 (test_burst_in_place_loses_nothing).
 """
@@ -72,19 +73,26 @@ def test_event_count_formula(programs, tmp_path):
 
 
 def test_drop_counts_every_lost_record(programs, tmp_path):
-    """Two chunks per thread: a writer wakes the drainer early only when fewer than
-    a quarter of its chunks are free, which with two never happens, so the
-    drainer (asleep for OMPTPY_DRAIN_MS) cannot keep up with the burst however
-    idle the machine is (with four chunks a drainer that got a CPU at once did)."""
+    """Two chunks per thread and no early wake-up (a writer wakes the drainer when
+    fewer than a quarter of its chunks are free, which with two never happens):
+    a writer that fills both chunks between two of the drainer's polls (1 ms
+    apart while chunks arrive) drops.  Whether that happens in a run is the
+    scheduler's choice (under ASan the writers are slow enough for the drainer to
+    keep up in about one run of eight), so every run must account exactly for
+    each record, and at least one of five must have dropped some."""
     pressure = {**PRESSURE, "OMPTPY_BUFFER_SIZE": "128K"}
-    t, proc = run_many(programs, tmp_path, BURST, OMPTPY_OVERFLOW="drop", **pressure)
-    assert proc["config"]["overflow"] == "drop"
-    assert proc["config"]["buffer_bytes"] == 128 << 10
-    assert proc["dropped"] > 0, "the burst was expected to overflow a 128K buffer"
-    total = sum(th["written"] + th["dropped"] for th in proc["threads"])
-    assert total == BURST + FIXED
-    assert proc["written"] + proc["dropped"] == BURST + FIXED
-    check_accounting(t, proc)
+    for attempt in range(5):
+        t, proc = run_many(programs, tmp_path / str(attempt), BURST, OMPTPY_OVERFLOW="drop",
+                           **pressure)
+        assert proc["config"]["overflow"] == "drop"
+        assert proc["config"]["buffer_bytes"] == 128 << 10
+        total = sum(th["written"] + th["dropped"] for th in proc["threads"])
+        assert total == BURST + FIXED
+        assert proc["written"] + proc["dropped"] == BURST + FIXED
+        check_accounting(t, proc)
+        if proc["dropped"] > 0:
+            return
+    pytest.fail("none of 5 bursts overflowed a 128K buffer: the drainer kept up every time")
 
 
 def test_grow_loses_nothing(programs, tmp_path):
