@@ -13,6 +13,9 @@
 #include "omptpy_internal.h"
 
 #define DEFAULT_BUFFER_BYTES ((size_t)8 << 20)
+/* Profile mode writes records only for handlers (ompt_py.on) and samples: four
+ * chunks per thread, not the tracing default each thread would fault in. */
+#define PROFILE_BUFFER_BYTES ((size_t)4 * OMPTPY_CHUNK_RECORDS * sizeof(omptpy_record))
 /* Profile mode: rows (640 bytes each, in a table of twice as many, mapped
  * without reserving: only the pages of rows made are touched) per thread slot. */
 #define DEFAULT_PROFILE_ENTRIES 4096
@@ -274,6 +277,8 @@ int omptpy_config_read(omptpy_config *cfg) {
                  "a whole number of aggregates per thread from 16 to 1048576 (default 4096)");
     cfg->profile_entries = (uint32_t)n;
   }
+  if (cfg->profile && !((v = getenv("OMPTPY_BUFFER_SIZE")) && *v))
+    cfg->buffer_bytes = PROFILE_BUFFER_BYTES;
   if ((v = getenv("OMPTPY_OUTPUT")) && *v) {
     if (strlen(v) >= sizeof cfg->output - 64)
       return bad(cfg, "OMPTPY_OUTPUT", v, "a shorter directory path");

@@ -68,8 +68,19 @@ typedef struct held { /* a lock acquired, or being waited for (acquired == 0) */
   uint8_t kind;
 } held;
 
+/* The rows of the task creation sites a thread met last, direct-mapped: a
+ * task's creation and its end hit its site's row without a probe of the table
+ * (rows never move; the cache is emptied when the slot's next thread starts,
+ * whose index the rows' keys hold). */
+#define SITE_CACHE 8
+typedef struct site_row {
+  uint64_t site;
+  omptpy_profile_row *row;
+} site_row;
+
 typedef struct omptpy_profile {
   uint32_t slot, used;
+  site_row sites[SITE_CACHE];
   _Atomic uint64_t overflow;
   uint32_t nctx, nscope, nregion, nheld;
   ctx ctx[DEPTH];
@@ -167,6 +178,14 @@ static inline void add_time(omptpy_profile_row *r, uint64_t d) {
 static inline void add(omptpy_profile_row *r, uint64_t d) {
   r->count++;
   add_time(r, d);
+}
+
+static inline omptpy_profile_row *task_row(omptpy_profile *p, uint32_t thread, uint64_t site) {
+  site_row *e = &p->sites[(site >> 2 ^ site >> 7) & (SITE_CACHE - 1)];
+  if (OMPTPY_LIKELY(e->row && e->site == site)) return e->row;
+  omptpy_profile_row *r = row(p, thread, OMPTPY_PROFILE_TASK, ompt_callback_task_create, 0, site, 0);
+  if (r) *e = (site_row){site, r};
+  return r;
 }
 
 static void construct(omptpy_thread *t, int event, int kind, uint64_t codeptr, uint64_t d) {
@@ -299,8 +318,7 @@ static void on_task_create(ompt_data_t *encountering_task, const ompt_frame_t *f
   PGUARD();
   uint64_t site = (uint64_t)(uintptr_t)codeptr;
   if (new_task) new_task->value = site | EXPLICIT_BIT;
-  omptpy_profile_row *r =
-      row(p, t->index, OMPTPY_PROFILE_TASK, ompt_callback_task_create, 0, site, 0);
+  omptpy_profile_row *r = task_row(p, t->index, site);
   if (r) r->count++;
 }
 
@@ -313,8 +331,7 @@ static void on_task_schedule(ompt_data_t *prior, ompt_task_status_t status, ompt
     ctx *c = &p->ctx[i - 1];
     pause_ctx(p, c, now);
     if (status != ompt_task_yield && status != ompt_task_switch && !c->implicit) {
-      omptpy_profile_row *r = row(p, t->index, OMPTPY_PROFILE_TASK, ompt_callback_task_create, 0,
-                                  c->codeptr, 0);
+      omptpy_profile_row *r = task_row(p, t->index, c->codeptr);
       if (r) { /* count is of the tasks created here, a of those run */
         add_time(r, c->acc);
         r->a++;
@@ -526,6 +543,7 @@ void omptpy_profile_thread_start(omptpy_thread *t) {
     t->prof = p;
   }
   t->prof->nctx = t->prof->nscope = t->prof->nregion = t->prof->nheld = 0;
+  memset(t->prof->sites, 0, sizeof t->prof->sites);
 }
 
 int omptpy_profile_blocks(omptpy_str *s) {

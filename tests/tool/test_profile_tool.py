@@ -161,3 +161,13 @@ def test_profile_mode_writes_no_records(programs, tmp_path):
         profile.read_payloads([payloads[0][:-1]], path)
     with pytest.raises(TraceFileError, match="header is corrupt"):
         profile.parse_blocks(b"x" * 16 + data, "memory")
+
+
+@pytest.mark.parametrize(("size", "want"), [(None, 256 << 10), ("1M", 1 << 20)])
+def test_profile_mode_buffer_is_small_unless_set(programs, tmp_path, size, want):
+    """Profile mode keeps records only for handlers and samples: each thread maps
+    four chunks, not the tracing default of 8 MiB, unless OMPTPY_BUFFER_SIZE says."""
+    env = {"OMPTPY_BUFFER_SIZE": size} if size else {}
+    out, _ = _run(programs, tmp_path, "mixed", ["5"], OMPTPY_PROFILE="on", **env)
+    (path,) = rawfile.list_dir(str(out))
+    assert rawfile.scan(path).meta["config"]["buffer_bytes"] == want
