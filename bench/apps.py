@@ -5,14 +5,16 @@ Runs task- and loop-parallel kernels of the kinds the literature measures
 tool overhead with (BOTS-like: fib, nqueens, sparselu, sort, health, a
 dynamic-schedule loop; bench/apps/kernels.c) and EPCC-style per-construct
 overheads (parallel, for, barrier, single, critical, lock, reduction, tasks;
-bench/apps/epcc.c), on 2 threads, under six configurations:
+bench/apps/epcc.c), on 2 threads, under seven configurations:
 
-    none     no tool
-    noop     a tool that registers ompt-py's callbacks and does nothing
-    minrec   the hand-written minimal recorder (bench/min_recorder.c)
-    file     ompt-py tracing to a file (OMPTPY_OUTPUT, as `ompt-py run` does)
-    memory   ompt-py tracing in memory (ompt_py.trace() with OMPTPY_RESERVE)
-    profile  `ompt-py run --profile` (n/a while ompt-py has no such option)
+    none      no tool
+    noop      a tool that registers ompt-py's callbacks and does nothing
+    minrec    the hand-written minimal recorder (bench/min_recorder.c), its
+              buffer for the whole run resident from each thread's start
+    file      ompt-py tracing to a file (OMPTPY_OUTPUT, as `ompt-py run` does)
+    reserved  the same with OMPTPY_RESERVE as large as the whole run's trace
+    memory    ompt-py tracing in memory (ompt_py.trace() with OMPTPY_RESERVE)
+    profile   `ompt-py run --profile`
 
 Repetitions are interleaved (each runs every configuration, starting from a
 different one); one table gives, per kernel and configuration, the median,
@@ -45,8 +47,8 @@ from overhead import (
     CC,
     MIN_RECORDER,
     MINREC_RE,
+    NOOP_TOOL,
     NUM_THREADS,
-    TOOL_CC,
     TOOL_STARTED,
     WARNINGS,
     BenchError,
@@ -73,18 +75,20 @@ BENCH_DIR = Path(__file__).resolve().parent
 SRC = BENCH_DIR / "apps"
 LIBAPPS = BUILD_DIR / "libapps.so"
 DRIVER = BUILD_DIR / "apps"
-NOOP_TOOL = BUILD_DIR / "noop_tool.so"
 
-CONFIGS = ("none", "noop", "minrec", "file", "memory", "profile")
+CONFIGS = ("none", "noop", "minrec", "file", "reserved", "memory", "profile")
 CONFIG_LABELS = {
     "none": "no tool",
     "noop": "noop tool",
     "minrec": "min recorder",
     "file": "ompt-py file",
+    "reserved": "ompt-py file, reserved",
     "memory": "ompt-py memory",
     "profile": "ompt-py profile",
 }
-OMPT_PY_CONFIGS = ("file", "memory", "profile")
+OMPT_PY_CONFIGS = ("file", "reserved", "memory", "profile")
+FILE_CONFIGS = ("file", "reserved")
+TRACING_CONFIGS = ("file", "reserved", "memory")
 EPCC_PREFIX = "epcc_"
 # Issue 15's targets on the application kernels (not the epcc_* rows): profiling
 # slows each down by at most this; tracing by no more than the min recorder does.
@@ -128,15 +132,15 @@ for arg in sys.argv[2:]:
 
 
 def app_steps() -> list[BuildStep]:
-    """libapps.so, the driver and the noop tool, beside overhead.py's min recorder."""
+    """libapps.so and the driver, beside overhead.py's min recorder and noop tool."""
     rpath = libomp_dir(CC)
     rpath_flags = (f"-Wl,-rpath,{rpath}",) if rpath else ()
     flags = (CC, "-O2", "-fopenmp", *WARNINGS)
     header = SRC / "apps.h"
     lib_sources = [SRC / "kernels.c", SRC / "epcc.c", SRC / "registry.c"]
-    recorder = [s for s in build_steps() if s.output == MIN_RECORDER]
+    tools = [s for s in build_steps() if s.output in (MIN_RECORDER, NOOP_TOOL)]
     return [
-        *recorder,
+        *tools,
         BuildStep(
             LIBAPPS,
             (*lib_sources, header),
@@ -148,12 +152,6 @@ def app_steps() -> list[BuildStep]:
             (SRC / "main.c", header, LIBAPPS),
             (*flags, str(SRC / "main.c"), "-o", str(DRIVER), f"-L{BUILD_DIR}", "-lapps",
              "-Wl,-rpath,$ORIGIN", *rpath_flags),
-        ),
-        BuildStep(
-            NOOP_TOOL,
-            (BENCH_DIR / "min_recorder.c", BENCH_DIR / "bench_ompt.h"),
-            (TOOL_CC, "-O2", "-fPIC", "-shared", "-fvisibility=hidden", *WARNINGS,
-             "-DMINREC_NOOP", str(BENCH_DIR / "min_recorder.c"), "-o", str(NOOP_TOOL)),
         ),
     ]
 
@@ -212,19 +210,6 @@ def parse_lines(stdout: str) -> dict[str, KernelRun]:
     return out
 
 
-def profile_supported(omptpy: OmptPy) -> str | None:
-    """None when `ompt-py run` has --profile, else why the column is n/a."""
-    if not omptpy.available:
-        return "ompt_py not importable"
-    proc = subprocess.run(
-        [sys.executable, "-m", "ompt_py", "run", "--help"], env=base_env(omptpy.pythonpath),
-        capture_output=True, text=True, cwd=BUILD_DIR,
-    )
-    if "--profile" in proc.stdout:
-        return None
-    return "ompt-py run has no --profile option (yet)"
-
-
 @dataclass
 class Result:
     kernel: Kernel
@@ -263,8 +248,6 @@ class Bench:
         if not omptpy.available:
             for cfg in OMPT_PY_CONFIGS:
                 self.disabled[cfg] = "ompt_py not importable"
-        if "profile" not in self.disabled and (why := profile_supported(omptpy)):
-            self.disabled["profile"] = why
 
     def active(self) -> list[str]:
         return [c for c in CONFIGS if c not in self.disabled]
@@ -287,9 +270,12 @@ class Bench:
         elif cfg == "minrec":
             env["OMP_TOOL_LIBRARIES"] = str(MIN_RECORDER)
             env["MINREC_RECORDS"] = str(minrec_records or self.minrec_records())
-        elif cfg == "file":
+        elif cfg in FILE_CONFIGS:
             assert self.omptpy.tool_path is not None
             env["OMP_TOOL_LIBRARIES"] = self.omptpy.tool_path
+            if cfg == "reserved":  # the whole run resident at start, as minrec's buffer is
+                total = sum(r.events or 0 for r in self.results.values())
+                env["OMPTPY_RESERVE"] = str(64 * int(RESERVE_FACTOR * total + SLACK_RECORDS))
         elif cfg == "memory":
             most = max((r.events or 0 for r in self.results.values()), default=0)
             env["OMPTPY_RESERVE"] = str(64 * int(RESERVE_FACTOR * most + SLACK_RECORDS))
@@ -336,7 +322,7 @@ class Bench:
                 with self.metered(cfg):
                     proc = run_program(cmd, env, what)
             return parse_lines(proc.stdout), proc.stderr
-        if cfg != "file":
+        if cfg not in FILE_CONFIGS:
             with self.metered(cfg):
                 proc = run_program([str(DRIVER), *args], env, what)
             return parse_lines(proc.stdout), proc.stderr
@@ -455,7 +441,7 @@ def report(bench: Bench) -> None:
     for cfg in CONFIGS:
         if cfg in bench.disabled:
             print(f"   {cfg}: n/a ({bench.disabled[cfg].splitlines()[0]})")
-    for cfg in ("file", "memory"):
+    for cfg in TRACING_CONFIGS:
         pairs = [(r.written, r.dropped) for res in bench.results.values()
                  for r in res.runs.get(cfg, [])]
         if not pairs:
@@ -479,7 +465,7 @@ def targets(bench: Bench) -> list[tuple[str, str, str]]:
     apps = [r for r in bench.results.values() if not r.kernel.epcc]
     out = []
     checks = [(cfg, "slowdown no worse than the min recorder's", lambda r: r.slowdown("minrec"),
-               "min recorder") for cfg in ("file", "memory")]
+               "min recorder") for cfg in TRACING_CONFIGS]
     checks.append(("profile", f"slowdown <= {PROFILE_SLOWDOWN_MAX}",
                    lambda r: PROFILE_SLOWDOWN_MAX, "target"))
     for cfg, what, limit, against in checks:

@@ -118,7 +118,7 @@ static void write_recs(int fd, const record_t *r, uint64_t n) {
 }
 
 #ifdef MINREC_NOOP
-/* Built with -DMINREC_NOOP as noop_tool.so (bench/apps.py): the same
+/* Built with -DMINREC_NOOP as noop_tool.so (bench/overhead.py, bench/apps.py): the same
  * callbacks registered, none records (no buffer, no clock, no id): what the
  * runtime's calls into a tool cost, apart from recording. */
 INLINE thread_state_t *state(void) { return NULL; }

@@ -2,13 +2,17 @@
 """Overhead benchmark of ompt-py on the LLVM OpenMP runtime.
 
 Runs two OpenMP workloads on 2 threads, (W1) 10**6 empty parallel regions and
-(W2) 10**6 trivial tasks, under seven configurations:
+(W2) 10**6 trivial tasks, under nine configurations:
 
     a  no tool
     b  null tool: attached, registers no callback (bench/null_tool.c)
+    n  noop tool: registers the callbacks ompt-py registers, does nothing
+       (bench/min_recorder.c built with -DMINREC_NOOP)
     c  minimal hand-written recorder (bench/min_recorder.c)
     d  ompt-py attached, recording off (OMPTPY_RECORD=off)
     e  ompt-py recording to a file (OMPTPY_OUTPUT: in place, default reserve)
+    h  ompt-py recording to a file, OMPTPY_RESERVE as f (the trace resident
+       before the program's work, as the min recorder's buffer is)
     f  ompt-py recording in memory (ompt_py.trace() with OMPTPY_RESERVE)
     g  ompt-py profile mode (OMPTPY_PROFILE=on: per-thread aggregates, no records)
 
@@ -45,6 +49,7 @@ BUILD_DIR = BENCH_DIR / "build"
 LIBWORK = BUILD_DIR / "libbenchwork.so"
 DRIVER = BUILD_DIR / "benchwork"
 NULL_TOOL = BUILD_DIR / "null_tool.so"
+NOOP_TOOL = BUILD_DIR / "noop_tool.so"
 MIN_RECORDER = BUILD_DIR / "min_recorder.so"
 
 CC = os.environ.get("BENCH_CC", "clang-19")
@@ -54,20 +59,24 @@ WARNINGS = ("-Wall", "-Wextra", "-Werror")
 NUM_THREADS = 2
 WORKLOADS = ("regions", "tasks")
 WORKLOAD_UNIT = {"regions": "region", "tasks": "task"}
-CONFIGS = ("a", "b", "c", "d", "e", "f", "g")
+CONFIGS = ("a", "b", "n", "c", "d", "e", "h", "f", "g")
 CONFIG_LABELS = {
     "a": "no tool",
     "b": "null tool",
+    "n": "noop tool",
     "c": "min recorder",
     "d": "ompt-py paused",
-    "e": "ompt-py recording",
+    "e": "ompt-py to a file",
+    "h": "ompt-py to a file, reserved",
     "f": "ompt-py in memory",
     "g": "ompt-py profile",
 }
-RECORDING_CONFIGS = ("e", "f")
-# Bytes of OMPTPY_RESERVE for config f: the min recorder's bound, in 64-byte records.
+RECORDING_CONFIGS = ("e", "h", "f")
+FILE_CONFIGS = ("e", "h")
+# Bytes of OMPTPY_RESERVE for configs h and f: the min recorder's bound, in
+# 64-byte records.
 RESERVE_RECORDS = {"regions": 15, "tasks": 4}
-OMPT_PY_CONFIGS = ("d", "e", "g")
+OMPT_PY_CONFIGS = ("d", "e", "h", "g")
 # Variables of ours or of the runtime's tool interface that must not leak from
 # the caller's environment into a configuration that does not set them.
 STRIPPED_ENV_PREFIXES = ("OMP_TOOL", "OMPTPY_", "MINREC_")
@@ -290,6 +299,11 @@ def build_steps() -> list[BuildStep]:
             (src / "min_recorder.c", ompt_h),
             (*tool_flags, str(src / "min_recorder.c"), "-o", str(MIN_RECORDER)),
         ),
+        BuildStep(
+            NOOP_TOOL,
+            (src / "min_recorder.c", ompt_h),
+            (*tool_flags, "-DMINREC_NOOP", str(src / "min_recorder.c"), "-o", str(NOOP_TOOL)),
+        ),
     ]
     if clang_omp_tools_h(CC) is not None:
         steps.append(
@@ -478,12 +492,20 @@ def scratch_dir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def reserve_bytes(workload: str, n: int) -> str:
+    """OMPTPY_RESERVE of configs h and f: the min recorder's bound, in ompt-py's records."""
+    return str(64 * (RESERVE_RECORDS[workload] * n + (1 << 20)))
+
+
 def config_env(
-    cfg: str, n: int, omptpy: OmptPy, outdir: Path | None, verbose_init: bool = False
+    cfg: str, workload: str, n: int, omptpy: OmptPy, outdir: Path | None,
+    verbose_init: bool = False,
 ) -> dict[str, str]:
     env = base_env()
     if cfg == "b":
         env["OMP_TOOL_LIBRARIES"] = str(NULL_TOOL)
+    elif cfg == "n":
+        env["OMP_TOOL_LIBRARIES"] = str(NOOP_TOOL)
     elif cfg == "c":
         env["OMP_TOOL_LIBRARIES"] = str(MIN_RECORDER)
         # Per thread: at most 8 events per region (primary thread), 3 per task.
@@ -494,6 +516,8 @@ def config_env(
         env["OMPTPY_OUTPUT"] = str(outdir)
         if cfg == "d":
             env["OMPTPY_RECORD"] = "off"
+        if cfg == "h":
+            env["OMPTPY_RESERVE"] = reserve_bytes(workload, n)
         if cfg == "g":
             env["OMPTPY_PROFILE"] = "on"
     if verbose_init:
@@ -556,9 +580,6 @@ class WorkloadResult:
         samples = self.times.get(cfg)
         return statistics.median(samples) if samples else None
 
-    def time(self, cfg: str, stat: str = "min") -> float | None:
-        return self.best(cfg) if stat == "min" else self.median(cfg)
-
     @property
     def events(self) -> int | None:
         """Events caused by the workload, as counted by the min recorder."""
@@ -597,7 +618,7 @@ class Bench:
     def run_inproc(self, wl: str, n: int) -> RunResult:
         """Config f: the workload in a Python process, inside an ompt_py.trace() window."""
         env = base_env(self.omptpy.pythonpath)
-        env["OMPTPY_RESERVE"] = str(64 * (RESERVE_RECORDS[wl] * n + (1 << 20)))
+        env["OMPTPY_RESERVE"] = reserve_bytes(wl, n)
         try:
             proc = run_python(INPROC_SCRIPT, [str(LIBWORK), wl, str(n)], env)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -619,11 +640,12 @@ class Bench:
         if cfg == "f":
             return self.run_inproc(wl, n), None
         if cfg not in OMPT_PY_CONFIGS:
-            return run_driver(wl, n, config_env(cfg, n, self.omptpy, None, verbose_init)), None
+            return run_driver(wl, n, config_env(cfg, wl, n, self.omptpy, None, verbose_init)), None
         with scratch_dir() as outdir:
-            env = config_env(cfg, n, self.omptpy, outdir, verbose_init)
+            env = config_env(cfg, wl, n, self.omptpy, outdir, verbose_init)
             run = run_driver(wl, n, env)
-            load = load_trace(self.omptpy, outdir, count_events) if cfg == "e" else None
+            load = (load_trace(self.omptpy, outdir, count_events and cfg == "e")
+                    if cfg in FILE_CONFIGS else None)
         return run, load
 
     def preflight(self) -> None:
@@ -691,12 +713,12 @@ class Bench:
                 )
             res.minrec_total = run.minrec_events
             res.minrec_dropped += run.minrec_dropped or 0
-        if cfg == "e" and load is not None:
+        if cfg in FILE_CONFIGS and load is not None:
             res.omptpy_dropped.append(load.dropped)
             res.omptpy_written.append(load.written)
             if load.error:
                 self.notes.append(f"{wl}: ompt-py trace: {load.error}")
-            if first:
+            if first and cfg == "e":
                 res.omptpy_total = load.events
 
 
@@ -785,9 +807,15 @@ class Target:
 
 
 def over(res: WorkloadResult, cfg: str, base: str = "a", stat: str = "min") -> float | None:
-    """Seconds that config cfg adds over config base (minimum or median times)."""
-    t, t0 = res.time(cfg, stat), res.time(base, stat)
-    return t - t0 if t is not None and t0 is not None else None
+    """Seconds that config cfg adds over config base: the difference of the
+    minimum times, or ("median") the median over the repetitions of the
+    difference within each (a repetition runs every configuration close in
+    time, so a slow phase of the machine cancels out of it)."""
+    if stat == "min":
+        t, t0 = res.best(cfg), res.best(base)
+        return t - t0 if t is not None and t0 is not None else None
+    diffs = [x - y for x, y in zip(res.times.get(cfg, []), res.times.get(base, []))]
+    return statistics.median(diffs) if diffs else None
 
 
 def per_event_ns(res: WorkloadResult, cfg: str, base: str = "a", stat: str = "min") -> float | None:
@@ -910,7 +938,7 @@ def report_workload(bench: Bench, res: WorkloadResult) -> None:
     if res.omptpy_written or res.omptpy_dropped:
         pairs = zip(res.omptpy_written, res.omptpy_dropped)
         runs = ", ".join(f"{fmt(w, 'd')}/{fmt(d, 'd')}" for w, d in pairs)
-        print(f"   ompt-py written/dropped per (e) run: {runs}")
+        print(f"   ompt-py written/dropped per (e), (h) run: {runs}")
     if res.inproc_written:
         pairs = zip(res.inproc_written, res.inproc_dropped)
         runs = ", ".join(f"{w}/{d}" for w, d in pairs)
@@ -920,12 +948,13 @@ def report_workload(bench: Bench, res: WorkloadResult) -> None:
             f"   WARNING: the min recorder dropped {res.minrec_dropped} records "
             "(buffer too small): its figures are too low"
         )
-    header = f"{'config':<22} {'min [s]':>9} {'median':>9} {'+ns/' + unit:>12}"
+    w = max(len(f"{c}  {CONFIG_LABELS[c]}") for c in CONFIGS)
+    header = f"{'config':<{w}} {'min [s]':>9} {'median':>9} {'+ns/' + unit:>12}"
     print(f"   {header} {'+ns/event':>10}   runs [s]")
     for cfg in CONFIGS:
         label = f"{cfg}  {CONFIG_LABELS[cfg]}"
         if cfg in bench.disabled and not res.times.get(cfg):
-            print(f"   {label:<22} {'-':>9}   ({bench.disabled[cfg].splitlines()[0]})")
+            print(f"   {label:<{w}} {'-':>9}   ({bench.disabled[cfg].splitlines()[0]})")
             continue
         extra = over(res, cfg) if cfg != "a" else None
         per_op = extra / res.n * NS if extra is not None and res.n else None
@@ -934,7 +963,7 @@ def report_workload(bench: Bench, res: WorkloadResult) -> None:
         if cfg in bench.disabled:
             runs += f" (then failed: {bench.disabled[cfg].splitlines()[0]})"
         print(
-            f"   {label:<22} {fmt(res.best(cfg), '.4f'):>9} "
+            f"   {label:<{w}} {fmt(res.best(cfg), '.4f'):>9} "
             f"{fmt(res.median(cfg), '.4f'):>9} "
             f"{'-' if cfg == 'a' else fmt(per_op, '.1f'):>12} "
             f"{'-' if cfg == 'a' else fmt(per_ev, '.2f'):>10}   {runs}"
@@ -946,7 +975,10 @@ def report_workload(bench: Bench, res: WorkloadResult) -> None:
     )
     print(
         f"   {ratios}; (d-b)/events = {fmt(per_event_ns(res, 'd', 'b'))} ns "
-        f"(paused cost beyond an attached null tool)"
+        f"(paused cost beyond an attached null tool); (g-n)/events = "
+        f"{fmt(per_event_ns(res, 'g', 'n'))} ns, from medians "
+        f"{fmt(per_event_ns(res, 'g', 'n', stat='median'))} (what profile mode adds to a "
+        f"tool that registers the same callbacks and does nothing)"
     )
     if res.write_floor_s is not None and res.omptpy_events:
         print(

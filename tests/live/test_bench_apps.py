@@ -16,15 +16,9 @@ import pytest
 from conftest import PYTHON, REPO, clean_env
 
 BENCH = REPO / "bench" / "apps.py"
-CONFIGS = ["none", "noop", "minrec", "file", "memory", "profile"]
+CONFIGS = ["none", "noop", "minrec", "file", "reserved", "memory", "profile"]
 #: A cell: median (s, or ns per construct for epcc_*), spread, slowdown over no tool.
 CELL = re.compile(r"^-?\d+(\.\d+)?(s|ns) (\d+%|n/a) (-?\d+\.\d\dx|n/a)$")
-
-
-def _has_profile() -> bool:
-    r = subprocess.run([PYTHON, "-m", "ompt_py", "run", "--help"], capture_output=True,
-                       text=True, env=clean_env(), cwd=REPO)
-    return "--profile" in r.stdout
 
 
 @pytest.mark.needs_clang
@@ -46,24 +40,20 @@ def test_quick_table(tmp_path):
             if line.count("|") == len(CONFIGS) + 2]
     assert rows[0] == ["kernel", "size", "events", *CONFIGS]
     assert [row[0] for row in rows[1:]] == kernels
-    profile = _has_profile()
     for row in rows[1:]:
         assert row[1].isdigit() and row[2].isdigit(), row
         for cfg, cell in zip(CONFIGS, row[3:]):
-            if cfg == "profile" and not profile:
-                assert cell == "n/a", row  # detected, not hard-coded
-            else:
-                assert CELL.match(cell), (cfg, row)
+            assert CELL.match(cell), (cfg, row)
         assert row[3].endswith(" 1.00x"), row  # no tool against itself
 
     figures = json.loads(out.read_text())
     assert list(figures["kernels"]) == kernels
     assert figures["configs"] == CONFIGS
-    assert ("profile" in figures["disabled"]) == (not profile)
+    assert not figures["disabled"], figures["disabled"]
     assert not [n for n in figures["notes"] if "checksum" in n], figures["notes"]
     for name, k in figures["kernels"].items():
         for cfg in CONFIGS:
             if cfg not in figures["disabled"]:
                 assert len(k["configs"][cfg]["values"]) == figures["reps"], (name, cfg)
-        for cfg in ("file", "memory"):
+        for cfg in ("file", "reserved", "memory"):
             assert k["configs"][cfg]["dropped"] == [0] * figures["reps"], (name, cfg)
