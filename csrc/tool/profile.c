@@ -31,7 +31,10 @@ static uint32_t mask;    /* the table's capacity - 1: a power of two, at least t
 static uint64_t tick_ns32; /* the start's tick estimate in ns, times 2^32: histogram buckets */
 static _Atomic uint64_t unmapped;
 
-#define DEPTH 32 /* per-thread nesting kept: regions, scopes, contexts, held locks */
+/* Per-thread nesting kept: running contexts, scopes, regions, held locks.  A
+ * recursive task program (fib, n-queens, a sort without a cut-off) suspends a
+ * task and its taskwait per level on the thread that runs its children. */
+#define DEPTH 512
 
 enum { WAIT_NONE = 0, WAIT_BARRIER = 1, WAIT_SYNC = 2, WAIT_LOCK = 3 };
 
@@ -85,6 +88,7 @@ typedef struct omptpy_profile {
   cached_row cache[ROW_CACHE];
   _Atomic uint64_t overflow;
   uint32_t nctx, nscope, nregion, nheld;
+  uint32_t implicit; /* 1 + the index of the innermost implicit context; 0: none */
   ctx ctx[DEPTH];
   scope scope[DEPTH];
   region region[DEPTH];
@@ -121,17 +125,14 @@ static void publish_end(const void *parallel, uint64_t end) {
  * region's end if that is published (after the task's begin) and earlier. */
 static uint64_t end_now(const omptpy_profile *p) {
   uint64_t now = omptpy_now();
-  for (uint32_t i = p->nctx; i-- > 0;) {
-    const ctx *c = &p->ctx[i];
-    if (!c->implicit) continue;
-    if (c->initial || !c->parallel) return now;
-    uint32_t h = ptr_hash(c->parallel);
-    if (atomic_load_explicit(&ends[h].key, memory_order_acquire) != c->parallel) return now;
-    uint64_t end = atomic_load_explicit(&ends[h].end, memory_order_acquire);
-    if (atomic_load_explicit(&ends[h].key, memory_order_acquire) != c->parallel) return now;
-    return end >= c->begin && end < now ? end : now;
-  }
-  return now;
+  if (!p->implicit) return now;
+  const ctx *c = &p->ctx[p->implicit - 1];
+  if (c->initial || !c->parallel) return now;
+  uint32_t h = ptr_hash(c->parallel);
+  if (atomic_load_explicit(&ends[h].key, memory_order_acquire) != c->parallel) return now;
+  uint64_t end = atomic_load_explicit(&ends[h].end, memory_order_acquire);
+  if (atomic_load_explicit(&ends[h].key, memory_order_acquire) != c->parallel) return now;
+  return end >= c->begin && end < now ? end : now;
 }
 
 /* ---- the table ----------------------------------------------------------------------------- */
@@ -205,10 +206,16 @@ static inline void lost(omptpy_profile *p) {
 }
 
 /* The innermost implicit task's context, NULL outside every one. */
-static ctx *implicit_ctx(omptpy_profile *p) {
-  for (uint32_t i = p->nctx; i-- > 0;)
-    if (p->ctx[i].implicit) return &p->ctx[i];
-  return NULL;
+static inline ctx *implicit_ctx(omptpy_profile *p) {
+  return p->implicit ? &p->ctx[p->implicit - 1] : NULL;
+}
+
+/* The contexts from n up are given up (ended, or gone to another thread). */
+static void ctx_truncate(omptpy_profile *p, uint32_t n) {
+  p->nctx = n;
+  if (p->implicit <= n) return;
+  while (n > 0 && !p->ctx[n - 1].implicit) n--;
+  p->implicit = n;
 }
 
 static void add_wait(omptpy_profile *p, int kind, uint64_t d) {
@@ -279,6 +286,7 @@ static void on_implicit_task(ompt_scope_endpoint_t endpoint, ompt_data_t *parall
       return;
     }
     bool initial = (flags & ompt_task_initial) != 0;
+    p->implicit = p->nctx + 1;
     p->ctx[p->nctx++] = (ctx){.task = task_data, .parallel = initial ? NULL : parallel_data,
                               .codeptr = !initial && parallel_data ? parallel_data->value : 0,
                               .begin = omptpy_now(), .implicit = true, .initial = initial};
@@ -293,7 +301,7 @@ static void on_implicit_task(ompt_scope_endpoint_t endpoint, ompt_data_t *parall
     while (i > 0 && !(p->ctx[i - 1].implicit && !p->ctx[i - 1].initial)) i--;
   }
   if (i-- > 0) {
-    p->nctx = i + 1;
+    ctx_truncate(p, i + 1);
     uint64_t end = end_now(p);
     ctx *c = &p->ctx[i];
     if (c->wait && end > c->wait_begin) c->waits[c->wait - 1] += end - c->wait_begin;
@@ -310,13 +318,15 @@ static void on_implicit_task(ompt_scope_endpoint_t endpoint, ompt_data_t *parall
         r->c += c->waits[2];
       }
     }
-    p->nctx = i;
+    ctx_truncate(p, i);
   }
 }
 
 /* Explicit tasks carry their creation site in their data (the top bit marks
- * them: user-space addresses are below 2^47). */
+ * them: user-space addresses are below 2^47), and a mark once they have run
+ * (a task that starts is pushed without looking for it among the contexts). */
 #define EXPLICIT_BIT ((uint64_t)1 << 63)
+#define STARTED_BIT ((uint64_t)1 << 62)
 
 static void on_task_create(ompt_data_t *encountering_task, const ompt_frame_t *frame,
                            ompt_data_t *new_task, int flags, int has_dependences,
@@ -344,21 +354,26 @@ static void on_task_schedule(ompt_data_t *prior, ompt_task_status_t status, ompt
         add_time(r, c->acc);
         r->a++;
       }
-      p->nctx = i - 1;
+      ctx_truncate(p, i - 1);
     }
   }
-  for (uint32_t j = p->nctx; j-- > 0;)
-    if (p->ctx[j].task == next) {
-      p->nctx = j + 1; /* contexts above it (untied tasks gone elsewhere) are given up */
-      resume_ctx(&p->ctx[j], now);
-      return;
-    }
-  if (next && next->value & EXPLICIT_BIT) {
+  if (!next) return;
+  uint64_t value = next->value;
+  if ((value & (EXPLICIT_BIT | STARTED_BIT)) != EXPLICIT_BIT) /* resumed: find it */
+    for (uint32_t j = p->nctx; j-- > 0;)
+      if (p->ctx[j].task == next) {
+        ctx_truncate(p, j + 1); /* contexts above it (untied tasks gone elsewhere) are given up */
+        resume_ctx(&p->ctx[j], now);
+        return;
+      }
+  if (value & EXPLICIT_BIT) {
     if (p->nctx == DEPTH) {
       lost(p);
       return;
     }
-    p->ctx[p->nctx++] = (ctx){.task = next, .codeptr = next->value & ~EXPLICIT_BIT, .begin = now};
+    next->value = value | STARTED_BIT;
+    p->ctx[p->nctx++] =
+        (ctx){.task = next, .codeptr = value & ~(EXPLICIT_BIT | STARTED_BIT), .begin = now};
   }
 }
 
@@ -551,7 +566,7 @@ void omptpy_profile_thread_start(omptpy_thread *t) {
     while (!atomic_compare_exchange_weak(&all, &p->next, p)) {}
     t->prof = p;
   }
-  t->prof->nctx = t->prof->nscope = t->prof->nregion = t->prof->nheld = 0;
+  t->prof->nctx = t->prof->nscope = t->prof->nregion = t->prof->nheld = t->prof->implicit = 0;
   memset(t->prof->cache, 0, sizeof t->prof->cache);
 }
 

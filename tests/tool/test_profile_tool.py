@@ -35,7 +35,8 @@ CASES = [("mixed", ["20"], False), ("critical", ["50"], False), ("tasks", ["200"
          ("masked", [], False), ("barrier", [], False),
          ("known", ["skewed", "2000", "20"], True),
          ("known", ["tasks", "20", "500", "20", "2000"], True),
-         ("known", ["lock", "50", "200"], True)]
+         ("known", ["lock", "50", "200"], True),
+         ("taskchain", ["100", "50"], False)]
 TOLERANCE, MARGIN_NS = 0.05, 2_000_000
 #: The constructs both sides have per code address (tasks: compared from the task table).
 KEYS = ["construct", "kind", "codeptr"]
