@@ -56,6 +56,7 @@ from .records import (
     SIGNED_COLUMNS,
     SINCE,
     python_stack_ids,
+    shift_times,
 )
 
 if TYPE_CHECKING:
@@ -538,6 +539,31 @@ class Trace:
 
         return tables.user_regions(self).copy()
 
+    def mpi_calls(self) -> pd.DataFrame:
+        """The MPI calls of the trace (``ompt-py run --mpi``, ``ompt_py.mpi.traced``),
+        one row each: pid, rank, thread, call, kind (setup, barrier, collective,
+        point_to_point, wait), begin_ns, end_ns, duration_ns, bytes, peer (or root),
+        comm_size, codeptr (see analysis/tables.py mpi_calls; docs/mpi.md)."""
+        from .analysis import tables
+
+        return tables.mpi_calls(self).copy()
+
+    def time_ns_raw(self) -> np.ndarray:
+        """Each event's time on its own process's clock, as the tool read it
+        (nanoseconds, CLOCK_MONOTONIC of its machine), where ``time_ns`` has it on
+        the MPI reference rank's clock from the trace's origin: the fit of each
+        process's clock (``meta["processes"][i]["clock_alignment"]``) undone, to the
+        nanosecond.  Processes without a fit: their ``time_ns`` plus the origin."""
+        from .io import mpi
+
+        out = self.events["time_ns"] + (self.meta.get("origin_mono_ns") or 0)
+        for proc in self.meta.get("processes", []):
+            clock = proc.get("clock_alignment")
+            if clock:
+                mine = self.pids == proc["pid"] if self.single_pid is None else slice(None)
+                out[mine] = mpi.raw_ns(clock, out[mine])
+        return out
+
     def python_stacks(self) -> pd.DataFrame:
         """The Python call stacks that started the trace's constructs, one row per
         frame, outermost first: pid, stack (the ``py_stack`` of the events and
@@ -844,7 +870,7 @@ def _merge(parts: list[Trace], sources: list[str], skipped: list[dict]) -> Trace
             owner[proc["pid"]] = source
     for part, origin in zip(parts, origins):
         if origin != first:
-            part.events["time_ns"] += origin - first
+            shift_times(part.events, origin - first)
     procs = [proc for part in parts for proc in part.meta["processes"]]
     hosts = sorted({proc["hostname"] for proc in procs})
     if len(hosts) > 1:
