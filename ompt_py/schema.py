@@ -315,7 +315,8 @@ MPI_DOC = Obj({"rank": Int(0, I32), "size": Int(0, I32), "source": Str(),
 #: A process's clock as fitted to the reference rank's (io/clocks.py, CLOCK_FIT there).
 CLOCK_FIT = Obj({"reference": Int(0, I32), "offset_ns": Num(), "drift": Num(),
                  "at_ns": Int(-I64 - 1, I64)},
-                {"residual_ns": Maybe(Num()), "error_ns": Num(), "round_trip_ns": List(Num()),
+                {"span_ns": Int(-I64 - 1, I64), "residual_ns": Maybe(Num()), "error_ns": Num(),
+                 "round_trip_ns": List(Num()),
                  "pairs": _COUNT, "phases": List(Str()), "poor": Bool()})
 
 #: A raw file's META document: the process and the tool, written once, first.

@@ -93,7 +93,7 @@ static void record(int call, uint64_t begin, uint64_t bytes, int peer, int size,
  * reads its clock again; PINGS times, then rank 0 sends its readings over.
  * Every rank keeps its own triples (rank 0: none, it is the reference); the
  * reader fits the offsets of the shortest round trips (ompt_py/io/clocks.py). */
-static void clock_sync(int phase, void *codeptr) {
+static void clock_sync(int phase, const char *source, void *codeptr) {
   uint64_t begin = ticks();
   int rank, size;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -121,7 +121,7 @@ static void clock_sync(int phase, void *codeptr) {
   }
   PMPI_Comm_free(&comm);
   if (!tool.call) return;
-  tool.world(rank, size, "pmpi");
+  tool.world(rank, size, source);
   tool.pairs(phase, 0, (const uint64_t *)triples, rank == 0 ? 0 : PINGS);
   record(OMPTPY_MPI_CLOCK_SYNC, begin, OMPTPY_MPI_BYTES_UNKNOWN, rank ? 0 : -1, size, codeptr);
 }
@@ -130,7 +130,7 @@ static int after_init(int rc, uint64_t begin, void *codeptr) {
   if (rc != MPI_SUCCESS) return rc;
   record(OMPTPY_MPI_INIT, begin, OMPTPY_MPI_BYTES_UNKNOWN, -1, comm_size(MPI_COMM_WORLD),
          codeptr);
-  clock_sync(0, codeptr);
+  clock_sync(0, "pmpi", codeptr);
   return rc;
 }
 
@@ -149,7 +149,7 @@ MPI_API int MPI_Init_thread(int *argc, char ***argv, int required, int *provided
 
 MPI_API int MPI_Finalize(void) {
   void *codeptr = __builtin_return_address(0);
-  clock_sync(1, codeptr);
+  clock_sync(1, "pmpi", codeptr);
   int size = comm_size(MPI_COMM_WORLD);
   uint64_t begin = ticks();
   int rc = PMPI_Finalize();
@@ -351,7 +351,7 @@ MPI_API void mpi_barrier_f08_(MPI_Fint *comm, MPI_Fint *ierr) { mpi_barrier_(com
  * from a process where this library is loaded but does not interpose. */
 MPI_API void omptpy_mpi_sync(int phase) {
   if (!tool.call) find_tool();
-  clock_sync(phase, __builtin_return_address(0));
+  clock_sync(phase, "ompt_py.mpi", __builtin_return_address(0));
 }
 
 /* The MPI library this one calls, as PMPI_Get_library_version says (callable

@@ -50,7 +50,8 @@ def fit(mpi: dict) -> dict | None:
     """The fit of a process's clock to its reference rank's, from the ``mpi``
     document of its STATS (schema.MPI_DOC), as schema.CLOCK_FIT: ``offset_ns``
     (this clock minus the reference's at ``at_ns``, this clock), ``drift`` (the
-    offset's change per nanosecond), ``residual_ns`` (RMS distance of the
+    offset's change per nanosecond), ``span_ns`` (this clock's time from the first
+    phase's measurements to the last's: 0 with one phase), ``residual_ns`` (RMS distance of the
     offsets kept from the line; None with one offset), ``error_ns`` (the bound
     on each offset kept: half its round trip), ``round_trip_ns`` (the shortest
     of each phase), ``pairs`` (kept), ``phases`` and ``poor``.  The reference
@@ -60,7 +61,7 @@ def fit(mpi: dict) -> dict | None:
         return None
     reference = sync[0]["reference"]
     if all(not s["pairs"] for s in sync):  # the reference rank
-        return {"reference": reference, "offset_ns": 0.0, "drift": 0.0, "at_ns": 0,
+        return {"reference": reference, "offset_ns": 0.0, "drift": 0.0, "at_ns": 0, "span_ns": 0,
                 "residual_ns": 0.0, "error_ns": 0.0, "round_trip_ns": [], "pairs": 0,
                 "phases": [s["phase"] for s in sync], "poor": False}
     local, offsets, rtts, shortest, phases = [], [], [], [], []
@@ -85,7 +86,8 @@ def fit(mpi: dict) -> dict | None:
     residual = (float(np.sqrt(np.mean((o - (offset + drift * (w - at))) ** 2)))
                 if len(o) > 1 else None)
     return {"reference": reference, "offset_ns": float(offset), "drift": float(drift),
-            "at_ns": at, "residual_ns": residual, "error_ns": error, "round_trip_ns": shortest,
+            "at_ns": at, "span_ns": int(np.round(local[-1].mean())) - at,
+            "residual_ns": residual, "error_ns": error, "round_trip_ns": shortest,
             "pairs": len(o), "phases": phases,
             "poor": residual is not None and residual > max(POOR_FACTOR * error, POOR_FLOOR_NS)}
 

@@ -290,7 +290,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     env["LD_PRELOAD"] = ":".join([*ours, *preload])
     final_output = args.output
     if rank >= 0:
-        args.output = _join_job(final_output, job_id, rank)
+        args.output, args.shared_output = _join_job(final_output, job_id, rank), final_output
         if args.keep_raw:
             args.keep_raw = os.path.join(args.keep_raw, f"rank-{rank}")
     raw_dir = args.keep_raw or tempfile.mkdtemp(prefix="ompt-py-")
@@ -418,10 +418,11 @@ def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int
     if not args.quiet:
         from ..io.mpi import describe
 
+        target = getattr(args, "shared_output", None) or args.output
         print(
             f"ompt-py: {events:,} events from {len(meta['processes'])} process(es) "
-            f"(written {meta['written']:,}, dropped {meta['dropped']:,}) -> {args.output}\n"
-            f"         see: ompt-py report {args.output}",
+            f"(written {meta['written']:,}, dropped {meta['dropped']:,}) -> {target}\n"
+            f"         see: ompt-py report {target}",
             file=sys.stderr,
         )
         for proc in meta["processes"]:
