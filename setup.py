@@ -87,7 +87,8 @@ class BuildToolAndExtension(build_ext):
                   "is not built", file=sys.stderr)
             return False
         subprocess.run([compiler, *CFLAGS, f"-I{INCLUDE_DIR}", "-shared", "-o",
-                        os.path.join(outdir, MPI_NAME), *MPI_SOURCES, "-ldl", f"-Wl,-soname,{MPI_NAME}", "-Wl,-z,defs"],
+                        os.path.join(outdir, MPI_NAME), *MPI_SOURCES, "-ldl",
+                        f"-Wl,-soname,{MPI_NAME}", "-Wl,-z,defs"],
                        check=True)
         return True
 

@@ -14,10 +14,11 @@ start to their last piece on each thread that ran them: a task's children and
 waits nest inside it), lock/critical/ordered waits ("critical wait") and
 holds ("critical"), MPI calls ("MPI barrier", "MPI allreduce"...: cat
 "mpi", with bytes, peer and communicator size).  Args carry ids, kinds,
-counts and, where the table has it, the source location.  A flow arrow ("ph": "s" then "f" with "bp": "e",
-one id per task) goes from each task's creation to its first execution, and a
-counter ("ph": "C") per process gives the number of threads waiting over
-time, in barriers/taskwait/taskgroup ("sync") and for locks ("mutex").
+counts and, where the table has it, the source location.  A flow arrow ("ph":
+"s" then "f" with "bp": "e", one id per task) goes from each task's creation
+to its first execution, and a counter ("ph": "C") per process gives the
+number of threads waiting over time, in barriers/taskwait/taskgroup ("sync")
+and for locks ("mutex").
 
 With offload events, the threads' tracks also hold the target constructs (cat
 "target", named by kind), their data operations ("target_data_op") and kernel
