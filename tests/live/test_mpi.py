@@ -194,11 +194,22 @@ def test_missing_truncated_and_foreign_parts_are_said_and_the_rest_analysed(
                 "-o", "o/", "--keep-raw", "raw", "--", hybrid, 50], other))
     (foreign,) = (other / "raw" / "rank-1").glob("*.omptraw")
     mixed = [*kept, foreign]
-    with pytest.warns(ompt_py.TraceWarning, match="belong to MPI job .* the parts of two jobs "
-                                                  "are mixed; they are left out"):
+    with pytest.warns(ompt_py.TraceWarning) as said:
         t = ompt_py.Trace.from_raw(mixed)
+    assert re.search("belong to MPI job .* the parts of two jobs are mixed; they are left out",
+                     "\n".join(str(w.message) for w in said))
     assert len(t.meta["processes"]) == 3
     assert any("two jobs" in s["reason"] for s in t.meta["skipped"])
+    # the same in a dataset: another job's partition copied into run1/
+    mixed_dir = tmp_path / "mixed"
+    shutil.copytree(cwd / "run1", mixed_dir)
+    (part,) = [p for p in (other / "o").glob("pid=*")
+               if p.name == f"pid={foreign.name.split('-')[1]}"]
+    shutil.copytree(part, mixed_dir / part.name)
+    with pytest.warns(ompt_py.TraceWarning) as said:
+        t = ompt_py.load(mixed_dir)
+    assert "the parts of two jobs are mixed" in "\n".join(str(w.message) for w in said)
+    assert sorted(p["rank"] for p in t.meta["processes"]) == list(range(RANKS))
 
 
 def test_wrapping_the_launcher(hybrid, tmp_path):
