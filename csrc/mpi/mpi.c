@@ -93,6 +93,19 @@ static void record(int call, uint64_t begin, uint64_t bytes, int peer, int size,
  * reads its clock again; PINGS times, then rank 0 sends its readings over.
  * Every rank keeps its own triples (rank 0: none, it is the reference); the
  * reader fits the offsets of the shortest round trips (ompt_py/io/clocks.py). */
+/* Rank 0's first message of a rank's turn, waited for without spinning: on a
+ * node with more ranks than cores the ranks whose turn has not come would
+ * otherwise take the CPUs of the two that measure (that round trip, slowed by
+ * the sleeps, is one of the longest: the fit leaves it out). */
+static void wait_turn(uint64_t *t, MPI_Comm comm) {
+  MPI_Request request;
+  int done = 0;
+  const struct timespec pause = {0, 20000};
+  PMPI_Irecv(t, 1, MPI_UINT64_T, 0, SYNC_TAG, comm, &request);
+  while (PMPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done)
+    nanosleep(&pause, NULL);
+}
+
 static void clock_sync(int phase, const char *source, void *codeptr) {
   uint64_t begin = ticks();
   int rank, size;
@@ -112,7 +125,8 @@ static void clock_sync(int phase, const char *source, void *codeptr) {
       PMPI_Send(triples, 3 * PINGS, MPI_UINT64_T, peer, SYNC_TAG, comm);
     } else if (rank == peer) {
       for (int i = 0; i < PINGS; i++) {
-        PMPI_Recv(&t, 1, MPI_UINT64_T, 0, SYNC_TAG, comm, MPI_STATUS_IGNORE);
+        if (i == 0) wait_turn(&t, comm);
+        else PMPI_Recv(&t, 1, MPI_UINT64_T, 0, SYNC_TAG, comm, MPI_STATUS_IGNORE);
         t = now_ns();
         PMPI_Send(&t, 1, MPI_UINT64_T, 0, SYNC_TAG, comm);
       }
