@@ -228,6 +228,7 @@ bench: setup
 	$(BIN)/python bench/offload_tables.py
 	$(BIN)/python bench/merge_memory.py
 	$(BIN)/python bench/apps.py
+	$(BIN)/python bench/clock_align.py
 
 setup: system-deps $(STAMP)
 
