@@ -1,7 +1,8 @@
 # make demo: set everything up, profile the bundled example, print the report.
 # make test: set everything up, run the whole test suite (and the linter).
-# Set-up: Debian packages clang-19, libomp-19-dev and Open MPI (openmpi-bin,
-# libopenmpi-dev: ompt-py run --mpi, mpi4py and the MPI tests) (apt-get, as root or via
+# Set-up: Debian packages clang-19, libomp-19-dev, Open MPI and gfortran (openmpi-bin,
+# libopenmpi-dev, gfortran: ompt-py run --mpi, mpi4py and the MPI tests, a Fortran
+# one among them) (apt-get, as root or via
 # sudo), a virtual environment in .venv, ompt-py installed into it.
 # make old-runtimes (part of make test): libomp 14 and 16 unpacked into
 # .cache/libomp/N for tests/tool/test_versions.py (they conflict with libomp5-19, so
@@ -58,7 +59,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ompt-py-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-DEBIAN_PACKAGES := clang-19 libomp-19-dev openmpi-bin libopenmpi-dev
+DEBIAN_PACKAGES := clang-19 libomp-19-dev openmpi-bin libopenmpi-dev gfortran
 OLD_LIBOMP_VERSIONS := 14 16
 OLD_LIBOMP_DIR := .cache/libomp
 OLD_TEST_LIBOMP ?= 16
@@ -234,7 +235,8 @@ setup: system-deps $(STAMP)
 
 system-deps:
 	@if ! command -v clang-19 >/dev/null || [ ! -e /usr/lib/llvm-19/lib/libomp.so.5 ] \
-	   || ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then \
+	   || ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null \
+	   || ! command -v gfortran >/dev/null; then \
 	  echo "Installing Debian packages: $(DEBIAN_PACKAGES)"; \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(DEBIAN_PACKAGES); \

@@ -215,6 +215,27 @@ def test_missing_truncated_and_foreign_parts_are_said_and_the_rest_analysed(
     assert sorted(p["rank"] for p in t.meta["processes"]) == list(range(RANKS))
 
 
+def test_a_fortran_program(tmp_path):
+    """gfortran's OpenMP is libgomp's: ompt-py run runs it on libomp (the runtime
+    fallback).  Open MPI's Fortran bindings call PMPI_ directly: its setup and
+    barriers are wrapped in Fortran (csrc/mpi/mpi.c)."""
+    program = tmp_path / "hybrid_f"
+    _run_checked(["mpif90", "-O2", "-fopenmp", str(PROGRAMS / "mpi" / "hybrid_f.f90"), "-o",
+                  str(program)], "hybrid_f.f90")
+    r = ok(mpi_run([*MPIRUN, "ompt-py", "run", "--mpi", "-o", "run1/", "--", program],
+                   tmp_path))
+    for k in range(RANKS):
+        assert f"rank {k} of {RANKS}" in r.stdout, r.stdout
+    t = load(tmp_path / "run1")
+    counts = t.mpi_calls().groupby(["rank", "call"], observed=True).size().unstack()
+    assert counts.to_dict("list") == {"barrier": [10] * RANKS, "clock_sync": [2] * RANKS,
+                                      "finalize": [1] * RANKS, "init": [1] * RANKS}
+    assert set(t.implicit_tasks().groupby("pid")["thread"].nunique()) == {2}
+    assert all(p["clock_alignment"]["phases"] == ["init", "finalize"]
+               for p in t.meta["processes"])
+    assert barriers_ordered(t.mpi_calls(), t).all()
+
+
 def test_wrapping_the_launcher(hybrid, tmp_path):
     r = ok(mpi_run(["ompt-py", "run", "--mpi", "-o", "t.parquet", "--", *MPIRUN, hybrid, 200],
                    tmp_path))
