@@ -12,29 +12,14 @@ from . import attach, runtime
 def findings() -> dict:
     """What the report is made of: runtimes, which module links which, problems."""
     runtimes = runtime.mapped_runtimes()
-    problems = []
-    fb = attach.FALLBACK
-    if fb.error:
-        problems.append(f"runtime fallback: {fb.error}")
-    if fb.early_gnu_modules:
-        problems.append(
-            "loaded before ompt_py, so running on GNU libgomp and not traced: "
-            + ", ".join(fb.early_gnu_modules)
-            + ". Import ompt_py first (first line of the program)."
-        )
+    problems = attach.problems()
     llvm = [r for r in runtimes if r.family == "llvm"]
-    if len(llvm) > 1:
-        dup_ok = os.environ.get("KMP_DUPLICATE_LIB_OK", "").upper() in ("TRUE", "1")
-        if not dup_ok:
-            problems.append(attach.duplicate_runtimes_message(llvm))
-        elif attach.FALLBACK.how == "loaded":
-            problems.append(
-                "several LLVM/Intel OpenMP runtimes with KMP_DUPLICATE_LIB_OK, and the fallback "
-                "put one into the global scope, where it takes over the calls of copies not "
-                "loaded with RTLD_DEEPBIND: run with OMPTPY_RUNTIME=off"
-            )
-    if attach.CONFIG_ERROR:
-        problems.append(f"configuration: {attach.CONFIG_ERROR}")
+    if len(llvm) > 1 and attach.duplicates_allowed() and attach.FALLBACK.how == "loaded":
+        problems.append(
+            "several LLVM/Intel OpenMP runtimes with KMP_DUPLICATE_LIB_OK, and the fallback "
+            "put one into the global scope, where it takes over the calls of copies not "
+            "loaded with RTLD_DEEPBIND: run with OMPTPY_RUNTIME=off"
+        )
     st = attach.status()
     return {
         "tool_path": st["tool_path"],
