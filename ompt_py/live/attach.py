@@ -123,6 +123,17 @@ def attached_runtimes() -> list[dict]:
     return [rt for rt in meta()["runtimes"] if rt["initialized"]]
 
 
+def fallback_runtime() -> RuntimeInfo | None:
+    """The runtime the fallback put into this process, started now if it had not
+    (so that it answers the tool's inquiries: its version...), as runtime_info
+    gives it; None without one, or when the tool is not attached to it."""
+    if FALLBACK.libomp is None:
+        return None
+    _probe(FALLBACK.libomp)
+    real = os.path.realpath(FALLBACK.libomp)
+    return next((r for r in runtime_info() if os.path.realpath(r.path) == real), None)
+
+
 def _probe(path: str) -> None:
     """Initialise a mapped but possibly idle LLVM runtime so that it looks for the tool now.
 

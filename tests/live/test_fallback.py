@@ -56,6 +56,7 @@ from conftest import (
 
 import ompt_py
 from ompt_py.live import runtime as _runtime
+from ompt_py.presentation.cli import NOTHING_TO_TRACE
 
 pytestmark = pytest.mark.needs_gcc
 
@@ -359,8 +360,8 @@ def test_gcc_program_under_ompt_py_run(gomp_prog, tmp_path):
     out = tmp_path / "out.parquet"
     traced = ok(cli("run", "-o", out, "--", gomp_prog, regions, iterations, env=PASSIVE))
     off_out = tmp_path / "off.parquet"
-    off = ok(cli("run", "--runtime", "off", "-o", off_out, "--", gomp_prog, regions, iterations,
-                 env=PASSIVE))
+    off = cli("run", "--runtime", "off", "-o", off_out, "--", gomp_prog, regions, iterations,
+              env=PASSIVE)
     plain = subprocess.run([str(gomp_prog), str(regions), str(iterations)], env=clean_env(PASSIVE),
                            capture_output=True, text=True, timeout=60, check=True)
 
@@ -374,7 +375,8 @@ def test_gcc_program_under_ompt_py_run(gomp_prog, tmp_path):
 
     # --runtime off: the program ran on libgomp, nothing to trace, and the CLI says so
     assert not off_out.exists()
-    assert "no trace written" in off.stderr, off.stderr
+    assert off.returncode == NOTHING_TO_TRACE, off.stderr
+    assert "nothing to trace" in off.stderr and "--runtime off" in off.stderr, off.stderr
 
     t = ompt_py.load(out)
     ev = t.events
@@ -604,6 +606,19 @@ def test_doctor_names_the_module_linking_libgomp(gomp_mod, tmp_path):
     assert re.search(r"^\s*gnu\s+\S*libgomp\.so\.1", r.stderr, re.M), r.stderr
     assert f"tool attached to: {FALLBACK_LIBOMP}" in r.stderr
     assert "no problems found" in r.stderr
+
+
+def test_doctor_of_a_gcc_built_program(gomp_prog):
+    """doctor -- PROGRAM reads the libraries the program links, without running it:
+    libgomp, which ompt-py run runs on the fallback's libomp; with the fallback off,
+    a problem that says what to do."""
+    r = ok(cli("doctor", "--", gomp_prog))
+    assert re.search(rf"^program: {re.escape(str(gomp_prog))}$", r.stdout, re.M), r.stdout
+    assert re.search(rf"^\s*libgomp\.so\.1 => \S+ \(GNU libgomp: ompt-py run runs it on "
+                     rf"{re.escape(FALLBACK_LIBOMP)}, traced\)$", r.stdout, re.M), r.stdout
+    assert "no problems found" in r.stdout
+    r = ok(cli("doctor", "--", gomp_prog, env={"OMPTPY_RUNTIME": "off"}))
+    assert "problems with it:" in r.stdout and "leave it on (auto)" in r.stdout, r.stdout
 
 
 def test_doctor_reports_two_libomp_copies(libomp_copy, tmp_path):

@@ -1,10 +1,10 @@
 """``ompt-py report TRACE`` (also ``python -m ompt_py report``): a summary of a
-trace file, raw directory or dataset; ``--help`` of the command line.
+trace file, raw directory or dataset (``--help`` of the command line:
+test_cli_help.py).
 
 Spec: ``ompt-py report TRACE`` prints counts and time per construct, per
 parallel region, per-thread busy vs waiting, written and dropped records,
-incomplete processes; ``--help`` states the attach rule (import ompt_py
-first).  On stored traces (tests/data; an `ompt-py run` followed by its report:
+incomplete processes.  On stored traces (tests/data; an `ompt-py run` followed by its report:
 tests/live/test_end_to_end.py).
 """
 
@@ -114,19 +114,6 @@ def test_report_bad_input(tmp_path, what):
 
 
 # ---- help ------------------------------------------------------------------------------------
-
-
-def test_help_states_attach_rule():
-    r = ok(cli("--help"))
-    assert "run" in r.stdout and "report" in r.stdout
-    assert re.search(r"import\s+ompt_py", r.stdout, re.I), r.stdout
-    assert re.search(r"first|before", r.stdout, re.I)
-
-
-def test_run_help():
-    r = ok(cli("run", "--help"))
-    for opt in ("-o", "--buffer-size", "--overflow", "--keep-raw", "-m"):
-        assert opt in r.stdout
 
 
 def test_no_arguments_is_a_usage_error():
