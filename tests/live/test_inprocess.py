@@ -653,7 +653,7 @@ def window_records(n: int) -> int:
 @pytest.mark.parametrize("zero_copy", ["1", "0"])
 @pytest.mark.parametrize("policy", OVERFLOW_POLICIES)
 def test_overflow_in_process(run_traced, policy, zero_copy):
-    """README: in memory, records are written in place into the trace (zero
+    """docs/internals.md: in memory, records are written in place into the trace (zero
     copy) and the overflow policies do not apply; OMPTPY_ZERO_COPY=0 (the
     copying memory sink) applies them as the file sink does.  For drop, a
     blocking handler holds the drainer back (ompt_work_ext keeps the GIL while
