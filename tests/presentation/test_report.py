@@ -34,6 +34,25 @@ def test_report():
     assert re.search(r"thread", text, re.I)
 
 
+def test_a_trace_without_events_says_why():
+    """A trace window in which OpenMP did nothing (stored: ``w.max_threads()``, then
+    an empty ``with ompt_py.trace()``): the summary and the report say why it is
+    empty, from its metadata; a process that never attached a runtime, with the
+    runtime fallback off, names libgomp as the likely reason."""
+    t = load_stored("inprocess-empty")
+    (runtime,) = t.meta["processes"][0]["runtimes"]
+    why = (f"no events: the tool was attached to {runtime['path']}, but no OpenMP construct "
+           "ran while the trace recorded")
+    assert why in str(t.summary()).splitlines()[2]
+    assert f"  {why}\n" in ok(cli("report", stored_path("inprocess-empty"))).stdout
+    runtime["initialized"] = False
+    t.meta["processes"][0]["fallback"]["policy"] = "off"
+    line = str(t.summary()).splitlines()[2]
+    assert "no OpenMP runtime started with the tool attached" in line, line
+    assert "GNU libgomp" in line and "OMPTPY_RUNTIME=off" in line, line
+    assert "no events" not in str(load_stored("report-loops").summary())
+
+
 @pytest.mark.pythons
 def test_report_with_locks():
     out = stored_path("report-critical")  # ompt-py run -- critical 20
