@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ..errors import MissingEventsError
+from ..meta import why_empty
 from ..units import format_ns
 from . import metrics, offload, tables
 from .names import short
@@ -107,6 +108,8 @@ class Summary:
             lines = [f"{o['events']:,} events over {format_ns(o['span_ns'])}, "
                      f"{o['processes']} process(es), {o['threads']} thread(s); records "
                      f"written {o['written']:,}, dropped {o['dropped']:,}, lost {o['lost']:,}"]
+            if o["why_empty"]:
+                lines.append(o["why_empty"])
         started = (self.python[self.python["py_location"] != metrics.NO_PYTHON]
                    if self.python is not None else None)
         if started is not None and len(started):
@@ -251,12 +254,14 @@ def _percent(share: float) -> str:
 
 
 def overview(trace: Trace) -> dict:
-    """Counts of the trace: events, processes, threads, span, written, dropped, lost."""
+    """Counts of the trace: events, processes, threads, span, written, dropped, lost,
+    and, when it has no events, why (``why_empty``; else None)."""
     t = trace.events["time_ns"]
     threads = len(thread_keys(trace))
     return {"events": len(t), "processes": len(trace.meta.get("processes", [])),
             "threads": threads, "span_ns": int(t.max() - t.min()) if len(t) else 0,
-            "written": trace.written, "dropped": trace.dropped, "lost": trace.lost}
+            "written": trace.written, "dropped": trace.dropped, "lost": trace.lost,
+            "why_empty": None if len(t) else why_empty(trace.meta)}
 
 
 def summary(trace: Trace, top: int = 10) -> Summary:

@@ -11,6 +11,7 @@ import pandas as pd
 from ..analysis import metrics, offload, summary, tables
 from ..analysis.states import THREAD_STATES, thread_totals
 from ..errors import MissingEventsError
+from ..meta import why_empty
 from ..units import format_ns
 
 if TYPE_CHECKING:
@@ -107,6 +108,8 @@ def render(trace: Trace, top: int = 10) -> str:
         out.write("\nAnswers\n")
         for line in summary.summary(trace, top=top).headline()[1:]:
             out.write(f"  {line}\n")
+    else:
+        out.write(f"  {why_empty(meta)}\n")
     python = metrics.has_python_stacks(trace)
     if python and len(df):
         out.write(f"\nPython lines (top {top} by the time of the constructs they started)\n")

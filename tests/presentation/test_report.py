@@ -1,10 +1,10 @@
 """``ompt-py report TRACE`` (also ``python -m ompt_py report``): a summary of a
-trace file, raw directory or dataset; ``--help`` of the command line.
+trace file, raw directory or dataset (``--help`` of the command line:
+test_cli_help.py).
 
 Spec: ``ompt-py report TRACE`` prints counts and time per construct, per
 parallel region, per-thread busy vs waiting, written and dropped records,
-incomplete processes; ``--help`` states the attach rule (import ompt_py
-first).  On stored traces (tests/data; an `ompt-py run` followed by its report:
+incomplete processes.  On stored traces (tests/data; an `ompt-py run` followed by its report:
 tests/live/test_end_to_end.py).
 """
 
@@ -32,6 +32,25 @@ def test_report():
     # constructs of the program appear by name
     assert re.search(r"loop", text, re.I)
     assert re.search(r"thread", text, re.I)
+
+
+def test_a_trace_without_events_says_why():
+    """A trace window in which OpenMP did nothing (stored: ``w.max_threads()``, then
+    an empty ``with ompt_py.trace()``): the summary and the report say why it is
+    empty, from its metadata; a process that never attached a runtime, with the
+    runtime fallback off, names libgomp as the likely reason."""
+    t = load_stored("inprocess-empty")
+    (runtime,) = t.meta["processes"][0]["runtimes"]
+    why = (f"no events: the tool was attached to {runtime['path']}, but no OpenMP construct "
+           "ran while the trace recorded")
+    assert why in str(t.summary()).splitlines()[2]
+    assert f"  {why}\n" in ok(cli("report", stored_path("inprocess-empty"))).stdout
+    runtime["initialized"] = False
+    t.meta["processes"][0]["fallback"]["policy"] = "off"
+    line = str(t.summary()).splitlines()[2]
+    assert "no OpenMP runtime started with the tool attached" in line, line
+    assert "GNU libgomp" in line and "OMPTPY_RUNTIME=off" in line, line
+    assert "no events" not in str(load_stored("report-loops").summary())
 
 
 @pytest.mark.pythons
@@ -114,19 +133,6 @@ def test_report_bad_input(tmp_path, what):
 
 
 # ---- help ------------------------------------------------------------------------------------
-
-
-def test_help_states_attach_rule():
-    r = ok(cli("--help"))
-    assert "run" in r.stdout and "report" in r.stdout
-    assert re.search(r"import\s+ompt_py", r.stdout, re.I), r.stdout
-    assert re.search(r"first|before", r.stdout, re.I)
-
-
-def test_run_help():
-    r = ok(cli("run", "--help"))
-    for opt in ("-o", "--buffer-size", "--overflow", "--keep-raw", "-m"):
-        assert opt in r.stdout
 
 
 def test_no_arguments_is_a_usage_error():
