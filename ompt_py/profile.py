@@ -150,12 +150,13 @@ class Profile:
 
         return profile.summary(self, top=top)
 
-    def constructs(self, by: str = "construct") -> pd.DataFrame:
+    def constructs(self, by: str = "construct", raw: bool = False) -> pd.DataFrame:
         """Count, total, mean, p50, p95 (estimated), max time per construct and kind
-        (``by="source"``: and per source location), as Trace.constructs()."""
+        (``by="source"``: and per source location; ``raw=True``: the runtime's kind
+        names), as Trace.constructs()."""
         from .analysis import profile
 
-        return profile.constructs(self, by=by)
+        return profile.constructs(self, by=by, raw=raw)
 
     def imbalance(self, per_thread: bool = False, by: str = "source") -> pd.DataFrame:
         """Per parallel region source location: imbalance and time lost of the threads'

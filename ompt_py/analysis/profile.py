@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ..records import PROFILE_BUCKETS
-from ..units import format_ns
+from ..records import CONSTRUCTS, PROFILE_BUCKETS, normalised_kind
+from ..units import format_ns, ns_columns
 from . import symbols
 from .metrics import top_holder
 from .summary import Summary
@@ -114,36 +114,46 @@ def _stats(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return out[_STAT_COLUMNS].sort_values("total_ns", ascending=False).reset_index()
 
 
-def _construct_rows(prof: Profile) -> pd.DataFrame:
+_EVENTS = {name: event for event, name in CONSTRUCTS.items()}
+
+
+def _construct_rows(prof: Profile, raw: bool) -> pd.DataFrame:
     """The constructs table and the explicit tasks that ran (construct ``task``,
-    kind ``explicit``, per creation site), in one shape."""
+    kind ``explicit``, per creation site), in one shape; kinds normalised unless
+    ``raw``."""
     c = prof.parts.constructs
     t = prof.parts.tasks
     t = t[t["ran"] > 0]
     tasks = pd.DataFrame({"pid": t["pid"], "thread": t["thread"], "codeptr": t["codeptr"],
-                          "construct": "task", "kind": "explicit", "count": t["ran"],
-                          "total_ns": t["run_total_ns"], "min_ns": t["run_min_ns"],
-                          "max_ns": t["run_max_ns"], "hist": t["hist"]})
+                          "construct": CONSTRUCTS["task_schedule"], "kind": "explicit",
+                          "count": t["ran"], "total_ns": t["run_total_ns"],
+                          "min_ns": t["run_min_ns"], "max_ns": t["run_max_ns"],
+                          "hist": t["hist"]})
     rows = pd.concat([c, tasks], ignore_index=True) if len(tasks) else c
-    return rows.astype({"construct": object, "kind": object})
+    rows = rows.astype({"construct": object, "kind": object})
+    if not raw:
+        rows["kind"] = [normalised_kind(_EVENTS.get(c, c), k)
+                        for c, k in zip(rows["construct"], rows["kind"])]
+    return rows
 
 
-def constructs(prof: Profile, by: str = "construct") -> pd.DataFrame:
+def constructs(prof: Profile, by: str = "construct", raw: bool = False) -> pd.DataFrame:
     """metrics.constructs from a profile: count, total, mean, p50, p95 and max time
-    per construct and kind (``by="construct"``), or per construct, kind and source
-    location (``by="source"``, with pid, function and name).  The constructs a
+    per construct and kind (normalised; ``raw=True``: the runtime's names)
+    (``by="construct"``), or per construct, kind and source location
+    (``by="source"``, with pid, function and name).  The constructs a
     profile keeps (no ``user region``: region markers are not profiled); p50_ns and
     p95_ns estimated from the histograms (see the module).  No ``by="python"``: a
     profile has no Python stacks."""
     _no_instances("Python stacks", by, ("construct", "source"))
-    rows = _construct_rows(prof)
+    rows = _construct_rows(prof, raw)
     if by == "construct":
-        return _stats(rows, ["construct", "kind"])
+        return ns_columns(_stats(rows, ["construct", "kind"]))
     keys = ["construct", "kind", "pid", "location"]
     located = _with_source(prof, rows)
     func = located[["pid", "location", "function", "name"]].drop_duplicates(["pid", "location"])
     out = _stats(located, keys).merge(func, on=["pid", "location"], how="left")
-    return out[[*keys, "function", "name", *_STAT_COLUMNS]]
+    return ns_columns(out[[*keys, "function", "name", *_STAT_COLUMNS]])
 
 
 def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd.DataFrame:
@@ -169,8 +179,8 @@ def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd
         **{c: (c, "sum") for c in times}).reset_index()
     if per_thread:
         dur = per["duration_ns"].where(per["duration_ns"] > 0)
-        return per.assign(busy_share=per["busy_ns"] / dur,
-                          barrier_wait_share=per["barrier_wait_ns"] / dur)
+        return ns_columns(per.assign(busy_share=per["busy_ns"] / dur,
+                                     barrier_wait_share=per["barrier_wait_ns"] / dur))
     per["_wait"] = per["barrier_wait_ns"] + per["sync_wait_ns"] + per["lock_wait_ns"]
     out = per.groupby(["pid", "location"], sort=False, dropna=False).agg(
         function=("function", "first"), threads=("thread", "size"),
@@ -194,8 +204,8 @@ def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd
     out["barrier_wait_share"] = out["barrier_wait_ns"] / tasks
     out["wait_share"] = out["wait_ns"] / tasks
     out = out.sort_values("lost_ns", ascending=False, kind="stable").reset_index(drop=True)
-    return out[["pid", "location", "function", "regions", "threads", "duration_ns", "imbalance",
-                "lost_ns", "barrier_wait_share", "wait_share"]]
+    return ns_columns(out[["pid", "location", "function", "regions", "threads", "duration_ns",
+                           "imbalance", "lost_ns", "barrier_wait_share", "wait_share"]])
 
 
 def lock_contention(prof: Profile, by: str = "lock") -> pd.DataFrame:
@@ -214,7 +224,7 @@ def lock_contention(prof: Profile, by: str = "lock") -> pd.DataFrame:
                "hold_max_ns", "top_holder", "top_holder_share", "codeptr", "function",
                "location"]
     if m.empty:
-        return pd.DataFrame(columns=columns)
+        return ns_columns(pd.DataFrame(columns=columns))
     g = m.groupby(keys, sort=False)
     out = g.agg(acquisitions=("acquisitions", "sum"), threads=("thread", "nunique"),
                 wait_total_ns=("wait_total_ns", "sum"), wait_min_ns=("wait_min_ns", "min"),
@@ -233,7 +243,8 @@ def lock_contention(prof: Profile, by: str = "lock") -> pd.DataFrame:
         sites = sites.sort_values("acquisitions", ascending=False, kind="stable")
         out["codeptr"] = sites.drop_duplicates(keys).set_index(keys)["codeptr"]
     out = _with_source(prof, out.reset_index())
-    return out[columns].sort_values("wait_total_ns", ascending=False).reset_index(drop=True)
+    return ns_columns(out[columns].sort_values("wait_total_ns", ascending=False)
+                      .reset_index(drop=True))
 
 
 def task_granularity(prof: Profile) -> pd.DataFrame:
@@ -265,7 +276,7 @@ def task_granularity(prof: Profile) -> pd.DataFrame:
                       "median_busy_ns": float(median[0]) if ran else math.nan,
                       "run_total_ns": int(t["run_total_ns"].sum()),
                       "create_ns": math.nan, "creation_overhead_share": math.nan})
-    return out
+    return ns_columns(out)
 
 
 def thread_totals(prof: Profile) -> pd.DataFrame:
