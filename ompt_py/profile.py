@@ -180,5 +180,13 @@ class Profile:
 
         return profile.lock_contention(self, by=by)
 
+    def advice(self) -> pd.DataFrame:
+        """What to do, where a profile's aggregates allow it (regions too short for
+        their team, contended locks; ``attrs["cannot"]``: the rules it cannot give):
+        see ompt_py.analysis.profile.advice and docs/reports.md."""
+        from .analysis import profile
+
+        return profile.advice(self)
+
     def _repr_html_(self) -> str:
         return self.summary()._repr_html_()

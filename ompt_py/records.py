@@ -278,6 +278,11 @@ NORMALISED: dict[str, dict[str, str]] = {
         "sync_region", "sync_region_wait", "reduction")},
 }
 
+#: A worksharing loop's schedule by the runtime's name of its kind: libomp 19
+#: tells it, older ones say ``loop`` for every schedule (``unknown``).
+LOOP_SCHEDULES = {"loop_static": "static", "loop_dynamic": "dynamic",
+                  "loop_guided": "guided", "loop_other": "other", "loop": "unknown"}
+
 
 def normalised_kind(event: str, raw: str) -> str:
     """The ``kind`` (NORMALISED) of the runtime's name ``raw`` for a kind of ``event``

@@ -656,6 +656,16 @@ class Trace:
 
         return metrics.lock_contention(self, by=by)
 
+    def advice(self) -> pd.DataFrame:
+        """What to do, computed from the figures, per place (Python line first, source
+        location beside it): regions too short for their team, static schedules on
+        uneven work, tasks below their creation cost, contended locks; one row per
+        place and rule with the time at stake, the finding and the advice.  See
+        ompt_py.analysis.advice and docs/reports.md (the rules and thresholds)."""
+        from .analysis import advice
+
+        return advice.advice(self)
+
     def utilisation(self, bin_ns: int | None = None) -> pd.DataFrame:
         """Per thread and time bin: time busy, waiting (barrier, taskwait/taskgroup,
         lock) and idle."""

@@ -24,6 +24,7 @@ from ..records import (
     CONSTRUCTS,
     EVENT_CODES,
     IMPLICIT_KINDS,
+    LOOP_SCHEDULES,
     PARALLEL_KINDS,
     TASK_INITIAL,
     python_stack_ids,
@@ -386,7 +387,15 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
     pid, py_location (``"(no Python stack)"`` for regions without one) and
     source location, with the regions' count, largest team (threads), total
     duration_ns, mean and largest imbalance (imbalance, imbalance_max), total
-    lost_ns, and the shares of their implicit tasks' time; most time lost first.
+    lost_ns, the shares of their implicit tasks' time, busy_ns (the threads'
+    busy time), fork_join_ns and fork_join_share (of duration_ns) and the
+    most common schedule; most time lost first.
+
+    ``fork_join_ns``: a region's duration less its busiest thread's busy time,
+    what no thread spent working (starting and ending the team, and waiting
+    for it); ``schedule``: of the region's worksharing loops (records.
+    LOOP_SCHEDULES: static, dynamic, guided, other; unknown on a runtime that
+    does not tell, libomp before 19; mixed; None: no loop).
     """
     _check_by(by, ("region", "source", "python"))
     if per_thread and by != "region":
@@ -421,6 +430,10 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
     out["lost_ns"] = out["threads"] * out["busy_max_ns"] - out["busy_total_ns"]
     out["barrier_wait_share"] = out["barrier_wait_ns"] / tasks
     out["wait_share"] = out["wait_ns"] / tasks
+    # What no thread spent working: starting the team, ending it (the busiest
+    # thread's busy time is the least a region of this team could take).
+    out["fork_join_ns"] = (out["duration_ns"] - out["busy_max_ns"]).clip(lower=0)
+    out["schedule"] = _schedules(trace, out[["pid", "parallel_id"]])
     if by != "region":
         return ns_columns(_imbalance_by(out, by))
     out.attrs.update(unmatched_begins=paired.unmatched_begins,
@@ -433,6 +446,24 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
                                                                          "tasks_ns"))]])
 
 
+def _schedules(trace: Trace, regions: pd.DataFrame) -> np.ndarray:
+    """The schedule of each region's worksharing loops (see imbalance)."""
+    work = tables.work_intervals(trace).table
+    loops = work[work["kind_raw"].astype(str).isin(list(LOOP_SCHEDULES))]
+    if loops.empty:
+        return np.full(len(regions), None, dtype=object)
+    kinds = loops.assign(schedule=loops["kind_raw"].astype(str).map(LOOP_SCHEDULES)).groupby(
+        ["pid", "parallel_id"], sort=False)["schedule"].agg(
+        lambda s: s.iat[0] if s.nunique() == 1 else "mixed")
+    found = regions.merge(kinds.reset_index(), on=["pid", "parallel_id"], how="left")
+    return found["schedule"].astype(object).where(found["schedule"].notna(), None).to_numpy()
+
+
+def _most_common(values: pd.Series) -> object:
+    counts = values.dropna().value_counts()
+    return counts.index[0] if len(counts) else None
+
+
 def _imbalance_by(regions: pd.DataFrame, by: str) -> pd.DataFrame:
     """imbalance() per region, summed per source or Python location."""
     keys = ["pid", "location"] if by == "source" else ["pid", "py_location", "location"]
@@ -443,11 +474,16 @@ def _imbalance_by(regions: pd.DataFrame, by: str) -> pd.DataFrame:
                 threads=("threads", "max"), duration_ns=("duration_ns", "sum"),
                 imbalance=("imbalance", "mean"), imbalance_max=("imbalance", "max"),
                 lost_ns=("lost_ns", "sum"), barrier_wait_ns=("barrier_wait_ns", "sum"),
-                wait_ns=("wait_ns", "sum"), tasks_ns=("tasks_ns", "sum")).reset_index()
+                wait_ns=("wait_ns", "sum"), tasks_ns=("tasks_ns", "sum"),
+                busy_ns=("busy_total_ns", "sum"), fork_join_ns=("fork_join_ns", "sum"),
+                schedule=("schedule", _most_common)).reset_index()
     tasks = out["tasks_ns"].where(out["tasks_ns"] > 0)
     out["barrier_wait_share"] = out["barrier_wait_ns"] / tasks
     out["wait_share"] = out["wait_ns"] / tasks
-    out = out.drop(columns=["barrier_wait_ns", "wait_ns", "tasks_ns"])
+    out["fork_join_share"] = out["fork_join_ns"] / out["duration_ns"].where(
+        out["duration_ns"] > 0)
+    schedule = out.pop("schedule")
+    out = out.drop(columns=["barrier_wait_ns", "wait_ns", "tasks_ns"]).assign(schedule=schedule)
     return out.sort_values("lost_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
@@ -488,10 +524,10 @@ def task_runs(trace: Trace) -> pd.DataFrame:
     return out
 
 
-def creation_cost(trace: Trace) -> float:
-    """Estimated time to create one explicit task: the median gap between two
-    task_create events of one thread and parent with nothing else recorded between
-    them (back-to-back creations).  NaN when no such pair exists."""
+def _creation_gaps(trace: Trace) -> pd.DataFrame:
+    """pid, codeptr and gap_ns of each task_create that follows another of the same
+    thread and parent with nothing else recorded between them (back-to-back
+    creations: the gap is what creating the second cost)."""
     ev, pids = trace.events, trace.pids
     at = np.flatnonzero(ev["event"] == EVENT_CODES["task_create"])
     at = at[at > 0]
@@ -501,8 +537,48 @@ def creation_cost(trace: Trace) -> float:
     pair = ((ev["event"][before] == EVENT_CODES["task_create"])
             & (ev["thread"][before] == ev["thread"][at]) & (pids[before] == pids[at])
             & (ev["u64a"][before] == ev["u64a"][at]))  # the parent task (other_task_id)
-    gaps = ev["time_ns"][at[pair]] - ev["time_ns"][before[pair]]
+    return pd.DataFrame({"pid": pids[at[pair]].astype(np.int64),
+                         "codeptr": ev["codeptr"][at[pair]],
+                         "gap_ns": ev["time_ns"][at[pair]] - ev["time_ns"][before[pair]]})
+
+
+def creation_cost(trace: Trace) -> float:
+    """Estimated time to create one explicit task: the median gap between two
+    task_create events of one thread and parent with nothing else recorded between
+    them (back-to-back creations).  NaN when no such pair exists."""
+    gaps = _creation_gaps(trace)["gap_ns"]
     return float(np.median(gaps)) if len(gaps) else float("nan")
+
+
+def task_sites(trace: Trace, by: str = "source") -> pd.DataFrame:
+    """Explicit tasks per creation site: per pid and source location (``by=
+    "source"``), or per pid, Python location (``"(no Python stack)"`` for none)
+    and source location (``by="python"``): function, tasks (created), ran,
+    busy_ns (their own work, task_runs), median_busy_ns, create_ns (the median
+    back-to-back creation gap at the site, see creation_cost; the trace's where
+    the site has none) and creation_overhead_share (tasks x create_ns over that
+    plus busy_ns).  Most busy time first."""
+    _check_by(by, ("source", "python"))
+    keys = ["pid", "location"] if by == "source" else ["pid", "py_location", "location"]
+    made = tables.tasks(trace)[["pid", "task_id", "codeptr", "py_location"]]
+    runs = task_runs(trace)[["pid", "task_id", "busy_ns"]]
+    made = tables.with_source(trace, made.merge(runs, on=["pid", "task_id"], how="left"))
+    made["py_location"] = made["py_location"].astype(object).where(
+        made["py_location"].notna(), NO_PYTHON)
+    gaps = _creation_gaps(trace)
+    gaps = tables.with_source(trace, gaps)
+    g = made.groupby(keys, sort=False, dropna=False)
+    out = g.agg(function=("function", "first"), tasks=("task_id", "size"),
+                ran=("busy_ns", "count"), busy_ns=("busy_ns", "sum"),
+                median_busy_ns=("busy_ns", "median")).reset_index()
+    site = gaps.groupby(["pid", "location"], sort=False)["gap_ns"].median().rename("create_ns")
+    out = out.merge(site.reset_index(), on=["pid", "location"], how="left")
+    out["create_ns"] = out["create_ns"].fillna(creation_cost(trace))
+    overhead = out["tasks"] * out["create_ns"]
+    out["creation_overhead_share"] = overhead / (overhead + out["busy_ns"]).where(
+        overhead + out["busy_ns"] > 0)
+    out = out.sort_values("busy_ns", ascending=False, kind="stable").reset_index(drop=True)
+    return ns_columns(out)
 
 
 def task_granularity(trace: Trace, bins: int | Sequence[float] | None = None) -> pd.DataFrame:

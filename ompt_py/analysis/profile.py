@@ -24,6 +24,7 @@ import pandas as pd
 
 from ..records import CONSTRUCTS, PROFILE_BUCKETS, normalised_kind
 from ..units import format_ns, ns_columns
+from . import advice as rules
 from . import symbols
 from .metrics import top_holder
 from .summary import Summary
@@ -168,7 +169,11 @@ def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd
     the trace's per-instance figures when the same thread is the busiest in
     every instance, less when it changes, and not meaningful for a nested
     region whose teams run on changing threads (imbalance_max, the worst
-    instance, is left out).
+    instance, is left out).  ``fork_join_ns`` is the regions' total duration
+    less the busiest thread's busy time summed over them: the trace's figure
+    (each instance's duration less its busiest thread's) when the same thread
+    is the busiest in every instance, more when it changes.  Left out: the
+    loops' ``schedule`` (a profile does not tie a loop to its region).
     ``per_thread=True``: one row per pid, location and thread: implicit_tasks,
     duration_ns, busy_ns and the waits, busy_share, barrier_wait_share."""
     _no_instances("region instances", by, ("source",))
@@ -203,9 +208,14 @@ def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd
     out["threads"] = np.rint(team.fillna(out["threads"])).astype(np.int64)
     out["barrier_wait_share"] = out["barrier_wait_ns"] / tasks
     out["wait_share"] = out["wait_ns"] / tasks
+    out["busy_ns"] = out["busy_total"]
+    out["fork_join_ns"] = (out["duration_ns"] - out["busy_max"]).clip(lower=0)
+    out["fork_join_share"] = out["fork_join_ns"] / out["duration_ns"].where(
+        out["duration_ns"] > 0)
     out = out.sort_values("lost_ns", ascending=False, kind="stable").reset_index(drop=True)
     return ns_columns(out[["pid", "location", "function", "regions", "threads", "duration_ns",
-                           "imbalance", "lost_ns", "barrier_wait_share", "wait_share"]])
+                           "imbalance", "lost_ns", "busy_ns", "fork_join_ns",
+                           "barrier_wait_share", "wait_share", "fork_join_share"]])
 
 
 def lock_contention(prof: Profile, by: str = "lock") -> pd.DataFrame:
@@ -289,6 +299,20 @@ def thread_totals(prof: Profile) -> pd.DataFrame:
     out = rt.groupby(["pid", "thread"], sort=True)[states].sum().reset_index()
     working = out[states].sum(axis=1)
     out["busy_share"] = out["busy_ns"] / working.where(working > 0)
+    return out
+
+
+def advice(prof: Profile) -> pd.DataFrame:
+    """advice.advice from a profile: the rules its aggregates allow (short regions,
+    from imbalance(); contended locks, from lock_contention()), with the time at
+    stake measured against the threads' time in parallel regions.  ``attrs
+    ["cannot"]``: the rules a profile cannot give, and why
+    (advice.CANNOT_FROM_PROFILE)."""
+    p = prof.parts
+    out = rules.advise(float(p.regions_threads["duration_ns"].sum()),
+                       regions=imbalance(prof) if len(p.regions_threads) else None,
+                       locks=lock_contention(prof) if len(p.locks) else None)
+    out.attrs["cannot"] = dict(rules.CANNOT_FROM_PROFILE)
     return out
 
 

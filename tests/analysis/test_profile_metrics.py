@@ -14,7 +14,7 @@ from ompt_py.analysis import profile as answers
 from ompt_py.records import PROFILE_BUCKETS
 
 #: What a profile cannot give, per answer (the functions' docstrings say why).
-LEFT_OUT = {"constructs": set(), "imbalance": {"imbalance_max"},
+LEFT_OUT = {"constructs": set(), "imbalance": {"imbalance_max", "schedule"},
             "lock_contention": {"hold_p50_ns", "py_location"},
             "task_granularity": {"busy_ns", "time_share"}}
 
