@@ -37,10 +37,13 @@ def format_ns(ns: float | None) -> str:
 
 def format_share(share: float | None) -> str:
     """A share (0 to 1) as a percentage: ``89 %``, ``4.5 %``, ``0.3 %`` (two
-    significant digits below 10 %, whole percents above); ``-`` for a missing value."""
+    significant digits below 10 %, whole percents above), ``<0.1 %`` below 0.1 %
+    but not 0; ``-`` for a missing value."""
     if _missing(share):
         return MISSING
     p = 100 * share
+    if 0 < abs(p) < 0.1:
+        return "<0.1 %" if p > 0 else ">-0.1 %"
     return f"{p:.0f} %" if abs(p) >= 9.95 or p == 0 else f"{p:.2g} %"
 
 

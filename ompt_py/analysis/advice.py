@@ -108,7 +108,8 @@ def static_imbalance(regions: pd.DataFrame, least_ns: float) -> list[dict]:
             continue
         known = r.schedule == "static"
         out.append(_row(STATIC_IMBALANCE, r, r.lost_ns,
-                        f"{r.regions:,} region(s) on {r.threads} threads at "
+                        f"{r.regions:,} region{'s' if r.regions != 1 else ''} on {r.threads} "
+                        f"threads at "
                         f"{where(getattr(r, 'py_location', None), r.location)}"
                         + (" with schedule(static) loops" if known else "")
                         + f": the busiest thread works {r.imbalance:.2f}x the mean; the others "

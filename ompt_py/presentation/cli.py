@@ -446,7 +446,7 @@ def _check_plot(path: str) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from ..trace import Trace, load
-    from .report import render, render_html, render_profile, render_profile_html
+    from .report import document, profile_document, render_html, render_profile_html
 
     # Checked before the work: a wrong name is not told after a minute of plotting.
     if args.plot:
@@ -458,7 +458,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.plot:
             raise ConfigError(f"--plot: {args.trace} is a profile, which has no timeline to "
                               "plot; trace the run (ompt-py run without --profile) for it")
-        print(render_profile(trace, top=args.top), end="")
+        profile_document(trace, top=args.top, width=args.width).print(sys.stdout)
         if args.html:
             try:
                 with open(args.html, "w", encoding="utf-8") as f:
@@ -470,7 +470,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                 return 1
             print(f"ompt-py report: HTML report -> {args.html}", file=sys.stderr)
         return 0
-    print(render(trace, top=args.top), end="")
+    document(trace, top=args.top, width=args.width).print(sys.stdout)
 
     def plot(path: str) -> None:
         from .plots import overview
@@ -571,6 +571,10 @@ def parser() -> argparse.ArgumentParser:
                      ".omptraw file")
     rep.add_argument("--top", type=_positive(int), default=10,
                      help="rows per table (default: %(default)s)")
+    rep.add_argument("--width", type=_positive(int), metavar="COLUMNS",
+                     help="lay the text out for this many columns (default: the terminal's "
+                          "width, or COLUMNS; 100 when not a terminal); colour only on a "
+                          "terminal, never with NO_COLOR set")
     rep.add_argument("--plot", metavar="FILE",
                      help="write the per-thread timeline and state breakdown as an image "
                           "(format from the extension: .png, .svg, .pdf)")
