@@ -209,7 +209,7 @@ class Document:
         """The lines, and the footnotes under a heading of their own."""
         if not self.notes:
             return self.lines
-        end = Document(self.width)
+        end = Document(self.width, [[]] if self.lines and self.lines[-1] else [])
         end.heading("Notes")
         for i, note in enumerate(self.notes, 1):
             end.prose(note, marker=f"[{i}] ", style="note")

@@ -27,7 +27,7 @@ from ..units import format_ns, ns_columns
 from . import advice as rules
 from . import symbols
 from .metrics import top_holder
-from .summary import Summary
+from .summary import Summary, regions_per_location
 
 if TYPE_CHECKING:
     from ..io.profile import ProfileParts
@@ -332,15 +332,14 @@ def overview(prof: Profile) -> dict:
 
 def summary(prof: Profile, top: int = 10) -> Summary:
     """summary.summary from a profile: the same sections where the profile has the
-    data (regions per source location, not per instance; no Python table;
-    threads without idle time; tasks on log2 bins); ``notes`` says what a profile
-    cannot answer."""
+    data (regions per source location; no Python table; threads without idle
+    time; tasks on log2 bins; the advice its aggregates allow, see advice);
+    ``notes`` says what a profile cannot answer."""
     p = prof.parts
     notes = ["a profile: per source location, not per instance (no begin times, no "
              "timeline); quantiles estimated from log2 histograms"]
-    regions = imbalance(prof).head(top)[
-        ["location", "regions", "duration_ns", "threads", "imbalance", "lost_ns",
-         "barrier_wait_share", "wait_share"]] if len(p.regions_threads) else None
+    regions = regions_per_location(imbalance(prof)).head(top) if len(p.regions_threads) \
+        else None
     tasks = None
     if len(p.tasks):
         tasks = task_granularity(prof)
@@ -355,5 +354,6 @@ def summary(prof: Profile, top: int = 10) -> Summary:
     sources = sources[sources["construct"] != "implicit task"].head(top)
     return Summary(overview(prof), constructs(prof), sources.drop(columns="pid"),
                    threads=thread_totals(prof) if len(p.regions_threads) else None,
-                   regions=regions, tasks=tasks, locks=locks, notes=notes)
+                   regions=regions, tasks=tasks, locks=locks, notes=notes,
+                   advice=advice(prof))
 
