@@ -19,7 +19,8 @@ and each with its threshold (docs/reports.md lists them):
 
 A rule speaks only where the time at stake (threads' time lost to fork/join,
 to the imbalance, to creating the tasks, waiting for the lock) is at least
-STAKE_SHARE of the threads' time in parallel regions.  A profile has no
+STAKE_SHARE of the threads' busy time in parallel regions (their own work): what
+fixing it could save, against the work done.  A profile has no
 loops tied to regions and does not time task creation: ``CANNOT_FROM_PROFILE``
 says which rules it cannot give and why.
 """
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 SHORT_REGIONS, STATIC_IMBALANCE = "short regions", "static imbalance"
 SMALL_TASKS, CONTENDED_LOCK = "small tasks", "contended lock"
-#: The least time at stake, as a share of the threads' time in parallel regions.
+#: The least time at stake, as a share of the threads' busy time in parallel regions.
 STAKE_SHARE = 0.05
 #: Short regions: fork/join's least share of the regions' time, the least regions.
 FORK_JOIN_SHARE, SHORT_MIN_REGIONS = 0.3, 10
@@ -167,9 +168,9 @@ def advise(base_ns: float, regions: pd.DataFrame | None = None,
            sites: pd.DataFrame | None = None, locks: pd.DataFrame | None = None,
            ) -> pd.DataFrame:
     """Every rule over the answers given (None: not in the trace or profile), the
-    time at stake measured against ``base_ns`` (the threads' time in parallel
-    regions): rule, pid, py_location, location, stake_ns, finding, advice; most
-    time at stake first."""
+    time at stake measured against ``base_ns`` (the threads' busy time in
+    parallel regions): rule, pid, py_location, location, stake_ns, finding,
+    advice; most time at stake first."""
     least = STAKE_SHARE * base_ns
     rows = []
     if regions is not None:
@@ -196,5 +197,5 @@ def advice(trace: Trace) -> pd.DataFrame:
         else None
     locks = metrics.lock_contention(trace) if {"mutex_acquire", "mutex_acquired",
                                                "mutex_released"} <= present else None
-    base = float(metrics.region_threads(trace)["duration_ns"].sum())
+    base = float(metrics.region_threads(trace)["busy_ns"].sum())
     return advise(base, regions, sites, locks)

@@ -391,9 +391,10 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
     busy time), fork_join_ns and fork_join_share (of duration_ns) and the
     most common schedule; most time lost first.
 
-    ``fork_join_ns``: a region's duration less its busiest thread's busy time,
-    what no thread spent working (starting and ending the team, and waiting
-    for it); ``schedule``: of the region's worksharing loops (records.
+    ``fork_join_ns``: a region's duration less the longest time one of its
+    threads was busy or waiting in taskwait/taskgroup or for a lock there: what
+    no thread spent on the region's work (starting and ending the team, and
+    waiting for it); ``schedule``: of the region's worksharing loops (records.
     LOOP_SCHEDULES: static, dynamic, guided, other; unknown on a runtime that
     does not tell, libomp before 19; mixed; None: no loop).
     """
@@ -407,11 +408,14 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
         return ns_columns(rt.assign(busy_share=rt["busy_ns"] / dur,
                                     barrier_wait_share=rt["barrier_wait_ns"] / dur))
     waiting = rt["barrier_wait_ns"] + rt["sync_wait_ns"] + rt["lock_wait_ns"]
-    per = rt.assign(_waiting=waiting).groupby(["pid", "parallel_id"], sort=False).agg(
+    active = rt["busy_ns"] + rt["sync_wait_ns"] + rt["lock_wait_ns"]
+    per = rt.assign(_waiting=waiting, _active=active).groupby(
+        ["pid", "parallel_id"], sort=False).agg(
         threads=("thread", "size"), busy_mean_ns=("busy_ns", "mean"),
         busy_min_ns=("busy_ns", "min"), busy_max_ns=("busy_ns", "max"),
         busy_total_ns=("busy_ns", "sum"), tasks_ns=("duration_ns", "sum"),
-        barrier_wait_ns=("barrier_wait_ns", "sum"), wait_ns=("_waiting", "sum"))
+        barrier_wait_ns=("barrier_wait_ns", "sum"), wait_ns=("_waiting", "sum"),
+        active_max_ns=("_active", "max"))
     paired = tables.region_intervals(trace)
     regions = closed(trace, tables.region_intervals)[[
         "pid", "parallel_id", "begin_ns", "duration_ns", "requested_team_size", "codeptr",
@@ -430,9 +434,10 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
     out["lost_ns"] = out["threads"] * out["busy_max_ns"] - out["busy_total_ns"]
     out["barrier_wait_share"] = out["barrier_wait_ns"] / tasks
     out["wait_share"] = out["wait_ns"] / tasks
-    # What no thread spent working: starting the team, ending it (the busiest
-    # thread's busy time is the least a region of this team could take).
-    out["fork_join_ns"] = (out["duration_ns"] - out["busy_max_ns"]).clip(lower=0)
+    # What no thread spent on the region's work: starting the team, ending it (the
+    # thread longest at work, or waiting in taskwait or for a lock, is the least a
+    # region of this team could take).
+    out["fork_join_ns"] = (out["duration_ns"] - out.pop("active_max_ns")).clip(lower=0)
     out["schedule"] = _schedules(trace, out[["pid", "parallel_id"]])
     if by != "region":
         return ns_columns(_imbalance_by(out, by))

@@ -170,9 +170,9 @@ def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd
     every instance, less when it changes, and not meaningful for a nested
     region whose teams run on changing threads (imbalance_max, the worst
     instance, is left out).  ``fork_join_ns`` is the regions' total duration
-    less the busiest thread's busy time summed over them: the trace's figure
-    (each instance's duration less its busiest thread's) when the same thread
-    is the busiest in every instance, more when it changes.  Left out: the
+    less the largest time one thread was busy or waiting in taskwait or for a
+    lock in them, summed over them: the trace's figure (per instance) when the
+    same thread is the longest at work in every instance, more when it changes.  Left out: the
     loops' ``schedule`` (a profile does not tie a loop to its region).
     ``per_thread=True``: one row per pid, location and thread: implicit_tasks,
     duration_ns, busy_ns and the waits, busy_share, barrier_wait_share."""
@@ -187,12 +187,13 @@ def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd
         return ns_columns(per.assign(busy_share=per["busy_ns"] / dur,
                                      barrier_wait_share=per["barrier_wait_ns"] / dur))
     per["_wait"] = per["barrier_wait_ns"] + per["sync_wait_ns"] + per["lock_wait_ns"]
+    per["_active"] = per["busy_ns"] + per["sync_wait_ns"] + per["lock_wait_ns"]
     out = per.groupby(["pid", "location"], sort=False, dropna=False).agg(
         function=("function", "first"), threads=("thread", "size"),
         busy_mean=("busy_ns", "mean"), busy_max=("busy_ns", "max"),
         busy_total=("busy_ns", "sum"), tasks_ns=("duration_ns", "sum"),
         implicit_tasks=("implicit_tasks", "sum"), barrier_wait_ns=("barrier_wait_ns", "sum"),
-        wait_ns=("_wait", "sum")).reset_index()
+        wait_ns=("_wait", "sum"), active_max=("_active", "max")).reset_index()
     c = _with_source(prof, prof.parts.constructs)
     c = c[c["construct"] == "parallel region"]
     regions = c.groupby(["pid", "location"], sort=False, dropna=False).agg(
@@ -209,7 +210,7 @@ def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd
     out["barrier_wait_share"] = out["barrier_wait_ns"] / tasks
     out["wait_share"] = out["wait_ns"] / tasks
     out["busy_ns"] = out["busy_total"]
-    out["fork_join_ns"] = (out["duration_ns"] - out["busy_max"]).clip(lower=0)
+    out["fork_join_ns"] = (out["duration_ns"] - out["active_max"]).clip(lower=0)
     out["fork_join_share"] = out["fork_join_ns"] / out["duration_ns"].where(
         out["duration_ns"] > 0)
     out = out.sort_values("lost_ns", ascending=False, kind="stable").reset_index(drop=True)
@@ -309,7 +310,7 @@ def advice(prof: Profile) -> pd.DataFrame:
     ["cannot"]``: the rules a profile cannot give, and why
     (advice.CANNOT_FROM_PROFILE)."""
     p = prof.parts
-    out = rules.advise(float(p.regions_threads["duration_ns"].sum()),
+    out = rules.advise(float(p.regions_threads["busy_ns"].sum()),
                        regions=imbalance(prof) if len(p.regions_threads) else None,
                        locks=lock_contention(prof) if len(p.locks) else None)
     out.attrs["cannot"] = dict(rules.CANNOT_FROM_PROFILE)
