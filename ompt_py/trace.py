@@ -725,6 +725,12 @@ class Trace:
 
         return plots.imbalance(self, ax=ax)
 
+    def plot_locks(self, ax: Any = None) -> Any:
+        """Time waited for and time held of the most waited-for locks; the Figure."""
+        from .presentation import plots
+
+        return plots.locks(self, ax=ax)
+
     # ---- files (ompt_py.io) -------------------------------------------------------------
 
     def save(self, path: str | os.PathLike) -> None:

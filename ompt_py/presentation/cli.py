@@ -473,15 +473,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     document(trace, top=args.top, width=args.width).print(sys.stdout)
 
     def plot(path: str) -> None:
-        from .plots import overview
+        from .plots import report_figure
 
-        overview(trace).savefig(path, dpi=100)
+        report_figure(trace, top=args.top).savefig(path, dpi=100)
 
     def html(path: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
             f.write(render_html(trace, top=args.top, title=os.path.basename(args.trace)))
 
-    for path, write, what in ((args.plot, plot, "timeline and thread states"),
+    for path, write, what in ((args.plot, plot, "plots"),
                               (args.html, html, "HTML report")):
         if not path:
             continue
@@ -576,8 +576,10 @@ def parser() -> argparse.ArgumentParser:
                           "width, or COLUMNS; 100 when not a terminal); colour only on a "
                           "terminal, never with NO_COLOR set")
     rep.add_argument("--plot", metavar="FILE",
-                     help="write the per-thread timeline and state breakdown as an image "
-                          "(format from the extension: .png, .svg, .pdf)")
+                     help="write the plots as one image: the per-thread timeline, the state "
+                          "breakdown, and the load imbalance, task durations and lock "
+                          "contention the trace has (format from the extension: .png, .svg, "
+                          ".pdf)")
     rep.add_argument("--html", metavar="FILE",
                      help="write one self-contained HTML report: the summary tables and the "
                           "plots (embedded PNG)")

@@ -176,5 +176,7 @@ def render_html(trace: Trace, top: int = 10, title: str = "") -> str:
         parts += ["<h2>Load imbalance</h2>", image(plots.imbalance(trace, top=top))]
     if answers.tasks is not None:
         parts += ["<h2>Task durations</h2>", image(plots.task_durations(trace))]
+    if answers.locks is not None and len(answers.locks):
+        parts += ["<h2>Lock contention</h2>", image(plots.locks(trace, top=top))]
     parts.append("</body></html>\n")
     return "\n".join(parts)

@@ -132,8 +132,14 @@ def test_timeline_names_regions_by_python_line(app, plain):
     assert short in labels(app.plot_timeline(start_ns=begin - 2 * width, end_ns=end + 2 * width))
     assert not any("main" in label for label in labels(
         app.plot_timeline(start_ns=begin - 50 * width, end_ns=end + 49 * width)))
-    # the whole trace: what is written, Python lines (every region has one)
-    assert set(labels(app.plot_timeline())) <= set(regions["py_location"])
+    # the whole trace: what is written, Python lines (every region has one), or
+    # their short form shortened to the region, with the count of a run of regions
+    for label in labels(app.plot_timeline()):
+        line, _, count = label.partition(" (")
+        assert (line in set(regions["py_location"])
+                or any(p.rsplit("/", 1)[1].startswith(line.split("…")[0])
+                       for p in regions["py_location"])), label
+        assert not count or re.fullmatch(r"\d+ regions\)", count), label
     # without Python stacks: the source location, as parallel_regions() gives it
     written = labels(plain.plot_timeline())
     assert written and set(written) <= set(plain.parallel_regions()["location"])
@@ -143,4 +149,6 @@ def test_imbalance_plot_names_the_python_line(app):
     fig = app.plot_imbalance()
     notes = [t.get_text() for t in fig.axes[0].texts]
     worst = app.imbalance().sort_values("lost_ns").iloc[-1]
-    assert notes[0].startswith(f"{worst['py_location']} ({worst['location']}): ")
+    named = f"{worst['py_location']} ({worst['location']})"
+    head, _, tail = notes[0].split(": ")[0].partition("…")  # shortened to the figure
+    assert named.startswith(head) and named.endswith(tail) and len(head) > 20
