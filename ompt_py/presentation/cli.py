@@ -561,12 +561,16 @@ def parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     rep = sub.add_parser("report", help="print a summary of a trace or profile; plots and HTML "
                          "report",
-                         description="Print counts and times per construct, per parallel "
-                         "region and per thread, and the written/dropped record counts "
-                         "(of a profile: the same answers per source location, no plots). "
-                         "--plot and --html also write the answers: time per construct and "
-                         "source location, thread states, load imbalance per region, task "
-                         "durations, lock contention, and the per-thread timeline.")
+                         description="Print the answers about a trace or profile: what "
+                         "ran and how long (per construct, per Python and source location), "
+                         "who waited (per thread, per parallel region location, per lock), "
+                         "what to do about it (advice computed from the figures: "
+                         "docs/reports.md), and the written/dropped record counts; laid out "
+                         "for the terminal's width (--width), in colour on a terminal "
+                         "unless NO_COLOR is set.  A profile gives the same answers per "
+                         "source location, and no plots.  --plot and --html also draw the "
+                         "per-thread timeline, the thread states, the load imbalance, the "
+                         "task durations and the lock contention.")
     rep.add_argument("trace", help="a trace or profile file (.parquet), raw directory or "
                      ".omptraw file")
     rep.add_argument("--top", type=_positive(int), default=10,
