@@ -186,16 +186,20 @@ def advise(base_ns: float, regions: pd.DataFrame | None = None,
     return ns_columns(out)
 
 
-def advice(trace: Trace) -> pd.DataFrame:
+def advice(trace: Trace, regions: pd.DataFrame | None = None,
+           locks: pd.DataFrame | None = None) -> pd.DataFrame:
     """What to do (see the module), from a trace: one row per place and rule that
-    fires (advise)."""
+    fires (advise).  ``regions`` (metrics.imbalance by Python location, or by
+    source without Python stacks) and ``locks`` (metrics.lock_contention): the
+    caller's, when it made them already."""
     require_states(trace, "advice()")
     by = "python" if metrics.has_python_stacks(trace) else "source"
     present = tables.present_events(trace)
-    regions = metrics.imbalance(trace, by=by) if "parallel_begin" in present else None
+    if regions is None and "parallel_begin" in present:
+        regions = metrics.imbalance(trace, by=by)
     sites = metrics.task_sites(trace, by=by) if {"task_create", "task_schedule"} <= present \
         else None
-    locks = metrics.lock_contention(trace) if {"mutex_acquire", "mutex_acquired",
-                                               "mutex_released"} <= present else None
+    if locks is None and {"mutex_acquire", "mutex_acquired", "mutex_released"} <= present:
+        locks = metrics.lock_contention(trace)
     base = float(metrics.region_threads(trace)["busy_ns"].sum())
     return advise(base, regions, sites, locks)

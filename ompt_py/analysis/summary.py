@@ -386,18 +386,21 @@ def summary(trace: Trace, top: int = 10) -> Summary:
     present = tables.present_events(trace)
     python_stacks = metrics.has_python_stacks(trace)
     threads = attempt(lambda: thread_totals(trace))
-    regions = attempt(lambda: regions_per_location(metrics.imbalance(
-        trace, by="python" if python_stacks else "source")).head(top)
+    by_location = attempt(lambda: metrics.imbalance(
+        trace, by="python" if python_stacks else "source")
         if "parallel_begin" in present else None)
+    regions = regions_per_location(by_location).head(top) if by_location is not None else None
     tasks = attempt(lambda: metrics.task_granularity(trace) if "task_create" in present else None)
     if tasks is not None:
         attrs = tasks.attrs
         tasks = tasks[tasks["tasks"] > 0].drop(columns=["lo_ns", "hi_ns"])
         tasks.attrs = attrs
-    locks = attempt(lambda: metrics.lock_contention(trace).head(top)[
+    all_locks = attempt(lambda: metrics.lock_contention(trace)
+                        if present & {"mutex_acquire", "mutex_acquired"} else None)
+    locks = all_locks.head(top)[
         ["kind", "py_location", "location", "acquisitions", "threads", "wait_total_ns",
-         "wait_p95_ns", "hold_total_ns", "hold_mean_ns", "top_holder", "top_holder_share"]]
-        if present & {"mutex_acquire", "mutex_acquired"} else None)
+         "wait_p95_ns", "hold_total_ns", "hold_mean_ns", "top_holder", "top_holder_share"]] \
+        if all_locks is not None else None
     python = None
     if python_stacks:
         by_line = metrics.constructs(trace, by="python")
@@ -415,7 +418,8 @@ def summary(trace: Trace, top: int = 10) -> Summary:
     sources = metrics.constructs(trace, by="source")
     sources = sources[sources["construct"] != CONSTRUCTS["implicit_task"]].head(top)
     notes += [n for n in [window_note(trace)] if n]
-    what_to_do = attempt(lambda: advice.advice(trace)) if threads is not None else None
+    what_to_do = attempt(lambda: advice.advice(trace, by_location, all_locks)) \
+        if threads is not None else None
     return Summary(overview(trace), metrics.constructs(trace), sources.drop(columns="pid"),
                    threads=threads, regions=regions, tasks=tasks, locks=locks, python=python,
                    offload=totals, notes=notes, advice=what_to_do)
