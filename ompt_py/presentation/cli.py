@@ -57,10 +57,13 @@ exit status:
 """
 
 REPORT_DESCRIPTION = """\
-Print a trace's summary: records written and dropped, where the time went
-(per construct, source location and Python line), each thread's time busy and
-waiting, the most imbalanced regions, task sizes, lock contention; a profile's
-answers per source location.  --plot and --html write them with plots too.
+Print the answers about a trace: what ran and how long (per construct, per
+Python and source location), who waited (per thread, per region location, per
+lock) and what to do about it (advice from the figures: docs/reports.md), laid
+out for the terminal's width (--width), in colour on a terminal unless NO_COLOR
+is set.  A profile gives the same answers per source location, and no plots.
+--plot and --html draw the timeline, thread states, imbalance, task durations
+and lock contention too.
 """
 
 REPORT_EPILOG = """\
@@ -483,7 +486,7 @@ def _check_plot(path: str) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from ..trace import Trace, load
-    from .report import render, render_html, render_profile, render_profile_html
+    from .report import document, profile_document, render_html, render_profile_html
 
     # Checked before the work: a wrong name is not told after a minute of plotting.
     if args.plot:
@@ -495,7 +498,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.plot:
             raise ConfigError(f"--plot: {args.trace} is a profile, which has no timeline to "
                               "plot; trace the run (ompt-py run without --profile) for it")
-        print(render_profile(trace, top=args.top), end="")
+        profile_document(trace, top=args.top, width=args.width).print(sys.stdout)
         if args.html:
             try:
                 with open(args.html, "w", encoding="utf-8") as f:
@@ -507,18 +510,18 @@ def cmd_report(args: argparse.Namespace) -> int:
                 return 1
             print(f"ompt-py report: HTML report -> {args.html}", file=sys.stderr)
         return 0
-    print(render(trace, top=args.top), end="")
+    document(trace, top=args.top, width=args.width).print(sys.stdout)
 
     def plot(path: str) -> None:
-        from .plots import overview
+        from .plots import report_figure
 
-        overview(trace).savefig(path, dpi=100)
+        report_figure(trace, top=args.top).savefig(path, dpi=100)
 
     def html(path: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
             f.write(render_html(trace, top=args.top, title=os.path.basename(args.trace)))
 
-    for path, write, what in ((args.plot, plot, "timeline and thread states"),
+    for path, write, what in ((args.plot, plot, "plots"),
                               (args.html, html, "HTML report")):
         if not path:
             continue
@@ -639,9 +642,15 @@ def parser() -> argparse.ArgumentParser:
                      ".omptraw file")
     rep.add_argument("--top", type=_positive(int), default=10,
                      help="rows per table (default: %(default)s)")
+    rep.add_argument("--width", type=_positive(int), metavar="COLUMNS",
+                     help="lay the text out for this many columns (default: the terminal's "
+                          "width, or COLUMNS; 100 when not a terminal); colour only on a "
+                          "terminal, never with NO_COLOR set")
     rep.add_argument("--plot", metavar="FILE",
-                     help="write the per-thread timeline and state breakdown as an image "
-                          "(format from the extension: .png, .svg, .pdf)")
+                     help="write the plots as one image: the per-thread timeline, the state "
+                          "breakdown, and the load imbalance, task durations and lock "
+                          "contention the trace has (format from the extension: .png, .svg, "
+                          ".pdf)")
     rep.add_argument("--html", metavar="FILE",
                      help="write one self-contained HTML report: the summary tables and the "
                           "plots (embedded PNG)")
