@@ -9,7 +9,8 @@
   definition of busy.
 * ``samples``: the runtime's sampled states.
 * ``metrics``: constructs, imbalance, task granularity, lock contention,
-  utilisation; ``summary``: the answers together.
+  utilisation; ``advice``: what to do, computed from them (rules with
+  thresholds); ``summary``: the answers together, as tables and as text.
 * ``cache``: the derived tables of each trace, made once.
 
 Modules here take a Trace (``ompt_py.trace``, imported only for type

@@ -1,8 +1,9 @@
 """Presentation: what a person reads.
 
-* ``report``: ``ompt-py report``, as text and as one HTML page.
+* ``report``: ``ompt-py report``, as text for the terminal's width
+  (ompt_py.layout) and as one HTML page.
 * ``plots``: matplotlib figures (timeline, thread states, task durations,
-  imbalance).
+  imbalance, lock contention, and all of them for ``--plot``).
 * ``magic``: ``%%ompt`` in Jupyter (IPython needed).
 * ``cli``: the ``ompt-py`` command.
 
