@@ -39,9 +39,6 @@ Run a program, Python script or module with the tool attached to the OpenMP
 runtime of every process it starts, then merge their records into one trace
 (or, with --profile, one profile).  Code built with gcc -fopenmp runs on LLVM
 libomp, traced (--runtime).  OMPTPY_* variables pass through; options override.
-Under an MPI launcher, each rank's ompt-py run writes its part of the directory
--o that the job's ranks share; --mpi records MPI calls and aligns the ranks'
-clocks (docs/mpi.md).
 """
 
 RUN_EPILOG = f"""\
@@ -49,8 +46,7 @@ examples:
   ompt-py run -o trace.parquet -- ./my_openmp_program args
   ompt-py run -o trace.parquet my_script.py args
   ompt-py run --profile -o prof.parquet -m my_module args
-  mpirun -n 4 ompt-py run --mpi -o run1/ -- ./hybrid args    (a part per rank)
-  srun ompt-py run --mpi -o $SCRATCH/run1/ -- ./hybrid args
+  ompt-py run --mpi -o trace.parquet -- mpirun -n 4 ./hybrid args
 
 exit status:
   the command's, when it failed (128 + N when signal N killed it); else
@@ -206,7 +202,10 @@ def _join_job(output: str, job_id: str, rank: int) -> str:
     try:
         os.makedirs(output, exist_ok=True)
         marker = os.path.join(output, JOB_FILE)
-        if not os.path.exists(marker) and os.listdir(output):
+        # The job's own files (JOB_FILE, a rank's copy of it on its way, the ranks'
+        # folders) do not count: another rank may be making them now.
+        others = [n for n in os.listdir(output) if not n.startswith((JOB_FILE, ".rank-"))]
+        if not os.path.exists(marker) and others:
             raise ConfigError(f"{output} is a directory that is not empty and holds no ompt-py "
                               "job; its traces would be mixed with this one; give an empty or "
                               "new directory")
@@ -686,7 +685,10 @@ def parser() -> argparse.ArgumentParser:
                      help="preload ompt-py's MPI library into the command: MPI calls recorded "
                           "(Trace.mpi_calls()), each rank's clock measured against rank 0's at "
                           "MPI_Init and MPI_Finalize, so that the trace puts the ranks on one "
-                          "time axis (docs/mpi.md)")
+                          "time axis.  Under the launcher (mpirun -n 4 ompt-py run --mpi -o "
+                          "run1/ -- ./hybrid; srun too) each rank writes its part of the "
+                          "directory -o, which the job's ranks share; around it, the local "
+                          "ranks only (docs/mpi.md)")
     run.add_argument("--profile", action="store_true",
                      help="no trace: per-thread aggregates (counts, times, histograms per "
                           "construct and source location, region, lock, task creation site), "
