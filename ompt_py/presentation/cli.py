@@ -57,13 +57,10 @@ exit status:
 """
 
 REPORT_DESCRIPTION = """\
-Print the answers about a trace: what ran and how long (per construct, per
-Python and source location), who waited (per thread, per region location, per
-lock) and what to do about it (advice from the figures: docs/reports.md), laid
-out for the terminal's width (--width), in colour on a terminal unless NO_COLOR
-is set.  A profile gives the same answers per source location, and no plots.
---plot and --html draw the timeline, thread states, imbalance, task durations
-and lock contention too.
+Print what ran and how long (per construct, Python line and source location),
+who waited (per thread, region, lock) and what to do about it (docs/reports.md),
+for the terminal's width, in colour unless NO_COLOR is set; a profile's answers
+per source location.  --plot and --html draw the plots too.
 """
 
 REPORT_EPILOG = """\
