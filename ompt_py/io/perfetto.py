@@ -276,7 +276,7 @@ class Counter(NamedTuple):
 Batch = Union[Slices, Flows, Counter]
 
 
-class _Source(NamedTuple):
+class Source(NamedTuple):
     """``count`` rows of a table, whose events ``make(part)`` makes a batch at a
     time; for slices, their ``cat`` and ``spans()`` (``device``: on the devices'
     tracks), for flows their ``points()``."""
@@ -287,6 +287,7 @@ class _Source(NamedTuple):
     spans: Callable[[], _Spans] | None = None
     points: Callable[[], tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]] | None = None
     device: bool = False
+    begins: np.ndarray | None = None  # filtered: the slices' begins before clipping
 
 
 def _complete(cat: str, pid: Any, tid: Any, begin: Any, end: Any, name: str | Column,
@@ -329,7 +330,7 @@ def _json_text(batch: Batch) -> bytes:
 
 
 def _slices(rec: _Records, cat: str, pairs: _Pairs,
-            make: Callable[[np.ndarray, Part], tuple[str | Column, _Args]]) -> _Source:
+            make: Callable[[np.ndarray, Part], tuple[str | Column, _Args]]) -> Source:
     """Slices of paired records, from the process, thread and time of the begin's
     record: ``make(records of the begins, part)`` gives the name and args of a batch."""
     def batch(part: Part) -> Slices:
@@ -341,10 +342,10 @@ def _slices(rec: _Records, cat: str, pairs: _Pairs,
     def spans() -> _Spans:
         return _Spans(pairs.rows, rec.pid(pairs.rows), rec.ev["thread"][pairs.rows],
                       rec.time(pairs.rows), pairs.end)
-    return _Source(len(pairs), batch, cat, spans)
+    return Source(len(pairs), batch, cat, spans)
 
 
-def _user_slices(trace: Trace) -> _Source:
+def _user_slices(trace: Trace) -> Source:
     """ompt_py.region markers, paired by Trace.user_regions."""
     user = tables.user_regions(trace)
 
@@ -359,7 +360,7 @@ def _user_slices(trace: Trace) -> _Source:
     def spans() -> _Spans:
         return _Spans(None, *(user[c].to_numpy(np.int64)
                               for c in ("pid", "thread", "begin_ns", "end_ns")))
-    return _Source(len(user), batch, "user_region", spans)
+    return Source(len(user), batch, "user_region", spans)
 
 
 def _codeptr(records: np.ndarray) -> Column:
@@ -397,7 +398,7 @@ def _region_tree(rec: _Records, regions: _Pairs) -> tuple[_Pairs, Any, np.ndarra
 
 
 def _parallel(rec: _Records, regions: _Pairs,
-              tree: tuple[_Pairs, Any, np.ndarray, np.ndarray]) -> Iterator[_Source]:
+              tree: tuple[_Pairs, Any, np.ndarray, np.ndarray]) -> Iterator[Source]:
     """The slices of the initial tasks, the parallel ``regions`` and the implicit
     tasks (``tree``: _region_tree of the regions)."""
     ev = rec.ev
@@ -427,7 +428,7 @@ def _parallel(rec: _Records, regions: _Pairs,
                       ("thread_num", number(r["u64a"])), ("team_size", number(r["u32a"]))]))
 
 
-def _work(rec: _Records) -> _Source:
+def _work(rec: _Records) -> Source:
     work = _scoped(rec, "work", "thread", "kind_raw")
     locations = _Locations(rec, work.rows)
     return _slices(rec, "work", work, lambda r, part: (_kind(r), [
@@ -436,7 +437,7 @@ def _work(rec: _Records) -> _Source:
         ("location", locations.column(rec.pid(work.rows[part]), r["codeptr"]))]))
 
 
-def _sync(rec: _Records, regions: _Pairs) -> tuple[_Pairs, _Source, _Source]:
+def _sync(rec: _Records, regions: _Pairs) -> tuple[_Pairs, Source, Source]:
     """The waits in barriers, taskwait and taskgroup (the counter counts them too),
     and the slices of those sync regions and of the waits."""
     waits = _scoped(rec, "sync_region_wait", "thread", "kind_raw")
@@ -457,7 +458,7 @@ def _sync(rec: _Records, regions: _Pairs) -> tuple[_Pairs, _Source, _Source]:
                 _kind(r, " wait"), [("parallel_id", ident(r["parallel_id"]))])))
 
 
-def _tasks(rec: _Records) -> tuple[_Source, _Source]:
+def _tasks(rec: _Records) -> tuple[Source, Source]:
     """Per thread that ran it, each explicit task from its first start to the end of
     its last piece there (what nests on a thread's stack), and the flows: from each
     task's creation to its first start."""
@@ -496,10 +497,10 @@ def _tasks(rec: _Records) -> tuple[_Source, _Source]:
         return Flows("task", np.arange(len(creation))[part] + 1, *ends(part))
     return (_slices(rec, "task", spans, lambda r, part: (
                 "task", [("task_id", number(r["u64a"])), ("pieces", number(pieces[part]))])),
-            _Source(len(creation), flows, points=lambda: ends(slice(None))))
+            Source(len(creation), flows, points=lambda: ends(slice(None))))
 
 
-def _mutex(rec: _Records) -> tuple[_Pairs, _Source, _Source]:
+def _mutex(rec: _Records) -> tuple[_Pairs, Source, Source]:
     """Lock, critical and ordered acquisitions as Trace.mutex() has them: the waits
     (acquire -> acquired; the counter counts them too), and the slices of the
     waits and of the holds (acquired -> released)."""
@@ -535,7 +536,7 @@ def _mutex(rec: _Records) -> tuple[_Pairs, _Source, _Source]:
                  ("codeptr", hexadecimal(codeptr[part], codeptr[part] == 0))])))
 
 
-def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter) -> _Source:
+def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter) -> Source:
     """A counter per process and time: how many threads wait in sync regions and
     for mutexes, after each change.  A thread counts once while it waits, however
     many of its waits nest (a taskwait in a task run inside a barrier's wait),
@@ -572,7 +573,7 @@ def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter) -> _
     def batch(part: Part) -> Counter:
         return Counter("threads waiting", pid[part], time[part],
                        [("sync", in_sync[part]), ("mutex", in_mutex[part])])
-    return _Source(len(pid), batch)
+    return Source(len(pid), batch)
 
 
 def _waiting_threads(pid: np.ndarray, thread: np.ndarray, begin: np.ndarray, end: np.ndarray,
@@ -611,7 +612,7 @@ DEVICE_TID = 1 << 30
 
 
 def _table_slices(table: pd.DataFrame, cat: str,
-                  make: Callable[[pd.DataFrame], tuple[str | Column, _Args]]) -> _Source:
+                  make: Callable[[pd.DataFrame], tuple[str | Column, _Args]]) -> Source:
     """Slices of the rows of an offload table (pid, thread, begin_ns, end_ns; a
     row without an end is zero long): ``make(rows of a batch)`` gives the name
     and args of a batch."""
@@ -625,7 +626,7 @@ def _table_slices(table: pd.DataFrame, cat: str,
     def spans() -> _Spans:
         return _Spans(None, table["pid"].to_numpy(np.int64), table["thread"].to_numpy(np.int64),
                       table["begin_ns"].to_numpy(np.int64), end)
-    return _Source(len(table), batch, cat, spans)
+    return Source(len(table), batch, cat, spans)
 
 
 def _names(values: pd.Series) -> Column:
@@ -634,7 +635,7 @@ def _names(values: pd.Series) -> Column:
     return named(codes, json_names(names))
 
 
-def _host_offload(trace: Trace) -> Iterator[_Source]:
+def _host_offload(trace: Trace) -> Iterator[Source]:
     """On the threads' tracks: the target constructs (named by kind), the data
     operations in them (by kind) and the kernel submissions."""
     yield _table_slices(offload.target_regions(trace), "target", lambda r: (_names(r["kind"]), [
@@ -687,7 +688,7 @@ def _device_metadata(devices: _DeviceTracks, flt: ExportFilter) -> list[dict]:
          "args": {"sort_index": tid}})]
 
 
-def _device_slices(devices: _DeviceTracks) -> _Source:
+def _device_slices(devices: _DeviceTracks) -> Source:
     """The kernels and transfers on the devices' tracks (cat "device")."""
     table = devices.table
 
@@ -702,10 +703,10 @@ def _device_slices(devices: _DeviceTracks) -> _Source:
     def spans() -> _Spans:
         return _Spans(None, table["pid"].to_numpy(np.int64), devices.tid,
                       table["begin_ns"].to_numpy(np.int64), table["end_ns"].to_numpy(np.int64))
-    return _Source(len(table), batch, "device", spans, device=True)
+    return Source(len(table), batch, "device", spans, device=True)
 
 
-def _device_flows(devices: _DeviceTracks, first_id: int) -> _Source:
+def _device_flows(devices: _DeviceTracks, first_id: int) -> Source:
     """A flow (cat and name "offload", ids from ``first_id``) from each host
     operation to its kernel or transfer on a device's track."""
     table = devices.table
@@ -721,7 +722,7 @@ def _device_flows(devices: _DeviceTracks, first_id: int) -> _Source:
 
     def points() -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
         return (pid, thread, host_ns), (pid, None, begin)  # a device's track: with its process
-    return _Source(len(linked), batch, points=points)
+    return Source(len(linked), batch, points=points)
 
 
 def _process_name(proc: dict) -> str:
@@ -853,7 +854,7 @@ class _Holders:
         self.begins = [np.sort(begin[key == k]) for k in self.tracks]
         self.found: list[tuple[np.ndarray, ...]] = [(np.empty(0, np.int64),) * 3]
 
-    def watch(self, sources: Iterable[_Source]) -> Iterator[_Source]:
+    def watch(self, sources: Iterable[Source]) -> Iterator[Source]:
         for source in sources:
             if source.spans is not None:
                 spans = source.spans()
@@ -872,7 +873,7 @@ class _Holders:
         return tuple(np.concatenate(c) for c in zip(*self.found))
 
 
-def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> _Source:
+def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> Source:
     """Slices of the Python frames (cat "python", named by location: "file:line in
     function"; below them, ``native``, the native callers recorded with the
     stack) above the constructs started from Python (``items``), on the same
@@ -951,12 +952,12 @@ def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> _
                           ("inherited", named(inherited[part], ["false", "true"]))])
     def spans() -> _Spans:
         return _Spans(None, pid, thread, slice_begin, slice_end)
-    return _Source(len(code), batch, "python", spans)
+    return Source(len(code), batch, "python", spans)
 
 
 def _track_sources(rec: _Records, regions: _Pairs,
                    tree: tuple[_Pairs, Any, np.ndarray, np.ndarray],
-                   devices: _DeviceTracks | None, flt: ExportFilter) -> Iterator[_Source]:
+                   devices: _DeviceTracks | None, flt: ExportFilter) -> Iterator[Source]:
     """The file's events after the metadata and the Python frames, in file order:
     the slices of every track, parents before children (the order that keeps
     slices starting at the same nanosecond nested the right way), the flows,
@@ -986,7 +987,7 @@ def _track_sources(rec: _Records, regions: _Pairs,
     yield _waiting(rec, waits, mutex_waits, flt)
 
 
-def filtered(source: _Source, flt: ExportFilter) -> _Source:
+def filtered(source: Source, flt: ExportFilter) -> Source:
     """``source`` with what ``flt`` keeps: its slices on the tracks kept that
     overlap the window, clipped to it, or its flows whose both ends are kept (a
     counter is filtered as it is made: _waiting)."""
@@ -1006,7 +1007,36 @@ def filtered(source: _Source, flt: ExportFilter) -> _Source:
     def kept() -> _Spans:
         return _Spans(None if spans.rows is None else spans.rows[keep], spans.pid[keep],
                       spans.thread[keep], begin, end)
-    return source._replace(count=len(keep), make=batch, spans=kept)
+    return source._replace(count=len(keep), make=batch, spans=kept, begins=spans.begin[keep])
+
+
+def _subset(source: Source, at: np.ndarray) -> Source:
+    """The slices ``at`` (positions) of a filtered ``source``."""
+    def kept() -> _Spans:
+        spans = source.spans()
+        return _Spans(None if spans.rows is None else spans.rows[at], spans.pid[at],
+                      spans.thread[at], spans.begin[at], spans.end[at])
+    return source._replace(count=len(at), make=lambda part: source.make(at[part]), spans=kept,
+                           begins=source.begins[at])
+
+
+def _window_first(sources: Iterable[Source], start: int) -> list[Source]:
+    """``sources`` (filtered), the slices clipped at the window's ``start`` first, in
+    the order of their begins before clipping (then of the file): they all begin
+    at ``start`` now, and a viewer nests the slices that begin together in file
+    order, so parents must come first, whatever their source."""
+    sources = list(sources)
+    clipped = [(source.begins[at], np.full(len(at), i), at) for i, source in enumerate(sources)
+               if source.begins is not None
+               for at in [np.flatnonzero(source.begins < start)] if len(at)]
+    if not clipped:
+        return sources
+    begins, which, at = (np.concatenate(c) for c in zip(*clipped))
+    order = np.lexsort((at, which, begins))
+    first = [_subset(sources[i], at[[k]]) for i, k in zip(which[order], order)]
+    rest = [s if s.begins is None else _subset(s, np.flatnonzero(s.begins >= start))
+            for s in sources]
+    return first + rest
 
 
 class Tracks(NamedTuple):
@@ -1019,8 +1049,8 @@ class Tracks(NamedTuple):
     sources are consumed, with what the filter clipped and left out)."""
 
     metadata: list[dict]
-    sources: Iterator[_Source]
-    frames: Callable[[], _Source] | None
+    sources: Iterator[Source]
+    frames: Callable[[], Source] | None
     other: Callable[[], dict]
 
 
@@ -1046,14 +1076,19 @@ def tracks(trace: Trace, flt: ExportFilter) -> Tracks:
 
     def made_other() -> dict:
         return {**other, "export_filter": flt.meta()} if flt.active else other
-    if items is None or items.empty:
-        return Tracks(metadata, (filtered(s, flt) for s in raw), None, made_other)
-    holders = _Holders(items)  # the slices the frames lie on, as the sources pass
-    return Tracks(metadata, (filtered(s, flt) for s in holders.watch(raw)),
+    holders = None if items is None or items.empty else _Holders(items)
+    sources: Iterable[Source] = (filtered(s, flt)
+                                  for s in (raw if holders is None else holders.watch(raw)))
+    if flt.start_ns is not None:
+        sources = _window_first(sources, flt.start_ns)
+    if holders is None:
+        return Tracks(metadata, iter(sources), None, made_other)
+    # the frames lie on the slices of the sources: made once those have passed
+    return Tracks(metadata, iter(sources),
                   lambda: filtered(_python_frames(stacks, items, holders), flt), made_other)
 
 
-def _write_sources(writer: ArrayWriter, sources: Iterable[_Source], progress: Progress) -> None:
+def _write_sources(writer: ArrayWriter, sources: Iterable[Source], progress: Progress) -> None:
     """Formats the events of ``sources`` a batch at a time, in parallel, and writes
     them in order (the progress bar's total grows as the tables are made)."""
     def jobs() -> Iterator[Callable[[], tuple[int, bytes]]]:
