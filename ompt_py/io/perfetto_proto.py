@@ -246,7 +246,7 @@ def _metadata_packet(other: dict, time: int, uuids: _TrackUuids, strings: _Strin
         _int(_SEQUENCE_FLAGS, _NEEDS_STATE), _len(_TRACK_EVENT, event))
 
 
-def _track_index(index: dict[tuple[int, int], int], pid: np.ndarray, tid: np.ndarray
+def track_index(index: dict[tuple[int, int], int], pid: np.ndarray, tid: np.ndarray
                  ) -> np.ndarray:
     """The track of each (pid, tid), by ``index`` (-1: none)."""
     known = np.array([p << 32 | t for p, t in index], np.int64)
@@ -259,11 +259,12 @@ def _track_index(index: dict[tuple[int, int], int], pid: np.ndarray, tid: np.nda
     return np.where(found, value[at] if len(known) else -1, -1)
 
 
-class _Order:
+class SliceOrder:
     """Every slice of the sources in file order (source by source: a slice's
     position), the positions in the order of their begins (stable: file order
-    at one time), their begins, ends (cut by proto_nest) and tracks in that
-    order, and the sequence of begins and ends (``nest``)."""
+    at one time), their begins, ends (cut by proto_nest) and tracks (by
+    ``index``: (pid, tid) -> track) in that order, and the sequence of begins
+    and ends (``nest``).  The OTF2 export orders its events by it too."""
 
     def __init__(self, sources: list, index: dict[tuple[int, int], int]) -> None:
         self.sources = sources
@@ -273,7 +274,7 @@ class _Order:
             spans = source.spans()
             begin.append(np.asarray(spans.begin, np.int64))
             end.append(np.asarray(spans.end, np.int64))
-            track.append(_track_index(index, spans.pid, spans.thread).astype(np.int32))
+            track.append(track_index(index, spans.pid, spans.thread).astype(np.int32))
             if (track[-1] < 0).any():
                 raise ValueError(f"{source.cat} slices on a track the metadata does not name")
         begin = np.concatenate(begin) if begin else np.zeros(0, np.int64)
@@ -333,7 +334,7 @@ def _flows(sources: list, index: dict[tuple[int, int], int]) -> tuple[np.ndarray
         pid = np.concatenate([np.asarray(p[0], np.int64) for p in points] or [[]])
         tid = np.concatenate([np.asarray(p[1], np.int64) for p in points] or [[]])
         time = np.concatenate([np.asarray(p[2], np.int64) for p in points] or [[]])
-        ends.append((_track_index(index, pid, tid), time))
+        ends.append((track_index(index, pid, tid), time))
     return ids.astype(np.int64), *ends[0], *ends[1]
 
 
@@ -369,7 +370,7 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
         [s for s, kind in zip(sources, kinds) if kind is Flows], index)
     counters = [s for s, kind in zip(sources, kinds) if kind is Counter]
     del sources
-    order = _Order(slices, index)
+    order = SliceOrder(slices, index)
     # The flows' ends: the slices holding them (proto_nest's queries, in time order).
     on = (from_track >= 0) & (to_track >= 0)
     ids, n_on = flow_ids[on], int(on.sum())

@@ -219,7 +219,7 @@ def test_what_the_comparison_covers(tmp_path):
     task and offload flows, both counter series, devices, Python frames."""
     seen = Counter()
     for name in ("export-mixed", "pystacks-inprocess", "offload.omptraw"):
-        proto, doc = both(load_stored(name), tmp_path)
+        proto, _ = both(load_stored(name), tmp_path)
         for key, rows in proto.slices.items():
             seen.update(s["cat"] for s in rows)
             seen["deep"] += any(s["depth"] >= 3 for s in rows)
