@@ -154,13 +154,13 @@ def test_what_the_archives_hold(tmp_path):
 
 def test_filtered_archive(tmp_path):
     trace = load_stored("export-mixed")
-    archive, doc = exported(trace, tmp_path, start="30ms", end="45ms", threads=[0, 1])
+    archive, doc = exported(trace, tmp_path, start="20ms", end="52ms", threads=[0, 1])
     check(archive, doc)
     meta = json.loads(archive.properties["OMPT_PY::EXPORT_FILTER"])
     assert meta == doc["otherData"]["export_filter"]
     assert meta["clipped_slices"] > 0 and meta["threads"] == [0, 1]
     for loc, events in archive.events.items():
-        assert all(30_000_000 <= t <= 45_000_000 for _, t, _ in events), loc
+        assert all(20_000_000 <= t <= 52_000_000 for _, t, _ in events), loc
 
 
 def test_from_the_cli_into_an_archive_or_not(tmp_path):

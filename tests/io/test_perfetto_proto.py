@@ -233,7 +233,7 @@ def test_what_the_comparison_covers(tmp_path):
 
 
 @pytest.mark.parametrize("filters", [
-    {"start": "30ms", "end": "45ms"},
+    {"start": "20ms", "end": "52ms"},
     {"threads": [1]},
     {"start": 20_000_000, "threads": "0", "pid": None},
 ])
