@@ -57,7 +57,7 @@ def test_a_window_clips_the_slices_that_cross_it(trace, tmp_path):
     doc = perfetto(trace, tmp_path, "w.json", start="20ms", end=END)
     got = slices(doc)
     for e in got:
-        assert START <= ns(e["ts"]) and ns(e["ts"]) + ns(e["dur"]) <= END, e
+        assert ns(e["ts"]) >= START and ns(e["ts"]) + ns(e["dur"]) <= END, e
     # every slice overlapping the window is there, clipped; none other
     def key(e, begin, end):
         return (e["pid"], e["tid"], e["cat"], e["name"], begin, end)
