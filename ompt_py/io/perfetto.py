@@ -16,7 +16,15 @@ holds ("critical").  Args carry ids, kinds, counts and, where the table has
 it, the source location.  A flow arrow ("ph": "s" then "f" with "bp": "e",
 one id per task) goes from each task's creation to its first execution, and a
 counter ("ph": "C") per process gives the number of threads waiting over
-time, in barriers/taskwait/taskgroup ("sync") and for locks ("mutex").
+time, in barriers/taskwait/taskgroup ("sync") and for locks ("mutex"), each
+thread once however its waits nest.
+
+The sources of the slices, flows and counter (``tracks``) serve the
+protobuf and OTF2 exports too (perfetto_proto.py, otf2.py): each makes
+batches (``Slices``, ``Flows``, ``Counter``) of columns that the JSON renders
+as text here; every source is filtered by the export's ``ExportFilter``
+(``filtered``: slices clipped to its window).  The JSON's otherData come
+last in the file: they say what the filter clipped.
 
 With offload events, the threads' tracks also hold the target constructs (cat
 "target", named by kind), their data operations ("target_data_op") and kernel
