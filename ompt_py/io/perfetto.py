@@ -110,23 +110,27 @@ if TYPE_CHECKING:
 
 class _Records:
     """The records a Perfetto file is made of (``trace.events``), with the event
-    number of each (one contiguous copy, to select by)."""
+    number of each (one contiguous copy) and the rows of each event number
+    (``by_code[starts[c]:starts[c + 1]]``, in record order: one radix sort
+    instead of a pass over the records per selection)."""
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.ev = np.ascontiguousarray(trace.events)
         self.codes = np.ascontiguousarray(self.ev["event"])
+        self.by_code = np.argsort(self.codes, kind="stable")
+        self.starts = np.searchsorted(self.codes[self.by_code],
+                                      np.arange(max(EVENT_CODES.values()) + 2))
         # One process: no pid column (nor key: it would be the same for all).
         self.pids = None if trace.single_pid is not None else trace.pids
 
     def select(self, *events: str, scoped: bool = True) -> np.ndarray:
         """The rows of these events (``scoped``: only their begins and ends) in time
         order (stable: at equal times, in the order of the records)."""
-        wanted = self.codes == EVENT_CODES[events[0]]
-        for event in events[1:]:
-            wanted |= self.codes == EVENT_CODES[event]
-        rows = np.flatnonzero(wanted)
-        del wanted
+        codes = sorted({EVENT_CODES[event] for event in events})
+        rows = np.concatenate([self.by_code[self.starts[c]:self.starts[c + 1]] for c in codes])
+        if len(codes) > 1:
+            rows.sort(kind="stable")  # record order: sorted runs, merged
         if scoped:
             endpoint = self.ev["endpoint"][rows]
             rows = rows[(endpoint == SCOPE_BEGIN) | (endpoint == SCOPE_END)]
