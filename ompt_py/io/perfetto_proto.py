@@ -46,7 +46,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
@@ -54,7 +54,7 @@ import numpy as np
 from .. import _core
 from .filters import ExportFilter
 from .perfetto import Counter, Flows, Slices, Source, Tracks, tracks
-from .streaming import HEX, NUMBER, TEXT, Progress, batches, in_order, output
+from .streaming import HEX, NUMBER, TEXT, Column, Progress, batches, in_order, output
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -156,21 +156,30 @@ class _Strings:
         return _int(_STRING_IID, self.values(str(value)))
 
 
+def _table(column: Column, encode: Callable[[bytes], bytes]) -> tuple[bytes, ...]:
+    """A TEXT column's table encoded, the entries its rows use (others: b"", so that
+    only the strings used are interned)."""
+    used = np.zeros(len(column.table), bool)
+    codes = np.unique(column.values).astype(np.int64)
+    used[codes[(codes >= 0) & (codes < len(used))]] = True
+    return tuple(encode(t) if u else b"" for t, u in zip(column.table, used.tolist()))
+
+
 def _columns(batch: Slices, strings: _Strings) -> list[tuple]:
     """proto_payloads' columns of a batch of slices: name, category, args."""
     n = len(batch.begin)
     if isinstance(batch.name, str):
         name = (_core.PROTO_FIELD, _NAME_IID, np.full(n, strings.names(batch.name)), None, None)
     else:
-        table = tuple(b"" if t == b"null" else _int(_NAME_IID, strings.names(json.loads(t)))
-                      for t in batch.name.table)
+        table = _table(batch.name, lambda t: b"" if t == b"null"
+                       else _int(_NAME_IID, strings.names(json.loads(t))))
         name = (_core.PROTO_TABLE, 0, batch.name.values, None, table)
     columns = [name, (_core.PROTO_FIELD, _CATEGORY_IIDS,
                       np.full(n, strings.categories(batch.cat)), None, None)]
     for key, column in batch.args:
         iid = strings.keys(key)
         if column.kind == TEXT:
-            table = tuple(strings.value(t.decode()) for t in column.table)
+            table = _table(column, lambda t: strings.value(t.decode()))
             columns.append((_core.PROTO_TABLE, iid, column.values, column.missing, table))
         else:
             assert column.kind in (NUMBER, HEX), column.kind
