@@ -110,27 +110,23 @@ if TYPE_CHECKING:
 
 class _Records:
     """The records a Perfetto file is made of (``trace.events``), with the event
-    number of each (one contiguous copy) and the rows of each event number
-    (``by_code[starts[c]:starts[c + 1]]``, in record order: one radix sort
-    instead of a pass over the records per selection)."""
+    number of each (one contiguous copy, to select by)."""
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.ev = np.ascontiguousarray(trace.events)
         self.codes = np.ascontiguousarray(self.ev["event"])
-        self.by_code = np.argsort(self.codes, kind="stable")
-        self.starts = np.searchsorted(self.codes[self.by_code],
-                                      np.arange(max(EVENT_CODES.values()) + 2))
         # One process: no pid column (nor key: it would be the same for all).
         self.pids = None if trace.single_pid is not None else trace.pids
 
     def select(self, *events: str, scoped: bool = True) -> np.ndarray:
         """The rows of these events (``scoped``: only their begins and ends) in time
         order (stable: at equal times, in the order of the records)."""
-        codes = sorted({EVENT_CODES[event] for event in events})
-        rows = np.concatenate([self.by_code[self.starts[c]:self.starts[c + 1]] for c in codes])
-        if len(codes) > 1:
-            rows.sort(kind="stable")  # record order: sorted runs, merged
+        wanted = self.codes == EVENT_CODES[events[0]]
+        for event in events[1:]:
+            wanted |= self.codes == EVENT_CODES[event]
+        rows = np.flatnonzero(wanted)
+        del wanted
         if scoped:
             endpoint = self.ev["endpoint"][rows]
             rows = rows[(endpoint == SCOPE_BEGIN) | (endpoint == SCOPE_END)]
@@ -594,24 +590,28 @@ def _waiting_threads(pid: np.ndarray, thread: np.ndarray, begin: np.ndarray, end
     may nest or touch (in the order of their begins): the union of a thread's
     waits, as (pid, begin, end) per spell."""
     keep = flt.tracks(pid, thread)
-    pid, thread = pid[keep].astype(np.int64), thread[keep].astype(np.int64)
-    begin, end = np.asarray(begin, np.int64)[keep], np.asarray(end, np.int64)[keep]
+    if not keep.all():
+        pid, thread, begin, end = pid[keep], thread[keep], begin[keep], end[keep]
+    del keep
     if not len(begin):
-        return pid, begin, end
+        return pid, np.asarray(begin, np.int64), np.asarray(end, np.int64)
     # Each thread's waits together, in the order of their begins (a stable sort on
     # the thread's number among the trace's, a radix sort for up to 2^16 threads).
-    track = pd.factorize(pid << 32 | thread)[0]
-    order = np.argsort(track.astype(np.uint16 if track.max() < 1 << 16 else np.int64),
+    track = pd.factorize(pid.astype(np.int64) << 32 | thread)[0]
+    order = np.argsort(track.astype(np.uint16) if track.max() < 1 << 16 else track,
                        kind="stable")
     track, pid, begin, end = track[order], pid[order], begin[order], end[order]
+    del order
     # Shifted by track, the times of one track lie above those of the tracks before,
     # so one running maximum of the ends serves them all: a spell starts where a
     # wait begins after every wait of its track before it has ended.
     low, span = int(begin.min()), int(end.max()) - int(begin.min()) + 1
-    shift = track.astype(np.int64) * span - low
-    reach = np.maximum.accumulate(end + shift)
+    track *= span
+    track -= low  # now the shift of each wait
+    reach = np.maximum.accumulate(end + track)
     new = np.ones(len(begin), bool)
-    new[1:] = begin[1:] + shift[1:] > reach[:-1]
+    new[1:] = begin[1:] + track[1:] > reach[:-1]
+    del reach, track
     spells = np.flatnonzero(new)
     return pid[spells], begin[spells], np.maximum.reduceat(end, spells)
 

@@ -278,21 +278,22 @@ class SliceOrder:
     def __init__(self, sources: list, index: dict[tuple[int, int], int]) -> None:
         self.sources = sources
         self.starts = np.cumsum([0] + [s.count for s in sources])
-        begin, end, track = [], [], []
-        for source in sources:
+        # Filled source by source, then put in order: a copy of each, no more.
+        begin, end = np.empty(self.starts[-1], np.int64), np.empty(self.starts[-1], np.int64)
+        track = np.empty(self.starts[-1], np.int32)
+        for source, start, stop in zip(sources, self.starts[:-1], self.starts[1:]):
             spans = source.spans()
-            begin.append(np.asarray(spans.begin, np.int64))
-            end.append(np.asarray(spans.end, np.int64))
-            track.append(track_index(index, spans.pid, spans.thread).astype(np.int32))
-            if (track[-1] < 0).any():
+            begin[start:stop], end[start:stop] = spans.begin, spans.end
+            track[start:stop] = track_index(index, spans.pid, spans.thread)
+            del spans
+            if (track[start:stop] < 0).any():
                 raise ValueError(f"{source.cat} slices on a track the metadata does not name")
-        begin = np.concatenate(begin) if begin else np.zeros(0, np.int64)
         self.order = np.argsort(begin, kind="stable")
         self.begin = begin[self.order]
         del begin
-        self.end = np.concatenate(end)[self.order] if end else np.zeros(0, np.int64)
-        self.track = (np.concatenate(track)[self.order] if track
-                      else np.zeros(0, np.int32))
+        self.end = end[self.order]
+        del end
+        self.track = track[self.order]
 
     def nest(self, ntracks: int, query_track: np.ndarray, query_time: np.ndarray
              ) -> tuple[int, np.ndarray]:
