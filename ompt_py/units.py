@@ -2,10 +2,12 @@
 the plots and the HTML view format durations with ``format_ns``, shares with
 ``format_share``, byte counts with ``format_bytes`` and shorten long names
 with ``shorten``; ``ns_columns`` gives a table's time columns their one dtype.
-Also byte sizes as the tool's variables take them (``parse_size``)."""
+Also byte sizes as the tool's variables take them (``parse_size``) and times as
+the exports' filters take them (``parse_ns``)."""
 
 from __future__ import annotations
 
+import decimal
 import math
 import re
 
@@ -101,3 +103,20 @@ def parse_size(text: str) -> int | None:
     if found is None:
         return None
     return int(found[1]) << _SHIFTS[found[2].upper()]
+
+
+_TIME = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|ms|s)?", re.IGNORECASE)
+_TIME_UNITS = {"": 1, "ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+def parse_ns(text: str) -> int | None:
+    """Nanoseconds from a time written with a unit, ``1.5s``, ``200ms``, ``30us``,
+    ``100ns``, or as a number of nanoseconds (``2500``); None when ``text`` is not
+    one (a negative time is not)."""
+    found = _TIME.fullmatch(text.strip())
+    if found is None:
+        return None
+    number, unit = found[1], (found[2] or "").lower()
+    if "." in number and unit in ("", "ns"):
+        return None  # no fractions of a nanosecond
+    return int(decimal.Decimal(number) * _TIME_UNITS[unit])

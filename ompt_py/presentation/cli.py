@@ -58,13 +58,10 @@ exit status:
 """
 
 REPORT_DESCRIPTION = """\
-Print the answers about a trace: what ran and how long (per construct, per
-Python and source location), who waited (per thread, per region location, per
-lock) and what to do about it (advice from the figures: docs/reports.md), laid
-out for the terminal's width (--width), in colour on a terminal unless NO_COLOR
-is set.  A profile gives the same answers per source location, and no plots.
---plot and --html draw the timeline, thread states, imbalance, task durations
-and lock contention too.
+Print what ran and how long (per construct, Python line and source location),
+who waited (per thread, region, lock) and what to do about it (docs/reports.md),
+for the terminal's width, in colour unless NO_COLOR is set; a profile's answers
+per source location.  --plot and --html draw the plots too.
 """
 
 REPORT_EPILOG = """\
@@ -74,15 +71,17 @@ examples:
 """
 
 EXPORT_DESCRIPTION = """\
-Write a trace for other tools: perfetto (JSON Trace Event Format for
-ui.perfetto.dev and chrome://tracing: a track per thread, nested slices, task
-flows, a threads-waiting counter), csv (one row per event), parquet (a
-.parquet file, or a directory: a dataset partitioned by process).
+Write a trace for other tools: perfetto (JSON for ui.perfetto.dev), perfetto-proto
+(Perfetto's protobuf, a third of the size), otf2 (an archive for Vampir and
+otf2-print), csv (a row per event), parquet (a file, or a dataset by process).
+A time window (slices crossing it are clipped), threads, processes: docs/exports.md.
 """
 
 EXPORT_EPILOG = """\
 examples:
-  ompt-py export trace.parquet --format perfetto -o trace.json
+  ompt-py export trace.parquet -o trace.pftrace
+  ompt-py export trace.parquet -o trace.json --start 1.5s --end 2s --threads 0,1
+  ompt-py export trace.parquet --format otf2 -o trace-otf2
   ompt-py export trace.parquet --format parquet -o trace-dataset
 """
 
@@ -542,23 +541,33 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ..io import export
+    from ..io import EXPORT_FORMATS, SUFFIX_FORMATS, export, format_of
+    from ..io.filters import parse_numbers, parse_time
     from ..trace import Trace, load
 
-    _check_output(args.output, "-o", directory_ok=args.format == "parquet")
+    fmt = args.format or format_of(args.output)
+    if fmt is None:
+        raise ConfigError(f"give --format ({', '.join(EXPORT_FORMATS)}): {args.output} does "
+                          f"not end with a suffix that names one ({', '.join(SUFFIX_FORMATS)})")
+    # Usage errors before the trace is loaded: the lists' and times' syntax here,
+    # the values the trace must have once it is (ExportFilter.of).
+    start, end = parse_time(args.start, "--start"), parse_time(args.end, "--end")
+    threads = None if args.threads is None else parse_numbers(args.threads, "--threads")
+    pids = None if args.pid is None else parse_numbers(args.pid, "--pid")
+    _check_output(args.output, "-o", directory_ok=fmt in ("parquet", "otf2"))
     trace = load(args.trace)
     if not isinstance(trace, Trace):
         raise ConfigError(f"{args.trace} is a profile, not a trace: it has no events to "
                           "export (it is a Parquet file already; ompt-py report reads it)")
     try:
-        export(trace, args.output, args.format)
+        export(trace, args.output, fmt, start=start, end=end, threads=threads, pid=pids)
     except OSError as e:
         print(f"ompt-py export: cannot write {args.output}: {e.strerror or e}; choose "
               "another -o", file=sys.stderr)
         return 1
     if not args.quiet:
         print(f"ompt-py: {len(trace):,} events from {len(trace.meta['processes'])} process(es) "
-              f"-> {args.output} ({args.format})", file=sys.stderr)
+              f"-> {args.output} ({fmt})", file=sys.stderr)
     return 0
 
 
@@ -753,13 +762,26 @@ def parser() -> argparse.ArgumentParser:
                      help="write one self-contained HTML report: the summary tables and the "
                           "plots (embedded PNG)")
     rep.set_defaults(func=cmd_report)
-    exp = sub.add_parser("export", help="write a trace as Perfetto/Chrome JSON, CSV or Parquet",
+    exp = sub.add_parser("export", help="write a trace for Perfetto (JSON or protobuf), OTF2 "
+                         "tools (Vampir), as CSV or Parquet",
                          description=EXPORT_DESCRIPTION, epilog=EXPORT_EPILOG,
                          formatter_class=raw)
     exp.add_argument("trace", help="a trace file (.parquet), dataset or raw directory, or "
                      ".omptraw file")
-    exp.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="what to write")
-    exp.add_argument("-o", "--output", required=True, help="the file (or dataset directory)")
+    exp.add_argument("--format", choices=EXPORT_FORMATS,
+                     help="what to write (default: from the output's suffix: .json perfetto, "
+                          ".pftrace or .perfetto-trace perfetto-proto, .otf2 otf2, .csv csv, "
+                          ".parquet parquet)")
+    exp.add_argument("-o", "--output", required=True,
+                     help="the file (or directory: a Parquet dataset, an OTF2 archive)")
+    exp.add_argument("--start", metavar="TIME",
+                     help="keep from this time on, from the trace's origin: nanoseconds, or "
+                          "a number with a unit (ns, us, ms, s), e.g. 1.5s, 200ms")
+    exp.add_argument("--end", metavar="TIME", help="keep up to this time (as --start)")
+    exp.add_argument("--threads", metavar="LIST",
+                     help="keep these thread numbers, e.g. 0,2,4-7 (default: all)")
+    exp.add_argument("--pid", metavar="LIST",
+                     help="keep these processes (pids, e.g. 4121 or 4121,4130; default: all)")
     exp.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     exp.set_defaults(func=cmd_export)
     doc = sub.add_parser(
