@@ -12,13 +12,13 @@ thread), implicit tasks, worksharing constructs (named by kind: "loop",
 inside them ("barrier_implicit wait", ...), explicit tasks (from their first
 start to their last piece on each thread that ran them: a task's children and
 waits nest inside it), lock/critical/ordered waits ("critical wait") and
-holds ("critical"), MPI calls ("MPI barrier", "MPI allreduce"...: cat
-"mpi", with bytes, peer and communicator size).  Args carry ids, kinds,
-counts and, where the table has it, the source location.  A flow arrow ("ph": "s" then "f" with "bp": "e",
-one id per task) goes from each task's creation to its first execution, and a
-counter ("ph": "C") per process gives the number of threads waiting over
-time, in barriers/taskwait/taskgroup ("sync") and for locks ("mutex"), each
-thread once however its waits nest.
+holds ("critical"), MPI calls ("MPI barrier", "MPI allreduce"...: cat "mpi",
+with bytes, peer and communicator size).  Args carry ids, kinds, counts and,
+where the table has it, the source location.  A flow arrow ("ph": "s" then "f"
+with "bp": "e", one id per task) goes from each task's creation to its first
+execution, and a counter ("ph": "C") per process gives the number of threads
+waiting over time, in barriers/taskwait/taskgroup ("sync") and for locks
+("mutex"), each thread once however its waits nest.
 
 The sources of the slices, flows and counter (``tracks``) serve the
 protobuf and OTF2 exports too (perfetto_proto.py, otf2.py): each makes
