@@ -18,7 +18,7 @@ from offload_records import OffloadRecords, program_with_device_records
 
 import ompt_py
 from ompt_py.analysis import states, tables
-from ompt_py.presentation import plots
+from ompt_py.presentation import plots, timeline
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STATES = ["busy", "barrier wait", "sync wait", "lock wait", "idle"]
@@ -209,7 +209,7 @@ def test_timeline_device_lanes_of_a_host_offload_trace():
     assert labels[-2:] == ["device 0", "device 1"] and len(labels) == 12
     assert {"device: kernel", "device: transfer to device",
             "device: transfer from device"} <= set(legend(ax))
-    drawn = plots.device_intervals(trace)
+    drawn = timeline.device_bars(trace)
     assert len(drawn) == 26
     for device, lane in ((0, 10), (1, 11)):
         mine = drawn[drawn["device"] == device]
