@@ -1,6 +1,7 @@
 """Units written for people: the one formatting of nanoseconds that the summary,
 the report, the plots and the task histogram's labels share (``format_ns``),
-and byte sizes as the tool's variables take them (``parse_size``)."""
+byte sizes as the tool's variables take them (``parse_size``) and times as the
+command line takes them (``parse_time``)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,17 @@ def parse_size(text: str) -> int | None:
     if found is None:
         return None
     return int(found[1]) << _SHIFTS[found[2].upper()]
+
+
+_TIME = re.compile(r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(ns|us|µs|ms|s)?", re.IGNORECASE)
+_TIME_SCALES = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+def parse_time(text: str) -> int | None:
+    """Nanoseconds of a time written with a unit (``ns``, ``us``, ``ms`` or ``s``):
+    ``250ms``, ``1.5s``, ``40us``; a bare number is in seconds; None when ``text``
+    is not such a time."""
+    found = _TIME.fullmatch(text.strip())
+    if found is None:
+        return None
+    return round(float(found[1]) * _TIME_SCALES[(found[2] or "s").lower()])

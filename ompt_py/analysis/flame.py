@@ -46,8 +46,7 @@ IN_REGION, TASK = "in region", "task"
 class Flame:
     """``frames`` (name, kind: python, native, construct or state), ``stacks`` (each
     a tuple of rows of ``frames``, outermost first) and ``samples`` (pid, thread,
-    begin_ns, stack: a position in ``stacks``, weight_ns), in the order of pid,
-    thread and begin."""
+    begin_ns, stack: a position in ``stacks``, weight_ns > 0), in no order."""
 
     frames: pd.DataFrame
     stacks: list[tuple[int, ...]]
@@ -106,35 +105,32 @@ def flame(trace: Trace) -> Flame:
     """The weighted stacks of the trace (see the module's docstring)."""
     frames = _Frames()
     python = _python_frames(trace, frames)
-    regions = tables.parallel_regions(trace)
     implicit, columns = _pieces(trace)
-    keys = ["pid", "parallel_id"]
-    row = (find(regions[keys], implicit[keys]) if len(regions) and len(implicit)
-           else np.full(len(implicit), -1, np.intp))
-    # The frames above the state, per distinct (pid, Python stack, location) of the
-    # regions; the last: implicit tasks of no known region.
-    site, sites = pd.factorize(pd.MultiIndex.from_arrays([
-        regions["pid"].to_numpy(np.int64), regions["py_stack"].to_numpy(np.int64, na_value=0),
-        regions["location"].fillna("").to_numpy(object)]))
+    # The frames above the state, per site of the regions (metrics.region_sites);
+    # the last: implicit tasks of no known region.
+    site, sites = metrics.region_sites(trace)
     heads = [(*python.get((pid, stack), ()),
               frames.id("construct", _construct("parallel region", where)))
-             for pid, stack, where in sites.tolist()]
+             for pid, stack, where in zip(sites["pid"].tolist(), sites["py_stack"].tolist(),
+                                          sites["location"].tolist())]
     heads.append((frames.id("construct", "parallel region"),))
-    region_head = np.append(site, len(heads) - 1)[row]  # row -1: the last
+    row = metrics.region_rows(trace)
+    head = np.append(site, len(heads) - 1)[row]  # row -1: the last
     stacks: dict[tuple[int, ...], int] = {}
+    pid, thread = to_int(implicit["pid"]), to_int(implicit["thread"])
+    begin = to_int(implicit["begin_ns"])
     out = []
     for column in columns:
         leaf = frames.id("state", STATE_NAMES.get(column[:-3], IN_REGION))
         ids = np.array([stacks.setdefault((*h, leaf), len(stacks)) for h in heads], np.int64)
-        out.append(pd.DataFrame({
-            "pid": to_int(implicit["pid"]), "thread": to_int(implicit["thread"]),
-            "begin_ns": to_int(implicit["begin_ns"]), "stack": ids[region_head],
-            "weight_ns": to_int(implicit[column])}))
+        weight = to_int(implicit[column])
+        some = weight > 0
+        out.append(pd.DataFrame({"pid": pid[some], "thread": thread[some],
+                                 "begin_ns": begin[some], "stack": ids[head[some]],
+                                 "weight_ns": weight[some]}))
     out.append(_own_tasks(trace, frames, python, stacks))
-    samples = pd.concat(out, ignore_index=True)
-    samples = samples[samples["weight_ns"] > 0].sort_values(
-        ["pid", "thread", "begin_ns"], kind="stable").reset_index(drop=True)
-    return Flame(frames.table(), sorted(stacks, key=stacks.get), samples)
+    return Flame(frames.table(), sorted(stacks, key=stacks.get),
+                 pd.concat(out, ignore_index=True))
 
 
 def _own_tasks(trace: Trace, frames: _Frames, python: dict[tuple[int, int], tuple[int, ...]],

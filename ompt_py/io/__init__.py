@@ -6,7 +6,8 @@
   partitioned by process.
 * ``profile``: profile mode's aggregates (``load_profile``) and profile files.
 * ``csv`` and ``perfetto``: exports, streamed in batches whose text is written
-  in C (``streaming``).
+  in C (``streaming``); ``speedscope``: the flame's stacks per thread for
+  speedscope.app.
 
 Readers return ``Parts`` (the data of a trace), from which ``ompt_py.trace``
 makes a Trace: this layer never imports ``ompt_py.trace`` at import time.  It
@@ -32,7 +33,7 @@ __all__ = ["EXPORT_FORMATS", "Parts", "export", "load_profile", "open_regular",
            "regular_files", "warn_skipped"]
 
 #: The formats of ``ompt-py export`` and ``export()``.
-EXPORT_FORMATS = ("perfetto", "csv", "parquet")
+EXPORT_FORMATS = ("perfetto", "csv", "parquet", "speedscope")
 
 
 @dataclass

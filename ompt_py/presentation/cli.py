@@ -26,6 +26,7 @@ Trace what the OpenMP runtime does.
   ompt-py run --profile -o prof.parquet -- ./my_openmp_program args
   ompt-py report trace.parquet [--plot timeline.png] [--html report.html]
   ompt-py export trace.parquet --format perfetto -o trace.json
+  ompt-py view trace.parquet [-o trace.html] [--no-open] [--start 1.5s --end 2s]
   ompt-py doctor [my_script.py args | -m my_module args]
 
 How the tool attaches: LLVM's OpenMP runtime (libomp) looks for a tool once,
@@ -432,6 +433,55 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _time(text: str) -> int:
+    """An argparse type: a time from the trace start (units.parse_time), in ns."""
+    from ..units import parse_time
+
+    ns = parse_time(text)
+    if ns is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a time: give a number and a unit, e.g. 250ms, 1.5s, 40us")
+    return ns
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    """``ompt-py view``: the interactive view written to one HTML file, then opened."""
+    from ..trace import Trace, load
+    from .view import can_open_browser, require_bokeh, write
+
+    require_bokeh()  # said before a large trace is read
+    name = os.path.basename(os.path.normpath(args.trace))
+    output = args.output or (os.path.splitext(name)[0] or "trace") + ".html"
+    _check_output(output, "-o")
+    trace = load(args.trace)
+    if not isinstance(trace, Trace):
+        raise ConfigError(f"{args.trace} is a profile, which has no timeline to view; trace "
+                          "the run (ompt-py run without --profile) for it, or read it with "
+                          "ompt-py report")
+    try:
+        write(trace, output, args.start, args.end, title=name)
+    except ValueError as e:
+        raise ConfigError(f"--start/--end: {e}") from None
+    except OSError as e:
+        print(f"ompt-py view: cannot write {output}: {e.strerror or e}; choose another -o",
+              file=sys.stderr)
+        return 1
+    where = os.path.abspath(output)
+    size = os.path.getsize(where) / 2**20
+    if args.no_open:
+        how = "open it in a browser"
+    elif not can_open_browser():
+        how = "no display here: open it in a browser"
+    else:
+        import webbrowser
+        from pathlib import Path
+
+        how = ("opened in the browser" if webbrowser.open(Path(where).as_uri())
+               else "no browser could be started: open it in one")
+    print(f"ompt-py view: {where} ({size:.1f} MiB): {how}", file=sys.stderr)
+    return 0
+
+
 def _check_plot(path: str) -> None:
     from matplotlib.backend_bases import FigureCanvasBase
 
@@ -579,17 +629,44 @@ def parser() -> argparse.ArgumentParser:
                           "plots (embedded PNG)")
     rep.set_defaults(func=cmd_report)
     exp = sub.add_parser(
-        "export", help="write a trace as Perfetto/Chrome JSON, CSV or Parquet",
+        "export", help="write a trace as Perfetto/Chrome JSON, CSV, Parquet or speedscope",
         description="Write a trace for other tools: perfetto (JSON Trace Event Format for "
         "ui.perfetto.dev and chrome://tracing: a track per thread, nested slices, task "
         "flows, a threads-waiting counter), csv (one row per event), parquet (a .parquet "
-        "file, or a directory: a dataset partitioned by process, pid=N/part-0.parquet).")
+        "file, or a directory: a dataset partitioned by process, pid=N/part-0.parquet), "
+        "speedscope (speedscope.app's JSON: a sampled profile per thread, the time per "
+        "Python stack, native location, region and thread state).")
     exp.add_argument("trace", help="a trace file (.parquet), dataset or raw directory, or "
                      ".omptraw file")
     exp.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="what to write")
     exp.add_argument("-o", "--output", required=True, help="the file (or dataset directory)")
     exp.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     exp.set_defaults(func=cmd_export)
+    vw = sub.add_parser(
+        "view", help="write an interactive timeline and flame view (one HTML file) and open it",
+        description="Write the interactive view of a trace as one self-contained HTML file "
+        "(no network needed to open it) and open it in the browser.  Timeline: a row per "
+        "thread, grouped by process, then the devices; bars for parallel regions, "
+        "work-sharing, waits at barriers and for locks, explicit tasks, offload, coloured "
+        "by construct; zoom (wheel, box) and pan (drag) over the whole trace; a hover on a "
+        "bar tells its construct, Python line, native location, duration, team size and "
+        "wait.  Bars smaller than a pixel are drawn as their bin's main construct, the "
+        "detail comes back on zooming in.  Flame: the threads' time per Python stack, "
+        "native location, region and thread state.  Needs Bokeh: pip install "
+        "'ompt-py[view]'.")
+    vw.add_argument("trace", help="a trace file (.parquet), dataset or raw directory, or "
+                    ".omptraw file")
+    vw.add_argument("-o", "--output", metavar="FILE.html",
+                    help="the HTML file (default: the trace's name with .html, here)")
+    vw.add_argument("--no-open", action="store_true",
+                    help="write the file, do not open it (it is not opened without a "
+                         "display either)")
+    vw.add_argument("--start", type=_time, metavar="T",
+                    help="show from this time since the trace start, e.g. 1.5s, 250ms "
+                         "(default: the start)")
+    vw.add_argument("--end", type=_time, metavar="T",
+                    help="show up to this time since the trace start (default: the end)")
+    vw.set_defaults(func=cmd_view)
     doc = sub.add_parser(
         "doctor", help="tell which OpenMP runtimes a program uses and why it is not traced",
         description="Without a target: this installation (tool, bundled and system libomp). "

@@ -85,6 +85,10 @@ class BarSet:
     def take(self, rows: np.ndarray) -> BarSet:
         return BarSet(*(getattr(self, f)[rows] for f in self.__dataclass_fields__))
 
+    def slice(self, a: int, b: int) -> BarSet:
+        """Rows a to b (views)."""
+        return BarSet(*(getattr(self, f)[a:b] for f in self.__dataclass_fields__))
+
     def __len__(self) -> int:
         return len(self.begin)
 
@@ -141,8 +145,8 @@ def build(bars: BarSet, span: int, lanes: int) -> Tree:
     first, last = bars.begin, np.maximum(bars.begin, bars.end - 1)
     # The deepest node holding each bar whole: as deep as begin and end agree.
     holder = np.minimum((bits - bit_length(first ^ last)) // _FAN_BITS, deepest)
-    order = np.argsort(bars.begin, kind="stable")
-    sorted_begin, sorted_end = bars.begin[order], np.sort(bars.end)
+    by_begin = np.argsort(bars.begin, kind="stable")
+    sorted_begin, sorted_end = bars.begin[by_begin], np.sort(bars.end)
     # Top down: a node is inner while it intersects more than LEAF_BARS bars.
     inner: list[np.ndarray] = []
     candidates = np.zeros(1, np.int64)
@@ -158,7 +162,6 @@ def build(bars: BarSet, span: int, lanes: int) -> Tree:
         candidates = ((busy[:, None] << _FAN_BITS) + np.arange(FANOUT)).ravel()
     # Each bar goes down its path until a leaf, or the inner node that holds it whole.
     where_depth = np.full(len(bars), -1, np.int64)
-    where_leaf = np.zeros(len(bars), bool)
     todo = np.arange(len(bars))
     for depth, busy in enumerate(inner):
         index = first[todo] >> (bits - _FAN_BITS * depth)
@@ -166,24 +169,30 @@ def build(bars: BarSet, span: int, lanes: int) -> Tree:
         is_inner = (busy[at] == index) if len(busy) else np.zeros(len(todo), bool)
         here = ~is_inner | (holder[todo] == depth)
         where_depth[todo[here]] = depth
-        where_leaf[todo[here]] = ~is_inner[here]
         todo = todo[~here]
     where_index = first >> (bits - _FAN_BITS * where_depth)
-    for leaf in (True, False):
-        chosen = np.flatnonzero(where_leaf == leaf)
-        chosen = chosen[np.lexsort((bars.begin[chosen], where_index[chosen],
-                                    where_depth[chosen]))]
-        d, i = where_depth[chosen], where_index[chosen]
-        cut = np.flatnonzero((d[1:] != d[:-1]) | (i[1:] != i[:-1])) + 1
-        for rows in np.split(chosen, cut) if len(chosen) else []:
-            key = (int(where_depth[rows[0]]), int(where_index[rows[0]]))
-            tree.nodes[key] = Node(*key, leaf, bars.take(rows))
+    # The bars in the order of their nodes (numbered depth by depth), then of begin:
+    # each node's are a slice.
+    node = ((1 << (_FAN_BITS * where_depth)) - 1) // (FANOUT - 1) + where_index
+    order = by_begin[np.argsort(node[by_begin], kind="stable")]
+    bars, where_depth, where_index = bars.take(order), where_depth[order], where_index[order]
+    cut = np.flatnonzero((where_depth[1:] != where_depth[:-1])
+                         | (where_index[1:] != where_index[:-1])) + 1
+    for a, b in zip(np.append(0, cut).tolist(), np.append(cut, len(order)).tolist()):
+        if a < b:
+            key = (int(where_depth[a]), int(where_index[a]))
+            is_inner = key[0] < len(inner) and _has(inner[key[0]], key[1])
+            tree.nodes[key] = Node(*key, not is_inner, bars.slice(a, b))
     for depth, busy in enumerate(inner):
         for index in busy.tolist():
-            tree.nodes.setdefault((depth, index), Node(depth, index, False, bars.take(
-                np.empty(0, np.int64))))
+            tree.nodes.setdefault((depth, index), Node(depth, index, False, bars.slice(0, 0)))
     _aggregate(tree, bars, where_depth, inner)
     return tree
+
+
+def _has(sorted_values: np.ndarray, value: int) -> bool:
+    at = np.searchsorted(sorted_values, value)
+    return bool(at < len(sorted_values) and sorted_values[at] == value)
 
 
 def _aggregate(tree: Tree, bars: BarSet, where_depth: np.ndarray,
@@ -191,14 +200,16 @@ def _aggregate(tree: Tree, bars: BarSet, where_depth: np.ndarray,
     """Fills the aggregate of every inner node: per lane, layer and bin, the time
     each kind covers (from the deepest inner level up: a level's bins are made of
     FANOUT bins of the level below, plus the bars kept one level down), then the
-    kind covering most, its share, the bars and the site of the largest."""
+    kind covering most, its share, the bars and the site of the largest.
+    ``bars`` are in the order of ``where_depth``."""
     # Per (lane, layer, kind, bin) of the level below; the loop ends on an empty level.
     table: dict[str, np.ndarray] | None = None
     for depth in range(len(inner) - 1, -1, -1):
         if not len(inner[depth]):
             continue
         shift = tree.bin_shift(depth)
-        fresh = _binned(bars.take(np.flatnonzero(where_depth == depth + 1)), shift)
+        a, b = np.searchsorted(where_depth, [depth + 1, depth + 2])
+        fresh = _binned(bars.slice(a, b), shift)
         if table is not None:
             below = tree.bin_shift(depth + 1)
             table = dict(table, bin=table["bin"] >> (shift - below))
@@ -227,20 +238,43 @@ def _binned(b: BarSet, shift: int) -> dict[str, np.ndarray]:
             "largest": (b.end - b.begin)[row].astype(np.int64), "site": b.site[row]}
 
 
+def _key(bin_: np.ndarray, *keys: np.ndarray) -> np.ndarray:
+    """One int64 per row, in the order of ``keys`` (small, non-negative), then of
+    ``bin_``: the keys' combination shifted above the bins (made dense first when
+    it would not fit)."""
+    combined = np.zeros(len(bin_), np.int64)
+    for k in keys:
+        combined = combined * (int(k.max()) + 1 if len(k) else 1) + k
+    shift = int(bin_.max()).bit_length() if len(bin_) else 0
+    if len(combined) and int(combined.max()).bit_length() + shift > 62:
+        combined = np.unique(combined, return_inverse=True)[1].ravel()
+    return combined << shift | bin_
+
+
+def _first_of_groups(key: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of sorted ``key`` starts."""
+    new = np.ones(len(key), bool)
+    new[1:] = key[1:] != key[:-1]
+    return np.flatnonzero(new)
+
+
 def _summed(t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Rows of one lane, layer, kind and bin as one: covered and bars summed, the
     largest bar's length and site kept."""
     if not len(t["bin"]):
         return t
-    order = np.lexsort((-t["largest"], t["bin"], t["kind"], t["layer"], t["lane"]))
-    t = {k: v[order] for k, v in t.items()}
-    new = np.ones(len(order), bool)
-    new[1:] = ((t["lane"][1:] != t["lane"][:-1]) | (t["layer"][1:] != t["layer"][:-1])
-               | (t["kind"][1:] != t["kind"][:-1]) | (t["bin"][1:] != t["bin"][:-1]))
-    at = np.flatnonzero(new)
-    out = {k: t[k][at] for k in ("lane", "layer", "kind", "bin", "largest", "site")}
-    out["covered"] = np.add.reduceat(t["covered"], at)
-    out["bars"] = np.add.reduceat(t["bars"], at)
+    key = _key(t["bin"], t["lane"], t["layer"], t["kind"])
+    order = np.argsort(key, kind="stable")
+    starts = _first_of_groups(key[order])
+    largest = t["largest"][order]
+    most = np.maximum.reduceat(largest, starts)
+    # The first row of each group holding its largest bar.
+    sizes = np.diff(np.append(starts, len(order)))
+    hits = np.flatnonzero(largest == np.repeat(most, sizes))
+    pick = order[hits[np.searchsorted(hits, starts)]]
+    out = {k: t[k][pick] for k in ("lane", "layer", "kind", "bin", "largest", "site")}
+    out["covered"] = np.add.reduceat(t["covered"][order], starts)
+    out["bars"] = np.add.reduceat(t["bars"][order], starts)
     return out
 
 
@@ -249,12 +283,10 @@ def _glyphs(t: dict[str, np.ndarray], shift: int) -> dict[str, np.ndarray]:
     kind, the site of that kind's largest bar), consecutive bins alike as one."""
     if not len(t["bin"]):
         return {f: np.empty(0, np.int64) for f in AGGREGATE_FIELDS}
-    order = np.lexsort((-t["covered"], t["bin"], t["layer"], t["lane"]))
+    key = _key(t["bin"], t["lane"], t["layer"])
+    order = np.lexsort((-t["covered"], key))
     t = {k: v[order] for k, v in t.items()}
-    new = np.ones(len(order), bool)
-    new[1:] = ((t["lane"][1:] != t["lane"][:-1]) | (t["layer"][1:] != t["layer"][:-1])
-               | (t["bin"][1:] != t["bin"][:-1]))
-    at = np.flatnonzero(new)
+    at = _first_of_groups(key[order])
     top = {k: t[k][at] for k in ("lane", "layer", "kind", "bin", "site")}
     bars = np.add.reduceat(t["bars"], at)
     share = np.minimum(t["covered"][at] / float(1 << shift), 1.0)

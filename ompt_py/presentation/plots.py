@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..analysis import flame as flame_stacks
 from ..analysis import metrics, tables
 from ..analysis.cache import per_trace
 from ..analysis.states import (
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
 
     from ..trace import Trace
 
+#: Colours of the flame's frames by kind (a state: its thread state's colour).
+FLAME_COLOURS = {"python": "#f2c57c", "native": "#c9a0dc", "construct": "#a9c4de",
+                 "state": "#bbbbbb"}
+_STATE_OF_NAME = {name: state for state, name in flame_stacks.STATE_NAMES.items()}
 _LABEL_POINTS, _MAX_LABELS = 7, 300  # the region names on the timeline
 # The connectors from host operations to the devices' lanes, drawn when at most
 # this many are in view.
@@ -347,6 +352,53 @@ def imbalance(trace: Trace, ax: Axes | None = None, top: int = 10) -> Figure:
     ax.set_xlabel("time in the region's implicit task (ms)")
     ax.set_title("Load imbalance: regions that lost the most time")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+    return fig
+
+
+def flame_colours(names: pd.Series, kinds: pd.Series) -> list[str]:
+    """The colour of each frame of a flame (FLAME_COLOURS; a state: STATE_COLOURS)."""
+    return [STATE_COLOURS.get(_STATE_OF_NAME.get(n, ""), FLAME_COLOURS[k]) if k == "state"
+            else FLAME_COLOURS[k] for n, k in zip(names, kinds)]
+
+
+def flame(trace: Trace, path_or_ax: Any = None, min_share: float = 1e-3) -> Figure:
+    """The threads' time in parallel regions per Python stack, native location,
+    region and thread state (ompt_py.analysis.flame) as an icicle: the outermost
+    frame on top, each frame as wide as its share of the time (frames under
+    ``min_share`` left out), labelled where it is wide enough.  ``path_or_ax``: a
+    file to write (format from its extension: .png, .svg, .pdf), an Axes to draw
+    into, or None."""
+    from matplotlib.axes import Axes
+    from matplotlib.collections import PolyCollection
+
+    ax = path_or_ax if isinstance(path_or_ax, Axes) else None
+    ic = flame_stacks.icicle(trace, min_share=min_share)
+    nodes = ic.nodes
+    depth = int(nodes["depth"].max()) + 1 if len(nodes) else 1
+    fig, ax = _axes(ax, 12, 1.2 + 0.35 * depth)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(depth - 0.5, -0.5)
+    ax.set_yticks([])
+    ax.set_xlabel(f"share of the threads' time in parallel regions ({format_ns(ic.total_ns)})")
+    ax.set_title("Flame: time per Python stack, native location, region and thread state")
+    if nodes.empty:
+        ax.text(0.5, 0.5, "no parallel regions", transform=ax.transAxes, ha="center",
+                va="center")
+    else:
+        x0, x1 = nodes["x0"].to_numpy(), nodes["x1"].to_numpy()
+        y0, y1 = nodes["depth"].to_numpy() - 0.45, nodes["depth"].to_numpy() + 0.45
+        verts = np.stack([np.column_stack(p) for p in ((x0, y0), (x0, y1), (x1, y1),
+                                                         (x1, y0))], axis=1)
+        ax.add_collection(PolyCollection(verts, facecolors=flame_colours(
+            nodes["name"], nodes["kind"]), edgecolors="white", linewidths=0.5))
+        char = 0.6 * _LABEL_POINTS / 72 / (ax.figure.get_figwidth() * 0.8)  # of the width
+        for name, left, width, y in zip(nodes["name"], x0, x1 - x0, nodes["depth"]):
+            fits = int(width / char) - 1
+            if fits >= 4:
+                ax.text(left + char / 2, y, name if len(name) <= fits else name[:fits - 1] + "…",
+                        fontsize=_LABEL_POINTS, va="center", ha="left", clip_on=True)
+    if path_or_ax is not None and ax is not path_or_ax:
+        fig.savefig(path_or_ax, dpi=100)
     return fig
 
 

@@ -129,18 +129,10 @@ def _frame(key: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarray
         "sub": np.zeros(n, np.int8), "tracks": np.ones(n, np.int8)})
 
 
-def _region_rows(regions: pd.DataFrame, t: pd.DataFrame) -> np.ndarray:
-    """The row of ``regions`` of each row of ``t`` (by pid and parallel_id; -1: none)."""
-    keys = ["pid", "parallel_id"]
-    if regions.empty or t.empty:
-        return np.full(len(t), -1, np.intp)
-    return find(regions[keys], t[keys])
-
-
 def _implicit(trace: Trace) -> pd.DataFrame:
-    """The implicit tasks of parallel regions with their waits (metrics.region_threads:
-    the thread states within each); without the waits when the trace lacks the
-    events of the thread states."""
+    """The implicit tasks of parallel regions with the time their thread waited in
+    each (metrics.region_threads: the thread states within each; -1 when the trace
+    lacks the events of the thread states)."""
     try:
         rt = metrics.region_threads(trace)
     except MissingEventsError:
@@ -154,43 +146,51 @@ def _implicit(trace: Trace) -> pd.DataFrame:
 def bars(trace: Trace) -> Bars:
     """The bars of every thread of the trace (see the module's docstring)."""
     sites = _Sites()
-    regions = tables.parallel_regions(trace)
-    region_site = sites.codes(regions["py_location"], regions["location"])
+    regions = tables.linked_regions(trace).table
+    region_row, distinct = metrics.region_sites(trace)
+    region_site = sites.codes(distinct["py_location"], distinct["location"])[region_row]
     region_team = regions["team_size"].to_numpy(np.int64, na_value=0)
     region_py = regions["py_location"].to_numpy(object)
+    keys = ["pid", "parallel_id"]
+
+    def at_region(row: np.ndarray, values: np.ndarray, none: object) -> np.ndarray:
+        """``values`` of the region of each row (``none`` where there is none)."""
+        if not len(values):
+            return np.full(len(row), none)
+        return np.where(row >= 0, values[np.maximum(row, 0)], none)
+
+    def region_of(t: pd.DataFrame) -> np.ndarray:
+        return (find(regions[keys], t[keys]) if len(regions) and len(t)
+                else np.full(len(t), -1, np.intp))
+
     parts: list[pd.DataFrame] = []
-
-    def of_region(t: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        """The site and team size of the region of each row of ``t``."""
-        row = _region_rows(regions, t)
-        found = row >= 0
-        at = np.maximum(row, 0)
-        site = np.where(found, region_site[at] if len(region_site) else 0, 0)
-        team = np.where(found, region_team[at] if len(region_team) else 0, 0)
-        return site, team
-
     implicit = _implicit(trace)
-    site, team = of_region(implicit)
+    row = metrics.region_rows(trace)
     parts.append(_frame(thread_key(implicit["pid"], implicit["thread"]),
                         to_int(implicit["begin_ns"]), to_int(implicit["end_ns"]),
-                        KIND["parallel region"], site, team, to_int(implicit["wait_ns"])))
+                        KIND["parallel region"], at_region(row, region_site, 0),
+                        at_region(row, region_team, 0), to_int(implicit["wait_ns"])))
     work = tables.work(trace)
     if len(work):
-        row = _region_rows(regions, work)
-        py = np.where(row >= 0, region_py[np.maximum(row, 0)] if len(region_py) else None, None)
+        row = region_of(work)
         kind = work["kind_raw"].astype(str).map(_WORK_KIND).fillna(KIND["work: loop"])
         parts.append(_frame(thread_key(work["pid"], work["thread"]), to_int(work["begin_ns"]),
                             to_int(work["end_ns"]), kind.to_numpy(np.int16),
-                            sites.codes(py, work["location"]), of_region(work)[1]))
+                            sites.codes(at_region(row, region_py, None), work["location"]),
+                            at_region(row, region_team, 0)))
     waits = closed(trace, tables.wait_intervals)
     if len(waits):
-        barrier = waits["kind"].astype(str).str.startswith("barrier").to_numpy()
-        site, team = of_region(waits)
+        kinds = waits["kind"].astype("category").array
+        barrier = ((kinds.codes >= 0) & np.asarray(kinds.categories.astype(str).str.startswith(
+            "barrier"))[kinds.codes])
+        row = region_of(waits)
         duration = to_int(waits["end_ns"]) - to_int(waits["begin_ns"])
         parts.append(_frame(thread_key(waits["pid"], waits["thread"]), to_int(waits["begin_ns"]),
                             to_int(waits["end_ns"]),
                             np.where(barrier, KIND["barrier wait"],
-                                     KIND["taskwait/taskgroup wait"]), site, team, duration))
+                                     KIND["taskwait/taskgroup wait"]),
+                            at_region(row, region_site, 0), at_region(row, region_team, 0),
+                            duration))
     mutex = tables.mutex(trace)
     if len(mutex):
         located = tables.with_source(trace, mutex)
@@ -209,11 +209,11 @@ def bars(trace: Trace) -> Bars:
         made = tables.with_source(trace, tables.tasks(trace)[["pid", "task_id", "codeptr",
                                                               "py_location"]])
         row = find(made[["pid", "task_id"]], pieces[["pid", "task_id"]])
-        made_site = sites.codes(made["py_location"], made["location"])
-        site = np.where(row >= 0, made_site[np.maximum(row, 0)] if len(made_site) else 0, 0)
         parts.append(_frame(thread_key(pieces["pid"], pieces["thread"]),
                             to_int(pieces["begin_ns"]), to_int(pieces["end_ns"]),
-                            KIND["explicit task"], site))
+                            KIND["explicit task"],
+                            at_region(row, sites.codes(made["py_location"], made["location"]),
+                                      0)))
     if offload.has_offload(trace):
         parts += _host_offload(trace, sites)
     table = pd.concat(parts, ignore_index=True)

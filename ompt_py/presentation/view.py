@@ -21,6 +21,7 @@ ConfigError says what to install.
 
 from __future__ import annotations
 
+import contextlib
 import html as html_text
 import os
 import sys
@@ -39,7 +40,8 @@ from ..analysis.states import threads as thread_keys
 from ..errors import ConfigError
 from ..units import format_ns
 from . import lod
-from .timeline import KINDS, STATE_COLOURS, bars, device_bars
+from .plots import flame_colours
+from .timeline import KINDS, bars, device_bars
 
 if TYPE_CHECKING:
     from bokeh.models import UIElement
@@ -49,10 +51,6 @@ if TYPE_CHECKING:
 MISSING_BOKEH = ("the interactive view needs Bokeh, an optional dependency of ompt-py: "
                  "pip install 'ompt-py[view]' (or pip install 'bokeh>=3.4')")
 _SCRIPT = Path(__file__).with_name("view.js")
-#: Colours of the flame's frames by kind (states: their thread-state colours).
-FLAME_COLOURS = {"python": "#f2c57c", "native": "#c9a0dc", "construct": "#a9c4de",
-                 "state": "#bbbbbb"}
-_STATE_COLOUR = {name: STATE_COLOURS[state] for state, name in flame.STATE_NAMES.items()}
 _LANE_HEIGHT = 26  # pixels per lane
 
 
@@ -122,11 +120,11 @@ def bar_set(trace: Trace, rows: Lanes, lo: int, hi: int) -> tuple[lod.BarSet, pd
     kind = both["kind"].to_numpy(np.int64)
     layers = np.array([k.layer for k in KINDS])
     return lod.BarSet(
-        lane=lane, begin=np.clip(both["begin_ns"].to_numpy(np.int64), lo, hi) - lo,
-        end=np.clip(both["end_ns"].to_numpy(np.int64), lo, hi) - lo, kind=kind,
-        layer=layers[kind], site=both["site"].to_numpy(np.int64),
-        team=both["team"].to_numpy(np.int64), wait=both["wait_ns"].to_numpy(np.int64),
-        sub=both["sub"].to_numpy(np.int64), tracks=both["tracks"].to_numpy(np.int64)), b.sites
+        lane=lane.astype(np.int32), begin=np.clip(both["begin_ns"].to_numpy(np.int64), lo, hi) - lo,
+        end=np.clip(both["end_ns"].to_numpy(np.int64), lo, hi) - lo, kind=kind.astype(np.int16),
+        layer=layers[kind].astype(np.int8), site=both["site"].to_numpy(np.int32),
+        team=both["team"].to_numpy(np.int32), wait=both["wait_ns"].to_numpy(np.int64),
+        sub=both["sub"].to_numpy(np.int8), tracks=both["tracks"].to_numpy(np.int8)), b.sites
 
 
 # ---- the timeline's data: the tree's nodes and blobs, the first view's sources -----------
@@ -358,8 +356,7 @@ def _flame(trace: Trace) -> Any:
         return Div(text="<p>No parallel region in this trace: nothing to show in the flame "
                         "view.</p>", name="flame")
     depth = int(nodes["depth"].max()) + 1
-    colour = [_STATE_COLOUR.get(n, FLAME_COLOURS[k]) if k == "state" else FLAME_COLOURS[k]
-              for n, k in zip(nodes["name"], nodes["kind"])]
+    colour = flame_colours(nodes["name"], nodes["kind"])
     width = (nodes["x1"] - nodes["x0"]).to_numpy()
     chars = (width * 160).astype(int)  # about what fits at the figure's width
     label = [name if len(name) <= c else (name[:max(c - 1, 0)] + "…" if c > 3 else "")
@@ -430,15 +427,15 @@ def write(trace: Trace, path: str | os.PathLike, start_ns: int | None = None,
 def _save(page: str, path: str | os.PathLike) -> None:
     """Writes ``page`` to ``path`` (beside it, then renamed: a reader never sees half
     a file)."""
-    path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
-                               prefix=".ompt-view-", suffix=".html")
+    path = os.path.abspath(os.fspath(path))
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(page)
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
 
 
@@ -486,6 +483,7 @@ def view(trace: Trace, path: str | os.PathLike | None = None, start_ns: int | No
     if path is None and not notebook:
         fd, path = tempfile.mkstemp(prefix="ompt-view-", suffix=".html")
         os.close(fd)
+        os.chmod(path, 0o644)
     if path is not None:
         path = os.path.abspath(os.fspath(path))
         _save(page, path)
