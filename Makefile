@@ -1,7 +1,9 @@
 # make demo: set everything up, profile the bundled example, print the report.
 # make test: set everything up, run the whole test suite (and the linter).
-# Set-up: Debian packages clang-19 and libomp-19-dev (apt-get, as root or via
-# sudo), a virtual environment in .venv, ompt-py installed into it.
+# Set-up: Debian packages clang-19 and libomp-19-dev, and chromium and
+# chromium-driver (tests/presentation/test_view.py opens the interactive view in
+# headless Chromium) (apt-get, as root or via sudo), a virtual environment in
+# .venv, ompt-py installed into it.
 # make old-runtimes (part of make test): libomp 14 and 16 unpacked into
 # .cache/libomp/N for tests/tool/test_versions.py (they conflict with libomp5-19, so
 # they are never installed); without them those tests are skipped.
@@ -57,7 +59,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ompt-py-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-DEBIAN_PACKAGES := clang-19 libomp-19-dev
+DEBIAN_PACKAGES := clang-19 libomp-19-dev chromium chromium-driver
 OLD_LIBOMP_VERSIONS := 14 16
 OLD_LIBOMP_DIR := .cache/libomp
 OLD_TEST_LIBOMP ?= 16
@@ -68,7 +70,7 @@ PYTHONS_DIR := .cache/pythons
 # Python-stack tests build a prange ... nogil module on every version).
 PYTHONS_TEST_DEPS := 'pytest>=7.4' 'cython>=3.0'
 PACKAGE_FILES := $(SOURCES) MANIFEST.in $(wildcard runtime/*.py ompt_py/*.py ompt_py/*/*.py) \
-  ompt_py/_core.pyi ompt_py/py.typed
+  ompt_py/_core.pyi ompt_py/py.typed ompt_py/presentation/view.js
 
 FUZZ_SECONDS ?= 60
 FUZZ_STAMP := $(VENV)/.fuzz-installed
@@ -222,6 +224,7 @@ bench: setup
 	$(BIN)/python bench/analysis.py
 	$(BIN)/python bench/handlers.py
 	$(BIN)/python bench/export.py
+	$(BIN)/python bench/view.py
 	$(BIN)/python bench/pystacks.py
 	$(BIN)/python bench/device_trace.py
 	$(BIN)/python bench/offload_tables.py
@@ -231,7 +234,8 @@ bench: setup
 setup: system-deps $(STAMP)
 
 system-deps:
-	@if ! command -v clang-19 >/dev/null || [ ! -e /usr/lib/llvm-19/lib/libomp.so.5 ]; then \
+	@if ! command -v clang-19 >/dev/null || [ ! -e /usr/lib/llvm-19/lib/libomp.so.5 ] \
+	     || ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
 	  echo "Installing Debian packages: $(DEBIAN_PACKAGES)"; \
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(DEBIAN_PACKAGES); \

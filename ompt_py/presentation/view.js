@@ -5,7 +5,8 @@
 // each) and gives the two sources the exact bars and the aggregates to draw.
 // args: x (the range), bars and agg (the sources), nodes ({"depth/index": [leaf,
 // bars blob, aggregate blob]}), blobs, tree ({bits, fan_bits, deepest, origin_ms,
-// shifts: the bin shift of each depth, bin_bits}), kinds ({bottom, top, layer}).
+// shifts: the bin shift of each depth}), kinds ({bottom, top, layer}).  When the
+// sources hold a range's data, ``done`` (of window.omptpy_view[x.id]) is ``seq``.
 const state = (window.omptpy_view ??= {});
 const me = (state[x.id] ??= {cache: new Map(), timer: null, seq: 0});
 clearTimeout(me.timer);
@@ -83,6 +84,7 @@ async function update(seq) {
           0.3 + 0.7 * share[r] / 255);
     }
   }, ["bars", "share"]);
+  me.done = seq;
 }
 
 // The columns of a source from decoded blobs: fill(cols, node start, put, shift)

@@ -13,12 +13,12 @@ import re
 
 import numpy as np
 import pytest
-from conftest import cli, load_stored, stored_path
+from conftest import cli, load_stored, many_regions, stored_path
 from offload_records import OffloadRecords, program_with_device_records
 
 import ompt_py
 from ompt_py.analysis import states, tables
-from ompt_py.presentation import plots, timeline
+from ompt_py.presentation import timeline
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STATES = ["busy", "barrier wait", "sync wait", "lock wait", "idle"]
@@ -35,23 +35,6 @@ def skewed() -> ompt_py.Trace:
 def tasks() -> ompt_py.Trace:
     """known tasks 12 200 6 2000: 12 tasks of 200 us and 6 of 2 ms."""
     return load_stored("plots-tasks")
-
-
-def many_regions(copies: int) -> ompt_py.Trace:
-    """The 300 regions of the stored raw file of `parallel 300`, one after another
-    ``copies`` times: each copy later than the last, with ids of its own."""
-    t = ompt_py.load(stored_path("parallel-300.omptraw"))
-    ev = t.events
-    span = int(ev["time_ns"].max()) + 1000
-    step = int(max(ev["parallel_id"].max(), ev["task_id"].max())) + 1
-    parts = []
-    for k in range(copies):
-        part = ev.copy()
-        part["time_ns"] += k * span
-        for field in ("parallel_id", "task_id"):
-            part[field][part[field] != 0] += np.uint64(k * step)
-        parts.append(part)
-    return ompt_py.Trace.from_records(np.concatenate(parts), t.meta)
 
 
 def legend(ax) -> list[str]:
