@@ -10,6 +10,8 @@
 * ``samples``: the runtime's sampled states.
 * ``metrics``: constructs, imbalance, task granularity, lock contention,
   utilisation; ``summary``: the answers together.
+* ``flame``: the threads' time per Python stack, location and thread state
+  (the flame view, the speedscope export).
 * ``cache``: the derived tables of each trace, made once.
 
 Modules here take a Trace (``ompt_py.trace``, imported only for type

@@ -2,7 +2,10 @@
 
 * ``report``: ``ompt-py report``, as text and as one HTML page.
 * ``plots``: matplotlib figures (timeline, thread states, task durations,
-  imbalance).
+  imbalance, flame).
+* ``timeline``: the bars a timeline draws (shared by ``plots`` and ``view``).
+* ``view``: the interactive view (Bokeh: one self-contained HTML file, the
+  timeline and the flame), ``ompt-py view``; ``lod``: its levels of detail.
 * ``magic``: ``%%ompt`` in Jupyter (IPython needed).
 * ``cli``: the ``ompt-py`` command.
 

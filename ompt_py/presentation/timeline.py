@@ -26,7 +26,7 @@ import pandas as pd
 from ..analysis import metrics, offload, tables
 from ..analysis.cache import per_trace
 from ..analysis.pairing import find
-from ..analysis.states import closed, in_regions, thread_key, to_int
+from ..analysis.states import closed, in_regions, is_barrier, thread_key, to_int
 from ..errors import MissingEventsError
 from ..records import TRANSFERS_TO_DEVICE, WORK_TYPES
 
@@ -180,9 +180,7 @@ def bars(trace: Trace) -> Bars:
                             at_region(row, region_team, 0)))
     waits = closed(trace, tables.wait_intervals)
     if len(waits):
-        kinds = waits["kind"].astype("category").array
-        barrier = ((kinds.codes >= 0) & np.asarray(kinds.categories.astype(str).str.startswith(
-            "barrier"))[kinds.codes])
+        barrier = is_barrier(waits["kind"])
         row = region_of(waits)
         duration = to_int(waits["end_ns"]) - to_int(waits["begin_ns"])
         parts.append(_frame(thread_key(waits["pid"], waits["thread"]), to_int(waits["begin_ns"]),

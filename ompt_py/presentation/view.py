@@ -279,7 +279,7 @@ def _hover(renderers: list, aggregate: bool, kinds: list[str], labels: list[str]
                      name="aggregate hover" if aggregate else "bar hover")
 
 
-def _timeline(trace: Trace, start_ns: int | None, end_ns: int | None) -> Any:
+def _timeline(trace: Trace, rows: Lanes, start_ns: int | None, end_ns: int | None) -> Any:
     from bokeh.layouts import column
     from bokeh.models import (
         BoxAnnotation,
@@ -293,7 +293,6 @@ def _timeline(trace: Trace, start_ns: int | None, end_ns: int | None) -> Any:
     from bokeh.plotting import figure
 
     lo, hi = _window(trace, start_ns, end_ns)
-    rows = lanes(trace)
     bar_data, sites = bar_set(trace, rows, lo, hi)
     tree = lod.build(bar_data, hi - lo, len(rows.keys))
     embedded = _embed(tree, lo)
@@ -395,12 +394,13 @@ def layout(trace: Trace, start_ns: int | None = None, end_ns: int | None = None,
     procs = trace.meta.get("processes", [])
     t = trace.events["time_ns"]
     span = int(t.max() - t.min()) if len(t) else 0
+    rows = lanes(trace)
     head = (f"<b>{html_text.escape(title or 'ompt-py trace')}</b>: {len(trace):,} events, "
-            f"{len(procs)} process(es), {len(thread_keys(trace)) if len(trace) else 0} "
-            f"thread(s), {format_ns(span)}.  Wheel or box to zoom, drag to pan; hover a bar "
+            f"{len(procs)} process(es), {int((~rows.device).sum())} thread(s), "
+            f"{format_ns(span)}.  Wheel or box to zoom, drag to pan; hover a bar "
             "for what it is.  Pale bars stand for many small ones (their bin's main "
             "construct): zoom in for each.")
-    tabs = Tabs(tabs=[TabPanel(child=_timeline(trace, start_ns, end_ns), title="Timeline"),
+    tabs = Tabs(tabs=[TabPanel(child=_timeline(trace, rows, start_ns, end_ns), title="Timeline"),
                       TabPanel(child=_flame(trace), title="Flame")],
                 sizing_mode="stretch_width", name="tabs")
     return column(Div(text=head, sizing_mode="stretch_width"), tabs,

@@ -199,6 +199,25 @@ def test_cli_view_writes_the_file_and_says_where(tmp_path):
     assert "--no-open" in ok(cli("view", "--help")).stdout
 
 
+def test_magic_without_bokeh_shows_the_timeline_and_what_to_install(monkeypatch, capsys):
+    from ompt_py.errors import ConfigError
+    from ompt_py.presentation import magic
+
+    def missing() -> None:
+        raise ConfigError(view.MISSING_BOKEH)
+
+    shown: list = []
+    monkeypatch.setattr(magic, "display", shown.append)
+    monkeypatch.setattr(view, "in_notebook", lambda: True)
+    magic.show(load_stored("plots-tasks"))
+    assert [type(s).__name__ for s in shown] == ["Summary", "View"]
+    monkeypatch.setattr(magic, "require_bokeh", missing)
+    shown.clear()
+    magic.show(load_stored("plots-tasks"))
+    assert [type(s).__name__ for s in shown] == ["Summary", "Image"]
+    assert "pip install 'ompt-py[view]'" in capsys.readouterr().out
+
+
 def test_cli_view_without_bokeh_says_what_to_install(tmp_path):
     code = ("import sys; sys.modules['bokeh'] = None\n"
             "from ompt_py.presentation.cli import main\n"
