@@ -31,7 +31,7 @@ from ..records import (
 from ..units import format_ns
 from . import pystacks, tables
 from .cache import per_trace
-from .pairing import find, innermost
+from .pairing import find, group_ids, innermost
 from .states import (
     STATE_COLUMNS,
     THREAD_STATES,
@@ -377,11 +377,11 @@ def region_sites(trace: Trace) -> tuple[np.ndarray, pd.DataFrame]:
     py_location and location (as parallel_regions() has them), and that table."""
     regions = tables.linked_regions(trace).table
     columns = ["pid", "py_stack", "codeptr"]
-    row, distinct = pd.factorize(pd.MultiIndex.from_arrays([
-        regions["pid"].to_numpy(np.int64), regions["py_stack"].to_numpy(np.int64, na_value=0),
-        regions["codeptr"].to_numpy(np.uint64, na_value=0)]))
-    sites = pd.DataFrame(list(distinct), columns=columns).astype(
-        {"pid": np.int64, "py_stack": np.int64, "codeptr": np.uint64})
+    keys = pd.DataFrame({"pid": regions["pid"].to_numpy(np.int64),
+                         "py_stack": regions["py_stack"].to_numpy(np.int64, na_value=0),
+                         "codeptr": regions["codeptr"].to_numpy(np.uint64, na_value=0)})
+    _, first, row = np.unique(group_ids(keys)[0], return_index=True, return_inverse=True)
+    sites = keys.iloc[first].reset_index(drop=True)
     names = pystacks.locations(trace)[["pid", "py_stack", "py_location"]]
     sites = sites.merge(names, on=["pid", "py_stack"], how="left")
     sites = tables.with_source(trace, sites)

@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..analysis import metrics, offload, tables
 from ..analysis.cache import per_trace
-from ..analysis.pairing import find
+from ..analysis.pairing import find, group_ids
 from ..analysis.states import closed, in_regions, is_barrier, thread_key, to_int
 from ..errors import MissingEventsError
 from ..records import TRANSFERS_TO_DEVICE, WORK_TYPES
@@ -93,13 +93,18 @@ class _Sites:
 
     def codes(self, py: pd.Series | np.ndarray, loc: pd.Series | np.ndarray) -> np.ndarray:
         """The site of each row of ``py`` and ``loc`` (missing values: empty)."""
-        py = pd.Series(np.asarray(py, dtype=object)).fillna("").astype(str)
-        loc = pd.Series(np.asarray(loc, dtype=object)).fillna("").astype(str)
-        local, uniques = pd.factorize(pd.MultiIndex.from_arrays([py, loc]))
-        mapping = np.array([0 if pair == ("", "") else self.index.setdefault(pair, len(self.index)
-                                                                              + 1)
-                            for pair in uniques.tolist()] or [0], np.int64)
-        return mapping[local] if len(local) else np.empty(0, np.int64)
+        pairs = pd.DataFrame({"py": np.asarray(py, dtype=object),
+                              "loc": np.asarray(loc, dtype=object)}).fillna("")
+        if pairs.empty:
+            return np.empty(0, np.int64)
+        _, first, local = np.unique(group_ids(pairs)[0], return_index=True,
+                                    return_inverse=True)
+        distinct = zip(pairs["py"].to_numpy()[first].tolist(),
+                       pairs["loc"].to_numpy()[first].tolist())
+        mapping = np.array([0 if pair == ("", "") else
+                            self.index.setdefault(pair, len(self.index) + 1)
+                            for pair in distinct], np.int64)
+        return mapping[local.ravel()]
 
     def table(self) -> pd.DataFrame:
         pairs = [("", ""), *self.index]
