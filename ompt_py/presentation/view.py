@@ -74,10 +74,10 @@ class Lanes:
     pid: np.ndarray
 
     def of(self, keys: np.ndarray, device: bool) -> np.ndarray:
-        """The row of each key (of threads, or of devices)."""
+        """The row of each key (of threads, or of devices); -1: not a row."""
         mine = np.flatnonzero(self.device == device)
-        index = pd.Index(self.keys[mine])
-        return mine[index.get_indexer(keys)]
+        at = pd.Index(self.keys[mine]).get_indexer(keys)
+        return np.where(at >= 0, mine[np.maximum(at, 0)] if len(mine) else -1, -1)
 
 
 def lanes(trace: Trace) -> Lanes:
@@ -101,8 +101,8 @@ def _window(trace: Trace, start_ns: int | None, end_ns: int | None) -> tuple[int
     lo = int(start_ns) if start_ns is not None else (int(t.min()) if len(t) else 0)
     hi = int(end_ns) if end_ns is not None else (int(t.max()) if len(t) else lo + 1)
     if hi <= lo:
-        raise ValueError(f"the window [{start_ns}, {end_ns}] is empty: its end must be after "
-                         "its start")
+        raise ValueError(f"the window from {format_ns(lo)} to {format_ns(hi)} is empty: its "
+                         "end must be after its start")
     return lo, hi
 
 
