@@ -184,8 +184,7 @@ def icicle(trace: Trace, min_share: float = 0.0) -> Icicle:
     rows: list[tuple] = []
 
     def place(prefix: tuple[int, ...], x0: float) -> None:
-        children = sorted((k for k in _children.get(prefix, [])), key=lambda k: -tree[k])
-        for child in children:
+        for child in sorted(children.get(prefix, []), key=lambda k: -tree[k]):
             width = tree[child] / total
             if width < min_share or tree[child] <= 0:
                 continue
@@ -194,9 +193,9 @@ def icicle(trace: Trace, min_share: float = 0.0) -> Icicle:
             place(child, x0)
             x0 += width
 
-    _children: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+    children: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     for key in tree:
-        _children.setdefault(key[:-1], []).append(key)
+        children.setdefault(key[:-1], []).append(key)
     if total > 0:
         place((), 0.0)
     nodes = pd.DataFrame(rows, columns=["name", "kind", "depth", "x0", "x1", "weight_ns",

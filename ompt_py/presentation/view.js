@@ -10,7 +10,8 @@
 const state = (window.omptpy_view ??= {});
 const me = (state[x.id] ??= {cache: new Map(), timer: null, seq: 0});
 clearTimeout(me.timer);
-me.timer = setTimeout(() => update(++me.seq), 40);
+const seq = ++me.seq;  // now: a range whose data is not drawn yet
+me.timer = setTimeout(() => update(seq), 40);
 
 const TYPES = {u1: Uint8Array, u2: Uint16Array, u4: Uint32Array, f8: Float64Array};
 

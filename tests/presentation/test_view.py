@@ -309,7 +309,7 @@ def set_range(driver, start: float, end: float) -> None:
     """Sets the time range (ms) and waits for the view to have drawn its data."""
     driver.execute_script(f"{RANGE} x.setv({{start: {start}, end: {end}}});")
     until(driver, f"{RANGE} const s = (window.omptpy_view || {{}})[x.id];"
-          f"return s && s.done === s.seq && s.timer !== null;", "the data of the range")
+          f"return s && s.done === s.seq;", "the data of the range")
 
 
 def source(driver, name: str) -> dict[str, list]:
