@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 MISSING_BOKEH = ("the interactive view needs Bokeh, an optional dependency of ompt-py: "
                  "pip install 'ompt-py[view]' (or pip install 'bokeh>=3.4')")
 _SCRIPT = Path(__file__).with_name("view.js")
-_LANE_HEIGHT = 26  # pixels per lane
+_LANE_HEIGHT = 36  # pixels per lane
 
 
 def require_bokeh() -> None:
@@ -303,7 +303,7 @@ def _timeline(trace: Trace, rows: Lanes, start_ns: int | None, end_ns: int | Non
     n = max(len(rows.keys), 1)
     x = Range1d(lo / 1e6, hi / 1e6, bounds=(lo / 1e6, hi / 1e6), min_interval=1e-5,
                 name="time")
-    p = figure(x_range=x, y_range=Range1d(n - 0.5, -0.5), height=80 + _LANE_HEIGHT * n,
+    p = figure(x_range=x, y_range=Range1d(n - 0.5, -0.5), height=max(220, 90 + _LANE_HEIGHT * n),
                sizing_mode="stretch_width", tools="xpan,xwheel_zoom,xbox_zoom,reset,save",
                active_scroll="xwheel_zoom", active_drag="xpan", name="timeline",
                x_axis_label="time since the trace start (ms)", toolbar_location="above")
