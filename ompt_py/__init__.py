@@ -12,6 +12,7 @@ line of the program): the runtime looks for tools only once, when it starts.
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import TYPE_CHECKING
 
 from .errors import (
@@ -39,7 +40,10 @@ from .trace import Trace, convert, load, trace
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-__version__ = "0.1.0"
+try:
+    __version__ = metadata.version("ompt-py")  # pyproject.toml's, as pip installed it
+except metadata.PackageNotFoundError:  # built in place (setup.py build_ext), not installed
+    __version__ = "unknown"
 
 __all__ = [
     "AttachError",

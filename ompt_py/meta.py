@@ -156,6 +156,22 @@ def trace_meta(processes: list[dict], origin_mono_ns: int | None,
             "skipped": list(unique.values())}
 
 
+def why_empty(meta: dict) -> str:
+    """Why a trace of these metadata holds no event (the summary's line, the
+    warning of a trace window that recorded none)."""
+    processes = meta.get("processes", [])
+    attached = sorted({rt["path"] for p in processes for rt in p.get("runtimes", [])
+                       if rt.get("initialized")})
+    if attached:
+        return (f"no events: the tool was attached to {', '.join(attached)}, but no OpenMP "
+                "construct ran while the trace recorded")
+    off = any(p.get("fallback", {}).get("policy") == "off" for p in processes)
+    return ("no events: no OpenMP runtime started with the tool attached while the trace "
+            "recorded: the code that ran used no OpenMP"
+            + (", or ran on GNU libgomp, which has no tool interface (the runtime fallback "
+               "was off: OMPTPY_RUNTIME=off)" if off else ""))
+
+
 def with_losses(meta: dict) -> dict:
     """``meta`` with the loss keys of traces written before the tool kept a ledger
     (none lost, ending "unknown"), so that every trace has them."""

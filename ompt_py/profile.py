@@ -150,12 +150,13 @@ class Profile:
 
         return profile.summary(self, top=top)
 
-    def constructs(self, by: str = "construct") -> pd.DataFrame:
+    def constructs(self, by: str = "construct", raw: bool = False) -> pd.DataFrame:
         """Count, total, mean, p50, p95 (estimated), max time per construct and kind
-        (``by="source"``: and per source location), as Trace.constructs()."""
+        (``by="source"``: and per source location; ``raw=True``: the runtime's kind
+        names), as Trace.constructs()."""
         from .analysis import profile
 
-        return profile.constructs(self, by=by)
+        return profile.constructs(self, by=by, raw=raw)
 
     def imbalance(self, per_thread: bool = False, by: str = "source") -> pd.DataFrame:
         """Per parallel region source location: imbalance and time lost of the threads'
@@ -178,6 +179,14 @@ class Profile:
         from .analysis import profile
 
         return profile.lock_contention(self, by=by)
+
+    def advice(self) -> pd.DataFrame:
+        """What to do, where a profile's aggregates allow it (regions too short for
+        their team, contended locks; ``attrs["cannot"]``: the rules it cannot give):
+        see ompt_py.analysis.profile.advice and docs/reports.md."""
+        from .analysis import profile
+
+        return profile.advice(self)
 
     def _repr_html_(self) -> str:
         return self.summary()._repr_html_()

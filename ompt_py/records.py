@@ -278,6 +278,18 @@ NORMALISED: dict[str, dict[str, str]] = {
         "sync_region", "sync_region_wait", "reduction")},
 }
 
+#: A worksharing loop's schedule by the runtime's name of its kind: libomp 19
+#: tells it, older ones say ``loop`` for every schedule (``unknown``).
+LOOP_SCHEDULES = {"loop_static": "static", "loop_dynamic": "dynamic",
+                  "loop_guided": "guided", "loop_other": "other", "loop": "unknown"}
+
+
+def normalised_kind(event: str, raw: str) -> str:
+    """The ``kind`` (NORMALISED) of the runtime's name ``raw`` for a kind of ``event``
+    (an event name of EVENTS): ``loop`` for libomp 19's ``loop_static`` of ``work``."""
+    return NORMALISED.get(raw, {}).get(event, raw)
+
+
 #: Which enumeration names the `kind` byte of each event.
 KIND_NAMES: dict[str, dict[int, str]] = {
     "thread_begin": THREAD_TYPES,
@@ -301,11 +313,16 @@ KIND_NAMES: dict[str, dict[int, str]] = {
     "target_data_op": TARGET_DATA_OPS,
 }
 
-#: The constructs of ``Trace.constructs()`` and of a profile, by the event that
-#: begins each (a mutex's wait by its acquire, its hold by its acquired).
+#: The constructs, by the event that begins each (a mutex's wait by its acquire,
+#: its hold by its acquired, an explicit task's run by the switch to it, a region
+#: marker by its begin): the one vocabulary of ``Trace.constructs()``, a
+#: profile's, the summary, ``ompt-py report`` and the plots.  Their kinds are
+#: ``kind`` (NORMALISED, one vocabulary for every libomp version); ``raw=True``
+#: and the ``kind_raw`` columns give the runtime's own names.
 CONSTRUCTS = {"parallel_begin": "parallel region", "implicit_task": "implicit task",
               "work": "work", "sync_region": "sync", "masked": "masked",
-              "mutex_acquire": "mutex wait", "mutex_acquired": "mutex hold"}
+              "mutex_acquire": "mutex wait", "mutex_acquired": "mutex hold",
+              "task_schedule": "task", "region": "user region"}
 #: Their kinds where no OMPT enumeration names them: a parallel region's by its
 #: league flag, an implicit task's by its initial-task flag.
 PARALLEL_KINDS = ("team", "league")
@@ -524,7 +541,7 @@ _RAW_KINDS = {
 #: to_pandas()'s ``kind_raw`` (the runtime's names) and ``kind`` (one vocabulary
 #: for every libomp version), by kind_keys().
 KIND_RAW_CATEGORIES = Names(_RAW_KINDS)
-KIND_CATEGORIES = Names({key: NORMALISED.get(name, {}).get(EVENTS[key >> 8], name)
+KIND_CATEGORIES = Names({key: normalised_kind(EVENTS[key >> 8], name)
                          for key, name in _RAW_KINDS.items()})
 #: Sampled states (ompt_state_t): the runtime's names and the normalised ones.
 STATE_RAW_CATEGORIES = Names(OMPT_STATES)

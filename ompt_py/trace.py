@@ -57,6 +57,7 @@ from .records import (
     SINCE,
     python_stack_ids,
 )
+from .units import ns_columns
 
 if TYPE_CHECKING:
     from .analysis.summary import Summary
@@ -489,45 +490,45 @@ class Trace:
         and actual team size, invoker (program or runtime), source address."""
         from .analysis import tables
 
-        return tables.parallel_regions(self)
+        return ns_columns(tables.parallel_regions(self))
 
     def implicit_tasks(self) -> pd.DataFrame:
         """Implicit tasks, one per thread and region (ends reported late by libomp for
         workers are moved to the end of their region)."""
         from .analysis import tables
 
-        return tables.implicit_tasks(self)
+        return ns_columns(tables.implicit_tasks(self))
 
     def tasks(self) -> pd.DataFrame:
         """Explicit tasks: creation, parent, first start, completion, time running,
         threads, flags and dependences (variable, type)."""
         from .analysis import tables
 
-        return tables.tasks(self)
+        return ns_columns(tables.tasks(self))
 
     def work(self) -> pd.DataFrame:
         """Worksharing constructs per thread (loops, sections, single, ...) with counts."""
         from .analysis import tables
 
-        return tables.work(self)
+        return ns_columns(tables.work(self))
 
     def sync(self) -> pd.DataFrame:
         """Barriers, taskwait and taskgroup per thread, with the time spent waiting."""
         from .analysis import tables
 
-        return tables.sync(self)
+        return ns_columns(tables.sync(self))
 
     def mutex(self) -> pd.DataFrame:
         """Lock, nest lock, critical and ordered acquisitions: wait and hold times."""
         from .analysis import tables
 
-        return tables.mutex(self).copy()
+        return ns_columns(tables.mutex(self).copy())
 
     def task_graph(self) -> pd.DataFrame:
         """The task dependence graph as edges (source_id -> sink_id)."""
         from .analysis import tables
 
-        return tables.task_graph(self)
+        return ns_columns(tables.task_graph(self))
 
     def user_regions(self) -> pd.DataFrame:
         """Regions of user code marked with ``ompt_py.region`` or omptpy_region.h: pid,
@@ -536,7 +537,7 @@ class Trace:
         and the Python code that began it (py_stack, py_location, py_inherited)."""
         from .analysis import tables
 
-        return tables.user_regions(self).copy()
+        return ns_columns(tables.user_regions(self).copy())
 
     def python_stacks(self) -> pd.DataFrame:
         """The Python call stacks that started the trace's constructs, one row per
@@ -586,7 +587,7 @@ class Trace:
         Python location.  See ompt_py.analysis.offload.target_regions."""
         from .analysis import offload
 
-        return offload.target_regions(self)
+        return ns_columns(offload.target_regions(self))
 
     def data_ops(self) -> pd.DataFrame:
         """Data operations (alloc, transfers, delete...): bytes, source and destination
@@ -594,14 +595,14 @@ class Trace:
         ompt_py.analysis.offload.data_ops."""
         from .analysis import offload
 
-        return _shared(offload.data_ops(self))
+        return ns_columns(_shared(offload.data_ops(self)))
 
     def kernels(self) -> pd.DataFrame:
         """Kernel submissions: requested and granted teams, host begin/end, the target
         region.  See ompt_py.analysis.offload.kernels."""
         from .analysis import offload
 
-        return _shared(offload.kernels(self))
+        return ns_columns(_shared(offload.kernels(self)))
 
     def device_ops(self) -> pd.DataFrame:
         """The device's own records (device tracing): device begin/end on the host
@@ -609,7 +610,7 @@ class Trace:
         ompt_py.analysis.offload.device_ops."""
         from .analysis import offload
 
-        return _shared(offload.device_ops(self))
+        return ns_columns(_shared(offload.device_ops(self)))
 
     # ---- answers (ompt_py.analysis.metrics, .summary) ---------------------------------
 
@@ -621,13 +622,15 @@ class Trace:
 
         return summary.summary(self, top=top)
 
-    def constructs(self, by: str = "construct") -> pd.DataFrame:
+    def constructs(self, by: str = "construct", raw: bool = False) -> pd.DataFrame:
         """Count, total, mean, p50, p95, max time per construct and kind (``by="source"``:
         and per source location; ``by="python"``: per Python location, construct,
-        kind and source location, with the location's time, py_time_ns)."""
+        kind and source location, with the location's time, py_time_ns).  Kinds are
+        normalised (``loop``, ``barrier_implicit``); ``raw=True``: the runtime's own
+        names (``loop_static``, ``barrier_implicit_parallel``)."""
         from .analysis import metrics
 
-        return metrics.constructs(self, by=by)
+        return metrics.constructs(self, by=by, raw=raw)
 
     def imbalance(self, per_thread: bool = False, by: str = "region") -> pd.DataFrame:
         """Per parallel region: max over mean busy time of its implicit tasks, time
@@ -653,19 +656,29 @@ class Trace:
 
         return metrics.lock_contention(self, by=by)
 
+    def advice(self) -> pd.DataFrame:
+        """What to do, computed from the figures, per place (Python line first, source
+        location beside it): regions too short for their team, static schedules on
+        uneven work, tasks below their creation cost, contended locks; one row per
+        place and rule with the time at stake, the finding and the advice.  See
+        ompt_py.analysis.advice and docs/reports.md (the rules and thresholds)."""
+        from .analysis import advice
+
+        return advice.advice(self)
+
     def utilisation(self, bin_ns: int | None = None) -> pd.DataFrame:
         """Per thread and time bin: time busy, waiting (barrier, taskwait/taskgroup,
         lock) and idle."""
         from .analysis import metrics
 
-        return metrics.utilisation(self, bin_ns=bin_ns)
+        return ns_columns(metrics.utilisation(self, bin_ns=bin_ns))
 
     def thread_states(self) -> pd.DataFrame:
         """Per thread over the whole trace: time busy, waiting (barrier,
         taskwait/taskgroup, lock) and idle, and the busy share of the time not idle."""
         from .analysis import states
 
-        return states.thread_totals(self)
+        return ns_columns(states.thread_totals(self))
 
     def _messages(self, events: np.ndarray, pids: np.ndarray, ids: np.ndarray | None
                   ) -> pd.Categorical:
@@ -734,6 +747,12 @@ class Trace:
         from .presentation import plots
 
         return plots.imbalance(self, ax=ax)
+
+    def plot_locks(self, ax: Any = None) -> Any:
+        """Time waited for and time held of the most waited-for locks; the Figure."""
+        from .presentation import plots
+
+        return plots.locks(self, ax=ax)
 
     # ---- files (ompt_py.io) -------------------------------------------------------------
 

@@ -1,7 +1,9 @@
-"""Units written for people: the one formatting of nanoseconds that the summary,
-the report, the plots and the task histogram's labels share (``format_ns``),
-byte sizes as the tool's variables take them (``parse_size``) and times as the
-command line takes them (``parse_time``)."""
+"""Values written for people, one way everywhere: the summary, ``ompt-py report``,
+the plots and the HTML view format durations with ``format_ns``, shares with
+``format_share``, byte counts with ``format_bytes`` and shorten long names
+with ``shorten``; ``ns_columns`` gives a table's time columns their one dtype.
+Also byte sizes as the tool's variables take them (``parse_size``) and times
+as the command line takes them (``parse_time``)."""
 
 from __future__ import annotations
 
@@ -11,19 +13,81 @@ import re
 import pandas as pd
 
 _UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3))
+#: What a table shows for a missing value.
+MISSING = "-"
+#: What ``shorten`` puts where it cut.
+ELLIPSIS = "…"
+
+
+def _missing(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 def format_ns(ns: float | None) -> str:
     """A duration in readable units: ``1.5 ms``, ``250 us``, ``12 ns`` (three
     significant digits, whole units from 100 up); ``-`` for a missing value (None,
     NaN, pandas' NA)."""
-    if ns is None or ns is pd.NA or (isinstance(ns, float) and math.isnan(ns)):
-        return "-"
+    if _missing(ns):
+        return MISSING
     a = abs(ns)
     for unit, scale in _UNITS:
         if a >= scale:
             return f"{ns / scale:,.3g} {unit}" if a < 100 * scale else f"{ns / scale:,.0f} {unit}"
     return f"{ns:,.0f} ns"
+
+
+def format_share(share: float | None) -> str:
+    """A share (0 to 1) as a percentage: ``89 %``, ``4.5 %``, ``0.3 %`` (two
+    significant digits below 10 %, whole percents above), ``<0.1 %`` below 0.1 %
+    but not 0; ``-`` for a missing value."""
+    if _missing(share):
+        return MISSING
+    p = 100 * share
+    if 0 < abs(p) < 0.1:
+        return "<0.1 %" if p > 0 else ">-0.1 %"
+    return f"{p:.0f} %" if abs(p) >= 9.95 or p == 0 else f"{p:.2g} %"
+
+
+def format_bytes(n: float | None) -> str:
+    """A byte count in readable units: ``4 KiB``, ``1.5 MiB``; ``-`` for a missing value."""
+    if _missing(n):
+        return MISSING
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:,.3g} {unit}"
+    return f"{n:,.0f} B"
+
+
+def format_rate(bytes_per_s: float | None) -> str:
+    """Bytes per second: ``1.2 GiB/s``; ``-`` for a missing value."""
+    return MISSING if _missing(bytes_per_s) else f"{format_bytes(bytes_per_s)}/s"
+
+
+def shorten(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: whole when it fits, else its start
+    and its end with ``…`` between (the middle of a name is what tells least:
+    ``tests/pro…/app.py:37 in main``).  At least one character is kept each side
+    when ``width`` allows it."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return ELLIPSIS[:width]
+    head = width // 2
+    tail = width - 1 - head
+    return text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
+
+
+def ns_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every ``*_ns`` column as integer nanoseconds (pandas' Int64:
+    rounded, <NA> where there is no value), the one dtype of the times of every
+    public table."""
+    changed = {}
+    for c in frame.columns:
+        if not str(c).endswith("_ns") or str(frame[c].dtype) in ("int64", "Int64"):
+            continue
+        values = pd.to_numeric(frame[c], errors="coerce").astype("Float64")
+        changed[c] = values.round().astype("Int64")
+    return frame.assign(**changed) if changed else frame
 
 
 _SIZE = re.compile(r"(\d+)([KMG]?)I?B?", re.IGNORECASE)

@@ -645,6 +645,25 @@ def many_regions(copies: int):
     return ompt_py.Trace.from_records(np.concatenate(parts), t.meta)
 
 
+def load_with_binaries(name: str):
+    """The stored trace NAME with the binaries kept beside it (NAME.bin/) in place of
+    those that made it, which are gone: its code addresses are named as on the
+    machine that made it."""
+    import copy
+
+    import ompt_py
+
+    t = load_stored(name)
+    meta = copy.deepcopy(t.meta)
+    kept = DATA / f"{name}.bin"
+    for proc in meta["processes"]:
+        for module in proc.get("modules", []):
+            here = kept / Path(module["path"]).name
+            if here.is_file():
+                module["path"] = str(here)
+    return ompt_py.Trace.from_records(t.events, meta)
+
+
 def stored_output(name: str) -> str:
     """What the program (or snippet) of the stored trace NAME printed: NAME.out."""
     return (DATA / f"{name}.out").read_text()

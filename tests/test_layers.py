@@ -1,4 +1,4 @@
-"""The house rules of ompt_py's layers (README, Layout): every module imports
+"""The house rules of ompt_py's layers (docs/development.md, Layout): every module imports
 alone, the import graph has no cycle, and no layer imports a higher one or
 another layer's underscore names.
 

@@ -21,7 +21,7 @@
  * (from the barrier that ends a region until the thread's next task, before
  * the initial task's first region, on a thread the runtime did not announce).
  *
- * Where the time goes (README, "Limits"): on a virtual machine a sample costs
+ * Where the time goes (docs/limits.md): on a virtual machine a sample costs
  * the timer interrupt, and each write of the CPU's timer register, far more
  * than the handler.  Hence:
  *  - The expirations fall on multiples of the period (absolute CLOCK_MONOTONIC

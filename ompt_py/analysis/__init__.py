@@ -9,7 +9,8 @@
   definition of busy.
 * ``samples``: the runtime's sampled states.
 * ``metrics``: constructs, imbalance, task granularity, lock contention,
-  utilisation; ``summary``: the answers together.
+  utilisation; ``advice``: what to do, computed from them (rules with
+  thresholds); ``summary``: the answers together, as tables and as text.
 * ``flame``: the threads' time per Python stack, location and thread state
   (the flame view, the speedscope export).
 * ``cache``: the derived tables of each trace, made once.

@@ -24,11 +24,12 @@ from ..records import (
     CONSTRUCTS,
     EVENT_CODES,
     IMPLICIT_KINDS,
+    LOOP_SCHEDULES,
     PARALLEL_KINDS,
     TASK_INITIAL,
     python_stack_ids,
 )
-from ..units import format_ns
+from ..units import format_ns, ns_columns
 from . import pystacks, tables
 from .cache import per_trace
 from .pairing import find, group_ids, innermost
@@ -169,9 +170,10 @@ def _python_time(trace: Trace) -> pd.DataFrame:
 
 @per_trace
 def construct_instances(trace: Trace) -> pd.DataFrame:
-    """One row per construct instance: construct, kind, pid, thread, codeptr,
-    parallel_id, begin_ns, duration_ns.  Instances without a code address of their
-    own (implicit tasks, a worker's implicit barrier) take their region's."""
+    """One row per construct instance: construct, kind (normalised), kind_raw (the
+    runtime's), pid, thread, codeptr, parallel_id, begin_ns, duration_ns.
+    Instances without a code address of their own (implicit tasks, a worker's
+    implicit barrier) take their region's."""
     regions = tables.region_intervals(trace).table
     implicit = tables.implicit_intervals(trace).table
     sync = tables.sync_intervals(trace).table
@@ -182,15 +184,17 @@ def construct_instances(trace: Trace) -> pd.DataFrame:
     created = tables.created(trace)
     names: list[str] = []
     kinds: list[pd.Categorical] = []
+    raws: list[pd.Categorical] = []
     columns: dict[str, list[np.ndarray]] = {c: [] for c in (
         "pid", "thread", "codeptr", "parallel_id", "begin_ns", "duration_ns")}
 
     def add(construct: str, kind: pd.Categorical, t: pd.DataFrame, duration: pd.Series,
             begin: pd.Series, codeptr: pd.Series | None = None,
-            parallel_id: pd.Series | None = None) -> None:
+            parallel_id: pd.Series | None = None, raw: pd.Categorical | None = None) -> None:
         n = len(t)
         names.append(construct)
         kinds.append(kind)
+        raws.append(kind if raw is None else raw)
         columns["pid"].append(to_int(t["pid"]))
         columns["thread"].append(to_int(t["thread"]) if "thread" in t else np.full(n, -1))
         columns["codeptr"].append(to_int(codeptr, np.uint64) if codeptr is not None
@@ -214,10 +218,10 @@ def construct_instances(trace: Trace) -> pd.DataFrame:
     add(CONSTRUCTS["implicit_task"], pd.Categorical.from_codes(
         (to_int(implicit["flags"]) & TASK_INITIAL).astype(np.int8), list(IMPLICIT_KINDS)),
         implicit, implicit["duration_ns"], implicit["begin_ns"], None, implicit["parallel_id"])
-    add(CONSTRUCTS["work"], named(work["kind_raw"]), work, work["duration_ns"],
-        work["begin_ns"], work["codeptr"], work["parallel_id"])
-    add(CONSTRUCTS["sync_region"], named(sync["kind_raw"]), sync, sync["duration_ns"],
-        sync["begin_ns"], sync["codeptr"], sync["parallel_id"])
+    add(CONSTRUCTS["work"], named(work["kind"]), work, work["duration_ns"],
+        work["begin_ns"], work["codeptr"], work["parallel_id"], named(work["kind_raw"]))
+    add(CONSTRUCTS["sync_region"], named(sync["kind"]), sync, sync["duration_ns"],
+        sync["begin_ns"], sync["codeptr"], sync["parallel_id"], named(sync["kind_raw"]))
     if len(mutex):
         waited, held = mutex[mutex["wait_ns"].notna()], mutex[mutex["hold_ns"].notna()]
         add(CONSTRUCTS["mutex_acquire"], named(waited["kind"]), waited, waited["wait_ns"],
@@ -232,16 +236,17 @@ def construct_instances(trace: Trace) -> pd.DataFrame:
             duration_ns=("duration_ns", "sum")).reset_index()
         runs = runs.merge(created[["pid", "task_id", "codeptr"]].drop_duplicates(
             ["pid", "task_id"]), on=["pid", "task_id"], how="left")
-        add("task", one("explicit", len(runs)), runs, runs["duration_ns"], runs["begin_ns"],
-            runs["codeptr"])
+        add(CONSTRUCTS["task_schedule"], one("explicit", len(runs)), runs, runs["duration_ns"],
+            runs["begin_ns"], runs["codeptr"])
     user = tables.user_regions(trace)
     if len(user):  # ompt_py.region / omptpy_region.h: the kind is the region's name
-        add("user region", named(user["name"]), user, user["duration_ns"], user["begin_ns"],
+        add(CONSTRUCTS["region"], named(user["name"]), user, user["duration_ns"], user["begin_ns"],
             user["codeptr"])
     sizes = [len(k) for k in kinds]
     out = pd.DataFrame({
         "construct": pd.Categorical.from_codes(np.repeat(np.arange(len(names)), sizes), names),
         "kind": union_categoricals(kinds),
+        "kind_raw": union_categoricals(raws),
         **{c: np.concatenate(v) for c, v in columns.items()},
     })
     # No code address of its own: the region's.
@@ -287,10 +292,10 @@ def _located(trace: Trace, inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFra
     return located, func
 
 
-def constructs(trace: Trace, by: str = "construct") -> pd.DataFrame:
+def constructs(trace: Trace, by: str = "construct", raw: bool = False) -> pd.DataFrame:
     """Count, total, mean, p50, p95 and max time per construct and kind (``by=
     "construct"``), per construct, kind and source location (``by="source"``),
-    or per Python location (``by="python"``).
+    or per Python location (``by="python"``).  Times in integer nanoseconds.
 
     Constructs: ``parallel region`` (team or league), ``implicit task`` (initial
     or implicit), ``work`` (by the runtime's kind: loop_static, single_executor,
@@ -298,6 +303,10 @@ def constructs(trace: Trace, by: str = "construct") -> pd.DataFrame:
     including tasks run while waiting), ``mutex wait`` and ``mutex hold`` (lock,
     critical, ordered ...), ``masked``, ``task`` (time an explicit task ran,
     all its pieces), ``user region`` (by name).  Sorted by total time.
+    The names are records.CONSTRUCTS; kinds are normalised (``loop``,
+    ``barrier_implicit``: one vocabulary for every libomp version), the
+    runtime's own names (``loop_static``, ``barrier_implicit_parallel``) with
+    ``raw=True``.
 
     ``by="python"``: where the time goes in the Python code, one row per pid,
     ``py_location`` (the line of the user's code that started the construct,
@@ -312,13 +321,15 @@ def constructs(trace: Trace, by: str = "construct") -> pd.DataFrame:
     """
     _check_by(by, ("construct", "source", "python"))
     inst = construct_instances(trace)
+    inst = inst.drop(columns="kind").rename(columns={"kind_raw": "kind"}) if raw else \
+        inst.drop(columns="kind_raw")
     if by == "construct":
-        return _group_stats(inst, ["construct", "kind"])
+        return ns_columns(_group_stats(inst, ["construct", "kind"]))
     located, func = _located(trace, inst)
     if by == "source":
         keys = ["construct", "kind", "pid", "location"]
         out = _group_stats(located, keys).merge(func, on=["pid", "location"], how="left")
-        return out[[*keys, "function", "name", *_STAT_COLUMNS]]
+        return ns_columns(out[[*keys, "function", "name", *_STAT_COLUMNS]])
     where = python_locations_at(trace, inst["pid"].to_numpy(), inst["thread"].to_numpy(),
                                 inst["begin_ns"].to_numpy())
     located["py_location"] = pd.Categorical(np.where(pd.isna(where), NO_PYTHON, where))
@@ -331,8 +342,8 @@ def constructs(trace: Trace, by: str = "construct") -> pd.DataFrame:
     out = out.sort_values(["py_time_ns", "pid", "py_location", "total_ns"],
                           ascending=[False, True, True, False], na_position="last",
                           kind="stable").reset_index(drop=True)
-    return out[["pid", "py_location", "py_time_ns", "construct", "kind", "location", "function",
-                "name", *_STAT_COLUMNS]]
+    return ns_columns(out[["pid", "py_location", "py_time_ns", "construct", "kind", "location",
+                           "function", "name", *_STAT_COLUMNS]])
 
 
 # ---- load imbalance per parallel region --------------------------------------------------------
@@ -407,7 +418,16 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
     pid, py_location (``"(no Python stack)"`` for regions without one) and
     source location, with the regions' count, largest team (threads), total
     duration_ns, mean and largest imbalance (imbalance, imbalance_max), total
-    lost_ns, and the shares of their implicit tasks' time; most time lost first.
+    lost_ns, the shares of their implicit tasks' time, busy_ns (the threads'
+    busy time), fork_join_ns and fork_join_share (of duration_ns) and the
+    most common schedule; most time lost first.
+
+    ``fork_join_ns``: a region's duration less the longest time one of its
+    threads was busy or waiting in taskwait/taskgroup or for a lock there: what
+    no thread spent on the region's work (starting and ending the team, and
+    waiting for it); ``schedule``: of the region's worksharing loops (records.
+    LOOP_SCHEDULES: static, dynamic, guided, other; unknown on a runtime that
+    does not tell, libomp before 19; mixed; None: no loop).
     """
     _check_by(by, ("region", "source", "python"))
     if per_thread and by != "region":
@@ -416,14 +436,17 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
     rt = region_threads(trace)
     if per_thread:
         dur = rt["duration_ns"].where(rt["duration_ns"] > 0)
-        return rt.assign(busy_share=rt["busy_ns"] / dur,
-                         barrier_wait_share=rt["barrier_wait_ns"] / dur)
+        return ns_columns(rt.assign(busy_share=rt["busy_ns"] / dur,
+                                    barrier_wait_share=rt["barrier_wait_ns"] / dur))
     waiting = rt["barrier_wait_ns"] + rt["sync_wait_ns"] + rt["lock_wait_ns"]
-    per = rt.assign(_waiting=waiting).groupby(["pid", "parallel_id"], sort=False).agg(
+    active = rt["busy_ns"] + rt["sync_wait_ns"] + rt["lock_wait_ns"]
+    per = rt.assign(_waiting=waiting, _active=active).groupby(
+        ["pid", "parallel_id"], sort=False).agg(
         threads=("thread", "size"), busy_mean_ns=("busy_ns", "mean"),
         busy_min_ns=("busy_ns", "min"), busy_max_ns=("busy_ns", "max"),
         busy_total_ns=("busy_ns", "sum"), tasks_ns=("duration_ns", "sum"),
-        barrier_wait_ns=("barrier_wait_ns", "sum"), wait_ns=("_waiting", "sum"))
+        barrier_wait_ns=("barrier_wait_ns", "sum"), wait_ns=("_waiting", "sum"),
+        active_max_ns=("_active", "max"))
     paired = tables.region_intervals(trace)
     regions = closed(trace, tables.region_intervals)[[
         "pid", "parallel_id", "begin_ns", "duration_ns", "requested_team_size", "codeptr",
@@ -442,15 +465,39 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
     out["lost_ns"] = out["threads"] * out["busy_max_ns"] - out["busy_total_ns"]
     out["barrier_wait_share"] = out["barrier_wait_ns"] / tasks
     out["wait_share"] = out["wait_ns"] / tasks
+    # What no thread spent on the region's work: starting the team, ending it (the
+    # thread longest at work, or waiting in taskwait or for a lock, is the least a
+    # region of this team could take).
+    out["fork_join_ns"] = (out["duration_ns"] - out.pop("active_max_ns")).clip(lower=0)
+    out["schedule"] = _schedules(trace, out[["pid", "parallel_id"]])
     if by != "region":
-        return _imbalance_by(out, by)
+        return ns_columns(_imbalance_by(out, by))
     out.attrs.update(unmatched_begins=paired.unmatched_begins,
                      unmatched_ends=paired.unmatched_ends)
     columns = ["pid", "parallel_id", "begin_ns", "duration_ns", "requested_team_size",
                "codeptr", "complete", "function", "location", "py_stack", "py_location",
                "py_inherited"]
-    return out[[*columns, *(c for c in out.columns
-                            if c not in columns and c not in ("busy_total_ns", "tasks_ns"))]]
+    return ns_columns(out[[*columns, *(c for c in out.columns
+                                       if c not in columns and c not in ("busy_total_ns",
+                                                                         "tasks_ns"))]])
+
+
+def _schedules(trace: Trace, regions: pd.DataFrame) -> np.ndarray:
+    """The schedule of each region's worksharing loops (see imbalance)."""
+    work = tables.work_intervals(trace).table
+    loops = work[work["kind_raw"].astype(str).isin(list(LOOP_SCHEDULES))]
+    if loops.empty:
+        return np.full(len(regions), None, dtype=object)
+    kinds = loops.assign(schedule=loops["kind_raw"].astype(str).map(LOOP_SCHEDULES)).groupby(
+        ["pid", "parallel_id"], sort=False)["schedule"].agg(
+        lambda s: s.iat[0] if s.nunique() == 1 else "mixed")
+    found = regions.merge(kinds.reset_index(), on=["pid", "parallel_id"], how="left")
+    return found["schedule"].astype(object).where(found["schedule"].notna(), None).to_numpy()
+
+
+def _most_common(values: pd.Series) -> object:
+    counts = values.dropna().value_counts()
+    return counts.index[0] if len(counts) else None
 
 
 def _imbalance_by(regions: pd.DataFrame, by: str) -> pd.DataFrame:
@@ -463,21 +510,37 @@ def _imbalance_by(regions: pd.DataFrame, by: str) -> pd.DataFrame:
                 threads=("threads", "max"), duration_ns=("duration_ns", "sum"),
                 imbalance=("imbalance", "mean"), imbalance_max=("imbalance", "max"),
                 lost_ns=("lost_ns", "sum"), barrier_wait_ns=("barrier_wait_ns", "sum"),
-                wait_ns=("wait_ns", "sum"), tasks_ns=("tasks_ns", "sum")).reset_index()
+                wait_ns=("wait_ns", "sum"), tasks_ns=("tasks_ns", "sum"),
+                busy_ns=("busy_total_ns", "sum"), fork_join_ns=("fork_join_ns", "sum"),
+                schedule=("schedule", _most_common)).reset_index()
     tasks = out["tasks_ns"].where(out["tasks_ns"] > 0)
     out["barrier_wait_share"] = out["barrier_wait_ns"] / tasks
     out["wait_share"] = out["wait_ns"] / tasks
-    out = out.drop(columns=["barrier_wait_ns", "wait_ns", "tasks_ns"])
+    out["fork_join_share"] = out["fork_join_ns"] / out["duration_ns"].where(
+        out["duration_ns"] > 0)
+    schedule = out.pop("schedule")
+    out = out.drop(columns=["barrier_wait_ns", "wait_ns", "tasks_ns"]).assign(schedule=schedule)
     return out.sort_values("lost_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
 # ---- tasks -------------------------------------------------------------------------------------
 
 
-def _decade_edges(lo: float, hi: float) -> np.ndarray:
-    first = math.floor(math.log10(max(lo, 1)))
-    last = max(math.floor(math.log10(max(hi, 1))) + 1, first + 1)
-    return 10.0 ** np.arange(first, last + 1)
+#: The task histogram's default bins: log-spaced, at least TASK_BINS over the
+#: tasks' range, between 3 and 20 a decade, on edges 10^(k/n) ns rounded to whole
+#: nanoseconds (so every decade starts a bin).
+TASK_BINS, _PER_DECADE = 12, (3, 20)
+
+
+def log_edges(lo: float, hi: float) -> np.ndarray:
+    """Bin edges (integer ns) for durations from ``lo`` to ``hi``: see TASK_BINS."""
+    lo, hi = max(lo, 1.0), max(hi, 1.0)
+    decades = max(math.log10(hi) - math.log10(lo), 1e-9)
+    per = min(max(math.ceil(TASK_BINS / decades), _PER_DECADE[0]), _PER_DECADE[1])
+    first = math.floor(math.log10(lo) * per)
+    last = math.floor(math.log10(hi) * per) + 1
+    edges = np.unique(np.round(10.0 ** (np.arange(first, last + 1) / per)))
+    return edges if edges[-1] > hi else np.append(edges, math.floor(hi) + 1)
 
 
 def task_runs(trace: Trace) -> pd.DataFrame:
@@ -497,10 +560,10 @@ def task_runs(trace: Trace) -> pd.DataFrame:
     return out
 
 
-def creation_cost(trace: Trace) -> float:
-    """Estimated time to create one explicit task: the median gap between two
-    task_create events of one thread and parent with nothing else recorded between
-    them (back-to-back creations).  NaN when no such pair exists."""
+def _creation_gaps(trace: Trace) -> pd.DataFrame:
+    """pid, codeptr and gap_ns of each task_create that follows another of the same
+    thread and parent with nothing else recorded between them (back-to-back
+    creations: the gap is what creating the second cost)."""
     ev, pids = trace.events, trace.pids
     at = np.flatnonzero(ev["event"] == EVENT_CODES["task_create"])
     at = at[at > 0]
@@ -510,15 +573,56 @@ def creation_cost(trace: Trace) -> float:
     pair = ((ev["event"][before] == EVENT_CODES["task_create"])
             & (ev["thread"][before] == ev["thread"][at]) & (pids[before] == pids[at])
             & (ev["u64a"][before] == ev["u64a"][at]))  # the parent task (other_task_id)
-    gaps = ev["time_ns"][at[pair]] - ev["time_ns"][before[pair]]
+    return pd.DataFrame({"pid": pids[at[pair]].astype(np.int64),
+                         "codeptr": ev["codeptr"][at[pair]],
+                         "gap_ns": ev["time_ns"][at[pair]] - ev["time_ns"][before[pair]]})
+
+
+def creation_cost(trace: Trace) -> float:
+    """Estimated time to create one explicit task: the median gap between two
+    task_create events of one thread and parent with nothing else recorded between
+    them (back-to-back creations).  NaN when no such pair exists."""
+    gaps = _creation_gaps(trace)["gap_ns"]
     return float(np.median(gaps)) if len(gaps) else float("nan")
+
+
+def task_sites(trace: Trace, by: str = "source") -> pd.DataFrame:
+    """Explicit tasks per creation site: per pid and source location (``by=
+    "source"``), or per pid, Python location (``"(no Python stack)"`` for none)
+    and source location (``by="python"``): function, tasks (created), ran,
+    busy_ns (their own work, task_runs), median_busy_ns, create_ns (the median
+    back-to-back creation gap at the site, see creation_cost; the trace's where
+    the site has none) and creation_overhead_share (tasks x create_ns over that
+    plus busy_ns).  Most busy time first."""
+    _check_by(by, ("source", "python"))
+    keys = ["pid", "location"] if by == "source" else ["pid", "py_location", "location"]
+    made = tables.tasks(trace)[["pid", "task_id", "codeptr", "py_location"]]
+    runs = task_runs(trace)[["pid", "task_id", "busy_ns"]]
+    made = tables.with_source(trace, made.merge(runs, on=["pid", "task_id"], how="left"))
+    made["py_location"] = made["py_location"].astype(object).where(
+        made["py_location"].notna(), NO_PYTHON)
+    gaps = _creation_gaps(trace)
+    gaps = tables.with_source(trace, gaps)
+    g = made.groupby(keys, sort=False, dropna=False)
+    out = g.agg(function=("function", "first"), tasks=("task_id", "size"),
+                ran=("busy_ns", "count"), busy_ns=("busy_ns", "sum"),
+                median_busy_ns=("busy_ns", "median")).reset_index()
+    site = gaps.groupby(["pid", "location"], sort=False)["gap_ns"].median().rename("create_ns")
+    out = out.merge(site.reset_index(), on=["pid", "location"], how="left")
+    out["create_ns"] = out["create_ns"].fillna(creation_cost(trace))
+    overhead = out["tasks"] * out["create_ns"]
+    out["creation_overhead_share"] = overhead / (overhead + out["busy_ns"]).where(
+        overhead + out["busy_ns"] > 0)
+    out = out.sort_values("busy_ns", ascending=False, kind="stable").reset_index(drop=True)
+    return ns_columns(out)
 
 
 def task_granularity(trace: Trace, bins: int | Sequence[float] | None = None) -> pd.DataFrame:
     """Histogram of explicit task durations (each task's own work: busy_ns of
     task_runs) on log bins: lo_ns, hi_ns, label, tasks, task_share, busy_ns,
-    time_share.  ``bins``: None (one bin per decade), a number of log-spaced bins
-    over the range, or the edges in nanoseconds.
+    time_share.  ``bins``: None (log-spaced bins, at least TASK_BINS over the
+    tasks' range, see log_edges), a number of log-spaced bins over the range,
+    or the edges in nanoseconds (rounded to whole nanoseconds).
 
     ``attrs``: ``tasks`` (created), ``ran``, ``outside_bins``, ``median_busy_ns``,
     ``create_ns`` (the estimated cost of creating one task, see creation_cost) and
@@ -531,25 +635,27 @@ def task_granularity(trace: Trace, bins: int | Sequence[float] | None = None) ->
         if not len(busy):
             edges = np.empty(1)  # no tasks, no bins
         elif bins is None:
-            edges = _decade_edges(lo, hi)
+            edges = log_edges(lo, hi)
         else:
-            edges = np.geomspace(max(lo, 1), max(hi, lo + 1, 2) * (1 + 1e-9), int(bins) + 1)
+            edges = np.unique(np.round(np.geomspace(max(lo, 1), max(hi, lo + 1, 2) + 1,
+                                                    int(bins) + 1)))
     else:
-        edges = np.asarray(bins, dtype=np.float64)
+        edges = np.round(np.asarray(bins, dtype=np.float64))
         if edges.ndim != 1 or len(edges) < 2 or (np.diff(edges) <= 0).any():
-            raise ValueError("bins: give increasing edges in nanoseconds (at least two)")
+            raise ValueError("bins: give increasing edges in nanoseconds (at least two, "
+                             "at least 1 ns apart)")
     which = np.searchsorted(edges, busy, side="right") - 1
     inside = (which >= 0) & (which < len(edges) - 1)
     counts = np.bincount(which[inside], minlength=len(edges) - 1)
     times = np.bincount(which[inside], weights=busy[inside], minlength=len(edges) - 1)
     total = busy.sum()
     out = pd.DataFrame({
-        "lo_ns": edges[:-1], "hi_ns": edges[1:],
+        "lo_ns": edges[:-1].astype(np.int64), "hi_ns": edges[1:].astype(np.int64),
         "label": [f"{format_ns(a)} - {format_ns(b)}"
                   for a, b in zip(edges[:-1], edges[1:])],
         "tasks": counts,
         "task_share": counts / len(busy) if len(busy) else np.zeros(len(counts)),
-        "busy_ns": times,
+        "busy_ns": np.round(times).astype(np.int64),
         "time_share": times / total if total > 0 else np.zeros(len(counts)),
     })
     create = creation_cost(trace)
@@ -593,7 +699,7 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
                 "location"] if by == "python" else
                [*lock, *stats, "codeptr", "function", "location", "py_location"])
     if m.empty:
-        return pd.DataFrame(columns=columns)
+        return ns_columns(pd.DataFrame(columns=columns))
     where = python_locations_at(trace, m["pid"].to_numpy(), m["thread"].to_numpy(),
                                 m["acquire_ns"].fillna(m["acquired_ns"]).to_numpy(np.int64))
     if by == "python":
@@ -614,7 +720,8 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
             out[most] = sites.set_index(keys)[most]
     out = tables.with_source(trace, out.reset_index())
     out["py_location"] = out["py_location"].astype(object).where(out["py_location"].notna(), None)
-    return out[columns].sort_values("wait_total_ns", ascending=False).reset_index(drop=True)
+    return ns_columns(out[columns].sort_values("wait_total_ns", ascending=False)
+                      .reset_index(drop=True))
 
 
 # ---- thread utilisation over time ----------------------------------------------------------

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from ..records import PROFILE_BUCKETS
-from ..units import format_ns
+from ..records import CONSTRUCTS, PROFILE_BUCKETS, normalised_kind
+from ..units import format_ns, ns_columns
+from . import advice as rules
 from . import symbols
 from .metrics import top_holder
-from .summary import Summary
+from .summary import Summary, regions_per_location
 
 if TYPE_CHECKING:
     from ..io.profile import ProfileParts
@@ -114,36 +115,46 @@ def _stats(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return out[_STAT_COLUMNS].sort_values("total_ns", ascending=False).reset_index()
 
 
-def _construct_rows(prof: Profile) -> pd.DataFrame:
+_EVENTS = {name: event for event, name in CONSTRUCTS.items()}
+
+
+def _construct_rows(prof: Profile, raw: bool) -> pd.DataFrame:
     """The constructs table and the explicit tasks that ran (construct ``task``,
-    kind ``explicit``, per creation site), in one shape."""
+    kind ``explicit``, per creation site), in one shape; kinds normalised unless
+    ``raw``."""
     c = prof.parts.constructs
     t = prof.parts.tasks
     t = t[t["ran"] > 0]
     tasks = pd.DataFrame({"pid": t["pid"], "thread": t["thread"], "codeptr": t["codeptr"],
-                          "construct": "task", "kind": "explicit", "count": t["ran"],
-                          "total_ns": t["run_total_ns"], "min_ns": t["run_min_ns"],
-                          "max_ns": t["run_max_ns"], "hist": t["hist"]})
+                          "construct": CONSTRUCTS["task_schedule"], "kind": "explicit",
+                          "count": t["ran"], "total_ns": t["run_total_ns"],
+                          "min_ns": t["run_min_ns"], "max_ns": t["run_max_ns"],
+                          "hist": t["hist"]})
     rows = pd.concat([c, tasks], ignore_index=True) if len(tasks) else c
-    return rows.astype({"construct": object, "kind": object})
+    rows = rows.astype({"construct": object, "kind": object})
+    if not raw:
+        rows["kind"] = [normalised_kind(_EVENTS.get(c, c), k)
+                        for c, k in zip(rows["construct"], rows["kind"])]
+    return rows
 
 
-def constructs(prof: Profile, by: str = "construct") -> pd.DataFrame:
+def constructs(prof: Profile, by: str = "construct", raw: bool = False) -> pd.DataFrame:
     """metrics.constructs from a profile: count, total, mean, p50, p95 and max time
-    per construct and kind (``by="construct"``), or per construct, kind and source
-    location (``by="source"``, with pid, function and name).  The constructs a
+    per construct and kind (normalised; ``raw=True``: the runtime's names)
+    (``by="construct"``), or per construct, kind and source location
+    (``by="source"``, with pid, function and name).  The constructs a
     profile keeps (no ``user region``: region markers are not profiled); p50_ns and
     p95_ns estimated from the histograms (see the module).  No ``by="python"``: a
     profile has no Python stacks."""
     _no_instances("Python stacks", by, ("construct", "source"))
-    rows = _construct_rows(prof)
+    rows = _construct_rows(prof, raw)
     if by == "construct":
-        return _stats(rows, ["construct", "kind"])
+        return ns_columns(_stats(rows, ["construct", "kind"]))
     keys = ["construct", "kind", "pid", "location"]
     located = _with_source(prof, rows)
     func = located[["pid", "location", "function", "name"]].drop_duplicates(["pid", "location"])
     out = _stats(located, keys).merge(func, on=["pid", "location"], how="left")
-    return out[[*keys, "function", "name", *_STAT_COLUMNS]]
+    return ns_columns(out[[*keys, "function", "name", *_STAT_COLUMNS]])
 
 
 def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd.DataFrame:
@@ -158,7 +169,11 @@ def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd
     the trace's per-instance figures when the same thread is the busiest in
     every instance, less when it changes, and not meaningful for a nested
     region whose teams run on changing threads (imbalance_max, the worst
-    instance, is left out).
+    instance, is left out).  ``fork_join_ns`` is the regions' total duration
+    less the largest time one thread was busy or waiting in taskwait or for a
+    lock in them, summed over them: the trace's figure (per instance) when the
+    same thread is the longest at work in every instance, more when it changes.  Left out: the
+    loops' ``schedule`` (a profile does not tie a loop to its region).
     ``per_thread=True``: one row per pid, location and thread: implicit_tasks,
     duration_ns, busy_ns and the waits, busy_share, barrier_wait_share."""
     _no_instances("region instances", by, ("source",))
@@ -169,15 +184,16 @@ def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd
         **{c: (c, "sum") for c in times}).reset_index()
     if per_thread:
         dur = per["duration_ns"].where(per["duration_ns"] > 0)
-        return per.assign(busy_share=per["busy_ns"] / dur,
-                          barrier_wait_share=per["barrier_wait_ns"] / dur)
+        return ns_columns(per.assign(busy_share=per["busy_ns"] / dur,
+                                     barrier_wait_share=per["barrier_wait_ns"] / dur))
     per["_wait"] = per["barrier_wait_ns"] + per["sync_wait_ns"] + per["lock_wait_ns"]
+    per["_active"] = per["busy_ns"] + per["sync_wait_ns"] + per["lock_wait_ns"]
     out = per.groupby(["pid", "location"], sort=False, dropna=False).agg(
         function=("function", "first"), threads=("thread", "size"),
         busy_mean=("busy_ns", "mean"), busy_max=("busy_ns", "max"),
         busy_total=("busy_ns", "sum"), tasks_ns=("duration_ns", "sum"),
         implicit_tasks=("implicit_tasks", "sum"), barrier_wait_ns=("barrier_wait_ns", "sum"),
-        wait_ns=("_wait", "sum")).reset_index()
+        wait_ns=("_wait", "sum"), active_max=("_active", "max")).reset_index()
     c = _with_source(prof, prof.parts.constructs)
     c = c[c["construct"] == "parallel region"]
     regions = c.groupby(["pid", "location"], sort=False, dropna=False).agg(
@@ -193,9 +209,14 @@ def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd
     out["threads"] = np.rint(team.fillna(out["threads"])).astype(np.int64)
     out["barrier_wait_share"] = out["barrier_wait_ns"] / tasks
     out["wait_share"] = out["wait_ns"] / tasks
+    out["busy_ns"] = out["busy_total"]
+    out["fork_join_ns"] = (out["duration_ns"] - out["active_max"]).clip(lower=0)
+    out["fork_join_share"] = out["fork_join_ns"] / out["duration_ns"].where(
+        out["duration_ns"] > 0)
     out = out.sort_values("lost_ns", ascending=False, kind="stable").reset_index(drop=True)
-    return out[["pid", "location", "function", "regions", "threads", "duration_ns", "imbalance",
-                "lost_ns", "barrier_wait_share", "wait_share"]]
+    return ns_columns(out[["pid", "location", "function", "regions", "threads", "duration_ns",
+                           "imbalance", "lost_ns", "busy_ns", "fork_join_ns",
+                           "barrier_wait_share", "wait_share", "fork_join_share"]])
 
 
 def lock_contention(prof: Profile, by: str = "lock") -> pd.DataFrame:
@@ -214,7 +235,7 @@ def lock_contention(prof: Profile, by: str = "lock") -> pd.DataFrame:
                "hold_max_ns", "top_holder", "top_holder_share", "codeptr", "function",
                "location"]
     if m.empty:
-        return pd.DataFrame(columns=columns)
+        return ns_columns(pd.DataFrame(columns=columns))
     g = m.groupby(keys, sort=False)
     out = g.agg(acquisitions=("acquisitions", "sum"), threads=("thread", "nunique"),
                 wait_total_ns=("wait_total_ns", "sum"), wait_min_ns=("wait_min_ns", "min"),
@@ -233,7 +254,8 @@ def lock_contention(prof: Profile, by: str = "lock") -> pd.DataFrame:
         sites = sites.sort_values("acquisitions", ascending=False, kind="stable")
         out["codeptr"] = sites.drop_duplicates(keys).set_index(keys)["codeptr"]
     out = _with_source(prof, out.reset_index())
-    return out[columns].sort_values("wait_total_ns", ascending=False).reset_index(drop=True)
+    return ns_columns(out[columns].sort_values("wait_total_ns", ascending=False)
+                      .reset_index(drop=True))
 
 
 def task_granularity(prof: Profile) -> pd.DataFrame:
@@ -265,7 +287,7 @@ def task_granularity(prof: Profile) -> pd.DataFrame:
                       "median_busy_ns": float(median[0]) if ran else math.nan,
                       "run_total_ns": int(t["run_total_ns"].sum()),
                       "create_ns": math.nan, "creation_overhead_share": math.nan})
-    return out
+    return ns_columns(out)
 
 
 def thread_totals(prof: Profile) -> pd.DataFrame:
@@ -278,6 +300,20 @@ def thread_totals(prof: Profile) -> pd.DataFrame:
     out = rt.groupby(["pid", "thread"], sort=True)[states].sum().reset_index()
     working = out[states].sum(axis=1)
     out["busy_share"] = out["busy_ns"] / working.where(working > 0)
+    return out
+
+
+def advice(prof: Profile) -> pd.DataFrame:
+    """advice.advice from a profile: the rules its aggregates allow (short regions,
+    from imbalance(); contended locks, from lock_contention()), with the time at
+    stake measured against the threads' time in parallel regions.  ``attrs
+    ["cannot"]``: the rules a profile cannot give, and why
+    (advice.CANNOT_FROM_PROFILE)."""
+    p = prof.parts
+    out = rules.advise(float(p.regions_threads["busy_ns"].sum()),
+                       regions=imbalance(prof) if len(p.regions_threads) else None,
+                       locks=lock_contention(prof) if len(p.locks) else None)
+    out.attrs["cannot"] = dict(rules.CANNOT_FROM_PROFILE)
     return out
 
 
@@ -297,15 +333,14 @@ def overview(prof: Profile) -> dict:
 
 def summary(prof: Profile, top: int = 10) -> Summary:
     """summary.summary from a profile: the same sections where the profile has the
-    data (regions per source location, not per instance; no Python table;
-    threads without idle time; tasks on log2 bins); ``notes`` says what a profile
-    cannot answer."""
+    data (regions per source location; no Python table; threads without idle
+    time; tasks on log2 bins; the advice its aggregates allow, see advice);
+    ``notes`` says what a profile cannot answer."""
     p = prof.parts
     notes = ["a profile: per source location, not per instance (no begin times, no "
              "timeline); quantiles estimated from log2 histograms"]
-    regions = imbalance(prof).head(top)[
-        ["location", "regions", "duration_ns", "threads", "imbalance", "lost_ns",
-         "barrier_wait_share", "wait_share"]] if len(p.regions_threads) else None
+    regions = regions_per_location(imbalance(prof)).head(top) if len(p.regions_threads) \
+        else None
     tasks = None
     if len(p.tasks):
         tasks = task_granularity(prof)
@@ -320,5 +355,6 @@ def summary(prof: Profile, top: int = 10) -> Summary:
     sources = sources[sources["construct"] != "implicit task"].head(top)
     return Summary(overview(prof), constructs(prof), sources.drop(columns="pid"),
                    threads=thread_totals(prof) if len(p.regions_threads) else None,
-                   regions=regions, tasks=tasks, locks=locks, notes=notes)
+                   regions=regions, tasks=tasks, locks=locks, notes=notes,
+                   advice=advice(prof))
 

@@ -1,5 +1,7 @@
 """The summary of a trace: the main answers together (``Trace.summary()``), the
-overview that a Trace shows in Jupyter, and tables made readable."""
+overview that a Trace shows in Jupyter, and tables made readable: the one
+vocabulary (records.CONSTRUCTS, normalised kinds) and unit style (ompt_py.units)
+of the summary's text, HTML and Jupyter forms and of ``ompt-py report``."""
 
 from __future__ import annotations
 
@@ -9,11 +11,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from ..errors import MissingEventsError
-from ..units import format_ns
-from . import metrics, offload, tables
+from ..layout import Document, terminal_width
+from ..meta import why_empty
+from ..records import CONSTRUCTS
+from ..units import (
+    MISSING,
+    format_bytes,
+    format_ns,
+    format_rate,
+    format_share,
+    ns_columns,
+    shorten,
+)
+from . import advice, metrics, offload, tables
+from .advice import where
 from .names import short
 from .states import STATE_COLUMNS, thread_totals
 from .states import threads as thread_keys
@@ -23,9 +38,11 @@ if TYPE_CHECKING:
 
 
 def readable(frame: pd.DataFrame) -> pd.DataFrame:
-    """A copy for display: *_ns columns as durations, shares as percentages,
-    function names shortened (names.short), or their readable ``name`` in their
-    place when the frame has one."""
+    """A copy for display, in the one unit style (ompt_py.units): *_ns columns as
+    durations (their name without ``_ns``), shares as percentages, imbalance as
+    ``1.60x``, byte counts and rates readable, function names shortened
+    (names.short), or their readable ``name`` in their place when the frame has
+    one."""
     out = frame.copy()
     if "function" in out and "name" in out:
         name = out.pop("name")
@@ -35,31 +52,84 @@ def readable(frame: pd.DataFrame) -> pd.DataFrame:
         if name == "function":
             out[c] = [short(v) if isinstance(v, str) else v for v in out[c]]
         elif name.endswith("_ns"):
-            out[c] = [format_ns(v) for v in out[c].astype("float64")]
+            out[c] = [format_ns(v) for v in out[c]]
             out = out.rename(columns={c: name[:-3]})
         elif name.endswith("share"):
-            out[c] = [("-" if pd.isna(v) else f"{100 * v:.1f} %") for v in out[c]]
-        elif name == "imbalance":
-            out[c] = [("-" if pd.isna(v) else f"{v:.2f}x") for v in out[c]]
+            out[c] = [format_share(v) for v in out[c]]
+        elif name == "imbalance" or name == "imbalance_max":
+            out[c] = [(MISSING if pd.isna(v) else f"{v:.2f}x") for v in out[c]]
+        elif name.startswith("bytes_"):
+            out[c] = [format_bytes(v) for v in out[c]]
+        elif name == "bandwidth":
+            out[c] = [format_rate(v) for v in out[c]]
     return out
+
+
+#: How the terminal forms lay out the display tables (layout.Document.table), by
+#: column (readable's names): the rank at which a column is left out when the
+#: width is short (the highest first; absent: never), the name columns (shortened
+#: in the middle) and the other left-aligned ones; HEADERS: a column's header
+#: where it is not its name with spaces for underscores.
+DROP = {**dict.fromkeys(("pid", "function", "wait_id"), 9),
+        **dict.fromkeys(("top_holder", "top_holder_share", "begin", "complete",
+                         "imbalance_max", "type"), 8),
+        **dict.fromkeys(("p50", "p95", "wait_p95", "task_share", "time_share",
+                         "device_kernel", "device_transfer"), 7),
+        **dict.fromkeys(("sync_wait", "lock_wait", "schedule", "written", "transfers",
+                         "kernels"), 6),
+        **dict.fromkeys(("hold_mean", "wait_share", "idle"), 5),
+        **dict.fromkeys(("max", "barrier_wait", "hold_total", "kernel", "transfer",
+                         "bandwidth", "duration"), 4),
+        **dict.fromkeys(("threads", "lost", "acquisitions", "py_time", "bytes_from_device"), 3),
+        **dict.fromkeys(("target_regions", "bytes_to_device"), 2),
+        **dict.fromkeys(("imbalance", "fork_join_share", "mean"), 2),
+        **dict.fromkeys(("barrier_wait_share", "busy_share", "count", "blocked"), 1)}
+NAMES = ("py_location", "location", "function", "command", "construct", "kind", "label",
+         "event")
+LEFT = ("schedule", "type")
+HEADERS = {"py_location": "python", "fork_join_share": "fork/join",
+           "barrier_wait_share": "at barriers", "wait_share": "waiting"}
+
+
+def write_table(doc: Document, table: pd.DataFrame, group: str | None = None) -> None:
+    """``table`` (an answer: times in ns) into ``doc`` in the terminal forms' layout:
+    readable, columns empty throughout and a pid column of one process left out;
+    the source location is left out (rank 3) only beside a Python location."""
+    shown = readable(table)
+    shown = shown[[c for c in shown.columns if c == group or shown[c].notna().any()]]
+    if "pid" in shown and shown["pid"].nunique() <= 1:
+        shown = shown.drop(columns="pid")
+    drop = {**DROP, "location": 3} if "py_location" in shown else \
+        {k: v for k, v in DROP.items() if k != "location"}
+    header = {c: HEADERS.get(c, c.replace("_", " ")) for c in shown.columns if c != group}
+    doc.table(shown.rename(columns=header), {header[k]: v for k, v in drop.items()
+                                             if k in header},
+              names=[header[c] for c in NAMES if c in header],
+              left=[header[c] for c in LEFT if c in header], group=group)
 
 
 @dataclass
 class Summary:
-    """The main answers about a trace, as tables (pandas DataFrames, times in ns).
+    """The main answers about a trace, as tables (pandas DataFrames, times in
+    integer nanoseconds) and as text in the vocabulary of ``ompt-py report``.
 
     ``overview``: what the trace holds; ``python``: time per Python location
     (metrics.constructs by="python": the top locations, with the constructs
     under each); ``constructs`` and ``sources``: time per construct and per
     source location; ``threads``: each thread's time per state; ``regions``:
-    the most imbalanced parallel regions (by time lost); ``tasks``: task
-    durations (histogram, creation overhead in attrs); ``locks``: lock and
-    critical section contention; ``offload``: per device, time in target
-    constructs, host time blocked, bytes moved each way, transfer bandwidth,
-    kernels (offload.offload_totals).  Regions and locks have the Python location
-    (py_location) beside the source location, and the answers name it first.
-    A table is None where the trace has nothing of the kind (``python``: no
-    Python stacks); ``notes`` says what could not be computed and why.
+    parallel regions per Python and source location (metrics.imbalance by
+    location: regions, team, total and mean duration, imbalance, time lost,
+    fork/join share, loop schedule), the most thread time not working first;
+    ``tasks``: task durations (histogram, creation overhead in attrs);
+    ``locks``: lock and critical section contention; ``offload``: per device,
+    time in target constructs, host time blocked, bytes moved each way,
+    transfer bandwidth, kernels (offload.offload_totals); ``advice``: what to
+    do, computed from the figures (advice.advice).  Regions, locks and advice
+    have the Python location (py_location) beside the source location, and the
+    answers name it first.  A table is None where the trace has nothing of the
+    kind (``python``: no Python stacks); ``notes`` says what could not be
+    computed and why.  ``str()`` is the text laid out for the terminal's
+    width (layout.terminal_width), ``document(width)`` the same for any width.
     """
 
     overview: dict
@@ -72,27 +142,31 @@ class Summary:
     python: pd.DataFrame | None = None
     offload: pd.DataFrame | None = None
     notes: list[str] = field(default_factory=list)
+    advice: pd.DataFrame | None = None
 
-    def sections(self) -> list[tuple[str, pd.DataFrame]]:
-        """(title, display table) per section, in order; a py_location column that
-        is empty throughout (no Python stacks) is left out."""
-        out = []
-        if self.python is not None:
-            out.append(("Time per Python location (and the constructs it started)",
-                        _grouped(self.python, ["py_location", "py_time_ns"])))
-        out += [("Time per construct", self.constructs), ("Time per source location",
+    def _tables(self) -> list[tuple[str, pd.DataFrame]]:
+        out = [("Time per construct", self.constructs), ("Time per source location",
                                                           self.sources)]
         if self.threads is not None:
             out.append(("Threads: time per state", self.threads))
         if self.regions is not None:
-            out.append(("Parallel regions: load imbalance (most time lost first)",
+            out.append(("Parallel regions per location (most thread time not working first)",
                         self.regions))
         if self.tasks is not None:
             out.append(("Explicit tasks: duration histogram", self.tasks))
         if self.locks is not None:
             out.append(("Locks and critical sections: contention", self.locks))
         if self.offload is not None:
-            out.append((OFFLOAD_HEADING, offload_display(self.offload)))
+            out.append((OFFLOAD_HEADING, self.offload))
+        return out
+
+    def sections(self) -> list[tuple[str, pd.DataFrame]]:
+        """(title, display table: readable) per section, in order; a py_location
+        column that is empty throughout (no Python stacks) is left out."""
+        out = []
+        if self.python is not None:
+            out.append((PYTHON_HEADING, _grouped(self.python, ["py_location", "py_time_ns"])))
+        out += self._tables()
         return [(title, readable(_without_empty_python(t))) for title, t in out]
 
     def headline(self) -> list[str]:
@@ -107,17 +181,20 @@ class Summary:
             lines = [f"{o['events']:,} events over {format_ns(o['span_ns'])}, "
                      f"{o['processes']} process(es), {o['threads']} thread(s); records "
                      f"written {o['written']:,}, dropped {o['dropped']:,}, lost {o['lost']:,}"]
+            if o["why_empty"]:
+                lines.append(o["why_empty"])
         started = (self.python[self.python["py_location"] != metrics.NO_PYTHON]
                    if self.python is not None else None)
         if started is not None and len(started):
             top = started["py_location"].iloc[0]
             mine = started[started["py_location"] == top]
             what = [f"{n:,} {name}" for name, n in (
-                ("parallel region(s)", mine.loc[mine["construct"] == "parallel region",
-                                                "count"].sum()),
-                ("region marker(s)", mine.loc[mine["construct"] == "user region",
+                ("parallel region(s)", mine.loc[mine["construct"] == CONSTRUCTS[
+                    "parallel_begin"], "count"].sum()),
+                ("region marker(s)", mine.loc[mine["construct"] == CONSTRUCTS["region"],
                                               "count"].sum()),
-                ("explicit task(s)", mine.loc[mine["construct"] == "task", "count"].sum()))
+                ("explicit task(s)", mine.loc[mine["construct"] == CONSTRUCTS[
+                    "task_schedule"], "count"].sum()))
                 if n]
             lines.append(f"most time in OpenMP from one Python line: {top} "
                          f"({format_ns(mine['py_time_ns'].iloc[0])} in {', '.join(what)})")
@@ -125,24 +202,17 @@ class Summary:
             t = self.threads[[c for c in STATE_COLUMNS if c in self.threads]].sum()
             inside = t.sum() - t.get("idle_ns", 0)
             if inside > 0:
-                lines.append(f"threads were busy {100 * t['busy_ns'] / inside:.1f} % of the "
+                lines.append(f"threads were busy {format_share(t['busy_ns'] / inside)} of the "
                              f"time they spent in parallel regions and tasks; waiting at "
-                             f"barriers {100 * t['barrier_wait_ns'] / inside:.1f} %, in "
-                             f"taskwait/taskgroup {100 * t['sync_wait_ns'] / inside:.1f} %, "
-                             f"for locks {100 * t['lock_wait_ns'] / inside:.1f} %")
+                             f"barriers {format_share(t['barrier_wait_ns'] / inside)}, in "
+                             f"taskwait/taskgroup {format_share(t['sync_wait_ns'] / inside)}, "
+                             f"for locks {format_share(t['lock_wait_ns'] / inside)}")
         if self.regions is not None and len(self.regions):
-            r = self.regions.iloc[0]
-            if isinstance(r.get("py_location"), str):
-                lines.append(f"most time lost to imbalance: region launched from "
-                             f"{_named(r['py_location'], r['location'])}: "
-                             f"{r['imbalance']:.2f}x, {format_ns(r['lost_ns'])} lost")
-            else:
-                lines.append(f"most time lost to imbalance: region at {_where(r['location'])} "
-                             f"({r['imbalance']:.2f}x, {format_ns(r['lost_ns'])} lost)")
+            lines.append("most thread time not working: " + region_answer(self.regions.iloc[0]))
         if self.tasks is not None:
             a = self.tasks.attrs
             created = (f"; creating one costs about {format_ns(a['create_ns'])} "
-                       f"({_percent(a['creation_overhead_share'])} of task time)"
+                       f"({format_share(a['creation_overhead_share'])} of task time)"
                        if not math.isnan(a["create_ns"]) else "")
             lines.append(f"{a['tasks']:,} explicit tasks, median duration "
                          f"{format_ns(a['median_busy_ns'])}{created}")
@@ -150,27 +220,63 @@ class Summary:
             lines.append(offload_line(self.offload))
         if self.locks is not None and len(self.locks):
             k = self.locks.iloc[0]
-            waited = (f"{format_ns(k['wait_total_ns'])} waited over "
-                      f"{k['acquisitions']:,} acquisitions")
-            if isinstance(k.get("py_location"), str):
-                lines.append(f"most waited-for {k['kind']}: "
-                             f"{_named(k['py_location'], k['location'])}: {waited}")
-            else:
-                lines.append(f"most waited-for {k['kind']}: {_where(k['location'])} ({waited})")
+            lines.append(f"most waited-for {k['kind']}: "
+                         f"{where(k.get('py_location'), k['location'])}: "
+                         f"{format_ns(k['wait_total_ns'])} waited over "
+                         f"{k['acquisitions']:,} acquisitions")
         return lines
 
+    def write(self, doc: Document, overview: bool = True) -> None:
+        """The answers, the advice and the tables into ``doc`` (the text of str() and
+        of ``ompt-py report``); the notes as its footnotes.  ``overview``: the first
+        headline line too."""
+        lines = self.headline()
+        marks = "".join(doc.footnote(n) for n in self.notes)
+        if overview:
+            doc.prose(lines[0] + (f" {marks}" if marks else ""), indent=2)
+        lines = lines[1:]
+        if lines or (marks and not overview):
+            doc.heading("Answers" + (f" {marks}" if marks and not overview else ""))
+            for line in lines:
+                doc.prose(line, marker="- ")
+        if self.advice is not None:
+            doc.heading("Advice (what to do, from the figures; docs/reports.md)")
+            for i, a in enumerate(self.advice.itertuples(), 1):
+                doc.prose(a.finding, marker=f"{i}. ")
+                doc.prose(a.advice, indent=len(f"  {i}. "), marker="-> ", style="name")
+            if self.advice.empty:
+                doc.prose("none: no rule found time at stake", style="note")
+            cannot = self.advice.attrs.get("cannot", {})
+            for rule, why in cannot.items():
+                doc.prose(f"{rule}: not from a profile ({why})", style="note")
+        if self.python is not None:
+            doc.heading(PYTHON_HEADING)
+            write_table(doc, self.python.assign(py_location=[
+                f"{p} ({format_ns(t)})" for p, t in
+                zip(self.python["py_location"], self.python["py_time_ns"])]).drop(
+                columns=["py_time_ns"]), group="py_location")
+        for title, table in self._tables():
+            doc.heading(title)
+            write_table(doc, _without_empty_python(table))
+
+    def document(self, width: int) -> Document:
+        """The text form at ``width`` columns (layout.Document)."""
+        doc = Document(width)
+        doc.heading("ompt-py summary")
+        self.write(doc)
+        return doc
+
     def __str__(self) -> str:
-        parts = ["ompt-py summary", *("  " + line for line in self.headline())]
-        parts += ["  note: " + n for n in self.notes]
-        for title, table in self.sections():
-            body = table.to_string(index=False) if len(table) else "(none)"
-            parts += ["", title, *("  " + line for line in body.splitlines())]
-        return "\n".join(parts) + "\n"
+        return self.document(terminal_width()).text()
 
     def _repr_html_(self) -> str:
         items = "".join(f"<li>{html.escape(line)}</li>" for line in self.headline())
         notes = "".join(f"<li><i>{html.escape(n)}</i></li>" for n in self.notes)
         body = [f"<div class='ompt-py-summary'><h3>ompt-py summary</h3><ul>{items}{notes}</ul>"]
+        if self.advice is not None and len(self.advice):
+            body.append("<h4>Advice</h4><ol>" + "".join(
+                f"<li>{html.escape(a.finding)}<br><b>{html.escape(a.advice)}</b></li>"
+                for a in self.advice.itertuples()) + "</ol>")
         for title, table in self.sections():
             body.append(f"<h4>{html.escape(title)}</h4>")
             body.append(table.to_html(index=False, border=0) if len(table) else "<p>(none)</p>")
@@ -178,30 +284,28 @@ class Summary:
         return "\n".join(body)
 
 
-def format_bytes(n: float) -> str:
-    """A byte count in readable units: ``4 KiB``, ``1.5 MiB``."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:,.3g} {unit}"
-    return f"{n:,.0f} B"
+PYTHON_HEADING = "Time per Python location (and the constructs it started)"
 
 
-def format_rate(bytes_per_s: float) -> str:
-    return "-" if pd.isna(bytes_per_s) else f"{format_bytes(bytes_per_s)}/s"
+def region_answer(r: pd.Series) -> str:
+    """A row of the regions per location, in words: how many regions of what length
+    on how many threads, where, the share waiting at barriers, fork/join, imbalance."""
+    n = int(r["regions"])
+    mean = r["duration_ns"] / n if n else math.nan
+    text = (f"{n:,} region{'s' if n != 1 else ''} of {format_ns(mean)} on {int(r['threads'])} "
+            f"threads at {where(r.get('py_location'), r['location'])}: the threads wait "
+            f"{format_share(r['barrier_wait_share'])} of their time at the barriers")
+    if pd.notna(r.get("fork_join_share")):
+        text += f"; fork/join costs {format_share(r['fork_join_share'])} of each region"
+    if pd.notna(r["imbalance"]):
+        text += (f"; the busiest thread works {r['imbalance']:.2f}x the mean "
+                 f"({format_ns(r['lost_ns'])} lost)")
+    return text
 
 
 #: The heading of the summary's and the report's offload table.
 OFFLOAD_HEADING = ("Offload per device (host time; device_kernel and device_transfer: the "
                    f"device's own, from its trace records; blocked: {offload.BLOCKED_DEFINITION})")
-
-
-def offload_display(totals: pd.DataFrame) -> pd.DataFrame:
-    """offload_totals with its byte counts and bandwidth readable."""
-    out = totals.copy()
-    for c in ("bytes_to_device", "bytes_from_device"):
-        out[c] = [format_bytes(v) for v in out[c]]
-    out["bandwidth"] = [format_rate(v) for v in out["bandwidth"]]
-    return out
 
 
 def offload_line(totals: pd.DataFrame) -> str:
@@ -216,15 +320,6 @@ def offload_line(totals: pd.DataFrame) -> str:
             f"{format_rate(rate)}; {int(t['kernels']):,} kernels, {format_ns(t['kernel_ns'])}"
             + (f" ({format_ns(t['device_kernel_ns'])} on the device)"
                if totals["device_kernel_ns"].notna().any() else ""))
-
-
-def _where(location: object) -> str:
-    return location if isinstance(location, str) else "(no source location)"
-
-
-def _named(python: str, location: object) -> str:
-    """A region or lock named by its Python location, the source location beside it."""
-    return f"{python} ({_where(location)})"
 
 
 def _without_empty_python(table: pd.DataFrame) -> pd.DataFrame:
@@ -246,17 +341,40 @@ def _grouped(table: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return out.rename(columns={c: c[:-3] for c in columns if c.endswith("_ns")})
 
 
-def _percent(share: float) -> str:
-    return "-" if share is None or math.isnan(share) else f"{100 * share:.1f} %"
+def regions_per_location(table: pd.DataFrame) -> pd.DataFrame:
+    """The summary's regions: imbalance() per location with each location's mean
+    region (mean_ns), the most thread time not working (lost to the imbalance,
+    and the team's fork/join) first."""
+    not_working = table["lost_ns"].fillna(0) + table["threads"] * table["fork_join_ns"].fillna(0)
+    out = table.assign(mean_ns=table["duration_ns"] / table["regions"].where(
+        table["regions"] > 0)).iloc[np.argsort(-not_working.to_numpy(np.float64),
+                                               kind="stable")]
+    columns = [c for c in ("py_location", "location", "regions", "threads", "duration_ns",
+                           "mean_ns", "imbalance", "lost_ns", "barrier_wait_share",
+                           "fork_join_share", "schedule") if c in out]
+    return ns_columns(out[columns].reset_index(drop=True))
 
 
 def overview(trace: Trace) -> dict:
-    """Counts of the trace: events, processes, threads, span, written, dropped, lost."""
+    """Counts of the trace: events, processes, threads, span, written, dropped, lost,
+    and, when it has no events, why (``why_empty``; else None)."""
     t = trace.events["time_ns"]
     threads = len(thread_keys(trace))
     return {"events": len(t), "processes": len(trace.meta.get("processes", [])),
             "threads": threads, "span_ns": int(t.max() - t.min()) if len(t) else 0,
-            "written": trace.written, "dropped": trace.dropped, "lost": trace.lost}
+            "written": trace.written, "dropped": trace.dropped, "lost": trace.lost,
+            "why_empty": None if len(t) else why_empty(trace.meta)}
+
+
+def window_note(trace: Trace) -> str | None:
+    """What the trace window did to the parallel regions, in plain words; None
+    when it cut none (the other constructs it cut are closed at their region's
+    end, or left out, and change no answer)."""
+    iv = tables.region_intervals(trace)
+    cut = [f"{n:,} had not ended when the trace did (measured up to its end)"
+           for n in [iv.unmatched_begins] if n]
+    cut += [f"{n:,} began before it (left out)" for n in [iv.unmatched_ends] if n]
+    return f"the trace window cut parallel regions: {'; '.join(cut)}" if cut else None
 
 
 def summary(trace: Trace, top: int = 10) -> Summary:
@@ -271,29 +389,31 @@ def summary(trace: Trace, top: int = 10) -> Summary:
             return None
 
     present = tables.present_events(trace)
+    python_stacks = metrics.has_python_stacks(trace)
     threads = attempt(lambda: thread_totals(trace))
-    regions = attempt(lambda: metrics.imbalance(trace).sort_values("lost_ns", ascending=False)
-                      .head(top)[["py_location", "location", "begin_ns", "duration_ns",
-                                  "complete", "threads", "imbalance", "lost_ns",
-                                  "barrier_wait_share", "wait_share"]]
-                      if "parallel_begin" in present else None)
+    by_location = attempt(lambda: metrics.imbalance(
+        trace, by="python" if python_stacks else "source")
+        if "parallel_begin" in present else None)
+    regions = regions_per_location(by_location).head(top) if by_location is not None else None
     tasks = attempt(lambda: metrics.task_granularity(trace) if "task_create" in present else None)
     if tasks is not None:
         attrs = tasks.attrs
         tasks = tasks[tasks["tasks"] > 0].drop(columns=["lo_ns", "hi_ns"])
         tasks.attrs = attrs
-    locks = attempt(lambda: metrics.lock_contention(trace).head(top)[
+    all_locks = attempt(lambda: metrics.lock_contention(trace)
+                        if present & {"mutex_acquire", "mutex_acquired"} else None)
+    locks = all_locks.head(top)[
         ["kind", "py_location", "location", "acquisitions", "threads", "wait_total_ns",
-         "wait_p95_ns", "hold_total_ns", "hold_mean_ns", "top_holder", "top_holder_share"]]
-        if present & {"mutex_acquire", "mutex_acquired"} else None)
+         "wait_p95_ns", "hold_total_ns", "hold_mean_ns", "top_holder", "top_holder_share"]] \
+        if all_locks is not None else None
     python = None
-    if metrics.has_python_stacks(trace):
+    if python_stacks:
         by_line = metrics.constructs(trace, by="python")
-        by_line = by_line[by_line["construct"] != "implicit task"]
+        by_line = by_line[by_line["construct"] != CONSTRUCTS["implicit_task"]]
         lines = by_line["py_location"].drop_duplicates().head(top)
         python = by_line[by_line["py_location"].isin(lines)][
-            ["py_location", "py_time_ns", "construct", "kind", "location", "count", "total_ns",
-             "mean_ns", "max_ns"]].reset_index(drop=True)
+            ["pid", "py_location", "py_time_ns", "construct", "kind", "location", "count",
+             "total_ns", "mean_ns", "max_ns"]].reset_index(drop=True)
     totals = offload.offload_totals(trace) if offload.has_offload(trace) else None
     if totals is not None:
         lost = {k: v for k, v in totals.attrs.items() if v}
@@ -301,20 +421,13 @@ def summary(trace: Trace, top: int = 10) -> Summary:
             notes.append("offload records not paired (counted, left out of the tables where "
                          "they have no partner): " + ", ".join(f"{k} {v}" for k, v in lost.items()))
     sources = metrics.constructs(trace, by="source")
-    sources = sources[sources["construct"] != "implicit task"].head(top)
-    for name, iv in (("parallel", tables.region_intervals(trace)),
-                     ("implicit_task", tables.implicit_intervals(trace)),
-                     ("sync_region_wait", tables.wait_intervals(trace))):
-        if iv.unmatched_begins or iv.unmatched_ends:
-            notes.append(f"{name}: {iv.unmatched_begins} begins and {iv.unmatched_ends} ends "
-                         "whose other half lies outside the trace window: not in the construct "
-                         "times; begun intervals count up to the end of the trace in the "
-                         "thread states and imbalance")
+    sources = sources[sources["construct"] != CONSTRUCTS["implicit_task"]].head(top)
+    notes += [n for n in [window_note(trace)] if n]
+    what_to_do = attempt(lambda: advice.advice(trace, by_location, all_locks)) \
+        if threads is not None else None
     return Summary(overview(trace), metrics.constructs(trace), sources.drop(columns="pid"),
                    threads=threads, regions=regions, tasks=tasks, locks=locks, python=python,
-                   offload=totals, notes=notes)
-
-
+                   offload=totals, notes=notes, advice=what_to_do)
 
 
 def processes(trace: Trace) -> pd.DataFrame:
@@ -322,7 +435,7 @@ def processes(trace: Trace) -> pd.DataFrame:
     rows = []
     for p in trace.meta.get("processes", []):
         runtime = ", ".join(sorted({r["version"] for r in p.get("runtimes", [])})) or "-"
-        rows.append({"pid": p["pid"], "command": " ".join(p.get("argv", []))[:80],
+        rows.append({"pid": p["pid"], "command": shorten(" ".join(p.get("argv", [])), 80),
                      "threads": len(p.get("threads", [])), "written": p.get("written", 0),
                      "dropped": p.get("dropped", 0), "runtime": runtime})
     return pd.DataFrame(rows, columns=["pid", "command", "threads", "written", "dropped",

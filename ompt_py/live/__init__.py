@@ -3,7 +3,7 @@
 * ``attach``: makes the OpenMP runtime load the tool (``OMP_TOOL_LIBRARIES``)
   and tells whether it did; ``runtime``: the runtime fallback (LLVM libomp
   for libgomp-built code, ``OMPTPY_RUNTIME``); ``doctor``: why a process is
-  not traced and what to do.
+  not traced and what to do, and which OpenMP runtime a program links.
 * ``recording``: the windows of ``ompt_py.trace()`` (start/stop).
 * ``handlers`` (Python callbacks, ``ompt_py.on``), ``native`` (C callbacks
   in the tool's hot path), ``control`` (``omp_control_tool``'s commands),

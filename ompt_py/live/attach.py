@@ -93,14 +93,26 @@ try:
 except ConfigError as e:
     FALLBACK = runtime.Fallback("invalid", error=str(e))
     warnings.warn(f"ompt_py: {e}", stacklevel=_user_stacklevel())
+#: What to do about OpenMP code that started, or was bound to its runtime, before
+#: ompt_py was imported: the same advice whatever compiler built it.
+IMPORT_FIRST = ("Import ompt_py before any module that uses OpenMP (first line of the "
+                "program), or run the program under `ompt-py run` (which attaches the tool "
+                "from the start).")
+
+
+def early_modules_message(modules: list[str]) -> str:
+    """Why modules that link GNU libgomp and were loaded before ompt_py are not
+    traced, and what to do (the AttachError of trace(), status(), doctor)."""
+    return ("module(s) imported before ompt_py link GNU libgomp, so their "
+            "OpenMP code runs on libgomp, which has no tool interface, and cannot be traced "
+            f"in this process: {', '.join(modules)}. {IMPORT_FIRST}")
+
+
 if FALLBACK.early_gnu_modules:
-    warnings.warn(
-        "ompt_py was imported after these modules, which link GNU libgomp; their parallel "
-        "regions run on libgomp and are not traced: "
-        + ", ".join(os.path.basename(m) for m in FALLBACK.early_gnu_modules)
-        + ". Import ompt_py before them (first line of the program).",
-        stacklevel=_user_stacklevel(),
-    )
+    warnings.warn(early_modules_message([os.path.basename(m)
+                                         for m in FALLBACK.early_gnu_modules]),
+                  stacklevel=_user_stacklevel())
+
 
 def meta() -> dict:
     """The tool's description of this process (runtimes, callbacks, configuration)."""
@@ -109,6 +121,17 @@ def meta() -> dict:
 
 def attached_runtimes() -> list[dict]:
     return [rt for rt in meta()["runtimes"] if rt["initialized"]]
+
+
+def fallback_runtime() -> RuntimeInfo | None:
+    """The runtime the fallback put into this process, started now if it had not
+    (so that it answers the tool's inquiries: its version...), as runtime_info
+    gives it; None without one, or when the tool is not attached to it."""
+    if FALLBACK.libomp is None:
+        return None
+    _probe(FALLBACK.libomp)
+    real = os.path.realpath(FALLBACK.libomp)
+    return next((r for r in runtime_info() if os.path.realpath(r.path) == real), None)
 
 
 def _probe(path: str) -> None:
@@ -128,7 +151,11 @@ def ensure_attachable() -> None:
     """Raise AttachError when events of this process's OpenMP runtime cannot be recorded.
 
     Passes when the tool is attached, or when no OpenMP runtime has been loaded
-    yet (the tool then attaches when one initialises).
+    yet (the tool then attaches when one initialises).  Code that was tied to a
+    runtime before ompt_py was imported is refused alike whatever built it: a
+    clang-built module whose libomp initialised already, a gcc-built one bound
+    to libgomp (its GOMP_* calls, resolved when it was loaded, never reach the
+    libomp of the runtime fallback).
     """
     check_config()
     if FALLBACK.policy == "invalid":
@@ -145,9 +172,11 @@ def ensure_attachable() -> None:
             f"{m['config']['output']!r}); ompt_py.trace() is not available inside it. "
             "Run the program without `ompt-py run` to trace it in-process."
         )
+    if FALLBACK.early_gnu_modules:
+        raise AttachError(early_modules_message(FALLBACK.early_gnu_modules))
     runtimes = mapped_runtimes()
     llvm = [r for r in runtimes if r.family == "llvm"]
-    if len(llvm) > 1 and os.environ.get("KMP_DUPLICATE_LIB_OK", "").upper() not in ("TRUE", "1"):
+    if len(llvm) > 1 and not duplicates_allowed():
         raise AttachError(duplicate_runtimes_message(llvm))
     if attached_runtimes():
         return
@@ -164,9 +193,7 @@ def ensure_attachable() -> None:
         names = ", ".join(r.path for r in llvm)
         raise AttachError(
             f"the OpenMP runtime ({names}) was initialised before ompt_py was imported, "
-            "and a runtime looks for tools only once, when it starts. Import ompt_py "
-            "before any module that uses OpenMP (first line of the program), or run the "
-            "program under `ompt-py run` (which attaches the tool from the start)."
+            f"and a runtime looks for tools only once, when it starts. {IMPORT_FIRST}"
         )
     gnu = [r for r in runtimes if r.family == "gnu"]
     if gnu:
@@ -258,6 +285,28 @@ def device_status(d: dict) -> dict:
     }
 
 
+def duplicates_allowed() -> bool:
+    """KMP_DUPLICATE_LIB_OK lets several copies of libomp run in one process."""
+    return os.environ.get("KMP_DUPLICATE_LIB_OK", "").upper() in ("TRUE", "1")
+
+
+def problems() -> list[str]:
+    """What stops this process from being traced, each with what to do, as far as
+    it is known without starting a runtime (the configuration, the runtime
+    fallback, modules imported too early, several copies of libomp)."""
+    found = []
+    if CONFIG_ERROR:
+        found.append(f"configuration: {_config_message(CONFIG_ERROR)}")
+    if FALLBACK.error:
+        found.append(f"runtime fallback: {FALLBACK.error}")
+    if FALLBACK.early_gnu_modules:
+        found.append(early_modules_message(FALLBACK.early_gnu_modules))
+    llvm = [r for r in mapped_runtimes() if r.family == "llvm"]
+    if len(llvm) > 1 and not duplicates_allowed():
+        found.append(duplicate_runtimes_message(llvm))
+    return found
+
+
 def duplicate_runtimes_message(llvm: list) -> str:
     names = ", ".join(r.path for r in llvm)
     return (
@@ -286,8 +335,9 @@ def python_stacks_status() -> dict:
 
 def status() -> dict:
     """Whether the tool is attached, to which runtimes, with which callbacks and
-    levels, whether Python stacks are captured (python_stacks_status), and each
-    device's tracing (device_status)."""
+    levels, whether Python stacks are captured (python_stacks_status), each
+    device's tracing (device_status), and the problems that stop this process
+    from being traced (``problems``)."""
     m = meta()
     return {
         "attached": any(rt["initialized"] for rt in m["runtimes"]),
@@ -313,6 +363,7 @@ def status() -> dict:
             "early_gnu_modules": FALLBACK.early_gnu_modules,
             "error": FALLBACK.error,
         },
+        "problems": problems(),
         "python_stacks": python_stacks_status(),
         "devices": [device_status(d) for d in m.get("devices", [])],
         "config": m["config"],

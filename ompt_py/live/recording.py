@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import _core
 from ..errors import ConfigError
-from ..meta import NOBUF_REASON, modules, process_entry, thread_rows, trace_meta
+from ..meta import NOBUF_REASON, modules, process_entry, thread_rows, trace_meta, why_empty
 from ..records import RAW_DTYPE, to_events
 from . import attach, runhook
 
@@ -76,12 +76,6 @@ class Recorder:
             else:
                 self.threads[row["thread"]] = row
         threads = sorted(self.threads.values(), key=lambda r: r["thread"])
-        if not any(rt["initialized"] for rt in meta["runtimes"]):
-            warnings.warn(
-                "no OpenMP runtime attached to ompt_py during this trace, so it is empty: "
-                "the code that ran used no OpenMP, or a runtime without OMPT (GNU libgomp)",
-                stacklevel=3,
-            )
         lost = sum(t["lost"] for t in threads)  # only threads that got no buffer lose records
         fb = attach.FALLBACK
         stacks = [json.loads(_core.stack_tables(0, 0))]
@@ -92,7 +86,10 @@ class Recorder:
                              fallback={"policy": fb.policy, "libomp": fb.libomp, "how": fb.how,
                                        "early_gnu_modules": fb.early_gnu_modules})
         proc["start_realtime_ns"] = self.start_realtime
-        return events, meta["pid"], trace_meta([proc], self.origin)
+        whole = trace_meta([proc], self.origin)
+        if not any(rt["initialized"] for rt in meta["runtimes"]):
+            warnings.warn(why_empty(whole), stacklevel=3)
+        return events, meta["pid"], whole
 
     def forked(self) -> None:
         """In a child made by fork(): the tool emptied its buffers; so do the windows."""

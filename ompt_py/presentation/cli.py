@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -18,61 +19,108 @@ from ..errors import ConfigError
 T = TypeVar("T")
 
 DESCRIPTION = """\
-Trace what the OpenMP runtime does.
-
-  ompt-py run -o trace.parquet -- ./my_openmp_program args
-  ompt-py run -o trace.parquet my_script.py args
-  ompt-py run -o trace.parquet -m my_module args
-  ompt-py run --profile -o prof.parquet -- ./my_openmp_program args
-  ompt-py report trace.parquet [--plot timeline.png] [--html report.html]
-  ompt-py export trace.parquet --format perfetto -o trace.json
-  ompt-py view trace.parquet [-o trace.html] [--no-open] [--start 1.5s --end 2s]
-  ompt-py doctor [my_script.py args | -m my_module args]
-
-How the tool attaches: LLVM's OpenMP runtime (libomp) looks for a tool once,
-when it initialises (first OpenMP construct or omp_* call).  `ompt-py run`
-sets OMP_TOOL_LIBRARIES for the command and every process it starts, so
-each process that uses libomp is traced from its start, into a file of its
-own (keyed by pid).  Inside Python, `import ompt_py` must come before
-anything initialises OpenMP; a runtime that started earlier cannot be
-traced in that process.
-
-GNU libgomp (gcc -fopenmp) has no tool interface.  LLVM libomp implements
-its ABI, so ompt-py runs libgomp-built code on libomp (the runtime
-fallback, OMPTPY_RUNTIME=auto|bundled|system|off, default auto): `ompt-py
-run` preloads libomp into the command, `import ompt_py` loads it before the
-modules imported after it.  `ompt-py doctor` tells what runs on which
-runtime and why something is not traced.
+Trace what the OpenMP runtime does: every parallel region, task, loop,
+barrier and lock, from any OpenMP program or from Python code.
 """
 
-RUN_EPILOG = """\
-The target is a Python script (ends in .py), -m MODULE, or a command after
-`--`.  Environment variables of the tool (OMPTPY_RESERVE, OMPTPY_BUFFER_SIZE,
-OMPTPY_OVERFLOW, OMPTPY_ZERO_COPY, OMPTPY_CLOCK, OMPTPY_DRAIN_MS,
-OMPTPY_MERGE_MEMORY) pass through; the options above override them.  The
-threads write their records in place into each process's raw file (mapped
-shared, in regions made on disk ahead of them), so a killed process keeps
-what it wrote.  The raw files are merged into the output in chunks, so that
-a trace larger than the machine's memory converts.
+EPILOG = """\
+In Python, import ompt_py first (before anything starts OpenMP), then:
+  with ompt_py.trace() as t: ...
 
---profile: no trace, per-thread aggregates (OMPTPY_PROFILE=on for the
-command; OMPTPY_PROFILE_ENTRIES sizes the tables): per construct kind and
-source location, per parallel region and thread, per lock, per task creation
-site.  `ompt-py report` and ompt_py.load read the profile as a trace (the
-answers a profile can give).  Losses as for a trace: aggregates not made
-(tables full), threads without tables, processes that wrote no profile.
+`ompt-py COMMAND --help` tells a command's options, with examples.
+"""
 
-Exit status: the command's when it failed (128 + N when signal N killed it);
-else 1 when the trace holds less than was traced (records lost or dropped,
-raw files that could not be read: the message says what and where the raw
-files are kept); else 0.  Usage errors: 2.
+#: ``ompt-py run``'s exit status when no process of the command started an OpenMP
+#: runtime (and the command itself succeeded): nothing was traced, nothing written.
+NOTHING_TO_TRACE = 3
 
-Signals: SIGINT (Ctrl-C), SIGTERM, SIGHUP and SIGQUIT sent to ompt-py run, or
-to its process group, go to every process of the command once (it runs in a
-process group of its own); ompt-py run then waits up to --kill-after seconds
-for them to end, SIGKILLs what is left, and writes what they had flushed.
-The command never outlives ompt-py run.  Raw files that did not all make it
-into the output are never deleted.
+RUN_DESCRIPTION = """\
+Run a program, Python script or module with the tool attached to the OpenMP
+runtime of every process it starts, then merge their records into one trace
+(or, with --profile, one profile).  Code built with gcc -fopenmp runs on LLVM
+libomp, traced (--runtime).  OMPTPY_* variables pass through; options override.
+"""
+
+RUN_EPILOG = f"""\
+examples:
+  ompt-py run -o trace.parquet -- ./my_openmp_program args
+  ompt-py run -o trace.parquet my_script.py args
+  ompt-py run --profile -o prof.parquet -m my_module args
+
+exit status:
+  the command's, when it failed (128 + N when signal N killed it); else
+  {NOTHING_TO_TRACE}  the command started no OpenMP runtime: nothing to trace, nothing written
+  1  the trace holds less than was traced (records lost or dropped, raw files
+     not read in full: the message says what, and where the raw files are kept)
+  2  a usage error
+  0  otherwise
+"""
+
+REPORT_DESCRIPTION = """\
+Print the answers about a trace: what ran and how long (per construct, per
+Python and source location), who waited (per thread, per region location, per
+lock) and what to do about it (advice from the figures: docs/reports.md), laid
+out for the terminal's width (--width), in colour on a terminal unless NO_COLOR
+is set.  A profile gives the same answers per source location, and no plots.
+--plot and --html draw the timeline, thread states, imbalance, task durations
+and lock contention too.
+"""
+
+REPORT_EPILOG = """\
+examples:
+  ompt-py report trace.parquet
+  ompt-py report trace.parquet --plot timeline.png --html report.html
+"""
+
+EXPORT_DESCRIPTION = """\
+Write a trace for other tools: perfetto (JSON Trace Event Format for
+ui.perfetto.dev and chrome://tracing: a track per thread, nested slices, task
+flows, a threads-waiting counter), csv (one row per event), parquet (a
+.parquet file, or a directory: a dataset partitioned by process).
+
+speedscope: speedscope.app's JSON, a sampled profile per thread: the time per
+Python stack, native location, region and thread state.
+"""
+
+EXPORT_EPILOG = """\
+examples:
+  ompt-py export trace.parquet --format perfetto -o trace.json
+  ompt-py export trace.parquet --format parquet -o trace-dataset
+  ompt-py export trace.parquet --format speedscope -o trace.speedscope.json
+"""
+
+VIEW_DESCRIPTION = """\
+Write the interactive view of a trace as one self-contained HTML file (no
+network needed to open it) and open it in the browser.  Timeline: a row per
+thread, grouped by process, then the devices; bars for parallel regions,
+work-sharing, waits at barriers and for locks, explicit tasks, offload,
+coloured by construct; zoom (wheel, box) and pan (drag) over the whole trace;
+a hover on a bar tells its construct, Python line, native location, duration,
+team size and wait.  Bars smaller than a pixel are drawn as their bin's main
+construct, the detail comes back on zooming in.  Flame: the threads' time per
+Python stack, native location, region and thread state.  Needs Bokeh:
+pip install 'ompt-py[view]'.
+"""
+
+VIEW_EPILOG = """\
+examples:
+  ompt-py view trace.parquet
+  ompt-py view trace.parquet -o run.html --no-open
+  ompt-py view trace.parquet --start 1.5s --end 2s
+"""
+
+DOCTOR_DESCRIPTION = """\
+Tell why something is not traced.  Alone: this installation (tool, libomp,
+runtime fallback).  With SCRIPT.py or -m MODULE: runs it with ompt_py imported
+first and lists at its exit the OpenMP runtimes mapped, who links which, and
+the problems.  With -- PROGRAM: the OpenMP runtimes it links (it is not run).
+"""
+
+DOCTOR_EPILOG = """\
+examples:
+  ompt-py doctor
+  ompt-py doctor my_script.py args
+  ompt-py doctor -- ./my_openmp_program
 """
 
 
@@ -112,10 +160,13 @@ def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     return parse
 
 
-def _run_command(args: argparse.Namespace) -> list[str]:
+def _target(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """What ``run`` or ``doctor`` is given: ("module", [MODULE, ARGS...]), ("script",
+    [SCRIPT.py, ARGS...]) or ("program", [COMMAND, ARGS...]); a usage error when it
+    is nothing, or a script or program that is not there."""
     rest = list(args.target)
     if args.module:
-        return [sys.executable, "-m", args.module, *rest]
+        return "module", [args.module, *rest]
     if rest and rest[0] == "--":
         rest = rest[1:]
     if not rest:
@@ -123,11 +174,17 @@ def _run_command(args: argparse.Namespace) -> list[str]:
     if rest[0].endswith(".py"):
         if not os.path.isfile(rest[0]):
             raise ConfigError(f"no such script: {rest[0]}")
-        return [sys.executable, *rest]
+        return "script", rest
     if shutil.which(rest[0]) is None:
         raise ConfigError(f"command not found: {rest[0]} (not an executable file on PATH or "
-                          "at that path)")
-    return rest
+                          "at that path); give a Python script (.py), -m MODULE, or -- COMMAND")
+    return "program", rest
+
+
+def _run_command(kind: str, target: list[str]) -> list[str]:
+    """The command line that runs ``_target``'s answer."""
+    return {"module": [sys.executable, "-m", *target], "script": [sys.executable, *target],
+            "program": target}[kind]
 
 
 def _check_run_paths(args: argparse.Namespace) -> None:
@@ -169,7 +226,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..io.parquet import chunk_rows
     from ..live import attach, launch, runhook, runtime
 
-    command = _run_command(args)
+    args.what = _target(args)
+    command = _run_command(*args.what)
     args.output = args.output or ("ompt-profile.parquet" if args.profile
                                   else "ompt-trace.parquet")
     _check_run_paths(args)
@@ -262,7 +320,8 @@ def _kept(raw_dir: str) -> str:
 def _no_raw_files(args: argparse.Namespace, raw_dir: str, what: str,
                   returncode: int) -> int | None:
     """When ``raw_dir`` holds no raw file (or cannot be listed): says so (no ``what``
-    written) and gives the exit status of ``ompt-py run``; None when it holds some."""
+    written, and, when no process started an OpenMP runtime, which ``ompt-py doctor``
+    tells why) and gives the exit status of ``ompt-py run``; None when it holds some."""
     from ..errors import TraceFileError
     from ..io import rawfile
 
@@ -273,12 +332,20 @@ def _no_raw_files(args: argparse.Namespace, raw_dir: str, what: str,
         return returncode or 1
     if files:
         return None
-    print(f"ompt-py run: no {what} written: no process of the command started an OpenMP "
-          "runtime with OMPT support (LLVM libomp)", file=sys.stderr)
+    kind, target = args.what
+    name = f"python -m {target[0]}" if kind == "module" else target[0]
+    doctor = ["ompt-py", "doctor", *(["-m", *target] if kind == "module" else
+                                     target if kind == "script" else ["--", target[0]])]
+    off = (" With --runtime off, code built with gcc runs on GNU libgomp, which has no tool "
+           "interface." if (args.runtime or os.environ.get("OMPTPY_RUNTIME", "")).strip().lower()
+           == "off" else "")
+    print(f"ompt-py run: {name} ran without starting an OpenMP runtime: nothing to trace; no "
+          f"{what} written.{off} If it uses OpenMP, ask why: {shlex.join(doctor)}",
+          file=sys.stderr)
     if not args.keep_raw:
         with contextlib.suppress(OSError):
             os.rmdir(raw_dir)  # only if empty: files of others are not ours to delete
-    return returncode
+    return returncode or NOTHING_TO_TRACE
 
 
 def _from_raw(args: argparse.Namespace, raw_dir: str, what: str,
@@ -386,26 +453,22 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if not args.target and not args.module:
         print(doctor.report(), end="")
         return 0
+    kind, target = _target(args)
+    if kind == "program":
+        print(doctor.program_report(shutil.which(target[0]) or target[0]), end="")
+        return 0
     # The program runs with ompt_py imported first; the report comes at its exit.
     check = ""
-    if args.module:
+    if kind == "module":
         # A module that is not there is a usage error, told in one line.
         check = (f"if importlib.util.find_spec({args.module!r}) is None:\n"
                  f"    print('ompt-py doctor: no module named {args.module}; give one that "
                  "python -m runs, or a script', file=sys.stderr)\n"
                  "    sys.exit(2)\n")
         run = f"runpy.run_module({args.module!r}, run_name='__main__', alter_sys=True)"
-        argv = [args.module, *args.target]
     else:
-        target = [t for t in args.target if t != "--"]
-        if not target or not target[0].endswith(".py"):
-            raise ConfigError("give a Python script (.py) or -m MODULE; for other programs "
-                              "use ompt-py run and ompt-py report")
-        if not os.path.isfile(target[0]):
-            raise ConfigError(f"no such script: {target[0]}")
         run = f"runpy.run_path({target[0]!r}, run_name='__main__')"
-        argv = target
-    code = (f"import ompt_py, atexit, importlib.util, runpy, sys\nsys.argv = {argv!r}\n{check}"
+    code = (f"import ompt_py, atexit, importlib.util, runpy, sys\nsys.argv = {target!r}\n{check}"
             "atexit.register(lambda: print(ompt_py.doctor(), end='', file=sys.stderr))\n"
             f"{run}\n")
     r = subprocess.call([sys.executable, "-c", code])
@@ -496,7 +559,7 @@ def _check_plot(path: str) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from ..trace import Trace, load
-    from .report import render, render_html, render_profile, render_profile_html
+    from .report import document, profile_document, render_html, render_profile_html
 
     # Checked before the work: a wrong name is not told after a minute of plotting.
     if args.plot:
@@ -508,7 +571,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if args.plot:
             raise ConfigError(f"--plot: {args.trace} is a profile, which has no timeline to "
                               "plot; trace the run (ompt-py run without --profile) for it")
-        print(render_profile(trace, top=args.top), end="")
+        profile_document(trace, top=args.top, width=args.width).print(sys.stdout)
         if args.html:
             try:
                 with open(args.html, "w", encoding="utf-8") as f:
@@ -520,18 +583,18 @@ def cmd_report(args: argparse.Namespace) -> int:
                 return 1
             print(f"ompt-py report: HTML report -> {args.html}", file=sys.stderr)
         return 0
-    print(render(trace, top=args.top), end="")
+    document(trace, top=args.top, width=args.width).print(sys.stdout)
 
     def plot(path: str) -> None:
-        from .plots import overview
+        from .plots import report_figure
 
-        overview(trace).savefig(path, dpi=100)
+        report_figure(trace, top=args.top).savefig(path, dpi=100)
 
     def html(path: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
             f.write(render_html(trace, top=args.top, title=os.path.basename(args.trace)))
 
-    for path, write, what in ((args.plot, plot, "timeline and thread states"),
+    for path, write, what in ((args.plot, plot, "plots"),
                               (args.html, html, "HTML report")):
         if not path:
             continue
@@ -547,19 +610,55 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Version(argparse.Action):
+    """``--version``: computed when asked for (it starts the OpenMP runtime to ask
+    for its version), not when the parser is made."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0,
+                         help="print the versions of ompt-py, its tool and the OpenMP runtime "
+                              "it uses, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(version_text())
+        parser.exit()
+
+
+def version_text() -> str:
+    """``ompt-py --version``: the package's version (its metadata), then the tool's
+    (its path and record version) and the OpenMP runtime's that ompt-py runs code on."""
+    from .. import __version__
+    from ..live import attach
+    from ..records import RECORD_VERSION
+
+    fb = attach.FALLBACK
+    rt = attach.fallback_runtime()
+    if rt is not None:
+        runtime = f"{rt.path} ({rt.version}; the runtime fallback's, policy {fb.policy})"
+    elif fb.libomp:
+        runtime = f"{fb.libomp} (policy {fb.policy}; the tool is not attached: ompt-py doctor)"
+    else:
+        runtime = (f"none ({fb.error or 'runtime fallback off'}; policy {fb.policy}: "
+                   "ompt-py doctor)")
+    return (f"ompt-py {__version__}\n"
+            f"tool: {attach.TOOL_PATH} (record version {RECORD_VERSION}); "
+            f"OpenMP runtime: {runtime}")
+
+
 def parser() -> argparse.ArgumentParser:
     from ..io import EXPORT_FORMATS
     from ..live.launch import KILL_AFTER
 
-    p = argparse.ArgumentParser(
-        prog="ompt-py", description=DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
-    )
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    raw = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="ompt-py", description=DESCRIPTION, epilog=EPILOG,
+                                formatter_class=raw)
+    p.add_argument("--version", action=_Version)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     run = sub.add_parser(
-        "run", help="run a program, script or module with the tool attached",
-        description="Run a command with the ompt-py tool attached to its OpenMP runtime.\n\n"
-        + DESCRIPTION.split("\n\n", 1)[1],
-        epilog=RUN_EPILOG, formatter_class=argparse.RawTextHelpFormatter,
+        "run", help="run a program, script or module with the tool attached; write its trace",
+        description=RUN_DESCRIPTION, epilog=RUN_EPILOG, formatter_class=raw,
+        usage="%(prog)s [options] (SCRIPT.py [ARGS] | -m MODULE [ARGS] | -- COMMAND [ARGS])",
     )
     run.add_argument("-o", "--output",
                      help="trace to write: a .parquet file, or a directory for a Parquet "
@@ -609,51 +708,39 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("target", nargs=argparse.REMAINDER,
                      help="SCRIPT.py [ARGS], or -- COMMAND [ARGS]")
     run.set_defaults(func=cmd_run)
-    rep = sub.add_parser("report", help="print a summary of a trace or profile; plots and HTML "
-                         "report",
-                         description="Print counts and times per construct, per parallel "
-                         "region and per thread, and the written/dropped record counts "
-                         "(of a profile: the same answers per source location, no plots). "
-                         "--plot and --html also write the answers: time per construct and "
-                         "source location, thread states, load imbalance per region, task "
-                         "durations, lock contention, and the per-thread timeline.")
+    rep = sub.add_parser("report", help="print a trace's or profile's summary; plots and an "
+                         "HTML report", description=REPORT_DESCRIPTION, epilog=REPORT_EPILOG,
+                         formatter_class=raw)
     rep.add_argument("trace", help="a trace or profile file (.parquet), raw directory or "
                      ".omptraw file")
     rep.add_argument("--top", type=_positive(int), default=10,
                      help="rows per table (default: %(default)s)")
+    rep.add_argument("--width", type=_positive(int), metavar="COLUMNS",
+                     help="lay the text out for this many columns (default: the terminal's "
+                          "width, or COLUMNS; 100 when not a terminal); colour only on a "
+                          "terminal, never with NO_COLOR set")
     rep.add_argument("--plot", metavar="FILE",
-                     help="write the per-thread timeline and state breakdown as an image "
-                          "(format from the extension: .png, .svg, .pdf)")
+                     help="write the plots as one image: the per-thread timeline, the state "
+                          "breakdown, and the load imbalance, task durations and lock "
+                          "contention the trace has (format from the extension: .png, .svg, "
+                          ".pdf)")
     rep.add_argument("--html", metavar="FILE",
                      help="write one self-contained HTML report: the summary tables and the "
                           "plots (embedded PNG)")
     rep.set_defaults(func=cmd_report)
-    exp = sub.add_parser(
-        "export", help="write a trace as Perfetto/Chrome JSON, CSV, Parquet or speedscope",
-        description="Write a trace for other tools: perfetto (JSON Trace Event Format for "
-        "ui.perfetto.dev and chrome://tracing: a track per thread, nested slices, task "
-        "flows, a threads-waiting counter), csv (one row per event), parquet (a .parquet "
-        "file, or a directory: a dataset partitioned by process, pid=N/part-0.parquet), "
-        "speedscope (speedscope.app's JSON: a sampled profile per thread, the time per "
-        "Python stack, native location, region and thread state).")
+    exp = sub.add_parser("export", help="write a trace as Perfetto/Chrome JSON, CSV, Parquet "
+                         "or speedscope",
+                         description=EXPORT_DESCRIPTION, epilog=EXPORT_EPILOG,
+                         formatter_class=raw)
     exp.add_argument("trace", help="a trace file (.parquet), dataset or raw directory, or "
                      ".omptraw file")
     exp.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="what to write")
     exp.add_argument("-o", "--output", required=True, help="the file (or dataset directory)")
     exp.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     exp.set_defaults(func=cmd_export)
-    vw = sub.add_parser(
-        "view", help="write an interactive timeline and flame view (one HTML file) and open it",
-        description="Write the interactive view of a trace as one self-contained HTML file "
-        "(no network needed to open it) and open it in the browser.  Timeline: a row per "
-        "thread, grouped by process, then the devices; bars for parallel regions, "
-        "work-sharing, waits at barriers and for locks, explicit tasks, offload, coloured "
-        "by construct; zoom (wheel, box) and pan (drag) over the whole trace; a hover on a "
-        "bar tells its construct, Python line, native location, duration, team size and "
-        "wait.  Bars smaller than a pixel are drawn as their bin's main construct, the "
-        "detail comes back on zooming in.  Flame: the threads' time per Python stack, "
-        "native location, region and thread state.  Needs Bokeh: pip install "
-        "'ompt-py[view]'.")
+    vw = sub.add_parser("view", help="write an interactive timeline and flame view (one "
+                        "HTML file) and open it", description=VIEW_DESCRIPTION,
+                        epilog=VIEW_EPILOG, formatter_class=raw)
     vw.add_argument("trace", help="a trace file (.parquet), dataset or raw directory, or "
                     ".omptraw file")
     vw.add_argument("-o", "--output", metavar="FILE.html",
@@ -668,13 +755,12 @@ def parser() -> argparse.ArgumentParser:
                     help="show up to this time since the trace start (default: the end)")
     vw.set_defaults(func=cmd_view)
     doc = sub.add_parser(
-        "doctor", help="tell which OpenMP runtimes a program uses and why it is not traced",
-        description="Without a target: this installation (tool, bundled and system libomp). "
-        "With a Python script or -m MODULE: runs it with ompt_py imported first and, at its "
-        "exit, lists the OpenMP runtimes mapped, which modules link which runtime, and the "
-        "problems found (modules loaded before the fallback, several runtime copies).")
+        "doctor", help="tell which OpenMP runtime a program uses, and why it is not traced",
+        description=DOCTOR_DESCRIPTION, epilog=DOCTOR_EPILOG, formatter_class=raw,
+        usage="%(prog)s [SCRIPT.py [ARGS] | -m MODULE [ARGS] | -- PROGRAM]")
     doc.add_argument("-m", dest="module", metavar="MODULE", help="run a Python module")
-    doc.add_argument("target", nargs=argparse.REMAINDER, help="SCRIPT.py [ARGS]")
+    doc.add_argument("target", nargs=argparse.REMAINDER,
+                     help="SCRIPT.py [ARGS], or -- PROGRAM (an executable: not run)")
     doc.set_defaults(func=cmd_doctor)
     return p
 

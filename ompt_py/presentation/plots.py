@@ -1,5 +1,7 @@
-"""Plots of a trace with matplotlib: a per-thread timeline, each thread's time per
-state, the task duration histogram and the imbalance of parallel regions.
+"""Plots of a trace with matplotlib: a per-thread timeline (its parallel regions
+named by Python line or source location), each thread's time per state, the task
+duration histogram (log-spaced bins), the imbalance of parallel regions, lock
+contention, and all of them in one figure for ``ompt-py report --plot``.
 
 Each function draws into ``ax`` when one is given, else into a new Figure made
 without pyplot (no global state: safe in scripts, servers and on Agg), and
@@ -18,6 +20,7 @@ import pandas as pd
 
 from ..analysis import flame as flame_stacks
 from ..analysis import metrics, tables
+from ..analysis.advice import where
 from ..analysis.cache import per_trace
 from ..analysis.states import (
     STATE_COLUMNS,
@@ -28,7 +31,7 @@ from ..analysis.states import (
     to_int,
 )
 from ..analysis.states import threads as thread_keys
-from ..units import format_ns
+from ..units import format_ns, shorten
 from .timeline import BAR_COLUMNS, KIND, KINDS, STATE_COLOURS, bands, bars, device_bars
 
 if TYPE_CHECKING:
@@ -42,6 +45,10 @@ FLAME_COLOURS = {"python": "#f2c57c", "native": "#c9a0dc", "construct": "#a9c4de
                  "state": "#bbbbbb"}
 _STATE_OF_NAME = {name: state for state, name in flame_stacks.STATE_NAMES.items()}
 _LABEL_POINTS, _MAX_LABELS = 7, 300  # the region names on the timeline
+_LEAST_LABEL = 12  # characters: a region narrower than this many gets no label
+_RUN_PIXELS = 3  # regions of one line closer than this on the timeline: one run, one label
+_SMALL_POINTS = 8  # the names written in the imbalance and lock plots
+_AXES_SHARE = 0.6  # of the figure's width: what its axes have at least beside the legend
 # The connectors from host operations to the devices' lanes, drawn when at most
 # this many are in view.
 _MAX_CONNECTORS = 500
@@ -146,7 +153,7 @@ def region_labels(trace: Trace) -> pd.DataFrame:
     """The names the timeline writes on parallel regions, one per region that is
     the outermost on the lane of the thread that started it: key, begin_ns,
     end_ns, label (the region's Python location when it has one, else its
-    source location) and short (the same with the file's base name)."""
+    source location) and short (the same in fewer words: _short_name)."""
     r = tables.parallel_regions(trace)
     parent = r[["pid", "parent_id"]].merge(
         r[["pid", "parallel_id", "encountering_thread"]].rename(
@@ -159,26 +166,62 @@ def region_labels(trace: Trace) -> pd.DataFrame:
     return pd.DataFrame({"key": thread_key(r["pid"], r["encountering_thread"]),
                          "begin_ns": to_int(r["begin_ns"]), "end_ns": to_int(r["end_ns"]),
                          "label": label.to_numpy(object),
-                         "short": label.str.rsplit("/", n=1).str[-1].to_numpy(object)})
+                         "short": [_short_name(x) for x in label]})
+
+
+def _short_name(label: str) -> str:
+    """A region's label in fewer words: a file's base name (``app.py:42 in f``), or a
+    C++ name from its last class on (``Tensor<…>::for_each(…) (libx.so)``)."""
+    if "/" in label:
+        return label.rsplit("/", 1)[-1]
+    depth, scopes = 0, []
+    for i, c in enumerate(label):
+        depth = depth + 1 if c in "<([" else max(depth - 1, 0) if c in ">)]" else depth
+        if depth == 0 and label.startswith("::", i):
+            scopes.append(i)
+    return label[scopes[-2] + 2:] if len(scopes) >= 2 else label
+
+
+def _region_runs(labels: pd.DataFrame, gap_ns: float) -> pd.DataFrame:
+    """``labels`` (region_labels) with the regions of one lane and label that follow
+    each other within ``gap_ns`` as one run: key, begin_ns, end_ns, label and short
+    with `` (N regions)`` for a run of N."""
+    labels = labels.sort_values(["key", "begin_ns"], kind="stable").reset_index(drop=True)
+    key, label = labels["key"].to_numpy(), labels["label"].to_numpy(object)
+    begin, end = labels["begin_ns"].to_numpy(), labels["end_ns"].to_numpy()
+    new = np.ones(len(labels), bool)
+    new[1:] = (key[1:] != key[:-1]) | (label[1:] != label[:-1]) | (begin[1:] - end[:-1] > gap_ns)
+    run = np.cumsum(new) - 1
+    out = labels[new].reset_index(drop=True)
+    out["end_ns"] = pd.Series(end).groupby(run).max().to_numpy()
+    times = [f" ({k:,} regions)" if k > 1 else "" for k in np.bincount(run)]
+    for c in ("label", "short"):
+        out[c] = [text + n for text, n in zip(out[c], times)]
+    return out
 
 
 def _label_regions(ax: Axes, trace: Trace, lanes: np.ndarray, lo: int, hi: int) -> None:
     """Writes on each parallel region of the timeline its Python line (or source
-    location), where the region is wide enough for it (else for the short form)."""
+    location), where the region is wide enough for it, else its short form (the
+    file's base name) shortened in the middle to the region's width, down to
+    _LEAST_LABEL characters;
+    regions of one line that follow each other closer than _RUN_PIXELS are one
+    run, written once with their count (`` (N regions)``)."""
     labels = region_labels(trace)
     labels = labels[labels["key"].isin(lanes) & (labels["end_ns"] > lo)
                     & (labels["begin_ns"] < hi)]
     if labels.empty:
         return
+    labels = _region_runs(labels, _RUN_PIXELS * (hi - lo) / max(ax.bbox.width, 100.0))
     begin = labels["begin_ns"].clip(lower=lo).to_numpy()
     pixels = (labels["end_ns"].clip(upper=hi).to_numpy() - begin) * max(
         ax.bbox.width, 100.0) / (hi - lo)
     char = _LABEL_POINTS * 0.6 * ax.figure.dpi / 72  # a character's width in pixels
-    full = pixels >= char * (labels["label"].str.len().to_numpy() + 1)
-    short = ~full & (pixels >= char * (labels["short"].str.len().to_numpy() + 1))
-    text = np.where(full, labels["label"].to_numpy(), labels["short"].to_numpy())
+    room = (pixels // char).astype(np.int64) - 1  # characters that fit
+    text = [label if len(label) <= n else shorten(short, n) if n >= _LEAST_LABEL else None
+            for label, short, n in zip(labels["label"], labels["short"], room)]
     lane = np.searchsorted(lanes, labels["key"].to_numpy())
-    for i in np.flatnonzero(full | short)[:_MAX_LABELS]:
+    for i in [i for i, t in enumerate(text) if t][:_MAX_LABELS]:
         ax.text(begin[i] / 1e6, lane[i], f" {text[i]}", fontsize=_LABEL_POINTS, va="center",
                 ha="left", clip_on=True,
                 bbox={"facecolor": "white", "alpha": 0.6, "linewidth": 0, "pad": 0.5})
@@ -340,13 +383,17 @@ def imbalance(trace: Trace, ax: Axes | None = None, top: int = 10) -> Figure:
         ax.barh(y, ms, left=left, color=STATE_COLOURS[state], label=state.replace("_", " "))
         left += ms
     ax.set_yticks(y, [f"thread {t}" for t in rows["thread"]], fontsize="small")
+    # The axes' width is known after the layout: most of the figure's, the legend
+    # beside it.
+    room = int(_AXES_SHARE * fig.get_figwidth() * 72 / (_SMALL_POINTS * 0.6))
     for r in regions.itertuples():
         at = y[rows["rank"].to_numpy() == r.Index]
         where = r.location if isinstance(r.location, str) else f"region {r.parallel_id}"
         if isinstance(r.py_location, str):
             where = f"{r.py_location} ({where})"
-        ax.annotate(f"{where}: {r.imbalance:.2f}x, {format_ns(r.lost_ns)} lost",
-                    xy=(0, at.min() - 0.45), fontsize="small", va="bottom",
+        figures = f": {r.imbalance:.2f}x, {format_ns(r.lost_ns)} lost"
+        ax.annotate(shorten(where, room - len(figures)) + figures,
+                    xy=(0, at.min() - 0.45), fontsize=_SMALL_POINTS, va="bottom",
                     annotation_clip=False)
     ax.invert_yaxis()
     ax.set_xlabel("time in the region's implicit task (ms)")
@@ -399,6 +446,53 @@ def flame(trace: Trace, path_or_ax: Any = None, min_share: float = 1e-3) -> Figu
                         fontsize=_LABEL_POINTS, va="center", ha="left", clip_on=True)
     if path_or_ax is not None and ax is not path_or_ax:
         fig.savefig(path_or_ax, dpi=100)
+    return fig
+
+
+def locks(trace: Trace, ax: Axes | None = None, top: int = 10) -> Figure:
+    """For the ``top`` locks, critical sections and ordered regions waited for the
+    longest (metrics.lock_contention): the threads' total wait for each and the
+    total time it was held, named by the Python line that takes it (when there
+    is one) and its source location."""
+    table = metrics.lock_contention(trace).head(top)
+    fig, ax = _axes(ax, 10, 1.5 + 0.5 * max(len(table), 1))
+    if table.empty:
+        ax.text(0.5, 0.5, "no locks", transform=ax.transAxes, ha="center", va="center")
+        return fig
+    y = np.arange(len(table))
+    wait = table["wait_total_ns"].to_numpy(np.float64, na_value=0) / 1e6
+    held = table["hold_total_ns"].to_numpy(np.float64, na_value=0) / 1e6
+    ax.barh(y - 0.2, wait, height=0.4, color=STATE_COLOURS["lock_wait"], label="waited for")
+    ax.barh(y + 0.2, held, height=0.4, color=KINDS[KIND["lock/critical held"]].colour,
+            label="held")
+    room = int(0.35 * fig.get_figwidth() * 72 / (_SMALL_POINTS * 0.6))  # the tick labels
+    names = [shorten(f"{k}: {where(p, loc)}", room) for k, p, loc in
+             zip(table["kind"], table["py_location"], table["location"])]
+    ax.set_yticks(y, names, fontsize=_SMALL_POINTS)
+    ax.invert_yaxis()
+    ax.set_xlabel("time, all threads together (ms)")
+    ax.set_title("Lock contention: time waited for each lock and time it was held")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+    return fig
+
+
+def report_figure(trace: Trace, top: int = 10) -> Figure:
+    """``ompt-py report --plot``: the timeline and each thread's states, then the
+    imbalance of the regions, the task durations and the lock contention, those
+    the trace has, one under the other."""
+    present = tables.present_events(trace)
+    parts: list[tuple[Any, float]] = [(timeline, 2.5 + 0.5 * len(thread_keys(trace))),
+                                      (states, 1.2 + 0.4 * len(thread_keys(trace)))]
+    if "parallel_begin" in present:
+        parts.append((lambda t, ax: imbalance(t, ax=ax, top=top), 4.0))
+    if "task_create" in present:
+        parts.append((task_durations, 3.5))
+    if {"mutex_acquire", "mutex_acquired", "mutex_released"} <= present:
+        parts.append((lambda t, ax: locks(t, ax=ax, top=top), 3.0))
+    fig = _new_figure(13, sum(h for _, h in parts))
+    axes = fig.subplots(len(parts), 1, height_ratios=[h for _, h in parts])
+    for (draw, _), ax in zip(parts, axes):
+        draw(trace, ax=ax)
     return fig
 
 

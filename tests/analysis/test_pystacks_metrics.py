@@ -78,7 +78,7 @@ def test_python_time_is_the_time_of_what_the_line_started(app):
     serial = tasks.loc[tasks["py_location"] == at("serial-tasks", "main"), "run_ns"].sum()
     assert 0 < time[at("serial-tasks", "main")] == serial
     # the initial task was started by no Python line: no time, listed last
-    assert np.isnan(time[NO_PYTHON]) and by["py_location"].iloc[-1] == NO_PYTHON
+    assert pd.isna(time[NO_PYTHON]) and by["py_location"].iloc[-1] == NO_PYTHON
     assert "initial" in set(by.loc[by["py_location"] == NO_PYTHON, "kind"])
     stated = by["py_time_ns"].dropna().to_numpy()
     assert (np.diff(stated) <= 0).all()

@@ -370,6 +370,53 @@ def _report_incomplete(b: Builds, work: Path) -> None:
                  b.program("many"), "20000", "_exit"])
 
 
+# The report's width and advice on long C++ names (tests/presentation/test_layout.py,
+# tests/analysis/test_advice.py): tests/programs/cxx_names.cpp (clang++-19, no -g)
+# under the tool, the binary kept beside the trace in report-cxx.bin/ so that its
+# functions can be named (conftest's load_with_binaries).
+ADVICE_RULES = {"short regions", "static imbalance", "small tasks", "contended lock"}
+
+
+@trace("report-cxx")
+def _report_cxx(b: Builds, work: Path) -> None:
+    """Tried until the machine let it run as designed: each rule of the advice fires,
+    once (a busy machine preempts a lock's holder, or stretches the regions)."""
+    clangxx = shutil.which("clang++-19")
+    if clangxx is None:
+        sys.exit("make_traces: clang++-19 is not installed")
+    exe = h.compile_program(h.PROGRAMS / "cxx_names.cpp", work / "cxx_names", cc=clangxx)
+    for attempt in range(30):
+        t, out = under_tool([str(exe)], work)
+        rules = t.advice()["rule"].tolist()
+        if sorted(rules) == sorted(ADVICE_RULES):
+            break
+        print(f"  attempt {attempt + 1}: not as designed (advice: {rules}), again")
+    else:
+        sys.exit("make_traces: cxx_names never ran as designed: is the machine busy?")
+    keep("report-cxx", t, out)
+    binaries = fresh_dir(DATA / "report-cxx.bin")
+    binaries.mkdir()
+    shutil.copy2(exe, binaries / exe.name)
+
+
+@trace("profile-cxx")
+def _profile_cxx(b: Builds, work: Path) -> None:
+    """cxx_names under ompt-py run --profile (tests/analysis/test_advice.py: the advice
+    a profile can give), tried until both rules a profile allows fire."""
+    clangxx = shutil.which("clang++-19")
+    if clangxx is None:
+        sys.exit("make_traces: clang++-19 is not installed")
+    exe = h.compile_program(h.PROGRAMS / "cxx_names.cpp", work / "cxx_names", cc=clangxx)
+    out = parquet("profile-cxx")
+    for attempt in range(30):
+        ompt_py_run(["--profile", "-o", str(out), "--", str(exe)])
+        rules = ompt_py.load(out).advice()["rule"].tolist()
+        if sorted(rules) == ["contended lock", "short regions"]:
+            return
+        print(f"  attempt {attempt + 1}: not as designed (advice: {rules}), again")
+    sys.exit("make_traces: cxx_names never ran as designed: is the machine busy?")
+
+
 # Profiles (ompt-py run --profile: tests/analysis/test_profile_metrics.py,
 # tests/presentation/test_report.py)
 @trace("profile-mixed")

@@ -2,7 +2,7 @@
 column), a ``rank`` column, times on one axis; Parquet datasets partitioned by
 process; directories of several saved traces.
 
-Spec (README, "Export and several processes"): ``ompt_py.load`` of such a run
+Spec (README, "Exports" and "Several processes"): ``ompt_py.load`` of such a run
 or directory gives one trace with every process (a ``pid`` column), a ``rank``
 column when a process had OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK or
 SLURM_PROCID (the first of them that is a number), and times on one axis: the

@@ -1,7 +1,7 @@
 """Exports: Perfetto / Chrome trace JSON, CSV and Parquet (``Trace.to_perfetto``,
 ``to_csv``, ``save``; ``ompt-py export TRACE --format perfetto|csv|parquet -o OUT``).
 
-Spec (README, "Export and several processes"): the Perfetto file is the JSON
+Spec (README, "Exports" and "Several processes"): the Perfetto file is the JSON
 Trace Event Format; one process per pid (process_name, with the job rank when
 there is one), one track per thread ("thread N (type)"), complete slices
 nested per track for the rows of the paired tables (parallel regions on the

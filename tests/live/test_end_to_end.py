@@ -41,7 +41,7 @@ def test_report_of_a_run(recorded):
 def test_report_plot_and_html_of_a_run(recorded, tmp_path):
     png, page = tmp_path / "out.png", tmp_path / "out.html"
     r = ok(cli("report", recorded, "--plot", png, "--html", page))
-    assert "Constructs (time between begin and end)" in r.stdout
+    assert "\nTime per construct\n" in r.stdout
     assert png.read_bytes().startswith(PNG_MAGIC)
     html = page.read_text()
     assert html.startswith("<!DOCTYPE html>") and "Time per construct" in html

@@ -56,6 +56,7 @@ from conftest import (
 
 import ompt_py
 from ompt_py.live import runtime as _runtime
+from ompt_py.presentation.cli import NOTHING_TO_TRACE
 
 pytestmark = pytest.mark.needs_gcc
 
@@ -359,8 +360,8 @@ def test_gcc_program_under_ompt_py_run(gomp_prog, tmp_path):
     out = tmp_path / "out.parquet"
     traced = ok(cli("run", "-o", out, "--", gomp_prog, regions, iterations, env=PASSIVE))
     off_out = tmp_path / "off.parquet"
-    off = ok(cli("run", "--runtime", "off", "-o", off_out, "--", gomp_prog, regions, iterations,
-                 env=PASSIVE))
+    off = cli("run", "--runtime", "off", "-o", off_out, "--", gomp_prog, regions, iterations,
+              env=PASSIVE)
     plain = subprocess.run([str(gomp_prog), str(regions), str(iterations)], env=clean_env(PASSIVE),
                            capture_output=True, text=True, timeout=60, check=True)
 
@@ -374,7 +375,8 @@ def test_gcc_program_under_ompt_py_run(gomp_prog, tmp_path):
 
     # --runtime off: the program ran on libgomp, nothing to trace, and the CLI says so
     assert not off_out.exists()
-    assert "no trace written" in off.stderr, off.stderr
+    assert off.returncode == NOTHING_TO_TRACE, off.stderr
+    assert "nothing to trace" in off.stderr and "--runtime off" in off.stderr, off.stderr
 
     t = ompt_py.load(out)
     ev = t.events
@@ -405,44 +407,47 @@ with warnings.catch_warnings(record=True) as caught:
 import gomp_work_late as late        # loaded after: runs on libomp
 out = {"warnings": [[w.category.__name__, str(w.message), w.filename, w.lineno]
                     for w in caught]}
-with ompt_py.trace() as t:
-    out["early"] = early.parallel(3)
-    out["early_dynamic"] = early.dynamic(20)
-    early_events = len(t.events)
-    out["late"] = late.parallel(2)
+try:
+    with ompt_py.trace() as t:
+        late.parallel(2)
+except ompt_py.AttachError as e:
+    out["error"] = str(e)
+out["early"] = early.parallel(3)     # the program goes on, untraced
+out["late"] = late.parallel(2)
 st = ompt_py.status()
-out["early_events"] = early_events
 out["fallback"] = st["fallback"]
-out["attached"] = st["attached"]
+out["problems"] = st["problems"]
 out["early_runtime"] = early.runtime()
 out["late_runtime"] = late.runtime()
 out["report"] = str(ompt_py.doctor())
-t.save(TRACE_PATH)
 print(json.dumps(out))
 """
 
 
-def test_module_imported_before_ompt_py(gomp_mod, tmp_path):
-    out, t = traced_run(EARLY_CODE, tmp_path / "t.parquet", [gomp_mod], PASSIVE)
+def test_module_imported_before_ompt_py(gomp_mod):
+    """A gcc-built module imported before ompt_py is bound to libgomp: trace() refuses
+    with the advice of a runtime started before the import (test_inprocess.py's
+    test_module_used_before_import_same_error), rather than tracing nothing."""
+    from ompt_py.live.attach import IMPORT_FIRST
+
+    out = run_json(EARLY_CODE, [gomp_mod], PASSIVE)
     early = str(gomp_mod / ("gomp_work" + EXT_SUFFIX))
-    # one warning, naming the module
+    # one warning at the import, naming the module
     (w,) = [w for w in out["warnings"] if "libgomp" in w[1]]
     assert w[0] == "UserWarning"
-    assert os.path.basename(early) in w[1] and "import ompt_py before" in w[1].lower()
+    assert os.path.basename(early) in w[1] and IMPORT_FIRST in w[1]
     assert out["fallback"]["early_gnu_modules"] == [early]
     assert "gomp_work_late" not in json.dumps(out["fallback"])
-    # the early module's regions ran on libgomp: the attached tool saw none of them
-    assert out["attached"] is True
+    # trace() refuses, naming the module and what to do; status() and doctor say it too
+    error = out.get("error")
+    assert error is not None, out
+    assert early in error and "libgomp" in error and IMPORT_FIRST in error
+    assert out["problems"] == [error]
+    assert "problems:" in out["report"] and error in out["report"]
+    # the early module runs on libgomp, the late one on libomp
     assert "libgomp" in os.path.basename(out["early_runtime"])
-    assert out["early_events"] == 0
-    assert out["early"] == 15
-    # the module imported after ompt_py ran on libomp and was traced (2 regions)
     assert os.path.realpath(out["late_runtime"]) == os.path.realpath(FALLBACK_LIBOMP)
-    assert n_of(t.events, "parallel_begin") == 2
-    # doctor names the problem
-    report = out["report"]
-    assert "problems:" in report and "no problems found" not in report
-    assert re.search(r"loaded before ompt_py.*" + re.escape(early), report), report
+    assert out["early"] == 15 and out["late"] == 10
 
 
 def test_early_module_warning_points_at_the_import(gomp_mod, tmp_path):
@@ -601,6 +606,19 @@ def test_doctor_names_the_module_linking_libgomp(gomp_mod, tmp_path):
     assert re.search(r"^\s*gnu\s+\S*libgomp\.so\.1", r.stderr, re.M), r.stderr
     assert f"tool attached to: {FALLBACK_LIBOMP}" in r.stderr
     assert "no problems found" in r.stderr
+
+
+def test_doctor_of_a_gcc_built_program(gomp_prog):
+    """doctor -- PROGRAM reads the libraries the program links, without running it:
+    libgomp, which ompt-py run runs on the fallback's libomp; with the fallback off,
+    a problem that says what to do."""
+    r = ok(cli("doctor", "--", gomp_prog))
+    assert re.search(rf"^program: {re.escape(str(gomp_prog))}$", r.stdout, re.M), r.stdout
+    assert re.search(rf"^\s*libgomp\.so\.1 => \S+ \(GNU libgomp: ompt-py run runs it on "
+                     rf"{re.escape(FALLBACK_LIBOMP)}, traced\)$", r.stdout, re.M), r.stdout
+    assert "no problems found" in r.stdout
+    r = ok(cli("doctor", "--", gomp_prog, env={"OMPTPY_RUNTIME": "off"}))
+    assert "problems with it:" in r.stdout and "leave it on (auto)" in r.stdout, r.stdout
 
 
 def test_doctor_reports_two_libomp_copies(libomp_copy, tmp_path):

@@ -479,6 +479,42 @@ try:
     assert re.search(r"before|first", msg, re.I), msg
 
 
+@pytest.mark.parametrize("compiler", ["clang", "gcc"])
+def test_module_used_before_import_same_error(compiler, request):
+    """One module (tests/programs/ext/ompt_work_ext.c) built by clang (libomp) or by
+    gcc (libgomp), imported and used before ompt_py: the same AttachError and the
+    same advice at trace(), whatever compiler built it."""
+    from ompt_py.live.attach import IMPORT_FIRST
+
+    if compiler == "gcc":
+        path, name = request.getfixturevalue("gomp_ext"), "ompt_work_gomp"
+    else:
+        path, name = request.getfixturevalue("omp_ext"), "ompt_work_ext"
+    kind, msg = _exception_of(f"""
+import {name} as w
+w.max_threads()             # starts the runtime the module is bound to
+import ompt_py
+try:
+    with ompt_py.trace():
+        w.parallel(1)""", path)
+    assert kind == "ompt_py.errors.AttachError", msg
+    assert IMPORT_FIRST in msg, msg
+
+
+def test_gcc_module_imported_before_ompt_py_unused(gomp_ext):
+    """Unlike a clang-built one (below), a gcc-built module imported before ompt_py
+    is refused even if it never ran: its GOMP_* calls were bound to libgomp when
+    it was loaded."""
+    kind, msg = _exception_of("""
+import ompt_work_gomp as g
+import ompt_py
+try:
+    with ompt_py.trace():
+        g.parallel(1)""", gomp_ext)
+    assert kind == "ompt_py.errors.AttachError", msg
+    assert "ompt_work_gomp" in msg and "libgomp" in msg
+
+
 def test_import_ext_before_ompt_py_is_fine_if_unused(run_traced):
     t = run_traced("""
 import ompt_work_ext as w   # loaded, not initialised
@@ -617,7 +653,7 @@ def window_records(n: int) -> int:
 @pytest.mark.parametrize("zero_copy", ["1", "0"])
 @pytest.mark.parametrize("policy", OVERFLOW_POLICIES)
 def test_overflow_in_process(run_traced, policy, zero_copy):
-    """README: in memory, records are written in place into the trace (zero
+    """docs/internals.md: in memory, records are written in place into the trace (zero
     copy) and the overflow policies do not apply; OMPTPY_ZERO_COPY=0 (the
     copying memory sink) applies them as the file sink does.  For drop, a
     blocking handler holds the drainer back (ompt_work_ext keeps the GIL while

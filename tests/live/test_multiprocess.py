@@ -3,7 +3,7 @@ processes (a shell running programs one after another, a Python program using
 multiprocessing with the fork, spawn and forkserver start methods).  Reading such
 traces, datasets and directories of saved traces back: tests/io/test_datasets.py.
 
-Spec (README, "Export and several processes"): every process is recorded, with
+Spec (README, "Exports" and "Several processes"): every process is recorded, with
 its rank when it had OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK or SLURM_PROCID
 (the first of them that is a number).  multiprocessing workers are traced
 whole although they end with os._exit (fork) or are terminated by

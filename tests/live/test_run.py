@@ -1,17 +1,19 @@
-"""The command line's ``ompt-py run`` (also ``python -m ompt_py run``); ``ompt-py report``
-and ``--help``: tests/presentation/test_report.py.
+"""The command line's ``ompt-py run`` (also ``python -m ompt_py run``) and ``ompt-py
+doctor -- PROGRAM``; ``ompt-py report``: tests/presentation/test_report.py, ``--help``:
+tests/presentation/test_cli_help.py.
 
 Spec: ``ompt-py run [-o OUT.parquet] [--buffer-size SIZE] [--overflow
 flush|drop|grow] [--keep-raw DIR] [--kill-after S] (SCRIPT.py ARGS | -m MODULE ARGS | --
 COMMAND ARGS)`` runs the command with the tool attached (child processes
 included, each keyed by pid), writes OUT (default ompt-trace.parquet) and
-exits with the command's exit code when it is not 0; else 1 when the trace
+exits with the command's exit code when it is not 0; else NOTHING_TO_TRACE (3)
+when no process of it started an OpenMP runtime (said, with the ``ompt-py
+doctor`` command that tells why; nothing written); else 1 when the trace
 holds less than was traced (records lost or dropped, raw files not read in
 full: the raw files are then kept and named), else 0.  Signals:
 test_run_signals.py.  ``ompt-py report TRACE`` prints a
 summary: counts and time per construct, per parallel region, per-thread busy
-vs waiting, written and dropped records.  ``--help`` states the attach rule
-(import ompt_py first).
+vs waiting, written and dropped records.
 
 The traced programs run to the end under the tool, so shutdown reports every
 pending end and counts are exact.
@@ -38,6 +40,7 @@ from conftest import (
 )
 
 import ompt_py
+from ompt_py.presentation.cli import NOTHING_TO_TRACE
 
 pytestmark = pytest.mark.needs_clang
 
@@ -343,13 +346,54 @@ def test_run_output_in_missing_directory(programs, tmp_path):
         assert n_of(ompt_py.load(out).events, "parallel_begin") == 2
 
 
-def test_run_command_without_openmp_keeps_exit_status(tmp_path):
-    """README: the exit status is the command's, also when nothing was traced."""
+NOTHING_RAN = "ran without starting an OpenMP runtime: nothing to trace"
+
+
+@pytest.mark.parametrize("profile", [False, True], ids=["trace", "profile"])
+@pytest.mark.parametrize(("target", "name", "doctor"), [
+    (["--", "echo", "ran"], "echo", "ompt-py doctor -- echo"),
+    (["{script}", "an arg"], "{script}", "ompt-py doctor {script} 'an arg'"),
+    (["-m", "plain_module", "x"], "python -m plain_module", "ompt-py doctor -m plain_module x"),
+], ids=["program", "script", "module"])
+def test_run_without_openmp_says_so(tmp_path, target, name, doctor, profile):
+    """A command that starts no OpenMP runtime (a program, a Python script or
+    module importing no OpenMP code): said plainly, with the doctor command that
+    tells why, nothing written, exit status NOTHING_TO_TRACE (run --help)."""
+    script = tmp_path / "plain.py"
+    script.write_text("import sys\nprint('ran', sys.argv[1:])\n")
+    (tmp_path / "plain_module.py").write_text("print('ran')\n")
     out = tmp_path / "out.parquet"
-    r = cli("run", "-o", out, "--", "true")
+    r = cli("run", *(["--profile"] if profile else []), "-o", out,
+            *(t.format(script=script) for t in target), path=[tmp_path])
     no_traceback(r)
-    assert r.returncode == 0, r.stderr
-    assert "no trace" in r.stderr or "OpenMP" in r.stderr
+    assert r.returncode == NOTHING_TO_TRACE, r.stderr
+    assert "ran" in r.stdout  # the command did run
+    assert f"{name.format(script=script)} {NOTHING_RAN}" in r.stderr, r.stderr
+    assert doctor.format(script=script) in r.stderr, r.stderr
+    assert not out.exists()
+    assert f"  {NOTHING_TO_TRACE}  the command started no OpenMP runtime" in ok(
+        cli("run", "--help")).stdout
+
+
+def test_run_without_openmp_keeps_a_failed_command_status(tmp_path):
+    """README: the exit status is the command's when it failed, also when nothing
+    was traced."""
+    r = cli("run", "-o", tmp_path / "out.parquet", "--", "sh", "-c", "exit 7")
+    no_traceback(r)
+    assert r.returncode == 7, r.stderr
+    assert f"sh {NOTHING_RAN}" in r.stderr
+
+
+def test_doctor_of_programs(programs):
+    """doctor -- PROGRAM, without running it: the OpenMP runtime a clang-built
+    program links; a program that links none is a problem, said with what it means."""
+    r = ok(cli("doctor", "--", programs.parallel))
+    assert re.search(r"^\s*libomp\.so\.5 => \S+ \(LLVM libomp: ompt-py run traces it\)$",
+                     r.stdout, re.M), r.stdout
+    assert f"no problems found: ompt-py run -- {programs.parallel} traces it" in r.stdout
+    r = ok(cli("doctor", "--", "true"))
+    assert re.search(r"^OpenMP runtimes it links:\n  none$", r.stdout, re.M), r.stdout
+    assert "links no OpenMP runtime" in r.stdout
 
 
 def test_trace_inside_run_is_an_attach_error(tmp_path, omp_ext):

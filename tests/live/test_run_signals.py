@@ -1,5 +1,5 @@
 """``ompt-py run`` told to stop: signals to the program, to ``ompt-py run``, to its
-process group, and from a terminal (README, *Use it on any program*).
+process group, and from a terminal (README, *Trace any program*).
 
 Spec: SIGINT, SIGTERM, SIGHUP (and SIGQUIT) that reach ``ompt-py run`` go to every
 process of the command once; it waits ``--kill-after`` seconds for them, then

@@ -1,4 +1,4 @@
-"""libomp's stale registration files (README, Limits).
+"""libomp's stale registration files (docs/limits.md).
 
 libomp registers each process in /dev/shm/__KMP_REGISTERED_LIB_<pid>_<uid>
 (or in /tmp where libomp 19 cannot use /dev/shm): it creates the file, sizes

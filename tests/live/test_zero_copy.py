@@ -1,4 +1,4 @@
-"""The zero-copy memory sink (README "Buffers, memory and lost records"): take()
+"""The zero-copy memory sink (docs/internals.md, "Buffers, memory and lost records"): take()
 quiesces threads that may be inside callbacks, so windows started and stopped
 while OpenMP threads keep writing must each hold exactly what was counted."""
 

@@ -17,8 +17,8 @@ from conftest import cli, load_stored, many_regions, stored_path
 from offload_records import OffloadRecords, program_with_device_records
 
 import ompt_py
-from ompt_py.analysis import states, tables
-from ompt_py.presentation import timeline
+from ompt_py.analysis import metrics, states, tables
+from ompt_py.presentation import plots, timeline
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STATES = ["busy", "barrier wait", "sync wait", "lock wait", "idle"]
@@ -96,7 +96,8 @@ def test_task_duration_histogram(tasks):
     fig = tasks.plot_task_durations()
     (ax,) = fig.axes
     hist = tasks.task_granularity()
-    assert len(ax.patches) == len(hist) >= 2  # 200 us and 2 ms tasks: two decades or more
+    # log-spaced bins, enough of them to show the distribution
+    assert len(ax.patches) == len(hist) >= metrics.TASK_BINS
     assert [p.get_height() for p in ax.patches] == hist["tasks"].tolist()
     assert [p.get_x() for p in ax.patches] == pytest.approx((hist["lo_ns"] / 1e3).tolist())
     assert ax.get_xscale() == "log" and "18 explicit tasks" in ax.get_title()
@@ -132,12 +133,12 @@ def test_report_writes_plot_and_html(tmp_path):
     png, page = tmp_path / "out.png", tmp_path / "out.html"
     r = cli("report", trace, "--plot", png, "--html", page)
     assert r.returncode == 0, r.stderr
-    assert "Constructs (time between begin and end)" in r.stdout  # the text report as before
+    assert "\nTime per construct\n" in r.stdout  # the text report as before
     assert png.read_bytes().startswith(PNG_MAGIC)
     html = page.read_text()
     assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
-    for title in ("Time per construct", "Threads: time per state", "load imbalance",
-                  "Explicit tasks: duration histogram"):
+    for title in ("Time per construct", "Threads: time per state",
+                  "Parallel regions per location", "Explicit tasks: duration histogram"):
         assert title in html
     assert html.count("<table") >= 5
     images = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", html)
@@ -148,6 +149,76 @@ def test_report_writes_plot_and_html(tmp_path):
     r = cli("report", trace, "--plot", tmp_path / "missing" / "x.png")
     assert r.returncode == 2 and "cannot write" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def inside_the_figure(fig, texts) -> bool:
+    """Whether every text's drawn box lies inside the figure (drawn on Agg)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    box = fig.bbox
+    return all(box.x0 - 1 <= b.x0 and b.x1 <= box.x1 + 1 and box.y0 - 1 <= b.y0
+               and b.y1 <= box.y1 + 1 for b in (t.get_window_extent(renderer) for t in texts))
+
+
+def test_imbalance_labels_fit_the_figure():
+    """report-cxx: regions of long C++ names; each region's name is shortened in the
+    middle so that its label stays inside the figure."""
+    from conftest import load_with_binaries
+
+    t = load_with_binaries("report-cxx")
+    fig = t.plot_imbalance()
+    notes = fig.axes[0].texts
+    assert len(notes) == 10 and any("…" in n.get_text() for n in notes)
+    assert all(n.get_text().endswith(" lost") for n in notes)
+    assert inside_the_figure(fig, notes)
+
+
+def test_timeline_labels_runs_of_short_regions():
+    """300 regions one after another from one place: one label with their count."""
+    t = ompt_py.load(stored_path("parallel-300.omptraw"))
+    fig = t.plot_timeline()
+    (label,) = [x.get_text().strip() for x in fig.axes[0].texts]
+    (where,) = set(t.parallel_regions()["location"])
+    assert label == f"{where} (300 regions)"
+    assert inside_the_figure(fig, fig.axes[0].texts)
+
+
+def test_timeline_shortens_long_names_to_the_region():
+    from conftest import load_with_binaries
+
+    t = load_with_binaries("report-cxx")
+    fig = t.plot_timeline()
+    labels = [x.get_text().strip() for x in fig.axes[0].texts]
+    # from the class on, shortened in the middle to the region's width
+    assert any(x.startswith("RowRed") and x.endswith("cxx_names)") for x in labels), labels
+    assert inside_the_figure(fig, fig.axes[0].texts)
+
+
+def test_lock_contention_plot():
+    t = load_stored("known-lock")
+    fig = t.plot_locks()
+    (ax,) = fig.axes
+    (lock,) = t.lock_contention().itertuples()
+    waited, held = ax.patches
+    assert waited.get_width() == pytest.approx(lock.wait_total_ns / 1e6)
+    assert held.get_width() == pytest.approx(lock.hold_total_ns / 1e6)
+    assert [x.get_text() for x in ax.get_yticklabels()] == [f"lock: {lock.location}"]
+    assert legend(ax) == ["waited for", "held"]
+
+
+def test_report_plot_has_every_plot_the_trace_allows(tmp_path):
+    fig = plots.report_figure(load_stored("known-lock"))
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["Timeline", "Time per thread and state",
+                      "Load imbalance: regions that lost the most time",
+                      "Lock contention: time waited for each lock and time it was held"]
+    fig = plots.report_figure(load_stored("plots-tasks"))
+    assert [ax.get_title() for ax in fig.axes][2:] == [
+        "Load imbalance: regions that lost the most time", fig.axes[3].get_title()]
+    assert "explicit tasks" in fig.axes[3].get_title()
 
 
 def test_report_help_names_the_outputs():

@@ -13,6 +13,7 @@ import pytest
 from conftest import app_location, cli, load_stored, ok, stored_path
 
 from ompt_py.presentation import report
+from ompt_py.units import format_ns
 
 at = app_location  # the py_location of the app's line marked `at: NAME`
 
@@ -33,49 +34,61 @@ def section(text: str, title: str) -> list[str]:
     return body.splitlines()[1:]
 
 
+def answers(text: str) -> list[str]:
+    """The report's answers, one per item (their wrapped lines joined)."""
+    items = " ".join(line.strip() for line in section(text, "Answers")).split("- ")
+    return [i.strip() for i in items if i.strip()]
+
+
 def test_report_answers_name_the_python_line_first(app):
-    text = ok(cli("report", stored_path("pystacks-inprocess"))).stdout
-    answers = section(text, "Answers")
-    worst = app.imbalance().sort_values("lost_ns").iloc[-1]
-    assert (f"  most time lost to imbalance: region launched from {worst['py_location']} "
-            f"({worst['location']}): {worst['imbalance']:.2f}x") in answers[2]
-    (lock,) = [a for a in answers if "most waited-for critical" in a]
-    assert lock.startswith(f"  most waited-for critical: {at('critical', 'locked')} "
+    text = ok(cli("report", "--width", "200", stored_path("pystacks-inprocess"))).stdout
+    said = answers(text)
+    top = app.summary().regions.iloc[0]
+    assert (f"most thread time not working: {top['regions']} region of "
+            f"{format_ns(top['mean_ns'])} on 2 threads at {top['py_location']} "
+            f"({top['location']}): the threads wait") in said[2], said
+    (lock,) = [a for a in said if "most waited-for critical" in a]
+    assert lock.startswith(f"most waited-for critical: {at('critical', 'locked')} "
                            "(ompt_work_ext"), lock
     first = app.constructs(by="python")["py_location"].iloc[0]
-    assert answers[0].startswith(f"  most time in OpenMP from one Python line: {first} (")
+    assert said[0].startswith(f"most time in OpenMP from one Python line: {first} (")
     (proc,) = app.meta["processes"]
     assert (f"python stacks: on, {len(proc['python']['stacks'])} stacks of up to "
             f"{proc['python']['depth']} frames") in text
 
 
-def test_report_python_lines_and_regions_under_them(app):
-    text = report.render(app, top=20)
-    rows = {re.split(r"\s{2,}", line.strip())[0]: line.split()[-3:]
-            for line in section(text, "Python lines")[1:]}
-    # regions, tasks, markers started from each line
-    assert rows[at("regions", "regions")] == ["3", "0", "0"]
-    assert rows[at("tasks", "main")] == ["1", "4", "0"]
-    assert rows[at("serial-tasks", "main")] == ["0", "3", "0"]
-    assert rows[at("marker", "main")] == ["0", "0", "1"]
-    assert rows["<generated>:2 in gone"] == ["1", "0", "0"]
-    assert rows["(no Python stack)"] == ["0", "0", "0"]  # the initial task, the taskwait
-    grouped = section(text, "Parallel regions by Python and source location")
-    nested = grouped.index("  " + at("nested", "main"))
+def test_report_python_lines_and_the_constructs_under_them(app):
+    text = report.render(app, top=20, width=200)
+    lines = section(text, "Time per Python location")
+    heads = [line.strip() for line in lines if line.startswith("  ") and
+             not line.startswith("    ")]
+    # each line once, with its time, the constructs it started beneath it
+    time = app.constructs(by="python").drop_duplicates("py_location").set_index(
+        "py_location")["py_time_ns"]
+    assert f"{at('regions', 'regions')} ({format_ns(time[at('regions', 'regions')])})" in heads
+    assert len(heads) == len(set(heads)) == min(20, len(time))
+    nested = lines.index(f"  {at('nested', 'main')} "
+                         f"({format_ns(time[at('nested', 'main')])})")
+    under = []
+    for line in lines[nested + 1:]:
+        if not line.startswith("    "):
+            break
+        under.append(line.split())
     # the line's own region and the two nested in it, by source location, beneath it
-    under = grouped[nested + 1:nested + 3]
-    assert all(line.startswith("    ") for line in under)
-    assert {line.split()[1] for line in under} == {"ompt_work_ext.cpython-311-x86_64-linux-gnu"
-                                                   ".so+0x2850", "__kmp_invoke_microtask"}
-    assert not grouped[nested + 3].startswith("    ")
+    regions = [u for u in under if u[:2] == ["parallel", "region"]]
+    assert {u[3] for u in regions} == {"ompt_work_ext.cpython-311-x86_64-linux-gnu.so+0x2850",
+                                       "__kmp_invoke_microtask"}
+    # the regions per location name each Python line, its source location beside it
+    per_location = section(text, "Parallel regions per location")
+    assert any(line.split()[:3] == [*at("nested", "main").split()[:2], "main"]
+               for line in per_location)
 
 
-def test_report_without_python_stacks_is_as_before(plain):
-    text = report.render(plain)
+def test_report_without_python_stacks(plain):
+    text = report.render(plain, width=120)
     assert "Python" not in text and "python" not in text
-    assert "\nParallel regions by source location (top 10 by total time)\n" in text
-    answers = section(text, "Answers")
-    assert any(re.match(r"  most waited-for lock: known\+0x\w+ \(", a) for a in answers)
+    assert "\nParallel regions per location (most thread time not working first)\n" in text
+    assert any(re.match(r"most waited-for lock: known\+0x\w+: ", a) for a in answers(text))
 
 
 def test_summary_in_python_terms(app):
@@ -119,8 +132,14 @@ def test_timeline_names_regions_by_python_line(app, plain):
     assert short in labels(app.plot_timeline(start_ns=begin - 2 * width, end_ns=end + 2 * width))
     assert not any("main" in label for label in labels(
         app.plot_timeline(start_ns=begin - 50 * width, end_ns=end + 49 * width)))
-    # the whole trace: what is written, Python lines (every region has one)
-    assert set(labels(app.plot_timeline())) <= set(regions["py_location"])
+    # the whole trace: what is written, Python lines (every region has one), or
+    # their short form shortened to the region, with the count of a run of regions
+    for label in labels(app.plot_timeline()):
+        line, _, count = label.partition(" (")
+        assert (line in set(regions["py_location"])
+                or any(p.rsplit("/", 1)[1].startswith(line.split("…")[0])
+                       for p in regions["py_location"])), label
+        assert not count or re.fullmatch(r"\d+ regions\)", count), label
     # without Python stacks: the source location, as parallel_regions() gives it
     written = labels(plain.plot_timeline())
     assert written and set(written) <= set(plain.parallel_regions()["location"])
@@ -130,4 +149,6 @@ def test_imbalance_plot_names_the_python_line(app):
     fig = app.plot_imbalance()
     notes = [t.get_text() for t in fig.axes[0].texts]
     worst = app.imbalance().sort_values("lost_ns").iloc[-1]
-    assert notes[0].startswith(f"{worst['py_location']} ({worst['location']}): ")
+    named = f"{worst['py_location']} ({worst['location']})"
+    head, _, tail = notes[0].split(": ")[0].partition("…")  # shortened to the figure
+    assert named.startswith(head) and named.endswith(tail) and len(head) > 20
