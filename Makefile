@@ -1,9 +1,12 @@
 # make demo: set everything up, profile the bundled example, print the report.
 # make test: set everything up, run the whole test suite (and the linter).
-# Set-up: Debian packages clang-19 and libomp-19-dev, and chromium and
+# Set-up: Debian packages clang-19 and libomp-19-dev, libotf2-trace-dev (libotf2
+# and its headers: the OTF2 export's _otf2 extension) and otf2-tools (otf2-print,
+# which tests/io/test_otf2.py reads the archives with), chromium and
 # chromium-driver (tests/presentation/test_view.py opens the interactive view in
-# headless Chromium) (apt-get, as root or via sudo), a virtual environment in
-# .venv, ompt-py installed into it.
+# headless Chromium) (apt-get, as root or via
+# sudo, those missing), a virtual environment in .venv, ompt-py installed into it
+# (and checked to have its _otf2 extension).
 # make old-runtimes (part of make test): libomp 14 and 16 unpacked into
 # .cache/libomp/N for tests/tool/test_versions.py (they conflict with libomp5-19, so
 # they are never installed); without them those tests are skipped.
@@ -59,7 +62,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ompt-py-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-DEBIAN_PACKAGES := clang-19 libomp-19-dev chromium chromium-driver
+DEBIAN_PACKAGES := clang-19 libomp-19-dev libotf2-trace-dev otf2-tools chromium chromium-driver
 OLD_LIBOMP_VERSIONS := 14 16
 OLD_LIBOMP_DIR := .cache/libomp
 OLD_TEST_LIBOMP ?= 16
@@ -234,11 +237,13 @@ bench: setup
 setup: system-deps $(STAMP)
 
 system-deps:
-	@if ! command -v clang-19 >/dev/null || [ ! -e /usr/lib/llvm-19/lib/libomp.so.5 ] \
-	     || ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
-	  echo "Installing Debian packages: $(DEBIAN_PACKAGES)"; \
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; \
+	done); \
+	if [ -n "$$missing" ]; then \
+	  echo "Installing Debian packages:" $$missing; \
 	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(DEBIAN_PACKAGES); \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	fi
 
 # Never fails: a version that cannot be fetched is reported and its tests skip.
@@ -281,6 +286,8 @@ $(STAMP): $(SOURCES)
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
+	@$(BIN)/python -c 'import ompt_py._otf2' 2>/dev/null || { echo "ompt_py._otf2 was not" \
+	  "built: is libotf2-trace-dev installed? (setup.py leaves it out without libotf2)"; exit 1; }
 	@touch $(STAMP)
 
 clean:

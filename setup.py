@@ -2,12 +2,18 @@
 preload hook libomptpy_hook.so (csrc/hook/) and the _core extension module
 that binds the tool (csrc/ext/), and bundles an LLVM libomp (runtime/).  Only
 a C compiler and the Python headers are needed: the OMPT declarations are the
-project's own (csrc/tool/omptpy_ompt.h)."""
+project's own (csrc/tool/omptpy_ompt.h).  Where libotf2 and its headers are
+(Debian: libotf2-trace-dev; Score-P's, found by otf2-config), it also builds
+the _otf2 extension (csrc/otf2/), the OTF2 export's writer; without them
+that one extension is left out (optional) and the OTF2 export says why."""
 
 from __future__ import annotations
 
 import glob
 import os
+import shlex
+import shutil
+import subprocess
 import sys
 
 from setuptools import Extension, setup
@@ -22,6 +28,7 @@ from runtime.bundle import LICENSE_NAME, SONAME, bundle
 TOOL_SOURCES = sorted(glob.glob(os.path.join("csrc", "tool", "*.c")))
 HOOK_SOURCES = sorted(glob.glob(os.path.join("csrc", "hook", "*.c")))
 EXT_SOURCES = sorted(glob.glob(os.path.join("csrc", "ext", "*.c")))
+OTF2_SOURCES = sorted(glob.glob(os.path.join("csrc", "otf2", "*.c")))
 # The public headers, shipped in the package (ompt_py.include_dir()): the record,
 # for native handlers, and the region markers, for extensions.
 INCLUDE_DIR = os.path.join("csrc", "include")
@@ -36,6 +43,9 @@ class BuildToolAndExtension(build_ext):
     and puts the bundled libomp into ompt_py/runtime/."""
 
     def build_extension(self, ext: Extension) -> None:
+        if ext.name != "ompt_py._core":
+            super().build_extension(ext)
+            return
         outdir = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
         os.makedirs(outdir, exist_ok=True)
         objects = self.compiler.compile(
@@ -93,6 +103,20 @@ class BuildToolAndExtension(build_ext):
         return outputs if self.inplace else [*outputs, *(b for b, _ in self._extra_files())]
 
 
+def otf2_flags() -> list[str]:
+    """The compiler and linker flags of libotf2: otf2-config's (Score-P's and Debian's
+    OTF2 have it), else none (the headers and library where the compiler looks)."""
+    config = shutil.which("otf2-config")
+    if config is None:
+        return []
+    try:
+        out = subprocess.run([config, "--cppflags", "--ldflags"], capture_output=True,
+                             text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    return shlex.split(out)
+
+
 setup(
     ext_modules=[
         Extension(
@@ -102,7 +126,16 @@ setup(
             include_dirs=[INCLUDE_DIR, "csrc"],
             extra_compile_args=CFLAGS,
             libraries=["m"],
-        )
+        ),
+        Extension(
+            "ompt_py._otf2",
+            sources=OTF2_SOURCES,
+            extra_compile_args=CFLAGS + [f for f in otf2_flags() if f.startswith("-I")],
+            extra_link_args=[f for f in otf2_flags() if not f.startswith("-I")]
+            + ["-Wl,-rpath," + d[2:] for d in otf2_flags() if d.startswith("-L")],
+            libraries=["otf2"],
+            optional=True,  # without libotf2: no OTF2 export (io/otf2.py says so)
+        ),
     ],
     cmdclass={"build_ext": BuildToolAndExtension},
 )

@@ -85,6 +85,11 @@ FORMAT_NUMBER: Final[int]
 FORMAT_MICROS: Final[int]
 FORMAT_HEX: Final[int]
 FORMAT_TEXT: Final[int]
+# the kind of a column of proto_payloads()
+PROTO_FIELD: Final[int]
+PROTO_NUMBER: Final[int]
+PROTO_POINTER: Final[int]
+PROTO_TABLE: Final[int]
 
 # ---- types ------------------------------------------------------------------------
 
@@ -201,6 +206,33 @@ def format_rows(
 ) -> bytes:
     """Rows of text, each parts[0] value parts[1] ... parts[-1]; a column is (FORMAT_*,
     values, missing, null, table)."""
+
+def proto_payloads(
+    columns: list[tuple[int, int, Buffer, Buffer | None, tuple[bytes, ...] | None]],
+    offsets: Buffer,
+    /,
+) -> bytes:
+    """The TrackEvent fields of each row (a slice's begin), one after the other; offsets
+    (int64, rows + 1) written.  A column is (PROTO_*, key, values, missing, table)."""
+
+def proto_nest(
+    track: Buffer, begin: Buffer, end: Buffer, ntracks: int, query_track: Buffer,
+    query_time: Buffer, query_slice: Buffer, seq: Buffer, /,
+) -> int:
+    """The begins (2i) and ends (2i + 1) of slices in the order of their begins, as each
+    track's stack has them, into seq; ends that overlap their parent's cut (returned: how
+    many); per query, the innermost slice of its track holding its time, or -1."""
+
+def proto_packets(
+    seq: Buffer, begin: Buffer, end: Buffer, track: Buffer, uuids: Buffer, payload: bytes,
+    offsets: Buffer, slots: Buffer, flows_from: Buffer, from_ids: Buffer, flows_to: Buffer,
+    to_ids: Buffer,
+    sequence: int, /,
+) -> bytes:
+    """The TracePackets of the begins and ends seq lists (proto_nest), as a Trace's bytes."""
+
+def proto_counters(time: Buffer, uuid: Buffer, value: Buffer, sequence: int, /) -> bytes:
+    """A counter TracePacket per row, as a Trace's bytes."""
 
 def tick_scale(
     first_ticks: int, first_ns: int, last_ticks: int | None, last_ns: int | None,

@@ -407,6 +407,8 @@ SKIPPED = List(Obj({"source": Str(), "reason": Str()}))
 TRACE_META = Obj({"format": Int(), "origin_mono_ns": Maybe(Int(0, I64)),
                   "processes": List(PROCESS_ENTRY), "written": _COUNT, "dropped": _COUNT},
                  {"skipped": SKIPPED, "lost": _COUNT,
+                  # an export's filter (io/filters.py ExportFilter.meta)
+                  "export_filter": Obj({}),
                   # every process's devices, each with its "pid", and those with clock
                   # pairs but no entry of the tool's (offload.attach_clocks)
                   "devices": List(Obj({"device": Int(-I32 - 1, I32)},

@@ -771,30 +771,53 @@ class Trace:
 
         parquet.write(self, path)
 
-    def to_perfetto(self, path: str | os.PathLike) -> None:
-        """Write a Perfetto / Chrome trace (JSON Trace Event Format) for ui.perfetto.dev
-        and chrome://tracing: a process per pid, a track per thread, nested slices for
-        regions, implicit tasks, work, barriers and waits, tasks and locks (with
-        Python stacks: the Python frames above the constructs they started), flow
-        arrows from task creation to execution, and a threads-waiting counter;
-        with offload, target constructs, data operations and submissions on the
-        threads, a track per device (kernels, transfers) and flows to it."""
-        from .io import perfetto
+    def to_perfetto(self, path: str | os.PathLike, *, start: Any = None, end: Any = None,
+                    threads: Any = None, pid: Any = None) -> None:
+        """Write a Perfetto trace for ui.perfetto.dev: a process per pid, a track per
+        thread, nested slices for regions, implicit tasks, work, barriers and
+        waits, tasks and locks (with Python stacks: the Python frames above the
+        constructs they started), flow arrows from task creation to execution,
+        and a threads-waiting counter; with offload, target constructs, data
+        operations and submissions on the threads, a track per device (kernels,
+        transfers) and flows to it.
 
-        perfetto.write(self, path)
+        A path ending in ``.pftrace`` or ``.perfetto-trace``: Perfetto's protobuf
+        trace (a third of the JSON's size or less); any other: the JSON Trace
+        Event Format (which chrome://tracing opens too).  ``start``, ``end``,
+        ``threads``, ``pid``: what to keep (``ompt_py.io.export``)."""
+        from .io import export, format_of
 
-    def to_speedscope(self, path: str | os.PathLike) -> None:
+        export(self, path, "perfetto-proto" if format_of(path) == "perfetto-proto"
+               else "perfetto", start=start, end=end, threads=threads, pid=pid)
+
+    def to_otf2(self, path: str | os.PathLike, *, start: Any = None, end: Any = None,
+                threads: Any = None, pid: Any = None) -> None:
+        """Write an OTF2 archive (the directory ``path``, its anchor file
+        ``traces.otf2``) for Vampir, Score-P's tools and ``otf2-print``: a location
+        per thread in a group per process, Enter/Leave of regions for the
+        constructs.  Needs ompt-py built with libotf2 (docs/exports.md).
+        ``start``, ``end``, ``threads``, ``pid``: what to keep
+        (``ompt_py.io.export``)."""
+        from .io import export
+
+        export(self, path, "otf2", start=start, end=end, threads=threads, pid=pid)
+
+    def to_speedscope(self, path: str | os.PathLike, *, threads: Any = None,
+                      pid: Any = None) -> None:
         """Write the flame's stacks (ompt_py.analysis.flame) for speedscope.app: a
-        sampled profile per thread, in nanoseconds."""
-        from .io import speedscope
+        sampled profile per thread, in nanoseconds (``threads``, ``pid``: what to
+        keep, ``ompt_py.io.export``; its samples are not cut to a time window)."""
+        from .io import export
 
-        speedscope.write(self, path)
+        export(self, path, "speedscope", threads=threads, pid=pid)
 
-    def to_csv(self, path: str | os.PathLike) -> None:
-        """Write one CSV row per event, with the columns and order of ``to_pandas()``."""
-        from .io import csv
+    def to_csv(self, path: str | os.PathLike, *, start: Any = None, end: Any = None,
+               threads: Any = None, pid: Any = None) -> None:
+        """Write one CSV row per event, with the columns and order of ``to_pandas()``
+        (``start``, ``end``, ``threads``, ``pid``: what to keep, ``ompt_py.io.export``)."""
+        from .io import export
 
-        csv.write(self, path)
+        export(self, path, "csv", start=start, end=end, threads=threads, pid=pid)
 
 
 def _shared(frame: pd.DataFrame) -> pd.DataFrame:

@@ -2,11 +2,12 @@
 the plots and the HTML view format durations with ``format_ns``, shares with
 ``format_share``, byte counts with ``format_bytes`` and shorten long names
 with ``shorten``; ``ns_columns`` gives a table's time columns their one dtype.
-Also byte sizes as the tool's variables take them (``parse_size``) and times
-as the command line takes them (``parse_time``)."""
+Also byte sizes as the tool's variables take them (``parse_size``) and times as
+the exports' filters take them (``parse_ns``)."""
 
 from __future__ import annotations
 
+import decimal
 import math
 import re
 
@@ -104,15 +105,18 @@ def parse_size(text: str) -> int | None:
     return int(found[1]) << _SHIFTS[found[2].upper()]
 
 
-_TIME = re.compile(r"([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*(ns|us|µs|ms|s)?", re.IGNORECASE)
-_TIME_SCALES = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+_TIME = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|ms|s)?", re.IGNORECASE)
+_TIME_UNITS = {"": 1, "ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 
-def parse_time(text: str) -> int | None:
-    """Nanoseconds of a time written with a unit (``ns``, ``us``, ``ms`` or ``s``):
-    ``250ms``, ``1.5s``, ``40us``; a bare number is in seconds; None when ``text``
-    is not such a time."""
+def parse_ns(text: str) -> int | None:
+    """Nanoseconds from a time written with a unit, ``1.5s``, ``200ms``, ``30us``,
+    ``100ns``, or as a number of nanoseconds (``2500``); None when ``text`` is not
+    one (a negative time is not)."""
     found = _TIME.fullmatch(text.strip())
     if found is None:
         return None
-    return round(float(found[1]) * _TIME_SCALES[(found[2] or "s").lower()])
+    number, unit = found[1], (found[2] or "").lower()
+    if "." in number and unit in ("", "ns"):
+        return None  # no fractions of a nanosecond
+    return int(decimal.Decimal(number) * _TIME_UNITS[unit])

@@ -10,6 +10,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "omptpy.h"
 #include "tool/omptpy_api.h"
@@ -52,7 +53,56 @@ PyObject *omptpy_py_ticks_to_ns(PyObject *m, PyObject *args);
 PyObject *omptpy_py_pair(PyObject *m, PyObject *args);
 PyObject *omptpy_py_find(PyObject *m, PyObject *args);
 
-/* ---- format.c: rows of text ---------------------------------------------------- */
+/* ---- format.c: rows of text, and the integer columns the exports' kernels read --- */
+
+/* An integer array of any width (1, 2, 4 or 8-byte items) and sign: a buffer's. */
+typedef struct {
+  const char *values;
+  Py_ssize_t itemsize, n;
+  int is_signed;
+} omptpy_ints;
+
+/* `ints` over a buffer got with PyBUF_C_CONTIGUOUS | PyBUF_FORMAT; -1 (ValueError
+ * about `what`) when its items are not such integers. */
+int omptpy_ints_from(const Py_buffer *buf, omptpy_ints *ints, const char *what);
+
+/* Item i: its magnitude, and whether it is negative. */
+static inline uint64_t omptpy_ints_get(const omptpy_ints *c, Py_ssize_t i, int *negative) {
+  const char *at = c->values + c->itemsize * i;
+  int64_t s;
+  switch (c->itemsize) {
+    case 1:
+      s = c->is_signed ? *(const int8_t *)at : *(const uint8_t *)at;
+      break;
+    case 2: {
+      uint16_t v;
+      memcpy(&v, at, 2);
+      s = c->is_signed ? (int16_t)v : v;
+      break;
+    }
+    case 4: {
+      uint32_t v;
+      memcpy(&v, at, 4);
+      s = c->is_signed ? (int32_t)v : (int64_t)v;
+      break;
+    }
+    default: {
+      uint64_t u;
+      memcpy(&u, at, 8);
+      *negative = c->is_signed && (int64_t)u < 0;
+      return *negative ? 0 - u : u;
+    }
+  }
+  *negative = s < 0;
+  return s < 0 ? 0 - (uint64_t)s : (uint64_t)s;
+}
+
+/* Item i as the 64 bits of its two's complement (what a protobuf varint holds). */
+static inline uint64_t omptpy_ints_bits(const omptpy_ints *c, Py_ssize_t i) {
+  int negative;
+  uint64_t u = omptpy_ints_get(c, i, &negative);
+  return negative ? 0 - u : u;
+}
 
 /* How format_rows() writes a column's values (the module's FORMAT_*). */
 enum {
@@ -64,6 +114,22 @@ enum {
 };
 
 PyObject *omptpy_py_format_rows(PyObject *m, PyObject *args);
+
+/* ---- proto.c: the Perfetto protobuf export's packets ------------------------------ */
+
+/* What proto_payloads() makes of a column (the module's PROTO_*). */
+enum {
+  PROTO_FIELD,   /* a varint field of the TrackEvent (key: its number) */
+  PROTO_NUMBER,  /* a debug annotation's int_value, uint_value if unsigned (key: name iid) */
+  PROTO_POINTER, /* a debug annotation's pointer_value (key: name iid) */
+  PROTO_TABLE,   /* table[code]: encoded fields; a debug annotation's value, key 0: as is */
+  PROTO_KINDS
+};
+
+PyObject *omptpy_py_proto_payloads(PyObject *m, PyObject *args);
+PyObject *omptpy_py_proto_nest(PyObject *m, PyObject *args);
+PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args);
+PyObject *omptpy_py_proto_counters(PyObject *m, PyObject *args);
 
 /* ---- pystack.c: Python call stacks for the tool's records ------------------------ */
 

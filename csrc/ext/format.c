@@ -4,8 +4,6 @@
  */
 #include "ext.h"
 
-#include <string.h>
-
 /* format_rows(parts, columns): rows of text, one per row of the columns, each
  * parts[0] value[0] parts[1] value[1] ... parts[k] (the export's JSON and CSV
  * lines).  A column is (kind, values, missing, null, table): values an integer
@@ -14,15 +12,30 @@
  * bytes.  The kinds are ext.h's FORMAT_*. */
 
 typedef struct {
-  int kind, is_signed;
-  const void *values;
-  Py_ssize_t itemsize;
+  int kind;
+  omptpy_ints ints;
   const unsigned char *missing;
   const char *null;
   Py_ssize_t null_len;
   const char **text;
   Py_ssize_t *text_len, ntext;
 } format_column;
+
+int omptpy_ints_from(const Py_buffer *buf, omptpy_ints *ints, const char *what) {
+  /* The struct format of the items: a letter, lower case for signed integers. */
+  const char *format = buf->format ? buf->format : "B";
+  char letter = *format ? format[strlen(format) - 1] : 'B';
+  ints->values = buf->buf;
+  ints->itemsize = buf->itemsize;
+  ints->is_signed = letter == 'b' || letter == 'h' || letter == 'i' || letter == 'l' || letter == 'q';
+  ints->n = buf->itemsize ? buf->len / buf->itemsize : 0;
+  if (!strchr("bBhHiIlLqQ?", letter) ||
+      (ints->itemsize != 1 && ints->itemsize != 2 && ints->itemsize != 4 && ints->itemsize != 8)) {
+    PyErr_Format(PyExc_ValueError, "%s: an array of integers of 1, 2, 4 or 8 bytes", what);
+    return -1;
+  }
+  return 0;
+}
 
 static const char digit_pairs[] =
     "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
@@ -47,44 +60,13 @@ static char *put_decimal(char *p, uint64_t v) {
   return p + n;
 }
 
-/* Item i of a column: its magnitude, and whether it is negative. */
-static uint64_t read_item(const format_column *c, Py_ssize_t i, int *negative) {
-  const char *at = (const char *)c->values + c->itemsize * i;
-  int64_t s;
-  switch (c->itemsize) {
-    case 1:
-      s = c->is_signed ? *(const int8_t *)at : *(const uint8_t *)at;
-      break;
-    case 2: {
-      uint16_t v;
-      memcpy(&v, at, 2);
-      s = c->is_signed ? (int16_t)v : v;
-      break;
-    }
-    case 4: {
-      uint32_t v;
-      memcpy(&v, at, 4);
-      s = c->is_signed ? (int32_t)v : (int64_t)v;
-      break;
-    }
-    default: {
-      uint64_t u;
-      memcpy(&u, at, 8);
-      *negative = c->is_signed && (int64_t)u < 0;
-      return *negative ? 0 - u : u;
-    }
-  }
-  *negative = s < 0;
-  return s < 0 ? 0 - (uint64_t)s : (uint64_t)s;
-}
-
 static char *put_value(char *p, const format_column *c, Py_ssize_t i) {
   if (c->missing && c->missing[i]) {
     memcpy(p, c->null, (size_t)c->null_len);
     return p + c->null_len;
   }
   int negative;
-  uint64_t u = read_item(c, i, &negative);
+  uint64_t u = omptpy_ints_get(&c->ints, i, &negative);
   switch (c->kind) {
     case FORMAT_NUMBER:
       if (negative) *p++ = '-';
@@ -153,21 +135,14 @@ PyObject *omptpy_py_format_rows(PyObject *m, PyObject *args) {
       goto done;
     if (PyObject_GetBuffer(vals, &values[k], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
     if (miss != Py_None && PyObject_GetBuffer(miss, &missing[k], PyBUF_SIMPLE) < 0) goto done;
-    /* The struct format of the items: a letter, lower case for signed integers. */
-    const char *format = values[k].format ? values[k].format : "B";
-    char letter = *format ? format[strlen(format) - 1] : 'B';
-    c->itemsize = values[k].itemsize;
-    c->is_signed = letter == 'b' || letter == 'h' || letter == 'i' || letter == 'l' || letter == 'q';
-    if (n < 0) n = c->itemsize ? values[k].len / c->itemsize : 0;
-    if (c->kind < 0 || c->kind >= FORMAT_KINDS || !strchr("bBhHiIlLqQ?", letter) ||
-        (c->itemsize != 1 && c->itemsize != 2 && c->itemsize != 4 && c->itemsize != 8) ||
-        values[k].len != c->itemsize * n ||
+    if (omptpy_ints_from(&values[k], &c->ints, "format_rows") < 0) goto done;
+    if (n < 0) n = c->ints.n;
+    if (c->kind < 0 || c->kind >= FORMAT_KINDS || c->ints.n != n ||
         (missing[k].obj && missing[k].len < n) || (c->kind == FORMAT_TEXT) != (table != Py_None) ||
         (table != Py_None && !PyTuple_Check(table))) {
       PyErr_SetString(PyExc_ValueError, "format_rows: a column of another length or kind");
       goto done;
     }
-    c->values = values[k].buf;
     c->missing = missing[k].obj ? missing[k].buf : NULL;
     c->null = PyBytes_AS_STRING(null);
     c->null_len = PyBytes_GET_SIZE(null);

@@ -334,6 +334,23 @@ static PyMethodDef methods[] = {
      DOC("format_rows($module, parts, columns, /)",
          "Rows of text, each parts[0] value parts[1] ... parts[-1]; a column is (FORMAT_*, "
          "values, missing, null, table).")},
+    {"proto_payloads", omptpy_py_proto_payloads, METH_VARARGS,
+     DOC("proto_payloads($module, columns, offsets, /)",
+         "The TrackEvent fields of each row (a slice's begin), one after the other; offsets "
+         "(int64, rows + 1) written.  A column is (PROTO_*, key, values, missing, table).")},
+    {"proto_nest", omptpy_py_proto_nest, METH_VARARGS,
+     DOC("proto_nest($module, track, begin, end, ntracks, query_track, query_time, "
+         "query_slice, seq, /)",
+         "The begins (2i) and ends (2i + 1) of slices in the order of their begins, as each "
+         "track's stack has them, into seq; ends that overlap their parent's cut (returned: "
+         "how many); per query, the innermost slice of its track holding its time, or -1.")},
+    {"proto_packets", omptpy_py_proto_packets, METH_VARARGS,
+     DOC("proto_packets($module, seq, begin, end, track, uuids, payload, offsets, slots, "
+         "flows_from, from_ids, flows_to, to_ids, sequence, /)",
+         "The TracePackets of the begins and ends seq lists (proto_nest), as a Trace's bytes.")},
+    {"proto_counters", omptpy_py_proto_counters, METH_VARARGS,
+     DOC("proto_counters($module, time, uuid, value, sequence, /)",
+         "A counter TracePacket per row, as a Trace's bytes.")},
     {"tick_scale", omptpy_py_tick_scale, METH_VARARGS,
      DOC("tick_scale($module, first_ticks, first_ns, last_ticks, last_ns, estimate, /)",
          "Nanoseconds per tick: the slope between the anchors when they are far enough "
@@ -468,6 +485,10 @@ static const struct {
     C(FORMAT_MICROS, FORMAT_MICROS),
     C(FORMAT_HEX, FORMAT_HEX),
     C(FORMAT_TEXT, FORMAT_TEXT),
+    C(PROTO_FIELD, PROTO_FIELD),
+    C(PROTO_NUMBER, PROTO_NUMBER),
+    C(PROTO_POINTER, PROTO_POINTER),
+    C(PROTO_TABLE, PROTO_TABLE),
 #undef C
 };
 

@@ -70,7 +70,10 @@ def _check_by(by: str, allowed: tuple[str, ...]) -> None:
 @per_trace
 def has_python_stacks(trace: Trace) -> bool:
     """Whether a construct of the trace has a Python stack of its own (a process's
-    stacks in ``meta`` may all belong to other traces of it)."""
+    stacks in ``meta`` may all belong to other traces of it; without any, no
+    record has one, and the records need no look)."""
+    if not any((p.get("python") or {}).get("stacks") for p in trace.meta.get("processes", [])):
+        return False
     return bool((python_stack_ids(trace.events) > 0).any())
 
 

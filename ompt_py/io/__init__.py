@@ -5,9 +5,12 @@
 * ``parquet``: ``Trace.save`` and its reader, one file or a dataset
   partitioned by process.
 * ``profile``: profile mode's aggregates (``load_profile``) and profile files.
-* ``csv`` and ``perfetto``: exports, streamed in batches whose text is written
-  in C (``streaming``); ``speedscope``: the flame's stacks per thread for
-  speedscope.app.
+* exports (``export``): ``perfetto`` (JSON) and ``csv``, streamed in batches
+  whose text is written in C (``streaming``); ``perfetto_proto`` (Perfetto's
+  protobuf trace, its packets written in C from the JSON export's slices);
+  ``otf2`` (an OTF2 archive, written through libotf2 by the optional
+  ``_otf2`` extension); ``speedscope`` (the flame's stacks per thread,
+  for speedscope.app); each filtered by ``filters.ExportFilter``.
 
 Readers return ``Parts`` (the data of a trace), from which ``ompt_py.trace``
 makes a Trace: this layer never imports ``ompt_py.trace`` at import time.  It
@@ -29,11 +32,16 @@ import numpy as np
 
 from ..errors import TraceFileError, TraceWarning
 
-__all__ = ["EXPORT_FORMATS", "Parts", "export", "load_profile", "open_regular",
+__all__ = ["EXPORT_FORMATS", "Parts", "export", "format_of", "load_profile", "open_regular",
            "regular_files", "warn_skipped"]
 
-#: The formats of ``ompt-py export`` and ``export()``.
-EXPORT_FORMATS = ("perfetto", "csv", "parquet", "speedscope")
+#: The formats of ``ompt-py export`` and ``export()``, each written by the module
+#: of its name (a dash an underscore).
+EXPORT_FORMATS = ("perfetto", "perfetto-proto", "otf2", "csv", "parquet", "speedscope")
+#: The format an output's name says, when no format is given.
+SUFFIX_FORMATS = {".json": "perfetto", ".pftrace": "perfetto-proto",
+                  ".perfetto-trace": "perfetto-proto", ".otf2": "otf2", ".csv": "csv",
+                  ".parquet": "parquet"}
 
 
 @dataclass
@@ -102,13 +110,37 @@ def open_regular(path: str) -> BinaryIO:
     return os.fdopen(fd, "rb", buffering=0)
 
 
-def export(trace: Any, path: str | os.PathLike, format: str) -> None:
-    """Writes ``trace`` to ``path`` in ``format``, one of EXPORT_FORMATS."""
+def format_of(path: str | os.PathLike) -> str | None:
+    """The export format ``path``'s suffix names (SUFFIX_FORMATS), or None."""
+    name = os.fspath(path).rstrip("/").lower()
+    return next((f for suffix, f in SUFFIX_FORMATS.items() if name.endswith(suffix)), None)
+
+
+def export(trace: Any, path: str | os.PathLike, format: str | None = None, *,
+           start: Any = None, end: Any = None, threads: Any = None, pid: Any = None) -> None:
+    """Writes ``trace`` to ``path`` in ``format``, one of EXPORT_FORMATS (None: the
+    one ``path``'s suffix names, SUFFIX_FORMATS).
+
+    Filters (``filters.ExportFilter``; ConfigError for a value not allowed):
+    ``start`` and ``end``, a window of the trace's times (nanoseconds from its
+    origin, or a string with a unit: ``"1.5s"``, ``"200ms"``); ``threads``,
+    thread numbers; ``pid``, process ids (a number, a list, or a string
+    ``"0,2-3"``).  Slices that cross the window are clipped to it, and the
+    file's metadata says what was filtered and clipped."""
+    if format is None:
+        format = format_of(path)
+        if format is None:
+            raise ValueError(f"no export format given, and {os.fspath(path)} does not end "
+                             f"with one of {', '.join(SUFFIX_FORMATS)}: give one of "
+                             f"{', '.join(EXPORT_FORMATS)}")
     if format not in EXPORT_FORMATS:
         raise ValueError(f"unknown export format {format!r}; use one of: "
                          f"{', '.join(EXPORT_FORMATS)}")
-    writer = importlib.import_module(f".{format}", __name__)
-    writer.write(trace, path)
+    from .filters import ExportFilter
+
+    flt = ExportFilter.of(trace, start=start, end=end, threads=threads, pid=pid)
+    writer = importlib.import_module(f".{format.replace('-', '_')}", __name__)
+    writer.write(trace, path, flt)
 
 
 def load_profile(path: str | os.PathLike) -> Any:

@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from .filters import ExportFilter
 from .streaming import Column, Progress, batches, in_order, named, number, output, render_rows
 
 if TYPE_CHECKING:
     from ..trace import Trace
-
-
 
 
 
@@ -48,9 +47,11 @@ def _csv_text(trace: Trace, rows: np.ndarray, header: bool) -> bytes:
     return head + render_rows([*template, "\n"], null=b"")
 
 
-def write(trace: Trace, path: str | os.PathLike) -> None:
+def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None) -> None:
     """Writes one CSV row per event, the columns and row order of ``to_pandas()``,
-    without building the whole frame: the rows go in time order, a batch at a time."""
+    without building the whole frame: the rows go in time order, a batch at a time.
+    Of the events ``flt`` keeps (default: all; CSV has no metadata to say so)."""
+    trace = (flt or ExportFilter()).events(trace)
     order = np.argsort(trace.events["time_ns"], kind="stable")
     trace.pids_at(order[:0])  # the pid column, if it needs one, made before the threads read it
     jobs = (lambda p=part: _csv_text(trace, order[p], header=p.start == 0)

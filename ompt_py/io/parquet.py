@@ -37,6 +37,7 @@ from ..records import (
 from ..schema import FORMAT, PARQUET_COLUMNS, TRACE_META, parse
 from ..units import parse_size
 from . import Parts, open_regular
+from .filters import ExportFilter
 from .streaming import Progress, batches, output
 
 if TYPE_CHECKING:
@@ -163,19 +164,22 @@ def _partition(path: str, pid: int) -> str:
     return os.path.join(part_dir, "part-0.parquet")
 
 
-def write(trace: Trace, path: str | os.PathLike) -> None:
+def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None) -> None:
     """``Trace.save``: one file (a path ending in .parquet) or a dataset partitioned
-    by process, ``path/pid=<pid>/part-0.parquet``."""
+    by process, ``path/pid=<pid>/part-0.parquet``; of the events ``flt`` keeps
+    (default: all; the metadata's ``export_filter`` says what it kept)."""
     path = os.fspath(path)
+    trace = (flt or ExportFilter()).events(trace)
     with Progress(len(trace), "parquet") as progress:
         if path.endswith(".parquet"):
             files = [(path, [slice(0, len(trace))], trace.meta, True)]
         else:
             os.makedirs(path, exist_ok=True)
             runs = _pid_runs(trace.pids)
+            filtered = {k: trace.meta[k] for k in ("export_filter",) if k in trace.meta}
             files = [(_partition(path, proc["pid"]), runs.get(proc["pid"], []),
-                      trace_meta([proc], trace.meta.get("origin_mono_ns"),
-                                 trace.meta.get("skipped")), False)
+                      {**trace_meta([proc], trace.meta.get("origin_mono_ns"),
+                                    trace.meta.get("skipped")), **filtered}, False)
                      for proc in trace.meta.get("processes", [])]
         for file, rows, meta, with_pid in files:
             with _File(file, with_pid, trace.meta, meta) as out:

@@ -16,7 +16,15 @@ holds ("critical").  Args carry ids, kinds, counts and, where the table has
 it, the source location.  A flow arrow ("ph": "s" then "f" with "bp": "e",
 one id per task) goes from each task's creation to its first execution, and a
 counter ("ph": "C") per process gives the number of threads waiting over
-time, in barriers/taskwait/taskgroup ("sync") and for locks ("mutex").
+time, in barriers/taskwait/taskgroup ("sync") and for locks ("mutex"), each
+thread once however its waits nest.
+
+The sources of the slices, flows and counter (``tracks``) serve the
+protobuf and OTF2 exports too (perfetto_proto.py, otf2.py): each makes
+batches (``Slices``, ``Flows``, ``Counter``) of columns that the JSON renders
+as text here; every source is filtered by the export's ``ExportFilter``
+(``filtered``: slices clipped to its window).  The JSON's otherData come
+last in the file: they say what the filter clipped.
 
 With offload events, the threads' tracks also hold the target constructs (cat
 "target", named by kind), their data operations ("target_data_op") and kernel
@@ -58,7 +66,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 import numpy as np
 import pandas as pd
@@ -79,6 +87,7 @@ from ..records import (
     kind_keys,
     python_stack_ids,
 )
+from .filters import ExportFilter
 from .streaming import (
     SEP,
     ArrayWriter,
@@ -232,39 +241,107 @@ class _Spans(NamedTuple):
     end: np.ndarray
 
 
-class _Source(NamedTuple):
-    """``count`` rows of a table, whose events ``texts(part)`` writes a batch at a
-    time; for slices, their ``cat`` and ``spans()``."""
+_Args = list[tuple[str, Column]]
+#: The rows of a source a batch is made of: a range, or positions (a filter's).
+Part = Union[slice, np.ndarray]
+
+
+class Slices(NamedTuple):
+    """A batch of complete slices, as both Perfetto writers take them: their
+    category, process, thread (a device's track: its tid), begin and end (ns),
+    name (one for all, or a column of JSON strings) and args (columns of JSON
+    values: numbers, addresses, names, null where missing)."""
+
+    cat: str
+    pid: np.ndarray
+    tid: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+    name: str | Column
+    args: _Args
+
+
+class Flows(NamedTuple):
+    """A batch of flows (arrows), each from a point (``start``: pid, tid, time) to
+    the slice that begins at another (``finish``); ``ids`` unique in the file."""
+
+    cat: str
+    ids: np.ndarray
+    start: tuple[np.ndarray, np.ndarray, np.ndarray]
+    finish: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class Counter(NamedTuple):
+    """A batch of a counter's values per process and time: ``series`` (name,
+    values), each holding until the next time of its process."""
+
+    name: str
+    pid: np.ndarray
+    time: np.ndarray
+    series: list[tuple[str, np.ndarray]]
+
+
+Batch = Union[Slices, Flows, Counter]
+
+
+class Source(NamedTuple):
+    """``count`` rows of a table, whose events ``make(part)`` makes a batch at a
+    time; for slices, their ``cat`` and ``spans()`` (``device``: on the devices'
+    tracks), for flows their ``points()``."""
 
     count: int
-    texts: Callable[[slice], bytes]
+    make: Callable[[Part], Batch]
     cat: str = ""
     spans: Callable[[], _Spans] | None = None
-
-
-_Args = list[tuple[str, Column]]
+    points: Callable[[], tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]] | None = None
+    device: bool = False
+    begins: np.ndarray | None = None  # filtered: the slices' begins before clipping
 
 
 def _complete(cat: str, pid: Any, tid: Any, begin: Any, end: Any, name: str | Column,
-              args: _Args) -> bytes:
-    """Complete slices ("ph": "X"); ``name``: one for all, or a column."""
-    begin = np.asarray(begin, np.int64)
-    template: list[str | Column] = [
-        f'{SEP}{{"ph":"X","cat":"{cat}","name":',
-        json.dumps(name) if isinstance(name, str) else name,
-        ',"pid":', number(pid), ',"tid":', number(tid), ',"ts":', micros(begin),
-        ',"dur":', micros(np.asarray(end, np.int64) - begin), ',"args":{']
-    for i, (key, column) in enumerate(args):
+              args: _Args) -> Slices:
+    """Complete slices; ``name``: one for all, or a column."""
+    return Slices(cat, np.asarray(pid), np.asarray(tid), np.asarray(begin, np.int64),
+                  np.asarray(end, np.int64), name, args)
+
+
+def _json_text(batch: Batch) -> bytes:
+    """A batch in the JSON Trace Event Format: complete slices ("ph": "X"; ts and
+    dur in microseconds, to the nanosecond), flows ("ph": "s", then "f" with
+    "bp": "e"), counters ("ph": "C")."""
+    if isinstance(batch, Flows):
+        ids, name = number(batch.ids), json.dumps(batch.cat)
+        (spid, stid, sts), (fpid, ftid, fts) = batch.start, batch.finish
+        start = render_rows([f'{SEP}{{"ph":"s","cat":{name},"name":{name},"id":', ids,
+                             ',"pid":', number(spid), ',"tid":', number(stid),
+                             ',"ts":', micros(sts), "}"])
+        finish = render_rows([f'{SEP}{{"ph":"f","bp":"e","cat":{name},"name":{name},"id":',
+                              ids, ',"pid":', number(fpid), ',"tid":', number(ftid),
+                              ',"ts":', micros(fts), "}"])
+        return start + finish
+    if isinstance(batch, Counter):
+        template: list[str | Column] = [
+            f'{SEP}{{"ph":"C","name":{json.dumps(batch.name)},"pid":', number(batch.pid),
+            ',"ts":', micros(batch.time), ',"args":{']
+        for i, (key, values) in enumerate(batch.series):
+            template += [f'{"," if i else ""}"{key}":', number(values)]
+        return render_rows([*template, "}}"])
+    template = [
+        f'{SEP}{{"ph":"X","cat":"{batch.cat}","name":',
+        json.dumps(batch.name) if isinstance(batch.name, str) else batch.name,
+        ',"pid":', number(batch.pid), ',"tid":', number(batch.tid), ',"ts":',
+        micros(batch.begin), ',"dur":', micros(batch.end - batch.begin), ',"args":{']
+    for i, (key, column) in enumerate(batch.args):
         template += [f'{"," if i else ""}"{key}":', column]
     template.append("}}")
     return render_rows(template)
 
 
 def _slices(rec: _Records, cat: str, pairs: _Pairs,
-            make: Callable[[np.ndarray, slice], tuple[str | Column, _Args]]) -> _Source:
+            make: Callable[[np.ndarray, Part], tuple[str | Column, _Args]]) -> Source:
     """Slices of paired records, from the process, thread and time of the begin's
     record: ``make(records of the begins, part)`` gives the name and args of a batch."""
-    def texts(part: slice) -> bytes:
+    def batch(part: Part) -> Slices:
         rows = pairs.rows[part]
         records = rec.ev[rows]
         return _complete(cat, rec.pid(rows), records["thread"], records["time_ns"],
@@ -273,14 +350,14 @@ def _slices(rec: _Records, cat: str, pairs: _Pairs,
     def spans() -> _Spans:
         return _Spans(pairs.rows, rec.pid(pairs.rows), rec.ev["thread"][pairs.rows],
                       rec.time(pairs.rows), pairs.end)
-    return _Source(len(pairs), texts, cat, spans)
+    return Source(len(pairs), batch, cat, spans)
 
 
-def _user_slices(trace: Trace) -> _Source:
+def _user_slices(trace: Trace) -> Source:
     """ompt_py.region markers, paired by Trace.user_regions."""
     user = tables.user_regions(trace)
 
-    def texts(part: slice) -> bytes:
+    def batch(part: Part) -> Slices:
         rows = user.iloc[part]
         codes, names = pd.factorize(rows["name"].fillna("(unnamed)"))
         return _complete("user_region", rows["pid"], rows["thread"], rows["begin_ns"],
@@ -291,7 +368,7 @@ def _user_slices(trace: Trace) -> _Source:
     def spans() -> _Spans:
         return _Spans(None, *(user[c].to_numpy(np.int64)
                               for c in ("pid", "thread", "begin_ns", "end_ns")))
-    return _Source(len(user), texts, "user_region", spans)
+    return Source(len(user), batch, "user_region", spans)
 
 
 def _codeptr(records: np.ndarray) -> Column:
@@ -329,7 +406,7 @@ def _region_tree(rec: _Records, regions: _Pairs) -> tuple[_Pairs, Any, np.ndarra
 
 
 def _parallel(rec: _Records, regions: _Pairs,
-              tree: tuple[_Pairs, Any, np.ndarray, np.ndarray]) -> Iterator[_Source]:
+              tree: tuple[_Pairs, Any, np.ndarray, np.ndarray]) -> Iterator[Source]:
     """The slices of the initial tasks, the parallel ``regions`` and the implicit
     tasks (``tree``: _region_tree of the regions)."""
     ev = rec.ev
@@ -359,7 +436,7 @@ def _parallel(rec: _Records, regions: _Pairs,
                       ("thread_num", number(r["u64a"])), ("team_size", number(r["u32a"]))]))
 
 
-def _work(rec: _Records) -> _Source:
+def _work(rec: _Records) -> Source:
     work = _scoped(rec, "work", "thread", "kind_raw")
     locations = _Locations(rec, work.rows)
     return _slices(rec, "work", work, lambda r, part: (_kind(r), [
@@ -368,7 +445,7 @@ def _work(rec: _Records) -> _Source:
         ("location", locations.column(rec.pid(work.rows[part]), r["codeptr"]))]))
 
 
-def _sync(rec: _Records, regions: _Pairs) -> tuple[_Pairs, _Source, _Source]:
+def _sync(rec: _Records, regions: _Pairs) -> tuple[_Pairs, Source, Source]:
     """The waits in barriers, taskwait and taskgroup (the counter counts them too),
     and the slices of those sync regions and of the waits."""
     waits = _scoped(rec, "sync_region_wait", "thread", "kind_raw")
@@ -389,7 +466,7 @@ def _sync(rec: _Records, regions: _Pairs) -> tuple[_Pairs, _Source, _Source]:
                 _kind(r, " wait"), [("parallel_id", ident(r["parallel_id"]))])))
 
 
-def _tasks(rec: _Records) -> tuple[_Source, _Source]:
+def _tasks(rec: _Records) -> tuple[Source, Source]:
     """Per thread that ran it, each explicit task from its first start to the end of
     its last piece there (what nests on a thread's stack), and the flows: from each
     task's creation to its first start."""
@@ -417,23 +494,21 @@ def _tasks(rec: _Records) -> tuple[_Source, _Source]:
     target = rec.find(spans.rows, created, "u64a", "task_id")
     creation, to = created[target >= 0], target[target >= 0]
 
-    def flows(part: slice) -> bytes:
-        """A flow per task (ids 1, 2, ...): its start, then its finish."""
+    def ends(part: Part) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
         rows, span = creation[part], spans.rows[to[part]]
-        ids, pid = number(np.arange(part.start, part.stop) + 1), number(rec.pid(rows))
-        start = render_rows([f'{SEP}{{"ph":"s","cat":"task","name":"task","id":', ids,
-                             ',"pid":', pid, ',"tid":', number(ev["thread"][rows]),
-                             ',"ts":', micros(rec.time(rows)), "}"])
-        finish = render_rows([f'{SEP}{{"ph":"f","bp":"e","cat":"task","name":"task","id":', ids,
-                              ',"pid":', pid, ',"tid":', number(ev["thread"][span]),
-                              ',"ts":', micros(rec.time(span)), "}"])
-        return start + finish
+        pid = rec.pid(rows)
+        return ((pid, ev["thread"][rows], rec.time(rows)),
+                (pid, ev["thread"][span], rec.time(span)))
+
+    def flows(part: Part) -> Flows:
+        """A flow per task (ids 1, 2, ...): from its creation to its first start."""
+        return Flows("task", np.arange(len(creation))[part] + 1, *ends(part))
     return (_slices(rec, "task", spans, lambda r, part: (
                 "task", [("task_id", number(r["u64a"])), ("pieces", number(pieces[part]))])),
-            _Source(len(creation), flows))
+            Source(len(creation), flows, points=lambda: ends(slice(None))))
 
 
-def _mutex(rec: _Records) -> tuple[_Pairs, _Source, _Source]:
+def _mutex(rec: _Records) -> tuple[_Pairs, Source, Source]:
     """Lock, critical and ordered acquisitions as Trace.mutex() has them: the waits
     (acquire -> acquired; the counter counts them too), and the slices of the
     waits and of the holds (acquired -> released)."""
@@ -469,38 +544,76 @@ def _mutex(rec: _Records) -> tuple[_Pairs, _Source, _Source]:
                  ("codeptr", hexadecimal(codeptr[part], codeptr[part] == 0))])))
 
 
-def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs) -> _Source:
+def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter) -> Source:
     """A counter per process and time: how many threads wait in sync regions and
-    for mutexes, after each change."""
-    # Every wait's begin and end, by process and time (stable): the begins and
-    # ends of the sync waits, then those of the mutex waits.
-    time = np.concatenate([rec.time(sync.rows), sync.end, rec.time(mutex.rows), mutex.end])
+    for mutexes, after each change.  A thread counts once while it waits, however
+    many of its waits nest (a taskwait in a task run inside a barrier's wait),
+    and only on the threads and processes ``flt`` keeps, in its window."""
+    series = [_waiting_threads(rec.pid(p.rows), rec.ev["thread"][p.rows], rec.time(p.rows),
+                               p.end, flt) for p in (sync, mutex)]
+    # Every thread's waiting spells' begins and ends, by process and time (stable):
+    # the sync ones, then the mutex ones.
+    pid = np.concatenate([p for p, _, _ in series] * 2)
+    time = np.concatenate([b for _, b, _ in series] + [e for _, _, e in series])
     order = np.argsort(time, kind="stable")
-    time = time[order]
-    pid = np.concatenate([rec.pid(sync.rows)] * 2 + [rec.pid(mutex.rows)] * 2)[order]
+    time, pid = time[order], pid[order]
     if len(pid) and (pid != pid[0]).any():
         by_process = np.argsort(pid, kind="stable")
         order, time, pid = order[by_process], time[by_process], pid[by_process]
         del by_process
-    # Every wait adds 1 and removes 1 within its process, so a running sum over the
+    # Every spell adds 1 and removes 1 within its process, so a running sum over the
     # rows sorted by process starts each process at 0.
+    n_sync, n_mutex = len(series[0][0]), len(series[1][0])
+    n = n_sync + n_mutex
     counts = []
-    for start, n in ((0, len(sync)), (2 * len(sync), len(mutex))):
-        begins = (order >= start) & (order < start + n)
-        ends = (order >= start + n) & (order < start + 2 * n)
+    for begin_at, end_at, count in ((0, n, n_sync), (n_sync, n + n_sync, n_mutex)):
+        begins = (order >= begin_at) & (order < begin_at + count)
+        ends = (order >= end_at) & (order < end_at + count)
         counts.append(np.cumsum(begins.view(np.int8) - ends.view(np.int8), dtype=np.int32))
     del order, begins, ends
     last = np.ones(len(pid), bool)  # the counts after the last change at each time
     last[:-1] = (pid[1:] != pid[:-1]) | (time[1:] != time[:-1])
     pid, time, in_sync, in_mutex = pid[last], time[last], counts[0][last], counts[1][last]
     del counts, last
+    at, time = flt.steps(pid, time)
+    pid, in_sync, in_mutex = pid[at], in_sync[at], in_mutex[at]
 
-    def texts(part: slice) -> bytes:
-        return render_rows([f'{SEP}{{"ph":"C","name":"threads waiting","pid":',
-                            number(pid[part]), ',"ts":', micros(time[part]),
-                            ',"args":{"sync":', number(in_sync[part]),
-                            ',"mutex":', number(in_mutex[part]), "}}"])
-    return _Source(len(pid), texts)
+    def batch(part: Part) -> Counter:
+        return Counter("threads waiting", pid[part], time[part],
+                       [("sync", in_sync[part]), ("mutex", in_mutex[part])])
+    return Source(len(pid), batch)
+
+
+def _waiting_threads(pid: np.ndarray, thread: np.ndarray, begin: np.ndarray, end: np.ndarray,
+                     flt: ExportFilter) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The spells in which each thread (kept by ``flt``) waits, from waits that
+    may nest or touch (in the order of their begins): the union of a thread's
+    waits, as (pid, begin, end) per spell."""
+    keep = flt.tracks(pid, thread)
+    if not keep.all():
+        pid, thread, begin, end = pid[keep], thread[keep], begin[keep], end[keep]
+    del keep
+    if not len(begin):
+        return pid, np.asarray(begin, np.int64), np.asarray(end, np.int64)
+    # Each thread's waits together, in the order of their begins (a stable sort on
+    # the thread's number among the trace's, a radix sort for up to 2^16 threads).
+    track = pd.factorize(pid.astype(np.int64) << 32 | thread)[0]
+    order = np.argsort(track.astype(np.uint16) if track.max() < 1 << 16 else track,
+                       kind="stable")
+    track, pid, begin, end = track[order], pid[order], begin[order], end[order]
+    del order
+    # Shifted by track, the times of one track lie above those of the tracks before,
+    # so one running maximum of the ends serves them all: a spell starts where a
+    # wait begins after every wait of its track before it has ended.
+    low, span = int(begin.min()), int(end.max()) - int(begin.min()) + 1
+    track *= span
+    track -= low  # now the shift of each wait
+    reach = np.maximum.accumulate(end + track)
+    new = np.ones(len(begin), bool)
+    new[1:] = begin[1:] + track[1:] > reach[:-1]
+    del reach, track
+    spells = np.flatnonzero(new)
+    return pid[spells], begin[spells], np.maximum.reduceat(end, spells)
 
 
 # ---- offload: the host's target constructs, data operations and submissions; the devices --------
@@ -511,13 +624,13 @@ DEVICE_TID = 1 << 30
 
 
 def _table_slices(table: pd.DataFrame, cat: str,
-                  make: Callable[[pd.DataFrame], tuple[str | Column, _Args]]) -> _Source:
+                  make: Callable[[pd.DataFrame], tuple[str | Column, _Args]]) -> Source:
     """Slices of the rows of an offload table (pid, thread, begin_ns, end_ns; a
     row without an end is zero long): ``make(rows of a batch)`` gives the name
     and args of a batch."""
     end = table["end_ns"].fillna(table["begin_ns"]).to_numpy(np.int64)
 
-    def texts(part: slice) -> bytes:
+    def batch(part: Part) -> Slices:
         rows = table.iloc[part]
         return _complete(cat, rows["pid"], rows["thread"], rows["begin_ns"], end[part],
                          *make(rows))
@@ -525,7 +638,7 @@ def _table_slices(table: pd.DataFrame, cat: str,
     def spans() -> _Spans:
         return _Spans(None, table["pid"].to_numpy(np.int64), table["thread"].to_numpy(np.int64),
                       table["begin_ns"].to_numpy(np.int64), end)
-    return _Source(len(table), texts, cat, spans)
+    return Source(len(table), batch, cat, spans)
 
 
 def _names(values: pd.Series) -> Column:
@@ -534,7 +647,7 @@ def _names(values: pd.Series) -> Column:
     return named(codes, json_names(names))
 
 
-def _host_offload(trace: Trace) -> Iterator[_Source]:
+def _host_offload(trace: Trace) -> Iterator[Source]:
     """On the threads' tracks: the target constructs (named by kind), the data
     operations in them (by kind) and the kernel submissions."""
     yield _table_slices(offload.target_regions(trace), "target", lambda r: (_names(r["kind"]), [
@@ -578,29 +691,34 @@ def _device_tracks(trace: Trace) -> _DeviceTracks:
     return _DeviceTracks(table, DEVICE_TID + code.astype(np.int64), named_tracks)
 
 
-def _device_metadata(devices: _DeviceTracks) -> list[dict]:
-    """thread_name and thread_sort_index of the devices' tracks (after the threads)."""
-    return [m for pid, tid, name in devices.tracks for m in (
+def _device_metadata(devices: _DeviceTracks, flt: ExportFilter) -> list[dict]:
+    """thread_name and thread_sort_index of the devices' tracks (after the threads)
+    of the processes ``flt`` keeps."""
+    return [m for pid, tid, name in devices.tracks if flt.process_kept(pid) for m in (
         {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}},
         {"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index",
          "args": {"sort_index": tid}})]
 
 
-def _device_slices(devices: _DeviceTracks) -> _Source:
+def _device_slices(devices: _DeviceTracks) -> Source:
     """The kernels and transfers on the devices' tracks (cat "device")."""
     table = devices.table
 
-    def texts(part: slice) -> bytes:
+    def batch(part: Part) -> Slices:
         rows = table.iloc[part]
         return _complete("device", rows["pid"], devices.tid[part], rows["begin_ns"],
                          rows["end_ns"], _names(rows["name"]),
                          [("device", number(rows["device"])), ("source", _names(rows["source"])),
                           ("bytes", _optional(rows["bytes"])),
                           ("host_op_id", number(rows["host_op_id"]))])
-    return _Source(len(table), texts, "device")
+
+    def spans() -> _Spans:
+        return _Spans(None, table["pid"].to_numpy(np.int64), devices.tid,
+                      table["begin_ns"].to_numpy(np.int64), table["end_ns"].to_numpy(np.int64))
+    return Source(len(table), batch, "device", spans, device=True)
 
 
-def _device_flows(devices: _DeviceTracks, first_id: int) -> _Source:
+def _device_flows(devices: _DeviceTracks, first_id: int) -> Source:
     """A flow (cat and name "offload", ids from ``first_id``) from each host
     operation to its kernel or transfer on a device's track."""
     table = devices.table
@@ -610,16 +728,13 @@ def _device_flows(devices: _DeviceTracks, first_id: int) -> _Source:
     host_ns = table["host_ns"].to_numpy(np.int64, na_value=0)[linked]
     tid, begin = devices.tid[linked], table["begin_ns"].to_numpy(np.int64)[linked]
 
-    def texts(part: slice) -> bytes:
-        ids, p = number(np.arange(part.start, part.stop) + first_id), number(pid[part])
-        start = render_rows([f'{SEP}{{"ph":"s","cat":"offload","name":"offload","id":', ids,
-                             ',"pid":', p, ',"tid":', number(thread[part]),
-                             ',"ts":', micros(host_ns[part]), "}"])
-        finish = render_rows([f'{SEP}{{"ph":"f","bp":"e","cat":"offload","name":"offload",'
-                              '"id":', ids, ',"pid":', p, ',"tid":', number(tid[part]),
-                              ',"ts":', micros(begin[part]), "}"])
-        return start + finish
-    return _Source(len(linked), texts)
+    def batch(part: Part) -> Flows:
+        return Flows("offload", np.arange(len(linked))[part] + first_id,
+                     (pid[part], thread[part], host_ns[part]), (pid[part], tid[part], begin[part]))
+
+    def points() -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+        return (pid, thread, host_ns), (pid, None, begin)  # a device's track: with its process
+    return Source(len(linked), batch, points=points)
 
 
 def _process_name(proc: dict) -> str:
@@ -630,8 +745,9 @@ def _process_name(proc: dict) -> str:
     return command if proc.get("rank") is None else f"rank {proc['rank']}: {command}"
 
 
-def _metadata(trace: Trace) -> list[dict]:
-    """process_name/thread_name (and sort indexes) of every process and thread."""
+def _metadata(trace: Trace, flt: ExportFilter) -> list[dict]:
+    """process_name/thread_name (and sort indexes) of every process and thread
+    ``flt`` keeps."""
     procs = {p["pid"]: p for p in trace.meta.get("processes", [])}
     ev = trace.events
     threads: dict[int, set[int]] = {pid: set() for pid in procs}
@@ -641,6 +757,8 @@ def _metadata(trace: Trace) -> list[dict]:
             threads.setdefault(key >> 32, set()).add(key & 0xFFFFFFFF)
     out = []
     for i, pid in enumerate(sorted(threads)):
+        if not flt.process_kept(pid):
+            continue
         proc = procs.get(pid, {})
         types = {th["thread"]: th["type"] for th in proc.get("threads", [])}
         rank = proc.get("rank")
@@ -649,6 +767,8 @@ def _metadata(trace: Trace) -> list[dict]:
                 {"ph": "M", "pid": pid, "name": "process_sort_index",
                  "args": {"sort_index": i if rank is None else rank}}]
         for thread in sorted(threads[pid] | set(types)):
+            if not flt.thread_kept(pid, thread):
+                continue
             name = f"thread {thread}" + (f" ({types[thread]})" if thread in types else "")
             out += [{"ph": "M", "pid": pid, "tid": thread, "name": "thread_name",
                      "args": {"name": name}},
@@ -746,7 +866,7 @@ class _Holders:
         self.begins = [np.sort(begin[key == k]) for k in self.tracks]
         self.found: list[tuple[np.ndarray, ...]] = [(np.empty(0, np.int64),) * 3]
 
-    def watch(self, sources: Iterable[_Source]) -> Iterator[_Source]:
+    def watch(self, sources: Iterable[Source]) -> Iterator[Source]:
         for source in sources:
             if source.spans is not None:
                 spans = source.spans()
@@ -765,7 +885,7 @@ class _Holders:
         return tuple(np.concatenate(c) for c in zip(*self.found))
 
 
-def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> _Source:
+def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> Source:
     """Slices of the Python frames (cat "python", named by location: "file:line in
     function"; below them, ``native``, the native callers recorded with the
     stack) above the constructs started from Python (``items``), on the same
@@ -832,7 +952,7 @@ def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> _
     location, file, function = json_names(location), json_names(file), json_names(function)
     line, user, native = line.to_numpy(np.int64), user.to_numpy(bool), native.to_numpy(bool)
 
-    def texts(part: slice) -> bytes:
+    def batch(part: Part) -> Slices:
         c = code[part]
         return _complete("python", pid[part], thread[part], slice_begin[part], slice_end[part],
                          named(c, location),
@@ -842,16 +962,19 @@ def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> _
                           ("native", named(native[c], ["false", "true"])),
                           ("level", number(level[part])),
                           ("inherited", named(inherited[part], ["false", "true"]))])
-    return _Source(len(code), texts, "python")
+    def spans() -> _Spans:
+        return _Spans(None, pid, thread, slice_begin, slice_end)
+    return Source(len(code), batch, "python", spans)
 
 
 def _track_sources(rec: _Records, regions: _Pairs,
                    tree: tuple[_Pairs, Any, np.ndarray, np.ndarray],
-                   devices: _DeviceTracks | None) -> Iterator[_Source]:
+                   devices: _DeviceTracks | None, flt: ExportFilter) -> Iterator[Source]:
     """The file's events after the metadata and the Python frames, in file order:
     the slices of every track, parents before children (the order that keeps
     slices starting at the same nanosecond nested the right way), the flows,
-    the counter.  ``regions``: _regions, ``tree``: _region_tree of them,
+    the counter (of what ``flt`` keeps: the other sources are filtered by
+    ``filtered``).  ``regions``: _regions, ``tree``: _region_tree of them,
     ``devices``: _device_tracks (None: the trace has no offload events)."""
     trace = rec.trace
     yield _user_slices(trace)
@@ -873,31 +996,82 @@ def _track_sources(rec: _Records, regions: _Pairs,
     yield flows
     if devices is not None:
         yield _device_flows(devices, flows.count + 1)
-    yield _waiting(rec, waits, mutex_waits)
+    yield _waiting(rec, waits, mutex_waits, flt)
 
 
-def _write_sources(writer: ArrayWriter, sources: Iterable[_Source], progress: Progress) -> None:
-    """Formats the events of ``sources`` a batch at a time, in parallel, and writes
-    them in order (the progress bar's total grows as the tables are made)."""
-    def jobs() -> Iterator[Callable[[], tuple[int, bytes]]]:
-        for source in sources:
-            progress.grow(source.count)
-            yield from (lambda s=source, p=part: (p.stop - p.start, s.texts(p))
-                        for part in batches(source.count))
-    for rows, text in in_order(jobs()):
-        writer.write(text)
-        progress.update(rows)
+def filtered(source: Source, flt: ExportFilter) -> Source:
+    """``source`` with what ``flt`` keeps: its slices on the tracks kept that
+    overlap the window, clipped to it, or its flows whose both ends are kept (a
+    counter is filtered as it is made: _waiting)."""
+    if not flt.active or (source.spans is None and source.points is None):
+        return source
+    if source.points is not None:
+        keep = flt.flows(*source.points())
+        return source._replace(count=len(keep), make=lambda part: source.make(keep[part]),
+                               points=None)
+    spans = source.spans()
+    keep, begin, end = flt.clip(spans.pid, None if source.device else spans.thread,
+                                spans.begin, spans.end)
+
+    def batch(part: Part) -> Batch:
+        return source.make(keep[part])._replace(begin=begin[part], end=end[part])
+
+    def kept() -> _Spans:
+        return _Spans(None if spans.rows is None else spans.rows[keep], spans.pid[keep],
+                      spans.thread[keep], begin, end)
+    return source._replace(count=len(keep), make=batch, spans=kept, begins=spans.begin[keep])
 
 
-def write(trace: Trace, path: str | os.PathLike) -> None:
-    """Writes ``trace`` as a Perfetto / Chrome trace (JSON Trace Event Format).
+def _subset(source: Source, at: np.ndarray) -> Source:
+    """The slices ``at`` (positions) of a filtered ``source``."""
+    def kept() -> _Spans:
+        spans = source.spans()
+        return _Spans(None if spans.rows is None else spans.rows[at], spans.pid[at],
+                      spans.thread[at], spans.begin[at], spans.end[at])
+    return source._replace(count=len(at), make=lambda part: source.make(at[part]), spans=kept,
+                           begins=source.begins[at])
 
-    With Python stacks, the Python frames come first in the file (before the
-    slices they hold), though made from the slices of the tracks: those are
-    written to a temporary file beside ``path`` first, then copied after the
-    frames (each slice is made once: no second pass over the records)."""
-    other = {"producer": "ompt-py", "clock": "CLOCK_MONOTONIC, from origin_mono_ns",
-             "origin_mono_ns": trace.meta.get("origin_mono_ns")}
+
+def _window_first(sources: Iterable[Source], start: int) -> list[Source]:
+    """``sources`` (filtered), the slices clipped at the window's ``start`` first, in
+    the order of their begins before clipping (then of the file): they all begin
+    at ``start`` now, and a viewer nests the slices that begin together in file
+    order, so parents must come first, whatever their source."""
+    sources = list(sources)
+    clipped = [(source.begins[at], np.full(len(at), i), at) for i, source in enumerate(sources)
+               if source.begins is not None
+               for at in [np.flatnonzero(source.begins < start)] if len(at)]
+    if not clipped:
+        return sources
+    begins, which, at = (np.concatenate(c) for c in zip(*clipped))
+    order = np.lexsort((at, which, begins))
+    first = [_subset(sources[i], at[[k]]) for i, k in zip(which[order], order)]
+    rest = [s if s.begins is None else _subset(s, np.flatnonzero(s.begins >= start))
+            for s in sources]
+    return first + rest
+
+
+class Tracks(NamedTuple):
+    """What the Perfetto writers make a trace's file of: the metadata (processes,
+    threads, devices: _metadata, _device_metadata), the sources of the slices,
+    flows and counter, filtered, in file order, the source of the Python frames
+    (``frames()``, None without Python stacks: made from the slices of the
+    other sources, so only once they are all consumed, though the JSON file
+    has the frames first), and the file's otherData (``other()``: once the
+    sources are consumed, with what the filter clipped and left out)."""
+
+    metadata: list[dict]
+    sources: Iterator[Source]
+    frames: Callable[[], Source] | None
+    other: Callable[[], dict]
+
+
+def tracks(trace: Trace, flt: ExportFilter) -> Tracks:
+    """The sources of both Perfetto writers (JSON: write; protobuf: perfetto_proto),
+    each filtered by ``flt``."""
+    other: dict[str, Any] = {"producer": "ompt-py",
+                             "clock": "CLOCK_MONOTONIC, from origin_mono_ns",
+                             "origin_mono_ns": trace.meta.get("origin_mono_ns")}
     rec = _Records(trace)
     regions = _regions(rec)
     tree = _region_tree(rec, regions)
@@ -908,22 +1082,59 @@ def write(trace: Trace, path: str | os.PathLike) -> None:
                else None)
     if devices is not None and any(devices.table.attrs["unplaced"].values()):
         other["device_operations_not_drawn"] = devices.table.attrs["unplaced"]
-    sources = _track_sources(rec, regions, tree, devices)
+    raw = _track_sources(rec, regions, tree, devices, flt)
     del regions, tree
+    metadata = _metadata(trace, flt) + ([] if devices is None else _device_metadata(devices, flt))
+
+    def made_other() -> dict:
+        return {**other, "export_filter": flt.meta()} if flt.active else other
+    holders = None if items is None or items.empty else _Holders(items)
+    sources: Iterable[Source] = (filtered(s, flt)
+                                  for s in (raw if holders is None else holders.watch(raw)))
+    if flt.start_ns is not None:
+        sources = _window_first(sources, flt.start_ns)
+    if holders is None:
+        return Tracks(metadata, iter(sources), None, made_other)
+    # the frames lie on the slices of the sources: made once those have passed
+    return Tracks(metadata, iter(sources),
+                  lambda: filtered(_python_frames(stacks, items, holders), flt), made_other)
+
+
+def _write_sources(writer: ArrayWriter, sources: Iterable[Source], progress: Progress) -> None:
+    """Formats the events of ``sources`` a batch at a time, in parallel, and writes
+    them in order (the progress bar's total grows as the tables are made)."""
+    def jobs() -> Iterator[Callable[[], tuple[int, bytes]]]:
+        for source in sources:
+            progress.grow(source.count)
+            yield from (lambda s=source, p=part: (p.stop - p.start, _json_text(s.make(p)))
+                        for part in batches(source.count))
+    for rows, text in in_order(jobs()):
+        writer.write(text)
+        progress.update(rows)
+
+
+def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None) -> None:
+    """Writes ``trace`` as a Perfetto / Chrome trace (JSON Trace Event Format), of
+    what ``flt`` keeps (default: everything).
+
+    With Python stacks, the Python frames come first in the file (before the
+    slices they hold), though made from the slices of the tracks: those are
+    written to a temporary file beside ``path`` first, then copied after the
+    frames (each slice is made once: no second pass over the records).  The
+    otherData come last: they hold what the filter clipped."""
+    made = tracks(trace, flt or ExportFilter())
     with output(path) as out, Progress(0, "perfetto") as progress:
-        out.write(f'{{"otherData":{json.dumps(other)},"traceEvents":[\n'.encode())
+        out.write(b'{"traceEvents":[\n')
         writer = ArrayWriter(out)
-        metadata = _metadata(trace) + ([] if devices is None else _device_metadata(devices))
-        writer.write("".join(SEP + json.dumps(m) for m in metadata).encode())
-        if items is None or items.empty:
-            _write_sources(writer, sources, progress)
+        writer.write("".join(SEP + json.dumps(m) for m in made.metadata).encode())
+        if made.frames is None:
+            _write_sources(writer, made.sources, progress)
         else:
-            holders = _Holders(items)
             with tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(path))) as rest:
-                _write_sources(ArrayWriter(rest), holders.watch(sources), progress)
-                _write_sources(writer, [_python_frames(stacks, items, holders)], progress)
+                _write_sources(ArrayWriter(rest), made.sources, progress)
+                _write_sources(writer, [made.frames()], progress)
                 if rest.tell():
                     writer.write(SEP.encode())  # a separator, if anything came before
                     rest.seek(0)
                     shutil.copyfileobj(rest, out, 1 << 24)
-        out.write(b"\n]}\n")
+        out.write(f'\n],"otherData":{json.dumps(made.other())}}}\n'.encode())

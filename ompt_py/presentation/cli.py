@@ -57,13 +57,10 @@ exit status:
 """
 
 REPORT_DESCRIPTION = """\
-Print the answers about a trace: what ran and how long (per construct, per
-Python and source location), who waited (per thread, per region location, per
-lock) and what to do about it (advice from the figures: docs/reports.md), laid
-out for the terminal's width (--width), in colour on a terminal unless NO_COLOR
-is set.  A profile gives the same answers per source location, and no plots.
---plot and --html draw the timeline, thread states, imbalance, task durations
-and lock contention too.
+Print what ran and how long (per construct, Python line and source location),
+who waited (per thread, region, lock) and what to do about it (docs/reports.md),
+for the terminal's width, in colour unless NO_COLOR is set; a profile's answers
+per source location.  --plot and --html draw the plots too.
 """
 
 REPORT_EPILOG = """\
@@ -73,33 +70,36 @@ examples:
 """
 
 EXPORT_DESCRIPTION = """\
-Write a trace for other tools: perfetto (JSON Trace Event Format for
-ui.perfetto.dev and chrome://tracing: a track per thread, nested slices, task
-flows, a threads-waiting counter), csv (one row per event), parquet (a
-.parquet file, or a directory: a dataset partitioned by process).
+Write a trace for other tools: perfetto (JSON for ui.perfetto.dev), perfetto-proto
+(Perfetto's protobuf, a third of the size), otf2 (an archive for Vampir and
+otf2-print), csv (a row per event), parquet (a file, or a dataset by process).
+A time window (slices crossing it are clipped), threads, processes: docs/exports.md.
 
-speedscope: speedscope.app's JSON, a sampled profile per thread: the time per
-Python stack, native location, region and thread state.
+speedscope: speedscope.app's profile of the time per Python stack, region and
+thread state, per thread (no time window: docs/viewing.md).
 """
 
 EXPORT_EPILOG = """\
 examples:
-  ompt-py export trace.parquet --format perfetto -o trace.json
+  ompt-py export trace.parquet -o trace.pftrace
+  ompt-py export trace.parquet -o trace.json --start 1.5s --end 2s --threads 0,1
+  ompt-py export trace.parquet --format otf2 -o trace-otf2
   ompt-py export trace.parquet --format parquet -o trace-dataset
   ompt-py export trace.parquet --format speedscope -o trace.speedscope.json
 """
 
 VIEW_DESCRIPTION = """\
-Write the interactive view of a trace as one self-contained HTML file (no
-network needed to open it) and open it in the browser.  Timeline: a row per
-thread, grouped by process, then the devices; bars for parallel regions,
-work-sharing, waits at barriers and for locks, explicit tasks, offload,
-coloured by construct; zoom (wheel, box) and pan (drag) over the whole trace;
-a hover on a bar tells its construct, Python line, native location, duration,
-team size and wait.  Bars smaller than a pixel are drawn as their bin's main
-construct, the detail comes back on zooming in.  Flame: the threads' time per
-Python stack, native location, region and thread state.  Needs Bokeh:
-pip install 'ompt-py[view]'.
+Write the interactive view of a trace, one self-contained HTML file (no network
+needed to open it), and open it in the browser: the timeline of the threads and
+devices (zoom, pan, a hover on each bar) and the flame view.  Needs Bokeh:
+pip install 'ompt-py[view]'.  What it shows: docs/viewing.md.
+
+Timeline: a row per thread, grouped by process, then the devices; bars for
+parallel regions, work-sharing, waits at barriers and for locks, explicit tasks
+and offload, coloured by construct; the hover tells a bar's construct, Python
+line, native location, duration, team size and wait.  Bars smaller than a pixel
+are drawn as their bin's main construct; zoom in for each.  Flame: the threads'
+time per Python stack, native location, region and thread state.
 """
 
 VIEW_EPILOG = """\
@@ -476,43 +476,44 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ..io import export
+    from ..io import EXPORT_FORMATS, SUFFIX_FORMATS, export, format_of
+    from ..io.filters import parse_numbers, parse_time
     from ..trace import Trace, load
 
-    _check_output(args.output, "-o", directory_ok=args.format == "parquet")
+    fmt = args.format or format_of(args.output)
+    if fmt is None:
+        raise ConfigError(f"give --format ({', '.join(EXPORT_FORMATS)}): {args.output} does "
+                          f"not end with a suffix that names one ({', '.join(SUFFIX_FORMATS)})")
+    # Usage errors before the trace is loaded: the lists' and times' syntax here,
+    # the values the trace must have once it is (ExportFilter.of).
+    start, end = parse_time(args.start, "--start"), parse_time(args.end, "--end")
+    threads = None if args.threads is None else parse_numbers(args.threads, "--threads")
+    pids = None if args.pid is None else parse_numbers(args.pid, "--pid")
+    _check_output(args.output, "-o", directory_ok=fmt in ("parquet", "otf2"))
     trace = load(args.trace)
     if not isinstance(trace, Trace):
         raise ConfigError(f"{args.trace} is a profile, not a trace: it has no events to "
                           "export (it is a Parquet file already; ompt-py report reads it)")
     try:
-        export(trace, args.output, args.format)
+        export(trace, args.output, fmt, start=start, end=end, threads=threads, pid=pids)
     except OSError as e:
         print(f"ompt-py export: cannot write {args.output}: {e.strerror or e}; choose "
               "another -o", file=sys.stderr)
         return 1
     if not args.quiet:
         print(f"ompt-py: {len(trace):,} events from {len(trace.meta['processes'])} process(es) "
-              f"-> {args.output} ({args.format})", file=sys.stderr)
+              f"-> {args.output} ({fmt})", file=sys.stderr)
     return 0
-
-
-def _time(text: str) -> int:
-    """An argparse type: a time from the trace start (units.parse_time), in ns."""
-    from ..units import parse_time
-
-    ns = parse_time(text)
-    if ns is None:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a time: give a number and a unit, e.g. 250ms, 1.5s, 40us")
-    return ns
 
 
 def cmd_view(args: argparse.Namespace) -> int:
     """``ompt-py view``: the interactive view written to one HTML file, then opened."""
+    from ..io.filters import parse_time
     from ..trace import Trace, load
     from .view import can_open_browser, require_bokeh, write
 
     require_bokeh()  # said before a large trace is read
+    start, end = parse_time(args.start, "--start"), parse_time(args.end, "--end")
     name = os.path.basename(os.path.normpath(args.trace))
     output = args.output or (os.path.splitext(name)[0] or "trace") + ".html"
     _check_output(output, "-o")
@@ -522,7 +523,7 @@ def cmd_view(args: argparse.Namespace) -> int:
                           "the run (ompt-py run without --profile) for it, or read it with "
                           "ompt-py report")
     try:
-        write(trace, output, args.start, args.end, title=name)
+        write(trace, output, start, end, title=name)
     except ValueError as e:
         raise ConfigError(f"--start/--end: {e}") from None
     except OSError as e:
@@ -728,14 +729,26 @@ def parser() -> argparse.ArgumentParser:
                      help="write one self-contained HTML report: the summary tables and the "
                           "plots (embedded PNG)")
     rep.set_defaults(func=cmd_report)
-    exp = sub.add_parser("export", help="write a trace as Perfetto/Chrome JSON, CSV, Parquet "
-                         "or speedscope",
+    exp = sub.add_parser("export", help="write a trace for Perfetto (JSON or protobuf), OTF2 "
+                         "tools (Vampir), speedscope, as CSV or Parquet",
                          description=EXPORT_DESCRIPTION, epilog=EXPORT_EPILOG,
                          formatter_class=raw)
     exp.add_argument("trace", help="a trace file (.parquet), dataset or raw directory, or "
                      ".omptraw file")
-    exp.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="what to write")
-    exp.add_argument("-o", "--output", required=True, help="the file (or dataset directory)")
+    exp.add_argument("--format", choices=EXPORT_FORMATS,
+                     help="what to write (default: from the output's suffix: .json perfetto, "
+                          ".pftrace or .perfetto-trace perfetto-proto, .otf2 otf2, .csv csv, "
+                          ".parquet parquet)")
+    exp.add_argument("-o", "--output", required=True,
+                     help="the file (or directory: a Parquet dataset, an OTF2 archive)")
+    exp.add_argument("--start", metavar="TIME",
+                     help="keep from this time on, from the trace's origin: nanoseconds, or "
+                          "a number with a unit (ns, us, ms, s), e.g. 1.5s, 200ms")
+    exp.add_argument("--end", metavar="TIME", help="keep up to this time (as --start)")
+    exp.add_argument("--threads", metavar="LIST",
+                     help="keep these thread numbers, e.g. 0,2,4-7 (default: all)")
+    exp.add_argument("--pid", metavar="LIST",
+                     help="keep these processes (pids, e.g. 4121 or 4121,4130; default: all)")
     exp.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     exp.set_defaults(func=cmd_export)
     vw = sub.add_parser("view", help="write an interactive timeline and flame view (one "
@@ -748,11 +761,12 @@ def parser() -> argparse.ArgumentParser:
     vw.add_argument("--no-open", action="store_true",
                     help="write the file, do not open it (it is not opened without a "
                          "display either)")
-    vw.add_argument("--start", type=_time, metavar="T",
-                    help="show from this time since the trace start, e.g. 1.5s, 250ms "
-                         "(default: the start)")
-    vw.add_argument("--end", type=_time, metavar="T",
-                    help="show up to this time since the trace start (default: the end)")
+    vw.add_argument("--start", metavar="TIME",
+                    help="show from this time: nanoseconds from the trace's origin, or a "
+                         "number with a unit (1.5s, 200ms, 30us, 100ns; default: the first "
+                         "event)")
+    vw.add_argument("--end", metavar="TIME",
+                    help="show up to this time (as --start; default: the last event)")
     vw.set_defaults(func=cmd_view)
     doc = sub.add_parser(
         "doctor", help="tell which OpenMP runtime a program uses, and why it is not traced",

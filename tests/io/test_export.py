@@ -266,6 +266,7 @@ def test_threads_waiting_counter(trace, perfetto):
     assert {e["name"] for e in counters} == {"threads waiting"}
     assert {e["pid"] for e in counters} == {p["pid"] for p in trace.meta["processes"]}
     waits = slices(perfetto, "sync_wait") + slices(perfetto, "mutex_wait")
+    nested_waits = 0
     for pid in {e["pid"] for e in counters}:
         series = sorted((ns(e["ts"]), e["args"]) for e in counters if e["pid"] == pid)
         assert len({t for t, _ in series}) == len(series)  # one value per time
@@ -274,11 +275,15 @@ def test_threads_waiting_counter(trace, perfetto):
         mine = [w for w in waits if w["pid"] == pid]
         for t, value in series:
             assert 0 <= value["sync"] <= nthreads and 0 <= value["mutex"] <= nthreads
-            # the waits open just after t
-            open_at = Counter("sync" if w["cat"] == "sync_wait" else "mutex" for w in mine
-                              if ns(w["ts"]) <= t < ns(w["ts"]) + ns(w["dur"]))
-            assert value == {"sync": open_at["sync"], "mutex": open_at["mutex"]}, t
+            # the threads with a wait open just after t, each once however many of
+            # its waits nest
+            open_at = [("sync" if w["cat"] == "sync_wait" else "mutex", w["tid"]) for w in mine
+                       if ns(w["ts"]) <= t < ns(w["ts"]) + ns(w["dur"])]
+            threads = Counter(kind for kind, _ in set(open_at))
+            assert value == {"sync": threads["sync"], "mutex": threads["mutex"]}, t
+            nested_waits += len(open_at) > sum(threads.values())
         assert max(v["mutex"] for _, v in series) >= 1
+    assert nested_waits > 0  # a taskwait's wait in a task run in a barrier's wait
 
 
 def test_perfetto_of_several_saved_processes_from_the_cli(trace_file, tmp_path):
@@ -362,10 +367,10 @@ def test_unknown_format(trace_file, tmp_path):
     r = cli("export", trace_file, "--format", "xml", "-o", tmp_path / "t.xml")
     assert r.returncode != 0
     no_traceback(r)
-    for name in ("xml", "perfetto", "csv", "parquet"):
+    for name in ("xml", "perfetto", "perfetto-proto", "otf2", "csv", "parquet"):
         assert name in r.stderr
     assert not (tmp_path / "t.xml").exists()
-    with pytest.raises(ValueError, match="perfetto, csv, parquet"):
+    with pytest.raises(ValueError, match="perfetto, perfetto-proto, otf2, csv, parquet"):
         export.export(ompt_py.Trace(), tmp_path / "t.xml", "xml")
 
 

@@ -104,3 +104,17 @@ def test_cli(tmp_path):
     assert "(speedscope)" in r.stderr
     jsonschema.validate(json.loads(out.read_text()), SCHEMA)
     assert "speedscope" in ok(cli("export", "--help")).stdout
+
+
+def test_filters_threads_and_refuses_a_window(tmp_path):
+    from ompt_py.errors import ConfigError
+
+    trace = load_stored("plots-tasks")
+    path = tmp_path / "t.json"
+    export(trace, path, "speedscope", threads=[1])
+    assert [p["name"] for p in json.loads(path.read_text())["profiles"]] == ["thread 1"]
+    with pytest.raises(ConfigError, match="no time window"):
+        export(trace, path, "speedscope", start="1ms")
+    r = cli("export", stored_path("plots-tasks"), "--format", "speedscope", "-o", path,
+            "--end", "5ms")
+    assert r.returncode == 2 and "no time window" in r.stderr

@@ -1,0 +1,530 @@
+/*
+ * The packets of the Perfetto protobuf export (io/perfetto_proto.py), written
+ * without the GIL: the TrackEvent fields of each slice's begin (name, category,
+ * debug annotations: proto_payloads), the order of the begins and ends on each
+ * track (proto_nest), and the TracePackets of begins and ends (proto_packets)
+ * and of counter values (proto_counters).  The Python side writes the few
+ * packets that are not per event (descriptors, interned strings).
+ *
+ * Field numbers are those of Perfetto's protos: protos/perfetto/trace/
+ * trace.proto, trace_packet.proto, track_event/track_event.proto and
+ * track_event/debug_annotation.proto.
+ */
+#include "ext.h"
+
+enum {
+  TRACE_PACKET = 1,          /* Trace.packet */
+  PACKET_TIMESTAMP = 8,      /* TracePacket.timestamp */
+  PACKET_SEQUENCE_ID = 10,   /* TracePacket.trusted_packet_sequence_id */
+  PACKET_TRACK_EVENT = 11,   /* TracePacket.track_event */
+  PACKET_SEQUENCE_FLAGS = 13, /* TracePacket.sequence_flags */
+  EVENT_DEBUG_ANNOTATIONS = 4,
+  EVENT_TYPE = 9,
+  EVENT_TRACK_UUID = 11,
+  EVENT_COUNTER_VALUE = 30,
+  EVENT_FLOW_IDS = 47,             /* repeated fixed64 */
+  EVENT_TERMINATING_FLOW_IDS = 48, /* repeated fixed64 */
+  ANNOTATION_NAME_IID = 1,
+  ANNOTATION_UINT = 3,
+  ANNOTATION_INT = 4,
+  ANNOTATION_POINTER = 7,
+};
+enum { WIRE_VARINT = 0, WIRE_FIXED64 = 1, WIRE_LEN = 2 };
+enum { TYPE_SLICE_BEGIN = 1, TYPE_SLICE_END = 2, TYPE_COUNTER = 4 };
+#define SEQ_NEEDS_INCREMENTAL_STATE 2
+#define TAG(field, wire) ((uint64_t)(field) << 3 | (wire))
+#define VARINT_MAX 10
+
+static inline size_t varint_size(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+static inline unsigned char *put_varint(unsigned char *p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = (unsigned char)(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = (unsigned char)v;
+  return p;
+}
+
+static inline unsigned char *put_fixed64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+  return p + 8;
+}
+
+/* An integer array argument, whole: -1 with ValueError unless it has `n` items
+ * (n < 0: any number, set in *n). */
+static int get_ints(PyObject *obj, Py_buffer *buf, omptpy_ints *ints, Py_ssize_t *n,
+                    const char *what) {
+  if (PyObject_GetBuffer(obj, buf, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+  if (omptpy_ints_from(buf, ints, what) < 0) return -1;
+  if (*n < 0) *n = ints->n;
+  if (ints->n != *n) {
+    PyErr_Format(PyExc_ValueError, "%s: %zd items where %zd were expected", what, ints->n, *n);
+    return -1;
+  }
+  return 0;
+}
+
+/* An array of int64 of *n items (*n < 0: any number, set), writable if asked. */
+static int64_t *get_int64(PyObject *obj, Py_buffer *buf, Py_ssize_t *n, int writable,
+                          const char *what) {
+  int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(obj, buf, flags) < 0) return NULL;
+  const char *format = buf->format ? buf->format : "B";
+  char letter = *format ? format[strlen(format) - 1] : 'B';
+  if (*n < 0 && buf->itemsize == 8) *n = buf->len / 8;
+  if (buf->itemsize != 8 || (letter != 'q' && letter != 'l') || buf->len != 8 * *n) {
+    PyErr_Format(PyExc_ValueError, "%s: an int64 array of %zd items", what, *n);
+    return NULL;
+  }
+  return buf->buf;
+}
+
+static int64_t *get_out(PyObject *obj, Py_buffer *buf, Py_ssize_t n, const char *what) {
+  return get_int64(obj, buf, &n, 1, what);
+}
+
+static const int64_t *get_in(PyObject *obj, Py_buffer *buf, Py_ssize_t n, const char *what) {
+  return get_int64(obj, buf, &n, 0, what);
+}
+
+/* ---- proto_payloads ---------------------------------------------------------------- */
+
+typedef struct {
+  int kind;
+  uint64_t key;
+  omptpy_ints ints;
+  const unsigned char *missing;
+  const char **table;
+  Py_ssize_t *table_len, ntable, table_max;
+} payload_column;
+
+static unsigned char *put_annotation_head(unsigned char *p, uint64_t name_iid, size_t value_len) {
+  p = put_varint(p, TAG(EVENT_DEBUG_ANNOTATIONS, WIRE_LEN));
+  p = put_varint(p, 1 + varint_size(name_iid) + value_len);
+  *p++ = (unsigned char)TAG(ANNOTATION_NAME_IID, WIRE_VARINT);
+  return put_varint(p, name_iid);
+}
+
+static unsigned char *put_payload(unsigned char *p, const payload_column *c, Py_ssize_t i) {
+  if (c->missing && c->missing[i]) return p;
+  uint64_t bits = omptpy_ints_bits(&c->ints, i);
+  switch (c->kind) {
+    case PROTO_FIELD:
+      p = put_varint(p, TAG(c->key, WIRE_VARINT));
+      return put_varint(p, bits);
+    case PROTO_NUMBER:
+    case PROTO_POINTER: {
+      int field = c->kind == PROTO_POINTER ? ANNOTATION_POINTER
+                  : c->ints.is_signed      ? ANNOTATION_INT
+                                           : ANNOTATION_UINT;
+      p = put_annotation_head(p, c->key, 1 + varint_size(bits));
+      *p++ = (unsigned char)TAG(field, WIRE_VARINT);
+      return put_varint(p, bits);
+    }
+    default: { /* PROTO_TABLE: a code of the table, whose entries are encoded fields */
+      int negative;
+      uint64_t code = omptpy_ints_get(&c->ints, i, &negative);
+      if (negative || code >= (uint64_t)c->ntable || !c->table_len[code]) return p;
+      size_t len = (size_t)c->table_len[code];
+      if (c->key) p = put_annotation_head(p, c->key, len);
+      memcpy(p, c->table[code], len);
+      return p + len;
+    }
+  }
+}
+
+/* proto_payloads(columns, offsets): the fields a slice's begin adds to its
+ * TrackEvent, per row of the columns, one after the other; offsets (int64,
+ * rows + 1, written) says where each row's start.  A column is (kind, key,
+ * values, missing, table): PROTO_FIELD, a varint field (key: its number);
+ * PROTO_NUMBER (int_value, or uint_value for unsigned values) and
+ * PROTO_POINTER (pointer_value), a debug annotation (key: its name's iid);
+ * PROTO_TABLE, the table's entry of each code (bytes: encoded fields; empty or
+ * a code outside the table: nothing), as a debug annotation's value (key: its
+ * name's iid) or, key 0, as they are.  missing: None, or a byte per row
+ * (nonzero: nothing). */
+PyObject *omptpy_py_proto_payloads(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *columns, *offsets_obj, *result = NULL;
+  if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &columns, &offsets_obj)) return NULL;
+  Py_ssize_t ncol = PyList_GET_SIZE(columns), n = -1, row_bound = 0;
+  payload_column *col = PyMem_Calloc((size_t)ncol + 1, sizeof *col);
+  Py_buffer *values = PyMem_Calloc((size_t)ncol + 1, sizeof *values);
+  Py_buffer *missing = PyMem_Calloc((size_t)ncol + 1, sizeof *missing);
+  Py_buffer offsets_buf = {0};
+  if (!col || !values || !missing) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t k = 0; k < ncol; k++) {
+    payload_column *c = &col[k];
+    PyObject *vals, *miss, *table;
+    unsigned long long key;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(columns, k), "iKOOO", &c->kind, &key, &vals, &miss,
+                          &table))
+      goto done;
+    c->key = key;
+    if (get_ints(vals, &values[k], &c->ints, &n, "proto_payloads") < 0) goto done;
+    if (miss != Py_None) {
+      if (PyObject_GetBuffer(miss, &missing[k], PyBUF_SIMPLE) < 0) goto done;
+      if (missing[k].len < n) {
+        PyErr_SetString(PyExc_ValueError, "proto_payloads: a missing column too short");
+        goto done;
+      }
+      c->missing = missing[k].buf;
+    }
+    if (c->kind < 0 || c->kind >= PROTO_KINDS || (c->kind == PROTO_TABLE) != (table != Py_None) ||
+        (table != Py_None && !PyTuple_Check(table))) {
+      PyErr_SetString(PyExc_ValueError, "proto_payloads: a column of another kind");
+      goto done;
+    }
+    Py_ssize_t width = 2 * VARINT_MAX + 8; /* an annotation's head and varint value */
+    if (table != Py_None) {
+      c->ntable = PyTuple_GET_SIZE(table);
+      c->table = PyMem_Calloc((size_t)c->ntable + 1, sizeof *c->table);
+      c->table_len = PyMem_Calloc((size_t)c->ntable + 1, sizeof *c->table_len);
+      if (!c->table || !c->table_len) {
+        PyErr_NoMemory();
+        goto done;
+      }
+      for (Py_ssize_t t = 0; t < c->ntable; t++) {
+        if (PyBytes_AsStringAndSize(PyTuple_GET_ITEM(table, t), (char **)&c->table[t],
+                                    &c->table_len[t]) < 0)
+          goto done;
+        if (c->table_len[t] > c->table_max) c->table_max = c->table_len[t];
+      }
+      width = c->table_max + 2 * VARINT_MAX + 4;
+    }
+    row_bound += width;
+  }
+  if (n < 0) n = 0;
+  int64_t *offsets = get_out(offsets_obj, &offsets_buf, n + 1, "proto_payloads offsets");
+  if (!offsets) goto done;
+  if (n > 0 && row_bound > PY_SSIZE_T_MAX / n) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  result = PyBytes_FromStringAndSize(NULL, n * row_bound);
+  if (!result) goto done;
+  unsigned char *start = (unsigned char *)PyBytes_AS_STRING(result), *p = start;
+  Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n; i++) {
+    offsets[i] = p - start;
+    for (Py_ssize_t k = 0; k < ncol; k++) p = put_payload(p, &col[k], i);
+  }
+  offsets[n] = p - start;
+  Py_END_ALLOW_THREADS if (_PyBytes_Resize(&result, p - start) < 0) result = NULL;
+done:
+  for (Py_ssize_t k = 0; col && values && missing && k < ncol; k++) {
+    PyMem_Free(col[k].table);
+    PyMem_Free(col[k].table_len);
+    if (values[k].obj) PyBuffer_Release(&values[k]);
+    if (missing[k].obj) PyBuffer_Release(&missing[k]);
+  }
+  if (offsets_buf.obj) PyBuffer_Release(&offsets_buf);
+  PyMem_Free(col);
+  PyMem_Free(values);
+  PyMem_Free(missing);
+  return result;
+}
+
+/* ---- proto_nest --------------------------------------------------------------------- */
+
+typedef struct {
+  int64_t *at;
+  Py_ssize_t depth, cap;
+} track_stack;
+
+static int push(track_stack *s, int64_t slice) {
+  if (s->depth == s->cap) {
+    Py_ssize_t cap = s->cap ? 2 * s->cap : 16;
+    int64_t *at = realloc(s->at, (size_t)cap * sizeof *at);
+    if (!at) return -1;
+    s->at = at;
+    s->cap = cap;
+  }
+  s->at[s->depth++] = slice;
+  return 0;
+}
+
+/* proto_nest(track, begin, end, ntracks, query_track, query_time, query_slice, seq):
+ * the order of the begins and ends of slices on their tracks (0 <= track <
+ * ntracks), the slices in the order of their begins (at one time, parents
+ * first, as in the JSON file): seq (int64, 2 per slice, written) lists slice
+ * i's begin as 2i and its end as 2i + 1, each track's in the order a stack
+ * of slices has them (a slice ends before the next begins on its track at or
+ * after its end).  A slice that ends after the slice it begins in (they
+ * overlap) is cut at that end (end is written): their number is returned.
+ * Per query (a track and a time; the times in order), the innermost slice
+ * on that track holding the time, begin <= time < end or a slice of no
+ * length at it (-1: none), into query_slice. */
+PyObject *omptpy_py_proto_nest(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *track_obj, *begin_obj, *end_obj, *qtrack_obj, *qtime_obj, *qslice_obj, *seq_obj;
+  Py_ssize_t ntracks, n = -1, nq = -1, cut = 0;
+  Py_buffer bufs[7] = {{0}};
+  omptpy_ints track, qtrack;
+  track_stack *stacks = NULL;
+  PyObject *result = NULL;
+  if (!PyArg_ParseTuple(args, "OOOnOOOO", &track_obj, &begin_obj, &end_obj, &ntracks,
+                        &qtrack_obj, &qtime_obj, &qslice_obj, &seq_obj))
+    return NULL;
+  if (get_ints(track_obj, &bufs[0], &track, &n, "proto_nest track") < 0) goto done;
+  const int64_t *begin = get_in(begin_obj, &bufs[1], n, "proto_nest begin");
+  int64_t *end = begin ? get_out(end_obj, &bufs[2], n, "proto_nest end") : NULL;
+  if (!end || get_ints(qtrack_obj, &bufs[3], &qtrack, &nq, "proto_nest query_track") < 0)
+    goto done;
+  const int64_t *qtime = get_in(qtime_obj, &bufs[4], nq, "proto_nest query_time");
+  int64_t *qslice = qtime ? get_out(qslice_obj, &bufs[5], nq, "proto_nest query_slice") : NULL;
+  int64_t *seq = qslice ? get_out(seq_obj, &bufs[6], 2 * n, "proto_nest seq") : NULL;
+  if (!seq) goto done;
+  for (Py_ssize_t i = 0; i < n + nq; i++) {
+    int negative;
+    uint64_t t = i < n ? omptpy_ints_get(&track, i, &negative)
+                       : omptpy_ints_get(&qtrack, i - n, &negative);
+    if (negative || t >= (uint64_t)ntracks) {
+      PyErr_SetString(PyExc_ValueError, "proto_nest: a track outside 0 .. ntracks - 1");
+      goto done;
+    }
+  }
+  stacks = calloc((size_t)ntracks + 1, sizeof *stacks);
+  if (!stacks) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  int failed = 0;
+  Py_BEGIN_ALLOW_THREADS;
+  Py_ssize_t out = 0, q = 0;
+  int negative;
+  for (Py_ssize_t i = 0; i <= n && !failed; i++) {
+    /* The queries before this begin (all of them after the last slice). */
+    for (; q < nq && (i == n || qtime[q] < begin[i]); q++) {
+      track_stack *s = &stacks[omptpy_ints_get(&qtrack, q, &negative)];
+      int64_t t = qtime[q];
+      while (s->depth) {
+        int64_t top = s->at[s->depth - 1];
+        if (end[top] > t || (end[top] == t && begin[top] == t)) break;
+        seq[out++] = 2 * top + 1;
+        s->depth--;
+      }
+      qslice[q] = s->depth ? s->at[s->depth - 1] : -1;
+    }
+    if (i == n) break;
+    track_stack *s = &stacks[omptpy_ints_get(&track, i, &negative)];
+    while (s->depth && end[s->at[s->depth - 1]] <= begin[i]) seq[out++] = 2 * s->at[--s->depth] + 1;
+    if (s->depth && end[i] > end[s->at[s->depth - 1]]) {
+      end[i] = end[s->at[s->depth - 1]];
+      cut++;
+    }
+    seq[out++] = 2 * (int64_t)i;
+    failed = push(s, i) < 0;
+  }
+  for (Py_ssize_t k = 0; k < ntracks; k++)
+    while (stacks[k].depth) seq[out++] = 2 * stacks[k].at[--stacks[k].depth] + 1;
+  Py_END_ALLOW_THREADS;
+  if (failed) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  result = PyLong_FromSsize_t(cut);
+done:
+  for (Py_ssize_t k = 0; stacks && k < ntracks; k++) free(stacks[k].at);
+  free(stacks);
+  for (int b = 0; b < 7; b++)
+    if (bufs[b].obj) PyBuffer_Release(&bufs[b]);
+  return result;
+}
+
+/* ---- proto_packets, proto_counters ----------------------------------------------------- */
+
+/* The flows from or to the slice `slice`: the range of `pos` (sorted) equal to it. */
+static void flow_range(const int64_t *pos, Py_ssize_t n, int64_t slice, Py_ssize_t *first,
+                       Py_ssize_t *last) {
+  Py_ssize_t lo = 0, hi = n;
+  while (lo < hi) {
+    Py_ssize_t mid = lo + (hi - lo) / 2;
+    if (pos[mid] < slice) lo = mid + 1;
+    else hi = mid;
+  }
+  *first = lo;
+  while (lo < n && pos[lo] == slice) lo++;
+  *last = lo;
+}
+
+/* A TracePacket's head: Trace.packet's tag and length, the timestamp and the
+ * sequence (and its flags, when nonzero), and the track_event's tag and length. */
+static unsigned char *put_packet_head(unsigned char *p, uint64_t time, uint64_t sequence,
+                                      uint64_t flags, size_t event_len) {
+  size_t inner = 1 + varint_size(time) + 1 + varint_size(sequence) +
+                 (flags ? 1 + varint_size(flags) : 0) + 1 + varint_size(event_len) + event_len;
+  *p++ = (unsigned char)TAG(TRACE_PACKET, WIRE_LEN);
+  p = put_varint(p, inner);
+  *p++ = (unsigned char)TAG(PACKET_TIMESTAMP, WIRE_VARINT);
+  p = put_varint(p, time);
+  *p++ = (unsigned char)TAG(PACKET_SEQUENCE_ID, WIRE_VARINT);
+  p = put_varint(p, sequence);
+  if (flags) {
+    *p++ = (unsigned char)TAG(PACKET_SEQUENCE_FLAGS, WIRE_VARINT);
+    p = put_varint(p, flags);
+  }
+  *p++ = (unsigned char)TAG(PACKET_TRACK_EVENT, WIRE_LEN);
+  return put_varint(p, event_len);
+}
+
+/* proto_packets(seq, begin, end, track, uuids, payload, offsets, slots, flows_from,
+ * from_ids, flows_to, to_ids, sequence): the TracePackets (as a Trace's
+ * bytes) of the begins and ends `seq` lists (proto_nest's, or a part of it):
+ * a begin of slice i at begin[i] on the track of uuid uuids[track[i]], with
+ * the k-th begin's fields payload[offsets[s]:offsets[s + 1]], s = slots[k], and the flows
+ * from it (ids from_ids where flows_from, sorted, is i) and to it (to_ids
+ * where flows_to is i); an end at end[i].  All on trusted sequence
+ * `sequence`, whose interned data the begins need. */
+PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *objs[11], *result = NULL;
+  Py_buffer bufs[11] = {{0}};
+  unsigned long long sequence;
+  Py_ssize_t n = -1, nseq = -1, ntracks = -1, nfrom = -1, nto = -1, nslots = -1;
+  omptpy_ints seqs, track, uuids, from_ids, to_ids, slots;
+  const char *payload;
+  Py_ssize_t payload_len;
+  if (!PyArg_ParseTuple(args, "OOOOOy#OOOOOOK", &objs[0], &objs[1], &objs[2], &objs[3],
+                        &objs[4], &payload, &payload_len, &objs[5], &objs[10], &objs[6],
+                        &objs[7], &objs[8], &objs[9], &sequence))
+    return NULL;
+  if (get_ints(objs[0], &bufs[0], &seqs, &nseq, "proto_packets seq") < 0 ||
+      get_ints(objs[3], &bufs[3], &track, &n, "proto_packets track") < 0 ||
+      get_ints(objs[4], &bufs[4], &uuids, &ntracks, "proto_packets uuids") < 0)
+    goto done;
+  const int64_t *begin = get_in(objs[1], &bufs[1], n, "proto_packets begin");
+  const int64_t *end = begin ? get_in(objs[2], &bufs[2], n, "proto_packets end") : NULL;
+  if (!end) goto done;
+  Py_ssize_t nbegins = 0;
+  for (Py_ssize_t k = 0; k < nseq; k++) {
+    int negative;
+    uint64_t e = omptpy_ints_get(&seqs, k, &negative);
+    if (negative || e / 2 >= (uint64_t)n) {
+      PyErr_SetString(PyExc_ValueError, "proto_packets: seq names a slice that is not there");
+      goto done;
+    }
+    nbegins += !(e & 1);
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    int negative;
+    if (omptpy_ints_get(&track, i, &negative) >= (uint64_t)ntracks || negative) {
+      PyErr_SetString(PyExc_ValueError, "proto_packets: a track without a uuid");
+      goto done;
+    }
+  }
+  nslots = nbegins;
+  const int64_t *offsets = get_in(objs[5], &bufs[5], nbegins + 1, "proto_packets offsets");
+  if (!offsets || get_ints(objs[10], &bufs[10], &slots, &nslots, "proto_packets slots") < 0)
+    goto done;
+  for (Py_ssize_t k = 0; k < nbegins; k++) {
+    int negative;
+    uint64_t slot = omptpy_ints_get(&slots, k, &negative);
+    if (offsets[k] < 0 || offsets[k] > offsets[k + 1] || offsets[k + 1] > payload_len ||
+        negative || slot >= (uint64_t)nbegins) {
+      PyErr_SetString(PyExc_ValueError, "proto_packets: offsets outside the payload");
+      goto done;
+    }
+  }
+  const int64_t *from = get_int64(objs[6], &bufs[6], &nfrom, 0, "proto_packets flows_from");
+  if (!from || get_ints(objs[7], &bufs[7], &from_ids, &nfrom, "proto_packets from_ids") < 0)
+    goto done;
+  const int64_t *to = get_int64(objs[8], &bufs[8], &nto, 0, "proto_packets flows_to");
+  if (!to || get_ints(objs[9], &bufs[9], &to_ids, &nto, "proto_packets to_ids") < 0) goto done;
+  /* Bound: a packet's head and type and track, its payload and flows. */
+  Py_ssize_t bound = nseq * (3 * VARINT_MAX + 16) + payload_len + 10 * (nfrom + nto) + 1;
+  result = PyBytes_FromStringAndSize(NULL, bound);
+  if (!result) goto done;
+  unsigned char *start = (unsigned char *)PyBytes_AS_STRING(result), *p = start;
+  Py_BEGIN_ALLOW_THREADS;
+  Py_ssize_t k = 0;
+  for (Py_ssize_t j = 0; j < nseq; j++) {
+    int negative;
+    uint64_t e = omptpy_ints_get(&seqs, j, &negative);
+    int64_t i = (int64_t)(e / 2);
+    uint64_t uuid = omptpy_ints_bits(&uuids, (Py_ssize_t)omptpy_ints_get(&track, i, &negative));
+    size_t event_len = 2 + 1 + varint_size(uuid);
+    if (e & 1) {
+      p = put_packet_head(p, (uint64_t)end[i], sequence, 0, event_len);
+      *p++ = (unsigned char)TAG(EVENT_TYPE, WIRE_VARINT);
+      *p++ = TYPE_SLICE_END;
+    } else {
+      Py_ssize_t f0, f1, t0, t1;
+      flow_range(from, nfrom, i, &f0, &f1);
+      flow_range(to, nto, i, &t0, &t1);
+      Py_ssize_t slot = (Py_ssize_t)omptpy_ints_get(&slots, k, &negative);
+      size_t len = (size_t)(offsets[slot + 1] - offsets[slot]);
+      event_len += len + 10 * (size_t)(f1 - f0 + t1 - t0);
+      p = put_packet_head(p, (uint64_t)begin[i], sequence, SEQ_NEEDS_INCREMENTAL_STATE, event_len);
+      *p++ = (unsigned char)TAG(EVENT_TYPE, WIRE_VARINT);
+      *p++ = TYPE_SLICE_BEGIN;
+      memcpy(p, payload + offsets[slot], len);
+      p += len;
+      k++;
+      for (Py_ssize_t f = f0; f < f1; f++) {
+        p = put_varint(p, TAG(EVENT_FLOW_IDS, WIRE_FIXED64));
+        p = put_fixed64(p, omptpy_ints_bits(&from_ids, f));
+      }
+      for (Py_ssize_t f = t0; f < t1; f++) {
+        p = put_varint(p, TAG(EVENT_TERMINATING_FLOW_IDS, WIRE_FIXED64));
+        p = put_fixed64(p, omptpy_ints_bits(&to_ids, f));
+      }
+    }
+    *p++ = (unsigned char)TAG(EVENT_TRACK_UUID, WIRE_VARINT);
+    p = put_varint(p, uuid);
+  }
+  Py_END_ALLOW_THREADS;
+  if (_PyBytes_Resize(&result, p - start) < 0) result = NULL;
+done:
+  for (int b = 0; b < 11; b++)
+    if (bufs[b].obj) PyBuffer_Release(&bufs[b]);
+  return result;
+}
+
+/* proto_counters(time, uuid, value, sequence): a TracePacket per row (as a
+ * Trace's bytes): counter `uuid`'s value at `time`, on trusted sequence
+ * `sequence`. */
+PyObject *omptpy_py_proto_counters(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *objs[3], *result = NULL;
+  Py_buffer bufs[3] = {{0}};
+  omptpy_ints time, uuid, value;
+  unsigned long long sequence;
+  Py_ssize_t n = -1;
+  if (!PyArg_ParseTuple(args, "OOOK", &objs[0], &objs[1], &objs[2], &sequence)) return NULL;
+  if (get_ints(objs[0], &bufs[0], &time, &n, "proto_counters time") < 0 ||
+      get_ints(objs[1], &bufs[1], &uuid, &n, "proto_counters uuid") < 0 ||
+      get_ints(objs[2], &bufs[2], &value, &n, "proto_counters value") < 0)
+    goto done;
+  result = PyBytes_FromStringAndSize(NULL, n * (6 * VARINT_MAX + 12) + 1);
+  if (!result) goto done;
+  unsigned char *start = (unsigned char *)PyBytes_AS_STRING(result), *p = start;
+  Py_BEGIN_ALLOW_THREADS;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    uint64_t u = omptpy_ints_bits(&uuid, i), v = omptpy_ints_bits(&value, i);
+    p = put_packet_head(p, omptpy_ints_bits(&time, i), sequence, 0,
+                        2 + 1 + varint_size(u) + 2 + varint_size(v));
+    *p++ = (unsigned char)TAG(EVENT_TYPE, WIRE_VARINT);
+    *p++ = TYPE_COUNTER;
+    *p++ = (unsigned char)TAG(EVENT_TRACK_UUID, WIRE_VARINT);
+    p = put_varint(p, u);
+    p = put_varint(p, TAG(EVENT_COUNTER_VALUE, WIRE_VARINT));
+    p = put_varint(p, v);
+  }
+  Py_END_ALLOW_THREADS;
+  if (_PyBytes_Resize(&result, p - start) < 0) result = NULL;
+done:
+  for (int b = 0; b < 3; b++)
+    if (bufs[b].obj) PyBuffer_Release(&bufs[b]);
+  return result;
+}

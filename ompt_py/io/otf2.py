@@ -1,0 +1,226 @@
+"""The OTF2 export (``ompt-py export --format otf2 -o DIR``, an output ending in
+``.otf2``; ``Trace.to_otf2``): an OTF2 archive, the Open Trace Format of
+Score-P, which Vampir, Score-P's tools and ``otf2-print`` read: the directory
+DIR holding ``traces.otf2`` (the anchor file), ``traces.def`` and
+``traces/``.
+
+It is made of the Perfetto export's slices (``perfetto.tracks``, filtered
+as every export is):
+
+* a location group (OTF2_LOCATION_GROUP_TYPE_PROCESS) per process, named as
+  Perfetto names it (its command, "rank N: " first when it had a rank), under
+  one system tree node; in it a location (CPU_THREAD) per thread ("thread N
+  (type)"), and a location (METRIC) "threads waiting" for the counter; a group
+  of type ACCELERATOR per process with offload ("devices of" the process's
+  name), its location (ACCELERATOR_STREAM) per device track ("device N
+  (type)");
+* a region per slice name (OTF2_PARADIGM_OPENMP for the constructs, USER for
+  user regions and Python frames), its role from the construct: PARALLEL for
+  parallel regions, TASK for implicit, initial and explicit tasks, LOOP,
+  SECTIONS or SINGLE for worksharing, BARRIER, IMPLICIT_BARRIER or
+  TASK_WAIT for sync regions and their waits ("barrier_implicit wait"...),
+  CRITICAL, ORDERED or ATOMIC for mutexes, DATA_TRANSFER for data operations,
+  FUNCTION for Python frames and user regions, CODE for the rest (locks,
+  taskgroups, kernels ...);
+* per slice an Enter and a Leave event on its location, each location's
+  in time order, nested as a stack (the order ``_core.proto_nest`` makes for
+  the Perfetto protobuf export);
+* a Metric event (members "sync" and "mutex", the threads waiting) at each
+  change of the counter.
+
+Timestamps are the trace's nanoseconds from its origin (ClockProperties:
+resolution 10^9/s, offset 0).  Args, flows and per-slice source locations
+have no place in OTF2's region model and are left out.  The archive's
+properties (``OMPT_PY::...``) hold the JSON export's otherData, with the
+export filter and what it clipped.  The events are written by the optional
+``_otf2`` extension (csrc/otf2/, linked against libotf2); the archive is made
+beside DIR and moved there once whole.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import ConfigError
+from .filters import ExportFilter
+from .perfetto import Counter, Slices, Source, tracks
+from .perfetto_proto import SliceOrder
+from .streaming import Progress, batches, in_order
+
+if TYPE_CHECKING:
+    from ..trace import Trace
+
+#: The anchor file of an archive.
+ANCHOR = "traces.otf2"
+DEVICE_TID = 1 << 30  # perfetto.DEVICE_TID: the devices' tracks
+
+# OTF2's enums (otf2/OTF2_Definitions.h, OTF2_GeneralDefinitions.h)
+_OPENMP, _USER = 3, 1
+_GROUP_PROCESS, _GROUP_ACCELERATOR = 1, 2
+_CPU_THREAD, _ACCELERATOR_STREAM, _METRIC = 1, 2, 3
+(_FUNCTION, _LOOP, _CODE, _PARALLEL, _SECTIONS, _SINGLE, _CRITICAL, _ATOMIC, _BARRIER,
+ _IMPLICIT_BARRIER, _ORDERED, _TASK, _TASK_WAIT, _DATA_TRANSFER) = (
+    1, 3, 4, 5, 6, 9, 12, 14, 15, 16, 18, 20, 22, 30)
+
+
+def _role(cat: str, name: str) -> int:
+    """The OTF2 region role of a slice of category ``cat`` named ``name``."""
+    if cat in ("python", "user_region"):
+        return _FUNCTION
+    if cat == "parallel":
+        return _PARALLEL
+    if cat in ("implicit_task", "task"):
+        return _TASK
+    if cat == "target_data_op":
+        return _DATA_TRANSFER
+    by_name = (("barrier_implicit", _IMPLICIT_BARRIER), ("barrier", _BARRIER),
+               ("taskwait", _TASK_WAIT), ("taskloop", _LOOP), ("loop", _LOOP),
+               ("distribute", _LOOP), ("sections", _SECTIONS), ("single", _SINGLE),
+               ("critical", _CRITICAL), ("ordered", _ORDERED), ("atomic", _ATOMIC))
+    return next((role for stem, role in by_name if name.startswith(stem)), _CODE)
+
+
+def _writer() -> ModuleType:
+    """The _otf2 extension; ConfigError, saying how to get it, without it."""
+    try:
+        return importlib.import_module("._otf2", __package__.rpartition(".")[0])
+    except ImportError as e:
+        raise ConfigError(
+            "the OTF2 export needs ompt-py built with libotf2, which this installation was "
+            "not: install libotf2 and its headers (Debian: apt-get install libotf2-trace-dev; "
+            "or Score-P's OTF2, with otf2-config on PATH), then reinstall ompt-py (make setup, "
+            "or pip install --force-reinstall --no-deps ompt-py)") from e
+
+
+class _Names:
+    """The archive's strings (a StringRef each) and regions (per name and role)."""
+
+    def __init__(self) -> None:
+        self.strings: list[str] = ["machine", "machine"]  # the system tree node, its class
+        self.refs: dict[str, int] = {}
+        self.regions: list[tuple[int, int, int]] = []
+        self.region_ids: dict[tuple[str, int, int], int] = {}
+
+    def ref(self, text: str) -> int:
+        if text not in self.refs:
+            self.refs[text] = len(self.strings)
+            self.strings.append(text)
+        return self.refs[text]
+
+    def region(self, cat: str, name: str) -> int:
+        key = (name, _role(cat, name), _USER if cat in ("python", "user_region") else _OPENMP)
+        if key not in self.region_ids:
+            self.region_ids[key] = len(self.regions)
+            self.regions.append((self.ref(name), key[1], key[2]))
+        return self.region_ids[key]
+
+
+def _regions(source: Source, names: _Names) -> np.ndarray:
+    """The region of each slice of ``source`` (made a batch at a time)."""
+    def names_of(part: slice) -> tuple[str, object]:
+        batch = source.make(part)
+        return batch.cat, batch.name
+    out = np.empty(source.count, np.int32)
+    parts = list(batches(source.count))
+    for part, (cat, name) in zip(parts, in_order(lambda p=p: names_of(p) for p in parts)):
+        if isinstance(name, str):
+            out[part] = names.region(cat, name)
+        else:  # a column of JSON names: the regions of the names it uses
+            codes = name.values.astype(np.int64)
+            table = np.full(len(name.table) + 1, -1, np.int32)  # the last: a code of -1
+            for code in np.unique(codes).tolist():
+                if 0 <= code < len(name.table) and name.table[code] != b"null":
+                    table[code] = names.region(cat, json.loads(name.table[code]))
+            out[part] = table[codes]
+    if (out < 0).any():
+        raise ValueError(f"{source.cat} slices without a name")
+    return out
+
+
+def _target(path: str) -> str:
+    """``path``, checked: a new name, an empty directory or an OTF2 archive (which
+    the new one replaces); ConfigError otherwise."""
+    if os.path.isdir(path) and os.listdir(path) and not os.path.exists(
+            os.path.join(path, ANCHOR)):
+        raise ConfigError(f"cannot write an OTF2 archive into {path}: it is a directory that "
+                          f"holds files but no {ANCHOR}; give a new or empty directory")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"cannot write an OTF2 archive to {path}: it is a file; an archive "
+                          "is a directory, give a new name")
+    return path
+
+
+def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None) -> None:
+    """Writes ``trace`` as an OTF2 archive in the directory ``path`` (made; an
+    archive there is replaced), of what ``flt`` keeps (default: everything)."""
+    otf2 = _writer()
+    path = _target(os.fspath(path))
+    made = tracks(trace, flt or ExportFilter())
+    sources = list(made.sources)
+    if made.frames is not None:
+        sources.insert(0, made.frames())
+    kinds = [type(s.make(slice(0, 0))) for s in sources]
+    slices = [s for s, kind in zip(sources, kinds) if kind is Slices]
+    counters = [s for s, kind in zip(sources, kinds) if kind is Counter]
+    del sources
+    names = _Names()
+    # Groups and locations, from the metadata's processes and tracks.
+    groups: list[tuple[int, int, int]] = []
+    locations: list[tuple[int, int, int]] = []
+    group_of: dict[int, int] = {}
+    devices_of: dict[int, int] = {}
+    index: dict[tuple[int, int], int] = {}
+    for m in made.metadata:
+        pid = m["pid"]
+        if m["name"] == "process_name":
+            group_of[pid] = len(groups)
+            groups.append((names.ref(m["args"]["name"]), _GROUP_PROCESS, -1))
+        elif m["name"] == "thread_name":
+            tid = m["tid"]
+            if tid >= DEVICE_TID and pid not in devices_of:
+                devices_of[pid] = len(groups)
+                process = names.strings[groups[group_of[pid]][0]]
+                groups.append((names.ref(f"devices of {process}"), _GROUP_ACCELERATOR,
+                               group_of[pid]))
+            group = devices_of[pid] if tid >= DEVICE_TID else group_of[pid]
+            index[pid, tid] = len(locations)
+            locations.append((names.ref(m["args"]["name"]),
+                              _ACCELERATOR_STREAM if tid >= DEVICE_TID else _CPU_THREAD, group))
+    with Progress(sum(s.count for s in slices), "otf2") as progress:
+        order = SliceOrder(slices, index)
+        region = np.concatenate([_regions(s, names) for s in slices]
+                                or [np.zeros(0, np.int32)])[order.order]
+        order.nest(len(index), np.zeros(0, np.int32), np.zeros(0, np.int64))
+        progress.update(len(region))
+    members, metrics = [], []
+    for source in counters:
+        batch = source.make(slice(None))
+        members = [(names.ref(name), names.ref("threads")) for name, _ in batch.series]
+        for pid in np.unique(batch.pid).tolist():
+            mine = np.flatnonzero(batch.pid == pid)
+            locations.append((names.ref("threads waiting"), _METRIC, group_of[pid]))
+            metrics.append((len(locations) - 1, np.ascontiguousarray(batch.time[mine], np.int64),
+                            [np.ascontiguousarray(v[mine], np.int64) for _, v in batch.series]))
+    other = made.other()
+    properties = [(f"OMPT_PY::{key.upper()}", value if isinstance(value, str)
+                   else json.dumps(value)) for key, value in other.items() if value is not None]
+    ends = [int(order.end.max())] if len(order.end) else []
+    ends += [int(t[-1]) for _, t, _ in metrics if len(t)]
+    partial = f"{path}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        otf2.write(partial, names.strings, names.regions, groups, locations, order.seq,
+                   order.begin, order.end, order.track, region, members, metrics, 0,
+                   max(ends, default=0), properties)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        os.replace(partial, path)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)

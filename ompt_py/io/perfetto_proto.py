@@ -1,0 +1,421 @@
+"""The Perfetto protobuf export (``ompt-py export --format perfetto-proto``, or an
+output ending in ``.pftrace`` or ``.perfetto-trace``; ``Trace.to_perfetto`` of
+such a path): Perfetto's own trace format (a ``Trace`` of ``TracePacket``s),
+which ui.perfetto.dev and trace_processor read as they read the JSON export,
+in a third of its size or less.
+
+It carries what the JSON export carries, from the same sources
+(``perfetto.tracks``: the same slices, names, args, flows, counter and
+filter), the JSON writer being the reference:
+
+* a track per process (``TrackDescriptor.process``: pid and the JSON's
+  process name), per thread (``.thread``: pid, tid = the thread number, the
+  JSON's thread name), per device (a track of its process, named as the
+  JSON's device track), and per process two counter tracks, "threads waiting
+  sync" and "threads waiting mutex" (the names Perfetto gives the JSON
+  counter's two series), plus one track, "ompt-py", whose instant event at
+  the trace's first time holds the JSON's otherData as debug annotations
+  (producer, clock, origin, the export filter and what it clipped);
+* per slice a ``TrackEvent`` of type SLICE_BEGIN (its name, category and args:
+  debug annotations, numbers as int or uint values, addresses as pointer
+  values, texts as interned strings, booleans as booleans, null args left
+  out) and one of type SLICE_END, on its track, in the order a track's stack
+  takes them (``_core.proto_nest``: the slices in file order, which nests
+  slices that begin together the way the JSON viewer nests them); a slice
+  that ends after the one it begins in (never in a trace the tables pair) is
+  cut at that end and counted;
+* flows: the id of a task's flow in ``flow_ids`` of the begin of the
+  innermost slice holding the task's creation on its thread, and in
+  ``terminating_flow_ids`` of the innermost slice holding its first start on
+  the thread that ran it (the task's own slice): from creation to first start,
+  as the JSON's "s" and "f" events (likewise the offload flows to the
+  devices' tracks);
+* counters: a ``TrackEvent`` of type COUNTER per change of a series.
+
+The names, categories, annotation names and texts are interned (sequence
+SEQUENCE's ``InternedData``, added as new ones appear).  Timestamps are the
+trace's times in nanoseconds (as the JSON's microseconds, to the
+nanosecond).  The packets are written in C (csrc/ext/proto.c) a batch at a
+time; the slices are first put in order across their sources (their begins,
+ends and tracks: 20 bytes a slice), then the fields of each batch's begins
+are made from the sources as the JSON's text is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import numpy as np
+
+from .. import _core
+from .filters import ExportFilter
+from .perfetto import Counter, Flows, Slices, Source, Tracks, tracks
+from .streaming import HEX, NUMBER, TEXT, Column, Progress, batches, in_order, output
+
+if TYPE_CHECKING:
+    from ..trace import Trace
+
+#: The trusted packet sequence of every packet that uses interned data.
+SEQUENCE = 1
+#: Begins and ends made into packets at a time (a few MB of payloads each).
+PACKETS_AT_ONCE = 1 << 18
+
+# Field numbers of Perfetto's protos (protos/perfetto/trace/...).
+_PACKET, _SEQUENCE_FLAGS, _SEQUENCE_ID, _TIMESTAMP = 1, 13, 10, 8
+_TRACK_EVENT, _INTERNED_DATA, _TRACK_DESCRIPTOR = 11, 12, 60
+_CLEARED = 1  # TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+_NEEDS_STATE = 2  # TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+_INSTANT = 3  # TrackEvent.TYPE_INSTANT
+_NAME_IID, _CATEGORY_IIDS, _TYPE, _TRACK_UUID, _ANNOTATIONS = 10, 3, 9, 11, 4
+_ANNOTATION_NAME_IID, _BOOL, _INT, _STRING, _STRING_IID = 1, 2, 4, 6, 17
+
+
+def _varint(value: int) -> bytes:
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _int(field: int, value: int) -> bytes:
+    return _varint(field << 3) + _varint(value)
+
+
+def _len(field: int, data: bytes | str) -> bytes:
+    data = data.encode() if isinstance(data, str) else data
+    return _varint(field << 3 | 2) + _varint(len(data)) + data
+
+
+def _packet(*fields: bytes) -> bytes:
+    return _len(_PACKET, b"".join(fields))
+
+
+class _Interned:
+    """Interned strings of one kind (an InternedData field: 1 categories, 2 event
+    names, 3 annotation names, 29 annotation string values): iids from 1, and
+    those not yet written."""
+
+    def __init__(self, field: int) -> None:
+        self.field = field
+        self.iids: dict[str, int] = {}
+        self.new: list[str] = []
+        self.lock = threading.Lock()  # batches are made by several threads
+
+    def __call__(self, text: str) -> int:
+        iid = self.iids.get(text)
+        if iid is None:
+            with self.lock:
+                iid = self.iids.get(text)
+                if iid is None:
+                    iid = self.iids[text] = len(self.iids) + 1
+                    self.new.append(text)
+        return iid
+
+    def written(self) -> bytes:
+        with self.lock:
+            new, self.new = self.new, []
+        return b"".join(_len(self.field, _int(1, self.iids[t]) + _len(2, t)) for t in new)
+
+
+class _Strings:
+    """The interned strings of the file."""
+
+    def __init__(self) -> None:
+        self.categories, self.names = _Interned(1), _Interned(2)
+        self.keys, self.values = _Interned(3), _Interned(29)
+        self.first = True
+
+    def packet(self) -> bytes:
+        """The InternedData of the strings not written yet (none: b"")."""
+        data = b"".join(i.written() for i in (self.categories, self.names, self.keys,
+                                               self.values))
+        if not data and not self.first:
+            return b""
+        flags = _CLEARED | _NEEDS_STATE if self.first else _NEEDS_STATE
+        self.first = False
+        return _packet(_int(_SEQUENCE_ID, SEQUENCE), _int(_SEQUENCE_FLAGS, flags),
+                       _len(_INTERNED_DATA, data))
+
+    def value(self, text: str) -> bytes:
+        """A JSON value (a table entry of the JSON export's columns) as a debug
+        annotation's value field; b"" for null."""
+        value = json.loads(text)
+        if value is None:
+            return b""
+        if isinstance(value, bool):
+            return _int(_BOOL, value)
+        if isinstance(value, int):
+            return _int(_INT, value)
+        return _int(_STRING_IID, self.values(str(value)))
+
+
+def _table(column: Column, encode: Callable[[bytes], bytes]) -> tuple[bytes, ...]:
+    """A TEXT column's table encoded, the entries its rows use (others: b"", so that
+    only the strings used are interned)."""
+    used = np.zeros(len(column.table), bool)
+    codes = np.unique(column.values).astype(np.int64)
+    used[codes[(codes >= 0) & (codes < len(used))]] = True
+    return tuple(encode(t) if u else b"" for t, u in zip(column.table, used.tolist()))
+
+
+def _columns(batch: Slices, strings: _Strings) -> list[tuple]:
+    """proto_payloads' columns of a batch of slices: name, category, args."""
+    n = len(batch.begin)
+    if isinstance(batch.name, str):
+        name = (_core.PROTO_FIELD, _NAME_IID, np.full(n, strings.names(batch.name)), None, None)
+    else:
+        table = _table(batch.name, lambda t: b"" if t == b"null"
+                       else _int(_NAME_IID, strings.names(json.loads(t))))
+        name = (_core.PROTO_TABLE, 0, batch.name.values, None, table)
+    columns = [name, (_core.PROTO_FIELD, _CATEGORY_IIDS,
+                      np.full(n, strings.categories(batch.cat)), None, None)]
+    for key, column in batch.args:
+        iid = strings.keys(key)
+        if column.kind == TEXT:
+            table = _table(column, lambda t: strings.value(t.decode()))
+            columns.append((_core.PROTO_TABLE, iid, column.values, column.missing, table))
+        else:
+            assert column.kind in (NUMBER, HEX), column.kind
+            kind = _core.PROTO_NUMBER if column.kind == NUMBER else _core.PROTO_POINTER
+            columns.append((kind, iid, column.values, column.missing, None))
+    return columns
+
+
+def _payloads(batch: Slices, strings: _Strings) -> tuple[bytes, np.ndarray]:
+    offsets = np.empty(len(batch.begin) + 1, np.int64)
+    return _core.proto_payloads(_columns(batch, strings), offsets), offsets
+
+
+class _TrackUuids:
+    """A uuid per track: processes, their threads and devices, counters."""
+
+    def __init__(self) -> None:
+        self.uuids: dict[tuple, int] = {}
+
+    def __call__(self, *key: Any) -> int:
+        return self.uuids.setdefault(key, len(self.uuids) + 1)
+
+
+def _descriptors(made: Tracks, uuids: _TrackUuids) -> tuple[bytes, dict[tuple[int, int], int]]:
+    """The TrackDescriptor packets of the processes, threads and devices of the
+    JSON's metadata, and the track index (0, 1, ...) of each (pid, tid)."""
+    packets, index = [], {}
+    names = {(m["pid"], m.get("tid")): m["args"]["name"] for m in made.metadata
+             if m["name"] in ("process_name", "thread_name")}
+    ranks = {(m["pid"], m.get("tid")): m["args"]["sort_index"] for m in made.metadata
+             if m["name"] in ("process_sort_index", "thread_sort_index")}
+    for (pid, tid), name in names.items():
+        if tid is None:
+            body = _int(1, uuids("process", pid)) + _len(3, _int(1, pid) + _len(6, name))
+            body += _int(11, 3)  # child_ordering: EXPLICIT (by sibling_order_rank)
+        elif tid < 1 << 30:  # a thread (perfetto.DEVICE_TID: the devices' tracks)
+            body = (_int(1, uuids("thread", pid, tid))
+                    + _len(4, _int(1, pid) + _int(2, tid) + _len(5, name)))
+        else:
+            body = _int(1, uuids("device", pid, tid)) + _int(5, uuids("process", pid))
+            body += _len(2, name)
+        if (pid, tid) in ranks:
+            body += _int(12, ranks[pid, tid])  # sibling_order_rank
+        packets.append(_packet(_len(_TRACK_DESCRIPTOR, body)))
+        if tid is not None:
+            index[pid, tid] = len(index)
+    return b"".join(packets), index
+
+
+def _counter_descriptor(uuids: _TrackUuids, pid: int, series: str) -> bytes:
+    body = (_int(1, uuids("counter", pid, series)) + _int(5, uuids("process", pid))
+            + _len(2, f"threads waiting {series}") + _len(8, b""))
+    return _packet(_len(_TRACK_DESCRIPTOR, body))
+
+
+def _metadata_packet(other: dict, time: int, uuids: _TrackUuids, strings: _Strings) -> bytes:
+    """The "ompt-py" track and its instant, the otherData as debug annotations
+    (JSON text for what is not a number or a text)."""
+    track = _packet(_len(_TRACK_DESCRIPTOR, _int(1, uuids("ompt-py")) + _len(2, "ompt-py")))
+    annotations = b""
+    for key, value in other.items():
+        if value is None:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool):
+            field = _int(_INT, value)
+        else:
+            field = _len(_STRING, value if isinstance(value, str) else json.dumps(value))
+        annotations += _len(_ANNOTATIONS, _int(_ANNOTATION_NAME_IID, strings.keys(key)) + field)
+    event = (_int(_TYPE, _INSTANT) + _int(_TRACK_UUID, uuids("ompt-py"))
+             + _int(_NAME_IID, strings.names("ompt-py export")) + annotations)
+    return track + strings.packet() + _packet(
+        _int(_TIMESTAMP, time), _int(_SEQUENCE_ID, SEQUENCE),
+        _int(_SEQUENCE_FLAGS, _NEEDS_STATE), _len(_TRACK_EVENT, event))
+
+
+def track_index(index: dict[tuple[int, int], int], pid: np.ndarray, tid: np.ndarray
+                 ) -> np.ndarray:
+    """The track of each (pid, tid), by ``index`` (-1: none)."""
+    known = np.array([p << 32 | t for p, t in index], np.int64)
+    value = np.array(list(index.values()), np.int64)
+    by = np.argsort(known)
+    known, value = known[by], value[by]
+    key = np.asarray(pid, np.int64) << 32 | np.asarray(tid, np.int64)
+    at = np.minimum(np.searchsorted(known, key), max(len(known) - 1, 0))
+    found = (known[at] == key) if len(known) else np.zeros(len(key), bool)
+    return np.where(found, value[at] if len(known) else -1, -1)
+
+
+class SliceOrder:
+    """Every slice of the sources in file order (source by source: a slice's
+    position), the positions in the order of their begins (stable: file order
+    at one time), their begins, ends (cut by proto_nest) and tracks (by
+    ``index``: (pid, tid) -> track) in that order, and the sequence of begins
+    and ends (``nest``).  The OTF2 export orders its events by it too."""
+
+    def __init__(self, sources: list, index: dict[tuple[int, int], int]) -> None:
+        self.sources = sources
+        self.starts = np.cumsum([0] + [s.count for s in sources])
+        # Filled source by source, then put in order: a copy of each, no more.
+        begin, end = np.empty(self.starts[-1], np.int64), np.empty(self.starts[-1], np.int64)
+        track = np.empty(self.starts[-1], np.int32)
+        for source, start, stop in zip(sources, self.starts[:-1], self.starts[1:]):
+            spans = source.spans()
+            begin[start:stop], end[start:stop] = spans.begin, spans.end
+            track[start:stop] = track_index(index, spans.pid, spans.thread)
+            del spans
+            if (track[start:stop] < 0).any():
+                raise ValueError(f"{source.cat} slices on a track the metadata does not name")
+        self.order = np.argsort(begin, kind="stable")
+        self.begin = begin[self.order]
+        del begin
+        self.end = end[self.order]
+        del end
+        self.track = track[self.order]
+
+    def nest(self, ntracks: int, query_track: np.ndarray, query_time: np.ndarray
+             ) -> tuple[int, np.ndarray]:
+        """proto_nest over the slices; per query, the slice (a position in begin
+        order) holding it, or -1; returns how many ends were cut."""
+        self.seq = np.empty(2 * len(self.begin), np.int64)
+        held = np.empty(len(query_time), np.int64)
+        cut = _core.proto_nest(self.track, self.begin, self.end, ntracks,
+                               np.ascontiguousarray(query_track, np.int32),
+                               np.ascontiguousarray(query_time, np.int64), held, self.seq)
+        return cut, held
+
+    def payloads(self, sorted_at: np.ndarray, strings: _Strings
+                 ) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """The payloads of the slices at these positions of begin order, made source
+        by source: the bytes, their offsets, and the slot of each position's."""
+        at = self.order[sorted_at]
+        which = np.searchsorted(self.starts, at, "right") - 1
+        by_source = np.argsort(which, kind="stable")
+        data, offsets, base = [], [], 0
+        for i, first, stop in _runs(which[by_source]):
+            rows = at[by_source[first:stop]] - self.starts[i]
+            made, own = _payloads(self.sources[i].make(rows), strings)
+            data.append(made)
+            offsets.append(own[:-1] + base)
+            base += len(made)
+        offsets.append(np.array([base], np.int64))
+        slots = np.empty(len(at), np.int64)
+        slots[by_source] = np.arange(len(at))
+        return b"".join(data), np.concatenate(offsets), slots
+
+
+def _runs(values: np.ndarray) -> Iterator[tuple[int, int, int]]:
+    """(value, first, stop) of each run of equal values."""
+    edges = np.flatnonzero(np.diff(values)) + 1
+    for first, stop in zip(np.r_[0, edges].tolist(), np.r_[edges, len(values)].tolist()):
+        if stop > first:
+            yield int(values[first]), first, stop
+
+
+def _flows(sources: list, index: dict[tuple[int, int], int]) -> tuple[np.ndarray, ...]:
+    """Every flow's id, and the track and time of its start and of its finish."""
+    batches = [s.make(slice(None)) for s in sources]
+    ids = np.concatenate([b.ids for b in batches] or [np.zeros(0, np.int64)])
+    ends = []
+    for side in (0, 1):
+        points = [b.start if side == 0 else b.finish for b in batches]
+        pid = np.concatenate([np.asarray(p[0], np.int64) for p in points] or [[]])
+        tid = np.concatenate([np.asarray(p[1], np.int64) for p in points] or [[]])
+        time = np.concatenate([np.asarray(p[2], np.int64) for p in points] or [[]])
+        ends.append((track_index(index, pid, tid), time))
+    return ids.astype(np.int64), *ends[0], *ends[1]
+
+
+def _write_counters(out: BinaryIO, source: Source, uuids: _TrackUuids) -> None:
+    """The counter's tracks (per process and series) and a packet per change of a
+    series (the first value of each process's series, then each new one)."""
+    batch = source.make(slice(None))
+    pids = np.unique(batch.pid).tolist()
+    for name, values in batch.series:
+        out.write(b"".join(_counter_descriptor(uuids, pid, name) for pid in pids))
+        pid = np.asarray(batch.pid, np.int64)
+        changed = np.ones(len(values), bool)
+        changed[1:] = (values[1:] != values[:-1]) | (pid[1:] != pid[:-1])
+        uuid_of = {p: uuids("counter", p, name) for p in pids}
+        uuid = np.array([uuid_of[p] for p in pids], np.uint64)[
+            np.searchsorted(pids, pid[changed])]
+        out.write(_core.proto_counters(np.asarray(batch.time, np.int64)[changed], uuid,
+                                       np.asarray(values, np.int64)[changed], SEQUENCE))
+
+
+def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None) -> None:
+    """Writes ``trace`` as a Perfetto protobuf trace, of what ``flt`` keeps
+    (default: everything)."""
+    made = tracks(trace, flt or ExportFilter())
+    uuids, strings = _TrackUuids(), _Strings()
+    descriptors, index = _descriptors(made, uuids)
+    sources = list(made.sources)
+    if made.frames is not None:
+        sources.insert(0, made.frames())  # as in the JSON: the outermost slices first
+    kinds = [type(s.make(slice(0, 0))) for s in sources]
+    slices = [s for s, kind in zip(sources, kinds) if kind is Slices]
+    flow_ids, from_track, from_time, to_track, to_time = _flows(
+        [s for s, kind in zip(sources, kinds) if kind is Flows], index)
+    counters = [s for s, kind in zip(sources, kinds) if kind is Counter]
+    del sources
+    order = SliceOrder(slices, index)
+    # The flows' ends: the slices holding them (proto_nest's queries, in time order).
+    on = (from_track >= 0) & (to_track >= 0)
+    ids, n_on = flow_ids[on], int(on.sum())
+    query_time = np.concatenate([from_time[on], to_time[on]])
+    asked = np.argsort(query_time, kind="stable")
+    cut, held = order.nest(len(index), np.concatenate([from_track[on], to_track[on]])[asked],
+                           query_time[asked])
+    holder = np.empty(len(held), np.int64)
+    holder[asked] = held
+    flows: list[np.ndarray] = []
+    for side in (holder[:n_on], holder[n_on:]):  # starts, then finishes
+        bound = np.flatnonzero(side >= 0)
+        by = bound[np.argsort(side[bound], kind="stable")]
+        flows += [np.ascontiguousarray(side[by]), np.ascontiguousarray(ids[by])]
+    unbound = len(flow_ids) - n_on + int((holder < 0).sum())
+    track_uuids = np.array([uuids("thread" if t < 1 << 30 else "device", p, t)
+                            for p, t in index], np.uint64)
+
+    def batch(part: slice) -> tuple[int, bytes]:
+        seq = order.seq[part]
+        payload, offsets, slots = order.payloads(seq[seq % 2 == 0] // 2, strings)
+        return len(seq), _core.proto_packets(seq, order.begin, order.end, order.track,
+                                             track_uuids, payload, offsets, slots, *flows,
+                                             SEQUENCE)
+    with output(path) as out, Progress(len(order.seq), "perfetto-proto") as progress:
+        out.write(strings.packet() + descriptors)
+        for count, packets in in_order(lambda p=part: batch(p)
+                                       for part in batches(len(order.seq), PACKETS_AT_ONCE)):
+            # every string the batch uses is interned by now: written before it
+            out.write(strings.packet() + packets)
+            progress.update(count)
+        for source in counters:
+            _write_counters(out, source, uuids)
+        other = made.other()
+        if cut or unbound:
+            other = {**other, "slices_cut": cut, "flows_unbound": unbound}
+        first = int(order.begin[0]) if len(order.begin) else 0
+        out.write(_metadata_packet(other, first, uuids, strings))

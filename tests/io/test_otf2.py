@@ -1,0 +1,187 @@
+"""The OTF2 export (``ompt-py export --format otf2 -o DIR``, ``Trace.to_otf2``;
+docs/exports.md), read back by Debian's ``otf2-print`` (otf2-tools, in the
+Makefile's DEBIAN_PACKAGES): the archive validates, has a location group per
+process and a location per thread named as the JSON export names them, and
+per location the JSON export's slices as Enter/Leave pairs of regions of
+their names (the same counts per region name, the same times), each
+location's events in time order and nested as a stack; the counter as Metric
+events; the filter in the archive's properties.
+
+Traces: export-mixed (two processes, tasks, locks), offload.omptraw (device
+locations), pystacks-inprocess (Python frames)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections import Counter, defaultdict
+
+import pytest
+from conftest import cli, load_stored, no_traceback, ok, stored_path
+from test_export import ns
+
+from ompt_py.errors import ConfigError
+from ompt_py.io import export
+
+OTF2_PRINT = shutil.which("otf2-print")
+pytestmark = pytest.mark.skipif(OTF2_PRINT is None, reason="otf2-print (Debian: otf2-tools; "
+                                "make setup installs it)")
+DEVICE_TID = 1 << 30
+
+_NAME = r'"((?:[^"\\]|\\.)*)"'
+_DEF = re.compile(rf"^(LOCATION_GROUP|LOCATION|REGION) +(\d+) +Name: {_NAME}(.*)$")
+_GROUP = re.compile(rf"Group: {_NAME}")
+_EVENT = re.compile(rf"^(ENTER|LEAVE|METRIC) +(\d+) +(\d+) +"
+                    rf"(?:Region: {_NAME} <\d+>|Metric: (.*))$")
+
+
+def otf2_print(*args) -> str:
+    r = subprocess.run([OTF2_PRINT, *map(str, args)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+class Archive:
+    """What otf2-print shows of an archive: locations (id -> (group, name, type)),
+    per location its events (kind, time, region or metric values), properties."""
+
+    def __init__(self, path) -> None:
+        anchor = path / "traces.otf2"
+        self.locations: dict[int, tuple[str, str, str]] = {}
+        for line in otf2_print("-G", anchor).splitlines():
+            m = _DEF.match(line)
+            if m and m[1] == "LOCATION":
+                kind = re.search(r"Type: (\w+)", m[4])[1]
+                self.locations[int(m[2])] = (_GROUP.search(m[4])[1], m[3], kind)
+        self.events: dict[int, list[tuple]] = defaultdict(list)
+        for line in otf2_print(anchor).splitlines():
+            m = _EVENT.match(line)
+            if m:
+                self.events[int(m[2])].append((m[1], int(m[3]), m[4] or m[5]))
+        info = otf2_print("-I", anchor).splitlines()
+        names = [line.split(None, 2)[2] for line in info if line.startswith("Property name")]
+        values = [line.split(None, 2)[2] if len(line.split(None, 2)) > 2 else ""
+                  for line in info if line.startswith("Property value")]
+        self.properties = dict(zip(names, values))
+
+
+def json_tracks(events) -> dict[tuple[str, str], list[dict]]:
+    """The JSON export's slices per (location group, location): (process name, thread
+    name), or for a device ("devices of" the process name, its name)."""
+    procs = {e["pid"]: e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    tracks = defaultdict(list)
+    for e in events:
+        if e["ph"] == "X":
+            group = procs[e["pid"]]
+            group = f"devices of {group}" if e["tid"] >= DEVICE_TID else group
+            tracks[group, names[e["pid"], e["tid"]]].append(e)
+    return tracks
+
+
+def exported(trace, tmp_path, **filters) -> tuple[Archive, dict]:
+    export(trace, tmp_path / "t.json", "perfetto", **filters)
+    export(trace, tmp_path / "t.otf2", "otf2", **filters)
+    with open(tmp_path / "t.json") as f:
+        return Archive(tmp_path / "t.otf2"), json.load(f)
+
+
+def check(archive: Archive, doc: dict) -> Counter:
+    """The archive against the JSON export; returns the Enter events per region."""
+    events = doc["traceEvents"]
+    tracks = json_tracks(events)
+    by_name = {(g, n): loc for loc, (g, n, kind) in archive.locations.items() if kind != "METRIC"}
+    assert len(by_name) == len([1 for _, _, kind in archive.locations.values()
+                                if kind != "METRIC"]), "two locations of one name in a group"
+    assert set(tracks) <= set(by_name)
+    regions = Counter()
+    for key, loc in by_name.items():
+        mine = archive.events.get(loc, [])
+        times = [t for _, t, _ in mine]
+        assert times == sorted(times), f"{key}: events out of time order"
+        stack = []
+        for kind, _, region in mine:
+            if kind == "ENTER":
+                stack.append(region)
+            else:
+                assert kind == "LEAVE" and stack.pop() == region, key
+        assert not stack, key
+        entered = Counter((region, t) for kind, t, region in mine if kind == "ENTER")
+        left = Counter(region for kind, _, region in mine if kind == "LEAVE")
+        rows = tracks.get(key, [])
+        assert entered == Counter((e["name"], ns(e["ts"])) for e in rows), key
+        assert left == Counter(e["name"] for e in rows), key
+        regions.update(region for region, _ in entered.elements())
+    # the counter: a Metric event per JSON counter event, on the process's METRIC location
+    procs = {e["pid"]: e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    counters = Counter(procs[e["pid"]] for e in events if e["ph"] == "C")
+    metrics = Counter()
+    for loc, (group, _, kind) in archive.locations.items():
+        if kind == "METRIC":
+            metrics[group] += sum(1 for k, _, _ in archive.events.get(loc, []) if k == "METRIC")
+    assert metrics == counters
+    return regions
+
+
+@pytest.mark.parametrize("name", ["export-mixed", "offload.omptraw", "pystacks-inprocess"])
+def test_archive_holds_the_slices_of_the_json(name, tmp_path):
+    archive, doc = exported(load_stored(name), tmp_path)
+    regions = check(archive, doc)
+    assert sum(regions.values()) > 0
+    assert archive.properties["OMPT_PY::PRODUCER"] == "ompt-py"
+    groups = {g for g, _, _ in archive.locations.values()}
+    assert groups >= {e["args"]["name"] for e in doc["traceEvents"]
+                      if e["ph"] == "M" and e["name"] == "process_name"}
+
+
+def test_what_the_archives_hold(tmp_path):
+    """Every construct kind as a region, device and metric locations."""
+    seen, kinds = Counter(), Counter()
+    for name in ("export-mixed", "offload.omptraw"):
+        archive, doc = exported(load_stored(name), tmp_path)
+        seen.update(check(archive, doc))
+        kinds.update(kind for _, _, kind in archive.locations.values())
+    assert {"parallel region", "implicit task", "initial task", "task", "loop", "taskwait",
+            "barrier_implicit wait", "critical", "lock", "critical wait"} <= set(seen)
+    assert kinds["CPU_THREAD"] and kinds["ACCELERATOR_STREAM"] and kinds["METRIC"]
+
+
+def test_filtered_archive(tmp_path):
+    trace = load_stored("export-mixed")
+    archive, doc = exported(trace, tmp_path, start="20ms", end="52ms", threads=[0, 1])
+    check(archive, doc)
+    meta = json.loads(archive.properties["OMPT_PY::EXPORT_FILTER"])
+    assert meta == doc["otherData"]["export_filter"]
+    assert meta["clipped_slices"] > 0 and meta["threads"] == [0, 1]
+    for loc, events in archive.events.items():
+        assert all(20_000_000 <= t <= 52_000_000 for _, t, _ in events), loc
+
+
+def test_from_the_cli_into_an_archive_or_not(tmp_path):
+    trace = stored_path("export-mixed")
+    out = tmp_path / "run.otf2"
+    r = ok(cli("export", trace, "-o", out))
+    assert "(otf2)" in r.stderr and (out / "traces.otf2").is_file()
+    ok(cli("export", trace, "--format", "otf2", "-o", out))  # an archive is replaced
+    other = tmp_path / "docs"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    r = cli("export", trace, "--format", "otf2", "-o", other)
+    assert r.returncode == 2
+    no_traceback(r)
+    assert "traces.otf2" in r.stderr and (other / "notes.txt").read_text() == "mine"
+
+
+def test_without_the_extension_the_export_says_how_to_get_it(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ompt_py._otf2", None)
+    with pytest.raises(ConfigError, match="libotf2-trace-dev"):
+        load_stored("export-mixed").to_otf2(tmp_path / "t.otf2")
+    assert not (tmp_path / "t.otf2").exists()

@@ -1,0 +1,270 @@
+"""The Perfetto protobuf export (``ompt-py export --format perfetto-proto``, a
+``.pftrace`` path; docs/exports.md) against the JSON export, the reference:
+the same stored traces converted both ways, the protobuf parsed with
+Perfetto's own protos (the ``perfetto`` package, a test dependency) and read
+back as Perfetto reads it (a stack of slices per track, interned strings
+looked up), must give per thread the same slices (names, categories,
+timestamps to the nanosecond, args, nesting), the same flows, the same
+counter series and names of processes, threads and devices.
+
+Traces: export-mixed (two processes, tasks and flows, locks, nested regions),
+pystacks-inprocess (Python frames), offload.omptraw (devices and their
+flows), regions-prog (user regions), known-tasks (many flows); then filtered
+exports of export-mixed (a time window, threads, a process)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+
+import pytest
+from conftest import cli, load_stored, no_traceback, ok, stored_path
+from test_export import ns
+
+from ompt_py.io import export
+
+pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+                         reason="the perfetto package (pip install -e '.[test]')")
+
+DEVICE_TID = 1 << 30
+
+
+class ProtoTrace:
+    """A protobuf trace read back as Perfetto reads it: per track (pid, tid, or
+    ("device", pid, name), ("counter", pid, name)) its slices in the order they
+    begin (dicts: ts, dur, name, cat, args, depth, parent), its counter values,
+    the flows (id -> start slice, finish slice) and the names."""
+
+    def __init__(self, path) -> None:
+        trace = pb.Trace()
+        with open(path, "rb") as f:
+            trace.ParseFromString(f.read())
+        names: dict[int, dict[int, str]] = defaultdict(dict)
+        tracks: dict[int, tuple] = {}
+        self.process_names: dict[int, str] = {}
+        self.thread_names: dict[tuple[int, int], str] = {}
+        self.slices: dict[tuple, list[dict]] = defaultdict(list)
+        self.counters: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
+        self.instants: list[dict] = []
+        stacks: dict[tuple, list[dict]] = defaultdict(list)
+        flow_from: dict[int, dict] = {}
+        self.flows: dict[int, tuple[dict, dict]] = {}
+        self.sequence_flags = []
+        for packet in trace.packet:
+            if packet.HasField("interned_data"):
+                data = packet.interned_data
+                for kind, entries in (("cat", data.event_categories), ("name", data.event_names),
+                                      ("key", data.debug_annotation_names)):
+                    for e in entries:
+                        assert e.iid not in names[kind], "an iid interned twice"
+                        names[kind][e.iid] = e.name
+                for e in data.debug_annotation_string_values:
+                    names["value"][e.iid] = e.str.decode()
+            if packet.HasField("track_descriptor"):
+                d = packet.track_descriptor
+                if d.HasField("process"):
+                    tracks[d.uuid] = ("process", d.process.pid)
+                    self.process_names[d.process.pid] = d.process.process_name
+                elif d.HasField("thread"):
+                    tracks[d.uuid] = (d.thread.pid, d.thread.tid)
+                    self.thread_names[d.thread.pid, d.thread.tid] = d.thread.thread_name
+                else:
+                    parent = tracks.get(d.parent_uuid, (None, None))[1]
+                    kind = "counter" if d.HasField("counter") else "device"
+                    tracks[d.uuid] = (kind, parent, d.name) if parent is not None else (d.name,)
+            if not packet.HasField("track_event"):
+                continue
+            assert packet.trusted_packet_sequence_id == 1
+            e = packet.track_event
+            track = tracks[e.track_uuid]
+            if e.type == pb.TrackEvent.TYPE_COUNTER:
+                self.counters[track].append((packet.timestamp, e.counter_value))
+                continue
+            if e.type == pb.TrackEvent.TYPE_SLICE_END:
+                s = stacks[track].pop()
+                s["dur"] = packet.timestamp - s["ts"]
+                continue
+            args = {}
+            for a in e.debug_annotations:
+                key = names["key"][a.name_iid]
+                field = a.WhichOneof("value")
+                value = getattr(a, field)
+                if field == "string_value_iid":
+                    value = names["value"][value]
+                elif field == "pointer_value":
+                    value = hex(value)
+                args[key] = value
+            s = {"ts": packet.timestamp, "name": names["name"][e.name_iid], "args": args,
+                 "cat": names["cat"][e.category_iids[0]] if e.category_iids else None}
+            if e.type == pb.TrackEvent.TYPE_INSTANT:
+                self.instants.append(s)
+                continue
+            assert e.type == pb.TrackEvent.TYPE_SLICE_BEGIN
+            s["depth"] = len(stacks[track])
+            s["parent"] = stacks[track][-1] if stacks[track] else None
+            stacks[track].append(s)
+            self.slices[track].append(s)
+            for flow in e.flow_ids:
+                assert flow not in flow_from
+                flow_from[flow] = s
+            for flow in e.terminating_flow_ids:
+                self.flows[flow] = (flow_from.pop(flow), s)
+        assert not any(stacks.values()), "slices begun and never ended"
+        assert not flow_from, "flows without a finish"
+
+
+def json_tracks(events: list[dict]) -> tuple[dict, dict]:
+    """The JSON's slices per track (keys as ProtoTrace's), in the order Perfetto's
+    JSON importer takes them (time, then file order), with their depth and
+    parent as its stack of complete slices gives them; and the device names."""
+    devices = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e["ph"] == "M" and e["name"] == "thread_name" and e["tid"] >= DEVICE_TID}
+    tracks: dict[tuple, list[dict]] = defaultdict(list)
+    for e in events:
+        if e["ph"] == "X":
+            key = (e["pid"], e["tid"])
+            key = ("device", e["pid"], devices[key]) if key in devices else key
+            args = {k: v for k, v in e["args"].items() if v is not None}
+            tracks[key].append({"ts": ns(e["ts"]), "dur": ns(e["dur"]), "name": e["name"],
+                                "cat": e["cat"], "args": args})
+    for rows in tracks.values():
+        rows.sort(key=lambda s: s["ts"])  # stable: file order at one time
+        stack: list[dict] = []
+        for s in rows:
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] <= s["ts"]:
+                stack.pop()
+            s["depth"], s["parent"] = len(stack), stack[-1] if stack else None
+            stack.append(s)
+    return tracks, devices
+
+
+def same_slices(proto: ProtoTrace, events: list[dict]) -> int:
+    """Asserts the protobuf's slices are the JSON's, track by track: the same
+    begins, ends, names, categories, args, depths and parents; returns how many."""
+    tracks, _ = json_tracks(events)
+    assert set(proto.slices) == set(tracks)
+    for key, rows in tracks.items():
+        mine = proto.slices[key]
+        assert len(mine) == len(rows), key
+
+        def plain(s):
+            parent = s["parent"]
+            return (s["ts"], s["dur"], s["name"], s["cat"], s["depth"], s["args"],
+                    None if parent is None else (parent["ts"], parent["name"]))
+        assert [plain(s) for s in mine] == [plain(s) for s in rows], key
+    return sum(len(rows) for rows in tracks.values())
+
+
+def same_flows(proto: ProtoTrace, events: list[dict]) -> int:
+    """Each JSON flow ("s" then "f") is a protobuf flow from a slice holding its
+    start to the slice on its finish's track that begins at its finish."""
+    _, devices = json_tracks(events)
+    ends = defaultdict(dict)
+    for e in events:
+        if e["ph"] in "sf":
+            ends[e["id"]][e["ph"]] = e
+    assert set(proto.flows) == set(ends)
+    for flow, (source, target) in proto.flows.items():
+        s, f = ends[flow]["s"], ends[flow]["f"]
+        assert source in proto.slices[s["pid"], s["tid"]]
+        assert source["ts"] <= ns(s["ts"]) <= source["ts"] + source["dur"]
+        key = (f["pid"], f["tid"])
+        assert target in proto.slices[("device", f["pid"], devices[key]) if key in devices
+                                      else key]
+        assert target["ts"] == ns(f["ts"])
+    return len(ends)
+
+
+def same_counters(proto: ProtoTrace, events: list[dict]) -> None:
+    """The JSON counter's series, each as its changes, per process."""
+    series = defaultdict(list)
+    for e in sorted((e for e in events if e["ph"] == "C"), key=lambda e: e["ts"]):
+        for name, value in e["args"].items():
+            key = ("counter", e["pid"], f"{e['name']} {name}")
+            if not series[key] or series[key][-1][1] != value:
+                series[key].append((ns(e["ts"]), value))
+    assert dict(proto.counters) == dict(series)
+
+
+def both(trace, tmp_path, **filters) -> tuple[ProtoTrace, dict]:
+    export(trace, tmp_path / "t.json", "perfetto", **filters)
+    export(trace, tmp_path / "t.pftrace", "perfetto-proto", **filters)
+    with open(tmp_path / "t.json") as f:
+        doc = json.load(f)
+    return ProtoTrace(tmp_path / "t.pftrace"), doc
+
+
+@pytest.mark.parametrize("name", ["export-mixed", "pystacks-inprocess", "offload.omptraw",
+                                  "regions-prog", "known-tasks"])
+def test_protobuf_carries_what_the_json_carries(name, tmp_path):
+    trace = load_stored(name)
+    proto, doc = both(trace, tmp_path)
+    events = doc["traceEvents"]
+    assert same_slices(proto, events) > 0
+    same_flows(proto, events)
+    same_counters(proto, events)
+    meta = [e for e in events if e["ph"] == "M"]
+    assert proto.process_names == {e["pid"]: e["args"]["name"] for e in meta
+                                   if e["name"] == "process_name"}
+    assert proto.thread_names == {(e["pid"], e["tid"]): e["args"]["name"] for e in meta
+                                  if e["name"] == "thread_name" and e["tid"] < DEVICE_TID}
+    (instant,) = proto.instants
+    assert instant["name"] == "ompt-py export"
+    assert instant["args"]["producer"] == doc["otherData"]["producer"] == "ompt-py"
+    assert instant["args"]["origin_mono_ns"] == doc["otherData"]["origin_mono_ns"]
+
+
+def test_what_the_comparison_covers(tmp_path):
+    """The stored traces exercise every part: nesting several deep, every category,
+    task and offload flows, both counter series, devices, Python frames."""
+    seen = Counter()
+    for name in ("export-mixed", "pystacks-inprocess", "offload.omptraw"):
+        proto, _ = both(load_stored(name), tmp_path)
+        for key, rows in proto.slices.items():
+            seen.update(s["cat"] for s in rows)
+            seen["deep"] += any(s["depth"] >= 3 for s in rows)
+            seen["device track"] += key[0] == "device"
+        seen["flows"] += len(proto.flows)
+        seen.update(key[2] for key in proto.counters)
+    assert {"parallel", "implicit_task", "work", "sync", "sync_wait", "task", "mutex_wait",
+            "mutex", "python", "target", "device"} <= set(seen)
+    assert seen["deep"] and seen["device track"] and seen["flows"]
+    assert seen["threads waiting sync"] and seen["threads waiting mutex"]
+
+
+@pytest.mark.parametrize("filters", [
+    {"start": "20ms", "end": "52ms"},
+    {"threads": [1]},
+    {"start": 20_000_000, "threads": "0", "pid": None},
+])
+def test_filtered_protobuf_is_the_filtered_json(filters, tmp_path):
+    trace = load_stored("export-mixed")
+    pid = trace.meta["processes"][0]["pid"]
+    filters = {**filters, "pid": pid} if "pid" in filters else filters
+    proto, doc = both(trace, tmp_path, **filters)
+    events = doc["traceEvents"]
+    assert same_slices(proto, events) > 0
+    same_flows(proto, events)
+    same_counters(proto, events)
+    (instant,) = proto.instants
+    assert json.loads(instant["args"]["export_filter"]) == doc["otherData"]["export_filter"]
+
+
+def test_from_the_cli_by_suffix(tmp_path):
+    out = tmp_path / "t.pftrace"
+    r = ok(cli("export", stored_path("export-mixed"), "-o", out))
+    assert "(perfetto-proto)" in r.stderr
+    proto = ProtoTrace(out)
+    assert len(proto.process_names) == 2
+    r = cli("export", stored_path("export-mixed"), "-o", tmp_path / "t.bin")
+    assert r.returncode == 2
+    no_traceback(r)
+    assert "give --format" in r.stderr and "perfetto-proto" in r.stderr
+
+
+def test_empty_trace(tmp_path):
+    import ompt_py
+
+    ompt_py.Trace().to_perfetto(tmp_path / "e.pftrace")
+    proto = ProtoTrace(tmp_path / "e.pftrace")
+    assert not proto.slices and len(proto.instants) == 1
