@@ -4,9 +4,9 @@
 # and its headers: the OTF2 export's _otf2 extension) and otf2-tools (otf2-print,
 # which tests/io/test_otf2.py reads the archives with), chromium and
 # chromium-driver (tests/presentation/test_view.py opens the interactive view in
-# headless Chromium) (apt-get, as root or via
-# sudo, those missing), a virtual environment in .venv, ompt-py installed into it
-# (and checked to have its _otf2 extension).
+# headless Chromium) (apt-get, as root or via sudo, those missing), a virtual
+# environment in .venv, ompt-py installed into it (and checked to have its _otf2
+# extension).
 # make old-runtimes (part of make test): libomp 14 and 16 unpacked into
 # .cache/libomp/N for tests/tool/test_versions.py (they conflict with libomp5-19, so
 # they are never installed); without them those tests are skipped.
