@@ -745,6 +745,29 @@ class Trace:
 
         return plots.task_durations(self, ax=ax)
 
+    def plot_flame(self, path_or_ax: Any = None) -> Any:
+        """The threads' time in parallel regions per Python stack, native location,
+        region and thread state, as an icicle (a flame graph, outermost frame on
+        top; ompt_py.analysis.flame); ``path_or_ax``: a file to write (.png, .svg,
+        .pdf), an Axes to draw into, or None.  Returns the Figure."""
+        from .presentation import plots
+
+        return plots.flame(self, path_or_ax)
+
+    def view(self, path: str | os.PathLike | None = None, start_ns: int | None = None,
+             end_ns: int | None = None, open_browser: bool | None = None) -> Any:
+        """The interactive view (needs Bokeh: pip install 'ompt-py[view]'): one
+        self-contained HTML file with the timeline of the threads and devices (zoom,
+        pan, a hover on each bar; levels of detail for large traces) and the flame
+        view.  Written to ``path`` (outside Jupyter without one: a new file in the
+        temporary directory) and opened in the browser when there is a display
+        (``open_browser``: force it on or off); in Jupyter it shows inline.
+        ``start_ns``/``end_ns``: the window (ns from the trace start).  Returns a
+        View (``path``, ``opened``).  See ompt_py.presentation.view."""
+        from .presentation import view
+
+        return view.view(self, path, start_ns, end_ns, open_browser)
+
     def plot_imbalance(self, ax: Any = None) -> Any:
         """Busy and waiting time per thread of the most imbalanced regions; the Figure."""
         from .presentation import plots
@@ -804,6 +827,15 @@ class Trace:
         from .io import export
 
         export(self, path, "otf2", start=start, end=end, threads=threads, pid=pid)
+
+    def to_speedscope(self, path: str | os.PathLike, *, threads: Any = None,
+                      pid: Any = None) -> None:
+        """Write the flame's stacks (ompt_py.analysis.flame) for speedscope.app: a
+        sampled profile per thread, in nanoseconds (``threads``, ``pid``: what to
+        keep, ``ompt_py.io.export``; its samples are not cut to a time window)."""
+        from .io import export
+
+        export(self, path, "speedscope", threads=threads, pid=pid)
 
     def to_csv(self, path: str | os.PathLike, *, start: Any = None, end: Any = None,
                threads: Any = None, pid: Any = None) -> None:

@@ -75,6 +75,9 @@ Write a trace for other tools: perfetto (JSON for ui.perfetto.dev), perfetto-pro
 (Perfetto's protobuf, a third of the size), otf2 (an archive for Vampir and
 otf2-print), csv (a row per event), parquet (a file, or a dataset by process).
 A time window (slices crossing it are clipped), threads, processes: docs/exports.md.
+
+speedscope: speedscope.app's profile of the time per Python stack, region and
+thread state, per thread (no time window: docs/viewing.md).
 """
 
 EXPORT_EPILOG = """\
@@ -83,6 +86,28 @@ examples:
   ompt-py export trace.parquet -o trace.json --start 1.5s --end 2s --threads 0,1
   ompt-py export trace.parquet --format otf2 -o trace-otf2
   ompt-py export trace.parquet --format parquet -o trace-dataset
+  ompt-py export trace.parquet --format speedscope -o trace.speedscope.json
+"""
+
+VIEW_DESCRIPTION = """\
+Write the interactive view of a trace, one self-contained HTML file (no network
+needed to open it), and open it in the browser: the timeline of the threads and
+devices (zoom, pan, a hover on each bar) and the flame view.  Needs Bokeh:
+pip install 'ompt-py[view]'.  What it shows: docs/viewing.md.
+
+Timeline: a row per thread, grouped by process, then the devices; bars for
+parallel regions, work-sharing, waits at barriers and for locks, explicit tasks
+and offload, coloured by construct; the hover tells a bar's construct, Python
+line, native location, duration, team size and wait.  Bars smaller than a pixel
+are drawn as their bin's main construct; zoom in for each.  Flame: the threads'
+time per Python stack, native location, region and thread state.
+"""
+
+VIEW_EPILOG = """\
+examples:
+  ompt-py view trace.parquet
+  ompt-py view trace.parquet -o run.html --no-open
+  ompt-py view trace.parquet --start 1.5s --end 2s
 """
 
 DOCTOR_DESCRIPTION = """\
@@ -571,6 +596,46 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    """``ompt-py view``: the interactive view written to one HTML file, then opened."""
+    from ..io.filters import parse_time
+    from ..trace import Trace, load
+    from .view import can_open_browser, require_bokeh, write
+
+    require_bokeh()  # said before a large trace is read
+    start, end = parse_time(args.start, "--start"), parse_time(args.end, "--end")
+    name = os.path.basename(os.path.normpath(args.trace))
+    output = args.output or (os.path.splitext(name)[0] or "trace") + ".html"
+    _check_output(output, "-o")
+    trace = load(args.trace)
+    if not isinstance(trace, Trace):
+        raise ConfigError(f"{args.trace} is a profile, which has no timeline to view; trace "
+                          "the run (ompt-py run without --profile) for it, or read it with "
+                          "ompt-py report")
+    try:
+        write(trace, output, start, end, title=name)
+    except ValueError as e:
+        raise ConfigError(f"--start/--end: {e}") from None
+    except OSError as e:
+        print(f"ompt-py view: cannot write {output}: {e.strerror or e}; choose another -o",
+              file=sys.stderr)
+        return 1
+    where = os.path.abspath(output)
+    size = os.path.getsize(where) / 2**20
+    if args.no_open:
+        how = "open it in a browser"
+    elif not can_open_browser():
+        how = "no display here: open it in a browser"
+    else:
+        import webbrowser
+        from pathlib import Path
+
+        how = ("opened in the browser" if webbrowser.open(Path(where).as_uri())
+               else "no browser could be started: open it in one")
+    print(f"ompt-py view: {where} ({size:.1f} MiB): {how}", file=sys.stderr)
+    return 0
+
+
 def _check_plot(path: str) -> None:
     from matplotlib.backend_bases import FigureCanvasBase
 
@@ -763,7 +828,7 @@ def parser() -> argparse.ArgumentParser:
                           "plots (embedded PNG)")
     rep.set_defaults(func=cmd_report)
     exp = sub.add_parser("export", help="write a trace for Perfetto (JSON or protobuf), OTF2 "
-                         "tools (Vampir), as CSV or Parquet",
+                         "tools (Vampir), speedscope, as CSV or Parquet",
                          description=EXPORT_DESCRIPTION, epilog=EXPORT_EPILOG,
                          formatter_class=raw)
     exp.add_argument("trace", help="a trace file (.parquet), dataset or raw directory, or "
@@ -784,6 +849,23 @@ def parser() -> argparse.ArgumentParser:
                      help="keep these processes (pids, e.g. 4121 or 4121,4130; default: all)")
     exp.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     exp.set_defaults(func=cmd_export)
+    vw = sub.add_parser("view", help="write an interactive timeline and flame view (one "
+                        "HTML file) and open it", description=VIEW_DESCRIPTION,
+                        epilog=VIEW_EPILOG, formatter_class=raw)
+    vw.add_argument("trace", help="a trace file (.parquet), dataset or raw directory, or "
+                    ".omptraw file")
+    vw.add_argument("-o", "--output", metavar="FILE.html",
+                    help="the HTML file (default: the trace's name with .html, here)")
+    vw.add_argument("--no-open", action="store_true",
+                    help="write the file, do not open it (it is not opened without a "
+                         "display either)")
+    vw.add_argument("--start", metavar="TIME",
+                    help="show from this time: nanoseconds from the trace's origin, or a "
+                         "number with a unit (1.5s, 200ms, 30us, 100ns; default: the first "
+                         "event)")
+    vw.add_argument("--end", metavar="TIME",
+                    help="show up to this time (as --start; default: the last event)")
+    vw.set_defaults(func=cmd_view)
     doc = sub.add_parser(
         "doctor", help="tell which OpenMP runtime a program uses, and why it is not traced",
         description=DOCTOR_DESCRIPTION, epilog=DOCTOR_EPILOG, formatter_class=raw,
