@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -136,11 +137,16 @@ def _check_output(path: str, option: str, directory_ok: bool = False) -> None:
     if not os.access(folder, os.W_OK):
         raise ConfigError(f"cannot write {path}: {folder} is not writable; choose another "
                           f"{option}")
-    if os.path.isdir(path):
+    # One stat: the ranks of a job check their shared -o DIR while one of them makes it.
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
         if not directory_ok:
             raise ConfigError(f"cannot write {path}: it is a directory; give a file name to "
                               f"{option}")
-    elif os.path.exists(path) and not os.path.isfile(path):
+    elif not stat.S_ISREG(mode):
         # A device or a pipe would be replaced (files are written beside and renamed).
         raise ConfigError(f"cannot write {path}: it is not a regular file; give a file name "
                           f"to {option}")
