@@ -1,12 +1,13 @@
 # make demo: set everything up, profile the bundled example, print the report.
 # make test: set everything up, run the whole test suite (and the linter).
 # Set-up: Debian packages clang-19 and libomp-19-dev, libotf2-trace-dev (libotf2
-# and its headers: the OTF2 export's _otf2 extension) and otf2-tools (otf2-print,
+# and its headers: the OTF2 export's _otf2 extension), otf2-tools (otf2-print,
 # which tests/io/test_otf2.py reads the archives with), chromium and
 # chromium-driver (tests/presentation/test_view.py opens the interactive view in
-# headless Chromium) (apt-get, as root or via sudo, those missing), a virtual
-# environment in .venv, ompt-py installed into it (and checked to have its _otf2
-# extension).
+# headless Chromium), and Open MPI and gfortran (openmpi-bin, libopenmpi-dev,
+# gfortran: ompt-py run --mpi, mpi4py and the MPI tests, a Fortran one among
+# them) (apt-get, as root or via sudo, those missing), a virtual environment in
+# .venv, ompt-py installed into it (and checked to have its _otf2 extension).
 # make old-runtimes (part of make test): libomp 14 and 16 unpacked into
 # .cache/libomp/N for tests/tool/test_versions.py (they conflict with libomp5-19, so
 # they are never installed); without them those tests are skipped.
@@ -62,7 +63,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ompt-py-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-DEBIAN_PACKAGES := clang-19 libomp-19-dev libotf2-trace-dev otf2-tools chromium chromium-driver
+DEBIAN_PACKAGES := clang-19 libomp-19-dev libotf2-trace-dev otf2-tools chromium \
+  chromium-driver openmpi-bin libopenmpi-dev gfortran
 OLD_LIBOMP_VERSIONS := 14 16
 OLD_LIBOMP_DIR := .cache/libomp
 OLD_TEST_LIBOMP ?= 16
@@ -233,6 +235,7 @@ bench: setup
 	$(BIN)/python bench/offload_tables.py
 	$(BIN)/python bench/merge_memory.py
 	$(BIN)/python bench/apps.py
+	$(BIN)/python bench/clock_align.py
 
 setup: system-deps $(STAMP)
 

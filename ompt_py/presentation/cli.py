@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ examples:
   ompt-py run -o trace.parquet -- ./my_openmp_program args
   ompt-py run -o trace.parquet my_script.py args
   ompt-py run --profile -o prof.parquet -m my_module args
+  ompt-py run --mpi -o trace.parquet -- mpirun -n 4 ./hybrid args
 
 exit status:
   the command's, when it failed (128 + N when signal N killed it); else
@@ -135,11 +137,16 @@ def _check_output(path: str, option: str, directory_ok: bool = False) -> None:
     if not os.access(folder, os.W_OK):
         raise ConfigError(f"cannot write {path}: {folder} is not writable; choose another "
                           f"{option}")
-    if os.path.isdir(path):
+    # One stat: the ranks of a job check their shared -o DIR while one of them makes it.
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
         if not directory_ok:
             raise ConfigError(f"cannot write {path}: it is a directory; give a file name to "
                               f"{option}")
-    elif os.path.exists(path) and not os.path.isfile(path):
+    elif not stat.S_ISREG(mode):
         # A device or a pipe would be replaced (files are written beside and renamed).
         raise ConfigError(f"cannot write {path}: it is not a regular file; give a file name "
                           f"to {option}")
@@ -187,21 +194,88 @@ def _run_command(kind: str, target: list[str]) -> list[str]:
             "program": target}[kind]
 
 
-def _check_run_paths(args: argparse.Namespace) -> None:
+#: The file that names the job whose ranks share an output directory (docs/mpi.md).
+JOB_FILE = ".ompt-py-job"
+
+
+def _check_run_paths(args: argparse.Namespace, rank: int) -> None:
     if args.profile and not args.output.endswith(".parquet"):
         raise ConfigError(f"-o {args.output}: a profile is one file; give a name ending in "
                           ".parquet")
+    if rank >= 0 and args.output.endswith(".parquet"):
+        raise ConfigError(f"-o {args.output}: this ompt-py run is rank {rank} of a parallel "
+                          "job, and every rank would write that one file; give a directory "
+                          "(-o run1/), which the ranks share, one part each"
+                          + (" (a profile is one file: wrap the launcher instead, ompt-py run "
+                             "--profile -- mpirun ...)" if args.profile else ""))
     _check_output(args.output, "-o", directory_ok=not args.output.endswith(".parquet"))
-    if os.path.isdir(args.output) and os.listdir(args.output):
+    # A rank's directory is shared with its job's other ranks: _join_job checks it.
+    if rank < 0 and os.path.isdir(args.output) and os.listdir(args.output):
         raise ConfigError(f"{args.output} is a directory that is not empty; its traces would "
                           "be mixed with this one; give an empty or new directory")
     if args.keep_raw:
         if os.path.exists(args.keep_raw) and not os.path.isdir(args.keep_raw):
             raise ConfigError(f"--keep-raw {args.keep_raw} is not a directory; give a new or "
                               "empty directory")
-        if os.path.isdir(args.keep_raw) and os.listdir(args.keep_raw):
+        if os.path.isdir(args.keep_raw) and os.listdir(args.keep_raw) and rank < 0:
             raise ConfigError(f"--keep-raw {args.keep_raw} is not empty; its files would be "
                               "merged into this trace; give an empty or new directory")
+
+
+def _join_job(output: str, job_id: str, rank: int) -> str:
+    """Makes ``output`` the directory the ranks of job ``job_id`` share, or joins it:
+    the first rank writes JOB_FILE (whole: linked into place), the others check it
+    names their job.  ConfigError when it holds another job's trace, or a trace of
+    no job.  Returns the folder where this rank's part is made (inside ``output``,
+    hidden from readers: a dot name) before it is moved into place."""
+    job = job_id or "unknown"
+    try:
+        os.makedirs(output, exist_ok=True)
+        marker = os.path.join(output, JOB_FILE)
+        # The job's own files (JOB_FILE, a rank's copy of it on its way, the ranks'
+        # folders) do not count: another rank may be making them now.
+        others = [n for n in os.listdir(output) if not n.startswith((JOB_FILE, ".rank-"))]
+        if not os.path.exists(marker) and others:
+            raise ConfigError(f"{output} is a directory that is not empty and holds no ompt-py "
+                              "job; its traces would be mixed with this one; give an empty or "
+                              "new directory")
+        mine = f"{marker}.{os.getpid()}"
+        with open(mine, "w", encoding="utf-8") as f:
+            f.write(job)
+        try:
+            os.link(mine, marker)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(mine)
+        with open(marker, encoding="utf-8") as f:
+            found = f.read()
+        staging = os.path.join(output, f".rank-{rank}-{os.getpid()}")
+        os.mkdir(staging)
+    except OSError as e:
+        raise ConfigError(f"cannot use {output} for the job's trace: {e.strerror}; choose "
+                          "another -o") from None
+    if found != job:
+        os.rmdir(staging)
+        raise ConfigError(f"{output} holds the trace of job {found}, and this ompt-py run is "
+                          f"rank {rank} of job {job}; give each job an empty or new directory")
+    return staging
+
+
+def _publish(staging: str, output: str) -> str | None:
+    """Moves this rank's partitions (pid=N) from ``staging`` into ``output``; what
+    went wrong (None: nothing).  A partition of the same name there already (a
+    process of the same pid on another machine) is not replaced."""
+    problems = []
+    for name in sorted(os.listdir(staging)):
+        try:
+            os.rename(os.path.join(staging, name), os.path.join(output, name))
+        except OSError as e:
+            problems.append(f"{name}: {e.strerror} (a process of the same pid on another "
+                            f"machine?); it is left in {staging}")
+    if not problems:
+        os.rmdir(staging)
+    return "; ".join(problems) or None
 
 
 class _Interrupted(Exception):
@@ -224,13 +298,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     raw file is deleted only when all of them made it into the output."""
     from .. import _core, tool_path
     from ..io.parquet import chunk_rows
-    from ..live import attach, launch, runhook, runtime
+    from ..live import attach, launch, mpi, runhook, runtime
 
     args.what = _target(args)
     command = _run_command(*args.what)
     args.output = args.output or ("ompt-profile.parquet" if args.profile
                                   else "ompt-trace.parquet")
-    _check_run_paths(args)
+    rank, _, job_id = _core.job()  # a rank of a parallel job: the output is shared
+    _check_run_paths(args, rank)
     if args.profile:
         given = [o for o in ("--python-stacks", "--native-depth", "--buffer-size", "--overflow",
                              "--reserve")
@@ -265,9 +340,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if libomp:  # libgomp-built code runs on libomp, in the command and its children
         env["LD_PRELOAD"] = ":".join([libomp, *(p for p in env.get("LD_PRELOAD", "").split(":")
                                                 if p and p != libomp)])
-    # The preload hook: _exit, abort and exec flush the trace and record how each ended.
-    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p != attach.HOOK_PATH]
-    env["LD_PRELOAD"] = ":".join([attach.HOOK_PATH, *preload])
+    # The preload hook: _exit, abort and exec flush the trace and record how each ended;
+    # with --mpi, the MPI library: MPI calls and the ranks' clock measurements.
+    ours = [attach.HOOK_PATH, *([mpi.library()] if args.mpi else [])]
+    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p not in ours]
+    env["LD_PRELOAD"] = ":".join([*ours, *preload])
+    final_output = args.output
+    if rank >= 0:
+        args.output, args.shared_output = _join_job(final_output, job_id, rank), final_output
+        if args.keep_raw:
+            args.keep_raw = os.path.join(args.keep_raw, f"rank-{rank}")
     raw_dir = args.keep_raw or tempfile.mkdtemp(prefix="ompt-py-")
     try:
         os.makedirs(raw_dir, exist_ok=True)
@@ -302,7 +384,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, _interrupt) for s in caught}
     try:
         write = _write_profile if args.profile else _write_trace
-        return write(args, raw_dir, ended.returncode)
+        status = write(args, raw_dir, ended.returncode)
+        if rank >= 0:
+            problem = _publish(args.output, final_output)
+            if problem:
+                print(f"ompt-py run: rank {rank}'s part not moved into {final_output}: "
+                      f"{problem}", file=sys.stderr)
+                return status or 1
+        return status
     except _Interrupted as e:
         print(f"ompt-py run: {signal.Signals(e.signum).name} while writing {args.output}: "
               f"stopped; {_kept(raw_dir)}", file=sys.stderr)
@@ -393,12 +482,19 @@ def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int
     if not args.keep_raw and not partial:
         shutil.rmtree(raw_dir, ignore_errors=True)
     if not args.quiet:
+        from ..io.mpi import describe
+
+        target = getattr(args, "shared_output", None) or args.output
         print(
             f"ompt-py: {events:,} events from {len(meta['processes'])} process(es) "
-            f"(written {meta['written']:,}, dropped {meta['dropped']:,}) -> {args.output}\n"
-            f"         see: ompt-py report {args.output}",
+            f"(written {meta['written']:,}, dropped {meta['dropped']:,}) -> {target}\n"
+            f"         see: ompt-py report {target}",
             file=sys.stderr,
         )
+        for proc in meta["processes"]:
+            if proc.get("clock_alignment"):
+                print(f"         rank {proc['rank']} (pid {proc['pid']}) clock: "
+                      f"{describe(proc['clock_alignment'])}", file=sys.stderr)
     lost, dropped = meta.get("lost", 0), meta["dropped"]
     losses = [f"{lost:,} records lost (never written to a raw file)"] * bool(lost)
     if dropped:
@@ -665,6 +761,14 @@ def parser() -> argparse.ArgumentParser:
                      help="trace to write: a .parquet file, or a directory for a Parquet "
                           "dataset partitioned by process (default: ompt-trace.parquet); "
                           "with --profile a .parquet file (default: ompt-profile.parquet)")
+    run.add_argument("--mpi", action="store_true",
+                     help="preload ompt-py's MPI library into the command: MPI calls recorded "
+                          "(Trace.mpi_calls()), each rank's clock measured against rank 0's at "
+                          "MPI_Init and MPI_Finalize, so that the trace puts the ranks on one "
+                          "time axis.  Under the launcher (mpirun -n 4 ompt-py run --mpi -o "
+                          "run1/ -- ./hybrid; srun too) each rank writes its part of the "
+                          "directory -o, which the job's ranks share; around it, the local "
+                          "ranks only (docs/mpi.md)")
     run.add_argument("--profile", action="store_true",
                      help="no trace: per-thread aggregates (counts, times, histograms per "
                           "construct and source location, region, lock, task creation site), "
