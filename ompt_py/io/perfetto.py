@@ -116,6 +116,7 @@ class _Records:
         self.trace = trace
         self.ev = np.ascontiguousarray(trace.events)
         self.codes = np.ascontiguousarray(self.ev["event"])
+        self.bytes = self.ev.view(np.uint8).reshape(len(self.ev), self.ev.itemsize)
         # One process: no pid column (nor key: it would be the same for all).
         self.pids = None if trace.single_pid is not None else trace.pids
 
@@ -138,6 +139,11 @@ class _Records:
 
     def time(self, rows: np.ndarray) -> np.ndarray:
         return self.ev["time_ns"][rows]
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The records at ``rows``: taken as bytes, twenty times faster than numpy
+        takes records of a structured type."""
+        return np.take(self.bytes, rows, axis=0).view(self.ev.dtype).reshape(len(rows))
 
     def pid(self, rows: np.ndarray | slice) -> np.ndarray:
         return self.trace.pids_at(rows)
@@ -343,7 +349,7 @@ def _slices(rec: _Records, cat: str, pairs: _Pairs,
     record: ``make(records of the begins, part)`` gives the name and args of a batch."""
     def batch(part: Part) -> Slices:
         rows = pairs.rows[part]
-        records = rec.ev[rows]
+        records = rec.take(rows)
         return _complete(cat, rec.pid(rows), records["thread"], records["time_ns"],
                          pairs.end[part], *make(records, part))
 
