@@ -80,6 +80,10 @@ KEY_EVENT: Final[int]
 KEY_ENDPOINT: Final[int]
 KEY_EVENT_KIND: Final[int]
 KEY_EVENT_ENDPOINT: Final[int]
+# what a row does in a pairing of pair_events()
+PAIR_NONE: Final[int]
+PAIR_OPEN: Final[int]
+PAIR_CLOSE: Final[int]
 # the kind of a column of format_rows()
 FORMAT_NUMBER: Final[int]
 FORMAT_MICROS: Final[int]
@@ -117,8 +121,10 @@ class _TapStats(TypedDict):
     capacity: int
     active: bool
 
-# A key column of pair() and find(): (integers, missing_if_zero, table of bytes or None).
-_KeyColumn: TypeAlias = tuple[Buffer, bool, Buffer | None]
+# A key column of pair(), pair_events() and find(): (integers of one dimension, any
+# stride, missing_if_zero, table of bytes or None[, rows (int64) the column reads]).
+_KeyColumn: TypeAlias = (tuple[Buffer, bool, Buffer | None]
+                         | tuple[Buffer, bool, Buffer | None, Buffer | None])
 
 # ---- the tool -----------------------------------------------------------------------
 
@@ -188,16 +194,29 @@ def pair(
     -1; with tags, an end closes the latest open begin of its tag (0: any); enclosing[i]:
     the latest open begin of the key when begin i opened, or -1."""
 
+def pair_events(
+    events: _KeyColumn,
+    endpoints: _KeyColumn,
+    pairings: list[tuple[Buffer, list[_KeyColumn], Buffer, Buffer]],
+    /,
+) -> list[tuple[int, int]]:
+    """Several pairings of rows in time order in one pass, each as pair() pairs: a
+    pairing is (roles, keys, begins, ends), roles[4 * event + endpoint] a PAIR_*
+    (endpoint 1 to 3, else 0), begins and ends int64 outputs (each begin's row, in
+    order, and its end's row or -1).  Per pairing: (begins, ends that closed nothing)."""
+
 def find(
     table_keys: list[_KeyColumn],
     query_keys: list[_KeyColumn],
     out: Buffer,
     table_times: _KeyColumn | None = None,
     query_times: _KeyColumn | None = None,
+    first: bool = False,
     /,
 ) -> None:
     """Per query row, the first table row with its keys (with times: the last at or
-    before the query's time), or -1."""
+    before the query's time; with times and first, the first, found in time order),
+    or -1."""
 
 def format_rows(
     parts: tuple[bytes, ...],

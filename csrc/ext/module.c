@@ -326,10 +326,18 @@ static PyMethodDef methods[] = {
          "paired with row i, or -1.  With tags (a column), an end closes the latest open "
          "begin of its key with its tag (0: any), dropping the begins above it; "
          "enclosing[i]: the latest open begin of the key when begin i opened, or -1.")},
+    {"pair_events", omptpy_py_pair_events, METH_VARARGS,
+     DOC("pair_events($module, events, endpoints, pairings, /)",
+         "Several pairings of rows in time order in one pass, each as pair() pairs; a "
+         "pairing is (roles, keys, begins, ends): roles[4 * event + endpoint] (PAIR_*), "
+         "its keys, and int64 outputs: each begin's row, in order, and its end's row or "
+         "-1.  Returns per pairing (begins, ends that closed nothing).")},
     {"find", omptpy_py_find, METH_VARARGS,
-     DOC("find($module, table_keys, query_keys, out, table_times=None, query_times=None, /)",
+     DOC("find($module, table_keys, query_keys, out, table_times=None, query_times=None, "
+         "first=False, /)",
          "Per query row, the first table row with its keys (with times: the last at or "
-         "before the query's time), or -1.")},
+         "before the query's time; with times and first, the first, found in time "
+         "order), or -1.")},
     {"format_rows", omptpy_py_format_rows, METH_VARARGS,
      DOC("format_rows($module, parts, columns, /)",
          "Rows of text, each parts[0] value parts[1] ... parts[-1]; a column is (FORMAT_*, "
@@ -481,6 +489,9 @@ static const struct {
     C(KEY_ENDPOINT, KEY_ENDPOINT),
     C(KEY_EVENT_KIND, KEY_EVENT_KIND),
     C(KEY_EVENT_ENDPOINT, KEY_EVENT_ENDPOINT),
+    C(PAIR_NONE, PAIR_NONE),
+    C(PAIR_OPEN, PAIR_OPEN),
+    C(PAIR_CLOSE, PAIR_CLOSE),
     C(FORMAT_NUMBER, FORMAT_NUMBER),
     C(FORMAT_MICROS, FORMAT_MICROS),
     C(FORMAT_HEX, FORMAT_HEX),

@@ -1,7 +1,9 @@
 /*
  * Keys, pairing and lookups, for the analysis and the exports: pair() (begin
- * and end records of the same key) and find() (the row of a table with a
- * query's key), through open-addressing hash tables of rows.
+ * and end rows of the same key), pair_events() (every pairing of the tables at
+ * once, in one pass over the records in time order; the same pairing step as
+ * pair()) and find() (the row of a table with a query's key), through
+ * open-addressing hash tables of rows.
  */
 #include "ext.h"
 
@@ -9,55 +11,82 @@
 #include <string.h>
 
 /* A row's key is a value from each of a few columns.  A column is an integer
- * array (1, 2, 4 or 8-byte items, read as unsigned), or one of bytes read
- * through a table of bytes (value = table[byte], the last entry for bytes
- * beyond it); Python gives it as the tuple (array, missing_if_zero, table or
- * None).  Rows with equal keys are found through an open-addressing hash table
+ * field of a buffer of one dimension and any stride (an array, or one field of
+ * the records: numpy's view of a field of a structured array, read in place),
+ * of 1, 2, 4 or 8-byte items read as unsigned; optionally through rows (int64:
+ * the column's value i is the item at rows[i]); bytes may be read through a
+ * table of bytes (value = table[byte], the last entry for bytes beyond it).
+ * Python gives it as the tuple (array, missing_if_zero, table or None[, rows or
+ * None]).  Rows with equal keys are found through an open-addressing hash table
  * of rows. */
 
-enum { MAX_KEYS = 8 };
+enum { MAX_KEYS = 8, MAX_PAIRINGS = 16 };
 
 typedef struct {
-  Py_buffer data, table;
-  int zero_missing; /* a row whose value is 0 has no key (find) */
+  Py_buffer data, table, rows;
+  const char *base;
+  Py_ssize_t stride, size;
+  const int64_t *at; /* rows, or NULL */
+  int zero_missing;  /* a row whose value is 0 has no key (find) */
 } column;
 
 static void column_release(column *c) {
+  if (c->rows.obj) PyBuffer_Release(&c->rows);
   if (c->table.obj) PyBuffer_Release(&c->table);
   if (c->data.obj) PyBuffer_Release(&c->data);
   memset(c, 0, sizeof *c);
 }
 
+static int is_int64(const Py_buffer *b) {
+  const char *format = b->format ? b->format : "B";
+  char letter = *format ? format[strlen(format) - 1] : 'B';
+  return b->itemsize == 8 && (letter == 'q' || letter == 'l');
+}
+
 /* Reads a column's spec; *n: its rows (set when negative, else checked). */
 static int column_get(column *c, PyObject *spec, Py_ssize_t *n) {
-  PyObject *data, *table;
+  PyObject *data, *table, *rows = Py_None;
   memset(c, 0, sizeof *c);
-  if (!PyArg_ParseTuple(spec, "OpO", &data, &c->zero_missing, &table)) return -1;
-  if (PyObject_GetBuffer(data, &c->data, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0 ||
-      (table != Py_None && PyObject_GetBuffer(table, &c->table, PyBUF_SIMPLE) < 0)) {
+  if (!PyArg_ParseTuple(spec, "OpO|O", &data, &c->zero_missing, &table, &rows)) return -1;
+  if (PyObject_GetBuffer(data, &c->data, PyBUF_STRIDES | PyBUF_FORMAT) < 0 ||
+      (table != Py_None && PyObject_GetBuffer(table, &c->table, PyBUF_SIMPLE) < 0) ||
+      (rows != Py_None &&
+       PyObject_GetBuffer(rows, &c->rows, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)) {
     column_release(c);
     return -1;
   }
-  Py_ssize_t size = c->data.itemsize, rows = size ? c->data.len / size : 0;
   const char *bad = NULL;
-  if (size != 1 && size != 2 && size != 4 && size != 8)
+  Py_ssize_t items = c->data.ndim == 1 ? c->data.shape[0] : -1, count = items;
+  c->size = c->data.itemsize;
+  c->base = c->data.buf;
+  c->stride = items >= 0 ? c->data.strides[0] : 0;
+  if (items < 0)
+    bad = "a column of one dimension";
+  else if (c->size != 1 && c->size != 2 && c->size != 4 && c->size != 8)
     bad = "a column of 1, 2, 4 or 8-byte integers";
-  else if (c->table.obj && (size != 1 || c->table.len < 1))
+  else if (c->table.obj && (c->size != 1 || c->table.len < 1))
     bad = "a table for a column of bytes, not empty";
-  else if (*n >= 0 && rows != *n)
-    bad = "columns of different lengths";
+  else if (c->rows.obj && !is_int64(&c->rows))
+    bad = "rows of a column: an array of int64";
+  if (!bad && c->rows.obj) {
+    c->at = c->rows.buf;
+    count = c->rows.len / 8;
+    for (Py_ssize_t i = 0; i < count && !bad; i++)
+      if (c->at[i] < 0 || c->at[i] >= items) bad = "rows of a column outside it";
+  }
+  if (!bad && *n >= 0 && count != *n) bad = "columns of different lengths";
   if (bad) {
     PyErr_SetString(PyExc_ValueError, bad);
     column_release(c);
     return -1;
   }
-  *n = rows;
+  *n = count;
   return 0;
 }
 
-static uint64_t column_read(const column *c, Py_ssize_t i) {
-  const char *p = (const char *)c->data.buf + i * c->data.itemsize;
-  switch (c->data.itemsize) {
+static inline uint64_t column_read(const column *c, Py_ssize_t i) {
+  const char *p = c->base + (c->at ? c->at[i] : i) * c->stride;
+  switch (c->size) {
     case 1: {
       uint8_t v = *(const uint8_t *)p;
       if (!c->table.obj) return v;
@@ -122,7 +151,9 @@ static int key_matches(const keyset *k, Py_ssize_t row, const key *q) {
   return 1;
 }
 
-/* Slots of (hash, row), row -1 when empty; a power of two of them, at most half used. */
+/* Slots of (hash, entry), entry -1 when empty; a power of two of them, at most
+ * half used.  An entry is a row of the keyset, or an index that `rows` maps to
+ * one (pair_events: a begin's slot, `rows` the begins' rows). */
 typedef struct {
   uint64_t hash;
   Py_ssize_t row;
@@ -131,6 +162,7 @@ typedef struct {
 typedef struct {
   slot *slots;
   Py_ssize_t mask, used;
+  const int64_t *rows; /* an entry's row, or NULL: the entry is the row */
 } table;
 
 static int table_init(table *t, Py_ssize_t rows) {
@@ -139,6 +171,7 @@ static int table_init(table *t, Py_ssize_t rows) {
   t->slots = malloc((size_t)size * sizeof *t->slots);
   t->mask = size - 1;
   t->used = 0;
+  t->rows = NULL;
   if (!t->slots) return -1;
   for (Py_ssize_t s = 0; s < size; s++) t->slots[s].row = -1;
   return 0;
@@ -146,14 +179,17 @@ static int table_init(table *t, Py_ssize_t rows) {
 
 static void table_free(table *t) { free(t->slots); }
 
-/* The slot holding a row of `keys` with the key q, or the empty slot where it
+/* The slot holding an entry of `keys` with the key q, or the empty slot where it
  * would go. */
 static Py_ssize_t table_slot(const table *t, const keyset *keys, const key *q) {
   Py_ssize_t s = (Py_ssize_t)(q->hash & (uint64_t)t->mask);
-  while (t->slots[s].row >= 0 &&
-         !(t->slots[s].hash == q->hash && key_matches(keys, t->slots[s].row, q)))
+  for (;;) {
+    Py_ssize_t e = t->slots[s].row;
+    if (e < 0 || (t->slots[s].hash == q->hash &&
+                  key_matches(keys, t->rows ? (Py_ssize_t)t->rows[e] : e, q)))
+      return s;
     s = (s + 1) & t->mask;
-  return s;
+  }
 }
 
 static int table_grow(table *t) {
@@ -169,6 +205,7 @@ static int table_grow(table *t) {
     bigger.slots[d] = t->slots[s];
   }
   bigger.used = t->used;
+  bigger.rows = t->rows;
   table_free(t);
   *t = bigger;
   return 0;
@@ -201,6 +238,53 @@ static void table_remove(table *t, Py_ssize_t s) {
   t->used--;
 }
 
+/* ---- the pairing step: one implementation for pair() and pair_events() ------------- */
+
+/* The begins open per key, each key's a stack: the table maps a key to its
+ * latest open begin, and per begin (an entry of the table: a row, or a slot of
+ * pair_events), link[begin] is, while it is open, -2 - the begin below it (-1:
+ * none); once closed, its end's row; -1 if it was dropped. */
+typedef struct {
+  table open;
+  const keyset *keys;
+  const column *tags; /* or NULL */
+  Py_ssize_t *link;
+} stacks;
+
+/* Opens the begin `entry` of key q on top of its key's stack: returns the begin
+ * below it (-1: none), or -2 when out of memory. */
+static Py_ssize_t stacks_open(stacks *st, const key *q, Py_ssize_t entry) {
+  Py_ssize_t s = table_slot(&st->open, st->keys, q), top = st->open.slots[s].row;
+  st->link[entry] = -2 - top;
+  return table_set(&st->open, s, q->hash, entry) < 0 ? -2 : top;
+}
+
+/* The end at row i of key q closes the latest open begin of its key (with tags:
+ * the latest with the end's tag, a tag of 0 matching any; the begins opened
+ * above that one are dropped, never closed).  Returns the begin closed, or -1
+ * when none is open. */
+static Py_ssize_t stacks_close(stacks *st, const key *q, Py_ssize_t i) {
+  Py_ssize_t s = table_slot(&st->open, st->keys, q), top = st->open.slots[s].row, open = top;
+  uint64_t tag = st->tags ? column_read(st->tags, i) : 0;
+  const int64_t *rows = st->open.rows;
+  while (tag && open >= 0 &&
+         column_read(st->tags, rows ? (Py_ssize_t)rows[open] : open) != tag)
+    open = -2 - st->link[open];
+  if (open < 0) return -1;
+  for (Py_ssize_t above = top; above != open;) {
+    Py_ssize_t below = -2 - st->link[above];
+    st->link[above] = -1;
+    above = below;
+  }
+  Py_ssize_t below = -2 - st->link[open];
+  st->link[open] = i;
+  if (below >= 0)
+    st->open.slots[s].row = below;
+  else
+    table_remove(&st->open, s);
+  return open;
+}
+
 /* pair(keys, begins, begin_value, partner[, tags, enclosing]): begin/end
  * pairing in one pass over rows in time order.  keys: a list of columns (see
  * above); a row is a begin when its value in the column `begins` is
@@ -210,9 +294,8 @@ static void table_remove(table *t, Py_ssize_t s) {
  * dropped, never closed.  Writes partner (intp per row): a begin's end row, an
  * end's begin row, or -1 for a begin never closed and an end with no open
  * begin; and `enclosing` (intp per row, or None): for a begin, the latest open
- * begin of its key when it opened (-1: none), -1 for an end.  The table holds
- * the keys with open begins (the top of each one's stack); while a begin is
- * open, its partner entry links to the begin below it (-2 - row; -1 for none). */
+ * begin of its key when it opened (-1: none), -1 for an end.  The rows are the
+ * entries of the stacks, partner their links. */
 PyObject *omptpy_py_pair(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *keys_list, *begins_spec, *partner, *tags_spec = Py_None, *enclosing = Py_None;
@@ -224,12 +307,11 @@ PyObject *omptpy_py_pair(PyObject *m, PyObject *args) {
   keyset keys;
   column begins, tags = {0};
   Py_buffer p = {0}, e = {0};
-  table t = {0};
+  stacks st = {0};
   Py_ssize_t n = -1;
-  int tagged = tags_spec != Py_None;
   if (keyset_get(&keys, keys_list, &n) < 0) return NULL;
   if (column_get(&begins, begins_spec, &n) < 0) goto release_keys;
-  if (tagged && column_get(&tags, tags_spec, &n) < 0) goto done;
+  if (tags_spec != Py_None && column_get(&tags, tags_spec, &n) < 0) goto done;
   if (PyObject_GetBuffer(partner, &p, PyBUF_WRITABLE) < 0) goto done;
   if (enclosing != Py_None && PyObject_GetBuffer(enclosing, &e, PyBUF_WRITABLE) < 0) goto done;
   if (p.len != n * (Py_ssize_t)sizeof(Py_ssize_t) ||
@@ -237,54 +319,37 @@ PyObject *omptpy_py_pair(PyObject *m, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "pair: partner or enclosing has another length");
     goto done;
   }
-  if (table_init(&t, 512) < 0) {
+  if (table_init(&st.open, 512) < 0) {
     PyErr_NoMemory();
     goto done;
   }
+  st.keys = &keys;
+  st.tags = tags_spec != Py_None ? &tags : NULL;
+  st.link = p.buf;
   Py_ssize_t *out = p.buf, *outer = e.obj ? e.buf : NULL;
   int failed = 0;
   Py_BEGIN_ALLOW_THREADS
   key q;
   for (Py_ssize_t i = 0; i < n; i++) {
     key_read(&keys, i, &q);
-    Py_ssize_t s = table_slot(&t, &keys, &q), top = t.slots[s].row;
     if (outer) outer[i] = -1;
     if (column_read(&begins, i) == begin_value) {
-      out[i] = -2 - top;
-      if (outer) outer[i] = top;
-      if (table_set(&t, s, q.hash, i) < 0) {
+      Py_ssize_t below = stacks_open(&st, &q, i);
+      if (below == -2) {
         failed = 1;
         break;
       }
+      if (outer) outer[i] = below;
       continue;
     }
-    /* The begin this end closes: the top, or the latest with the end's tag. */
-    Py_ssize_t open = top;
-    uint64_t tag = tagged ? column_read(&tags, i) : 0;
-    while (tag && open >= 0 && column_read(&tags, open) != tag) open = -2 - out[open];
-    if (open < 0) {
-      out[i] = -1;
-      continue;
-    }
-    for (Py_ssize_t above = top; above != open;) { /* dropped: never closed */
-      Py_ssize_t below = -2 - out[above];
-      out[above] = -1;
-      above = below;
-    }
-    Py_ssize_t below = -2 - out[open];
-    out[open] = i;
-    out[i] = open;
-    if (below >= 0)
-      t.slots[s].row = below;
-    else
-      table_remove(&t, s);
+    out[i] = stacks_close(&st, &q, i);
   }
   for (Py_ssize_t i = 0; i < n; i++)
     if (out[i] < -1) out[i] = -1; /* a begin never closed */
   Py_END_ALLOW_THREADS
   result = failed ? PyErr_NoMemory() : omptpy_py_none();
 done:
-  table_free(&t);
+  table_free(&st.open);
   if (e.obj) PyBuffer_Release(&e);
   if (p.obj) PyBuffer_Release(&p);
   column_release(&tags);
@@ -294,16 +359,140 @@ release_keys:
   return result;
 }
 
-/* find(table_keys, query_keys, out[, table_times, query_times]): for each query
- * row, the first table row with the same keys (lists of as many columns, of the
- * same sizes); with times (columns of int64, each side in ascending order), the
- * last table row with the same keys at or before the query's time.  -1 where
- * there is none, or where a row is missing (a missing_if_zero column reads 0).
- * out: intp per query row. */
+/* ---- pair_events --------------------------------------------------------------------- */
+
+typedef struct {
+  Py_buffer roles, begins, ends;
+  keyset keys;
+  stacks st;
+  Py_ssize_t count, capacity, unmatched_ends;
+} pairing;
+
+static void pairing_release(pairing *g) {
+  table_free(&g->st.open);
+  keyset_release(&g->keys);
+  if (g->ends.obj) PyBuffer_Release(&g->ends);
+  if (g->begins.obj) PyBuffer_Release(&g->begins);
+  if (g->roles.obj) PyBuffer_Release(&g->roles);
+}
+
+/* pair_events(events, endpoints, pairings): several pairings of one set of rows
+ * in one pass, each as pair() pairs (no tags), for the tables and the exports:
+ * rows in time order (the records through their time order), `events` and
+ * `endpoints` columns of their event numbers and endpoints.  A pairing is
+ * (roles, keys, begins, ends): roles, bytes, 4 per event number e: what a row
+ * of e does (PAIR_*) at roles[4 e + endpoint], the endpoint 1 to 3, 0 for any
+ * other (event numbers beyond: nothing); keys, a list of columns (of the
+ * rows); begins and ends, int64 arrays as long as the pairing has begins,
+ * written: the row of each begin, in order, and its end's row (-1: never
+ * closed).  Returns per pairing (begins, ends closing nothing). */
+PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *events_spec, *endpoints_spec, *list, *result = NULL;
+  if (!PyArg_ParseTuple(args, "OOO!", &events_spec, &endpoints_spec, &PyList_Type, &list))
+    return NULL;
+  Py_ssize_t n = -1, npairings = PyList_GET_SIZE(list);
+  column events = {0}, endpoints = {0};
+  pairing g[MAX_PAIRINGS];
+  memset(g, 0, sizeof g);
+  if (npairings > MAX_PAIRINGS) {
+    PyErr_Format(PyExc_ValueError, "pair_events: at most %d pairings", (int)MAX_PAIRINGS);
+    return NULL;
+  }
+  if (column_get(&events, events_spec, &n) < 0 || column_get(&endpoints, endpoints_spec, &n) < 0)
+    goto done;
+  for (Py_ssize_t k = 0; k < npairings; k++) {
+    PyObject *roles, *keys, *begins, *ends;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(list, k), "OOOO", &roles, &keys, &begins, &ends) ||
+        PyObject_GetBuffer(roles, &g[k].roles, PyBUF_SIMPLE) < 0 ||
+        keyset_get(&g[k].keys, keys, &n) < 0 ||
+        PyObject_GetBuffer(begins, &g[k].begins, PyBUF_WRITABLE | PyBUF_FORMAT) < 0 ||
+        PyObject_GetBuffer(ends, &g[k].ends, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+      goto done;
+    if (!is_int64(&g[k].begins) || !is_int64(&g[k].ends) || g[k].begins.len != g[k].ends.len ||
+        g[k].roles.len % 4) {
+      PyErr_SetString(PyExc_ValueError, "pair_events: roles of 4 bytes per event; begins and "
+                                        "ends int64 arrays of one length");
+      goto done;
+    }
+    g[k].capacity = g[k].begins.len / 8;
+    if (table_init(&g[k].st.open, 512) < 0) {
+      PyErr_NoMemory();
+      goto done;
+    }
+    g[k].st.open.rows = g[k].begins.buf;
+    g[k].st.keys = &g[k].keys;
+    g[k].st.link = g[k].ends.buf;
+  }
+  int failed = 0;
+  Py_BEGIN_ALLOW_THREADS
+  key q;
+  for (Py_ssize_t i = 0; i < n && !failed; i++) {
+    uint64_t event = column_read(&events, i), endpoint = column_read(&endpoints, i);
+    Py_ssize_t at = 4 * (Py_ssize_t)event + (endpoint < 4 ? (Py_ssize_t)endpoint : 0);
+    for (Py_ssize_t k = 0; k < npairings; k++) {
+      pairing *p = &g[k];
+      if (at >= p->roles.len) continue;
+      int role = ((const uint8_t *)p->roles.buf)[at];
+      if (role == PAIR_NONE) continue;
+      key_read(&p->keys, i, &q);
+      if (role == PAIR_OPEN) {
+        if (p->count == p->capacity) {
+          failed = 2;
+          break;
+        }
+        ((int64_t *)p->begins.buf)[p->count] = i;
+        if (stacks_open(&p->st, &q, p->count++) == -2) {
+          failed = 1;
+          break;
+        }
+      } else if (stacks_close(&p->st, &q, i) < 0) {
+        p->unmatched_ends++;
+      }
+    }
+  }
+  for (Py_ssize_t k = 0; k < npairings && !failed; k++)
+    for (Py_ssize_t s = 0; s < g[k].count; s++)
+      if (g[k].st.link[s] < -1) g[k].st.link[s] = -1; /* a begin never closed */
+  Py_END_ALLOW_THREADS
+  if (failed == 1) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  if (failed == 2) {
+    PyErr_SetString(PyExc_ValueError, "pair_events: more begins than begins has room for");
+    goto done;
+  }
+  result = PyList_New(npairings);
+  for (Py_ssize_t k = 0; result && k < npairings; k++) {
+    PyObject *counts = Py_BuildValue("nn", g[k].count, g[k].unmatched_ends);
+    if (!counts) Py_CLEAR(result);
+    else PyList_SET_ITEM(result, k, counts);
+  }
+done:
+  for (Py_ssize_t k = 0; k < npairings; k++) pairing_release(&g[k]);
+  column_release(&endpoints);
+  column_release(&events);
+  return result;
+}
+
+/* ---- find ----------------------------------------------------------------------------- */
+
+/* find(table_keys, query_keys, out[, table_times, query_times, first]): for each
+ * query row, the first table row with the same keys (lists of as many columns, of
+ * the same sizes); with times (columns of int64, each side in ascending order),
+ * the last table row with the same keys at or before the query's time; with
+ * times and `first`, the first table row with the same keys, as without times,
+ * but found with the table filled up to each query's time (the rows of a key a
+ * query looks for lie in the cache while the rows are in time order), and the
+ * queries without one looked up again once it is full.  -1 where there is none,
+ * or where a row is missing (a missing_if_zero column reads 0).  out: intp per
+ * query row. */
 PyObject *omptpy_py_find(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *tk, *qk, *out_obj, *tt = Py_None, *qt = Py_None, *result = NULL;
-  if (!PyArg_ParseTuple(args, "OOO|OO", &tk, &qk, &out_obj, &tt, &qt)) return NULL;
+  int first = 0;
+  if (!PyArg_ParseTuple(args, "OOO|OOp", &tk, &qk, &out_obj, &tt, &qt, &first)) return NULL;
   keyset tkeys, qkeys = {0};
   column ttime = {0}, qtime = {0};
   Py_buffer o = {0};
@@ -315,9 +504,9 @@ PyObject *omptpy_py_find(PyObject *m, PyObject *args) {
   if (timed && (column_get(&ttime, tt, &nt) < 0 || column_get(&qtime, qt, &nq) < 0)) goto done;
   if (PyObject_GetBuffer(out_obj, &o, PyBUF_WRITABLE) < 0) goto done;
   int same = qkeys.ncol == tkeys.ncol &&
-             (!timed || (ttime.data.itemsize == 8 && qtime.data.itemsize == 8));
+             (!timed || (ttime.size == 8 && qtime.size == 8));
   for (Py_ssize_t j = 0; same && j < tkeys.ncol; j++)
-    same = tkeys.col[j].data.itemsize == qkeys.col[j].data.itemsize;
+    same = tkeys.col[j].size == qkeys.col[j].size;
   if (!same || o.len != nq * (Py_ssize_t)sizeof(Py_ssize_t)) {
     PyErr_SetString(PyExc_ValueError, "find: keys of other sizes, or out of another length");
     goto done;
@@ -327,10 +516,10 @@ PyObject *omptpy_py_find(PyObject *m, PyObject *args) {
     goto done;
   }
   Py_ssize_t *out = o.buf;
-  int failed = 0;
+  int failed = 0, keep_first = !timed || first;
   Py_BEGIN_ALLOW_THREADS
-  /* Untimed: every table row first (the first of equal ones stays); timed: the
-   * rows up to each query's time (the last of equal ones stays). */
+  /* Untimed: every table row first; timed: the rows up to each query's time (the
+   * last of equal ones stays, or with `first` the first). */
   Py_ssize_t next = 0;
   key q;
   for (Py_ssize_t i = 0; i < nq || (!timed && next < nt); i++) {
@@ -340,7 +529,7 @@ PyObject *omptpy_py_find(PyObject *m, PyObject *args) {
       key_read(&tkeys, next, &q);
       if (q.missing) continue;
       Py_ssize_t s = table_slot(&t, &tkeys, &q);
-      if (!timed && t.slots[s].row >= 0) continue; /* the first of equal rows stays */
+      if (keep_first && t.slots[s].row >= 0) continue;
       if (table_set(&t, s, q.hash, next) < 0) {
         failed = 1;
         break;
@@ -349,6 +538,19 @@ PyObject *omptpy_py_find(PyObject *m, PyObject *args) {
     if (failed || i >= nq) break;
     key_read(&qkeys, i, &q);
     out[i] = q.missing ? -1 : t.slots[table_slot(&t, &tkeys, &q)].row;
+  }
+  if (timed && first && !failed) { /* the rest of the table, then the queries not found */
+    for (; next < nt && !failed; next++) {
+      key_read(&tkeys, next, &q);
+      if (q.missing) continue;
+      Py_ssize_t s = table_slot(&t, &tkeys, &q);
+      if (t.slots[s].row < 0) failed = table_set(&t, s, q.hash, next) < 0;
+    }
+    for (Py_ssize_t i = 0; i < nq && !failed; i++) {
+      if (out[i] >= 0) continue;
+      key_read(&qkeys, i, &q);
+      if (!q.missing) out[i] = t.slots[table_slot(&t, &tkeys, &q)].row;
+    }
   }
   Py_END_ALLOW_THREADS
   result = failed ? PyErr_NoMemory() : omptpy_py_none();
@@ -361,4 +563,3 @@ done:
   keyset_release(&tkeys);
   return result;
 }
-

@@ -1,13 +1,15 @@
 """Begin/end pairing, and the relations between paired tables: one
-implementation (C, ``_core.pair`` and ``_core.find``) for the tables
-(``tables``), the Perfetto export (``ompt_py.io.perfetto``, on record fields)
-and the regions of user code.
+implementation (C, ``_core.pair``, ``_core.pair_events`` and ``_core.find``)
+for the tables (``tables``), the slice exports (``ompt_py.io.perfetto``, on
+record fields) and the regions of user code.
 
 Scoped OMPT events nest per thread.  Pairing keeps that order: within one
 key (process, thread, event, kind ...) an end closes the latest open begin.
 An end with no begin before it (its begin came before the trace window) and
 a begin with no end (its end comes after the window) are kept and counted
-as unmatched, never paired wrongly or dropped silently.
+as unmatched, never paired wrongly or dropped silently.  The constructs of
+the tables are paired from the records, every kind in one pass over them in
+time order (``pair_events``, ``PAIRINGS``: the events and key of each).
 
 libomp reports a worker's implicit-barrier end and implicit-task end only
 when the worker is released for the next parallel region; those intervals
@@ -21,12 +23,13 @@ made from a pandas frame and a slice made from raw records pair alike.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from .. import _core
+from ..records import EVENT_CODES, KIND_RAW_CATEGORIES, kind_keys
 
 
 @dataclass
@@ -64,11 +67,17 @@ def group_ids(keys: pd.DataFrame) -> tuple[np.ndarray, int]:
     return ids, count
 
 
-def column(values: np.ndarray, missing_if_zero: bool = False, table: Any = None) -> tuple:
-    """A key column of _core.pair and _core.find: the integers ``values`` (bytes:
-    read through ``table``, bytes too, when given); ``missing_if_zero``: rows
-    where it is 0 have no key (find)."""
-    return np.ascontiguousarray(values), missing_if_zero, table
+def column(values: np.ndarray, missing_if_zero: bool = False, table: Any = None,
+           rows: np.ndarray | None = None) -> tuple:
+    """A key column of _core.pair, pair_events and find: the integers ``values``, an
+    array of one dimension of any stride (a field of the records is read in place;
+    bytes: read through ``table``, bytes too, when given), or, with ``rows``
+    (int64), ``values[rows]`` without making it; ``missing_if_zero``: rows where it
+    is 0 have no key (find)."""
+    values = np.asarray(values)
+    if rows is None:
+        return values, missing_if_zero, table
+    return values, missing_if_zero, table, np.asarray(rows, np.int64)
 
 
 
@@ -104,24 +113,107 @@ def pair(keys: list[tuple], is_begin: np.ndarray, tags: tuple | None = None,
                  int(np.count_nonzero(~is_begin & ~matched)), outer)
 
 
+class EventPairing(NamedTuple):
+    """How the records of a kind of construct pair: what each event does
+    (``roles``: "scoped", its begins open and its ends close; "endpoint", its
+    begins open and every other endpoint closes; "open" or "close", whatever the
+    endpoint), and the record fields of the key after the process (``kind_raw``:
+    the kind byte as to_pandas() names it for the event)."""
+
+    roles: dict[str, str]
+    key: tuple[str, ...]
+
+
+#: The pairings of the tables (tables.py) and of the slice exports (io/perfetto.py).
+PAIRINGS: dict[str, EventPairing] = {
+    "parallel": EventPairing({"parallel_begin": "endpoint", "parallel_end": "endpoint"},
+                             ("parallel_id",)),
+    "implicit_task": EventPairing({"implicit_task": "scoped"}, ("task_id",)),
+    "work": EventPairing({"work": "scoped"}, ("thread", "kind_raw")),
+    "sync_region": EventPairing({"sync_region": "scoped"}, ("thread", "kind_raw")),
+    "sync_region_wait": EventPairing({"sync_region_wait": "scoped"}, ("thread", "kind_raw")),
+    "masked": EventPairing({"masked": "scoped"}, ("thread",)),
+    "mutex_wait": EventPairing({"mutex_acquire": "open", "mutex_acquired": "close"},
+                               ("thread", "u64a")),  # u64a: the wait id
+    "mutex_hold": EventPairing({"mutex_acquired": "open", "mutex_released": "close"},
+                               ("thread", "u64a")),
+}
+
+# What a row does, by endpoint (0: any but 1 to 3; SCOPE_BEGIN 1, SCOPE_END 2,
+# SCOPE_BEGINEND 3), for each role of an event.
+_ROLES = {"scoped": (_core.PAIR_NONE, _core.PAIR_OPEN, _core.PAIR_CLOSE, _core.PAIR_NONE),
+          "endpoint": (_core.PAIR_CLOSE, _core.PAIR_OPEN, _core.PAIR_CLOSE, _core.PAIR_CLOSE),
+          "open": (_core.PAIR_OPEN,) * 4, "close": (_core.PAIR_CLOSE,) * 4}
+
+
+def _key_column(events: np.ndarray, field: str, order: np.ndarray, pairing: EventPairing
+                ) -> tuple:
+    if field != "kind_raw":
+        return column(events[field], rows=order)
+    (event,) = pairing.roles  # a kind names one event's enumeration
+    names = KIND_RAW_CATEGORIES.codes(kind_keys(np.full(256, EVENT_CODES[event]),
+                                                np.arange(256)))
+    return column(events["kind"], table=names, rows=order)
+
+
+def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray,
+                names: list[str]) -> dict[str, Pairs]:
+    """The pairings ``names`` (of PAIRINGS) of the records ``events`` (their
+    processes ``pids``; None: all of one), in one pass over them in time order
+    (``order``: records.time_order of their times): per pairing, its begins and
+    ends as positions in ``order`` (the rows of to_pandas()), as ``pair`` pairs."""
+    counts = np.zeros(max(EVENT_CODES.values()) + 1, np.int64)
+    for start in range(0, len(events), 1 << 20):  # a bound on each pairing's begins
+        counts += np.bincount(events["event"][start:start + (1 << 20)],
+                              minlength=len(counts))[:len(counts)]
+    specs, outputs = [], []
+    for name in names:
+        pairing = PAIRINGS[name]
+        roles = np.zeros((len(counts), 4), np.uint8)
+        for event, role in pairing.roles.items():
+            roles[EVENT_CODES[event]] = _ROLES[role]
+        room = int(sum(counts[EVENT_CODES[e]] for e, role in pairing.roles.items()
+                       if role != "close"))
+        begins, ends = np.empty(room, np.int64), np.empty(room, np.int64)
+        keys = [] if pids is None else [column(pids, rows=order)]
+        keys += [_key_column(events, field, order, pairing) for field in pairing.key]
+        specs.append((roles.tobytes(), keys, begins, ends))
+        outputs.append((begins, ends))
+    found = _core.pair_events(column(events["event"], rows=order),
+                              column(events["endpoint"], rows=order), specs)
+    out = {}
+    for name, (begins, ends), (count, unmatched) in zip(names, outputs, found):
+        begins, ends = begins[:count], ends[:count]
+        closed = ends >= 0
+        out[name] = Pairs(begins[closed], ends[closed], begins[~closed], unmatched)
+    return out
+
+
 def pair_rows(rows: pd.DataFrame, keys: list[str]) -> Intervals:
     """Pairs begin/end rows of a frame (time-ordered, an ``endpoint`` column) that
     nest within each key; the begin's columns stand for the pair, in the order of
     the begins; the other columns are gathered once, at the rows of the pairs."""
     is_begin = (rows["endpoint"] == "begin").to_numpy()
     found = pair([column(group_ids(rows[keys])[0])], is_begin)
-    times = rows["time_ns"].to_numpy()
-    table = _begin_rows(rows, found.begins)
+    return intervals(rows, found, [c for c in rows.columns if c not in ("time_ns", "endpoint")])
+
+
+def intervals(frame: pd.DataFrame, found: Pairs, columns: list[str]) -> Intervals:
+    """The pairs ``found`` of rows of ``frame`` (positions; a time_ns column) as a
+    table: begin_ns, the begin's ``columns``, end_ns and duration_ns."""
+    times = frame["time_ns"].to_numpy()
+    table = _begin_rows(frame, ["time_ns", *columns], found.begins)
     table["end_ns"] = times[found.ends]
     table["duration_ns"] = table["end_ns"] - table["begin_ns"]
     return Intervals(table, unmatched_begins=len(found.open),
-                     unmatched_ends=found.unmatched_ends, open=_begin_rows(rows, found.open))
+                     unmatched_ends=found.unmatched_ends,
+                     open=_begin_rows(frame, ["time_ns", *columns], found.open))
 
 
-def _begin_rows(rows: pd.DataFrame, at: np.ndarray) -> pd.DataFrame:
-    """The rows at positions ``at``, without their endpoint, time_ns as begin_ns."""
-    out = rows.drop(columns="endpoint").take(at).rename(columns={"time_ns": "begin_ns"})
-    return out.set_axis(pd.RangeIndex(len(out)))
+def _begin_rows(frame: pd.DataFrame, columns: list[str], at: np.ndarray) -> pd.DataFrame:
+    """The ``columns`` of the rows at positions ``at``, time_ns as begin_ns."""
+    return pd.DataFrame({"begin_ns" if c == "time_ns" else c: frame[c].array.take(at)
+                         for c in columns}, index=pd.RangeIndex(len(at)))
 
 
 def find(table: pd.DataFrame, query: pd.DataFrame) -> np.ndarray:
