@@ -195,15 +195,19 @@ def pair(
     the latest open begin of the key when begin i opened, or -1."""
 
 def pair_events(
+    order: Buffer,
     events: _KeyColumn,
     endpoints: _KeyColumn,
-    pairings: list[tuple[Buffer, list[_KeyColumn], Buffer, Buffer]],
+    pairings: list[tuple[Buffer, list[_KeyColumn]]],
+    as_rows: bool = False,
     /,
-) -> list[tuple[int, int]]:
-    """Several pairings of rows in time order in one pass, each as pair() pairs: a
-    pairing is (roles, keys, begins, ends), roles[4 * event + endpoint] a PAIR_*
-    (endpoint 1 to 3, else 0), begins and ends int64 outputs (each begin's row, in
-    order, and its end's row or -1).  Per pairing: (begins, ends that closed nothing)."""
+) -> list[tuple[bytes, bytes, int]]:
+    """Several pairings of the records in one pass over them in ``order`` (int64), each
+    as pair() pairs: columns of the records (events, endpoints, keys), a pairing
+    (roles, keys), roles[4 * event + endpoint] a PAIR_* (endpoint 1 to 3, else 0).  Per
+    pairing: (begins, ends, ends that closed nothing), int64 bytes: the begins'
+    positions in order (as_rows: their rows), those closed first, then those never
+    closed; the ends' of those closed."""
 
 def find(
     table_keys: list[_KeyColumn],

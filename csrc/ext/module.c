@@ -327,11 +327,12 @@ static PyMethodDef methods[] = {
          "begin of its key with its tag (0: any), dropping the begins above it; "
          "enclosing[i]: the latest open begin of the key when begin i opened, or -1.")},
     {"pair_events", omptpy_py_pair_events, METH_VARARGS,
-     DOC("pair_events($module, events, endpoints, pairings, /)",
-         "Several pairings of rows in time order in one pass, each as pair() pairs; a "
-         "pairing is (roles, keys, begins, ends): roles[4 * event + endpoint] (PAIR_*), "
-         "its keys, and int64 outputs: each begin's row, in order, and its end's row or "
-         "-1.  Returns per pairing (begins, ends that closed nothing).")},
+     DOC("pair_events($module, order, events, endpoints, pairings, as_rows=False, /)",
+         "Several pairings of the records in one pass over them in order, each as pair() "
+         "pairs; a pairing is (roles, keys): roles[4 * event + endpoint] (PAIR_*), its key "
+         "columns.  Returns per pairing (begins, ends, ends that closed nothing): int64 "
+         "bytes, the begins' positions in order (as_rows: rows), those closed first, and "
+         "the ends' of those closed.")},
     {"find", omptpy_py_find, METH_VARARGS,
      DOC("find($module, table_keys, query_keys, out, table_times=None, query_times=None, "
          "first=False, /)",

@@ -180,13 +180,16 @@ static int table_init(table *t, Py_ssize_t rows) {
 static void table_free(table *t) { free(t->slots); }
 
 /* The slot holding an entry of `keys` with the key q, or the empty slot where it
- * would go. */
+ * would go.  A key of one column is its hash: key_read's hash of one value is a
+ * bijection (xor, a multiplication by an odd number, an xorshift), so the entry's
+ * own value, far in memory, is not read again. */
 static Py_ssize_t table_slot(const table *t, const keyset *keys, const key *q) {
   Py_ssize_t s = (Py_ssize_t)(q->hash & (uint64_t)t->mask);
   for (;;) {
     Py_ssize_t e = t->slots[s].row;
     if (e < 0 || (t->slots[s].hash == q->hash &&
-                  key_matches(keys, t->rows ? (Py_ssize_t)t->rows[e] : e, q)))
+                  (keys->ncol == 1 ||
+                   key_matches(keys, t->rows ? (Py_ssize_t)t->rows[e] : e, q))))
       return s;
     s = (s + 1) & t->mask;
   }
@@ -362,86 +365,136 @@ release_keys:
 /* ---- pair_events --------------------------------------------------------------------- */
 
 typedef struct {
-  Py_buffer roles, begins, ends;
+  Py_buffer roles;
   keyset keys;
   stacks st;
-  Py_ssize_t count, capacity, unmatched_ends;
+  PyObject *begins, *ends; /* bytes: int64 per begin */
+  Py_ssize_t count, closed, unmatched_ends;
 } pairing;
 
 static void pairing_release(pairing *g) {
   table_free(&g->st.open);
   keyset_release(&g->keys);
-  if (g->ends.obj) PyBuffer_Release(&g->ends);
-  if (g->begins.obj) PyBuffer_Release(&g->begins);
+  Py_XDECREF(g->ends);
+  Py_XDECREF(g->begins);
   if (g->roles.obj) PyBuffer_Release(&g->roles);
 }
 
-/* pair_events(events, endpoints, pairings): several pairings of one set of rows
- * in one pass, each as pair() pairs (no tags), for the tables and the exports:
- * rows in time order (the records through their time order), `events` and
- * `endpoints` columns of their event numbers and endpoints.  A pairing is
- * (roles, keys, begins, ends): roles, bytes, 4 per event number e: what a row
- * of e does (PAIR_*) at roles[4 e + endpoint], the endpoint 1 to 3, 0 for any
- * other (event numbers beyond: nothing); keys, a list of columns (of the
- * rows); begins and ends, int64 arrays as long as the pairing has begins,
- * written: the row of each begin, in order, and its end's row (-1: never
- * closed).  Returns per pairing (begins, ends closing nothing). */
+/* The index of roles of a record of `event` and `endpoint`. */
+static inline Py_ssize_t role_index(uint64_t event, uint64_t endpoint) {
+  return (Py_ssize_t)(4 * event + (endpoint < 4 ? endpoint : 0));
+}
+
+/* pair_events(order, events, endpoints, pairings): several pairings of the
+ * records in one pass over them in time order, each as pair() pairs (no tags),
+ * for the tables and the exports.  The columns (see above; no rows of their
+ * own) are of the records: `events` and `endpoints` their event numbers and
+ * endpoints; `order` (int64) the records in time order, through which the pass
+ * reads every column.  A pairing is (roles, keys): roles, bytes, 4 per event
+ * number e: what a record of e does (PAIR_*) at roles[4 e + endpoint], the
+ * endpoint 1 to 3, 0 for any other (event numbers beyond: nothing); keys, a
+ * list of columns.  Returns per pairing (begins, ends, ends closing nothing):
+ * bytes of int64, the begins' positions in `order` (with as_rows, their rows),
+ * those closed first, then those never closed, each in order, and the ends'
+ * positions (rows) of those closed. */
 PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   (void)m;
-  PyObject *events_spec, *endpoints_spec, *list, *result = NULL;
-  if (!PyArg_ParseTuple(args, "OOO!", &events_spec, &endpoints_spec, &PyList_Type, &list))
+  PyObject *order_obj, *events_spec, *endpoints_spec, *list, *result = NULL;
+  int as_rows = 0;
+  if (!PyArg_ParseTuple(args, "OOOO!|p", &order_obj, &events_spec, &endpoints_spec, &PyList_Type,
+                        &list, &as_rows))
     return NULL;
-  Py_ssize_t n = -1, npairings = PyList_GET_SIZE(list);
+  Py_ssize_t records = -1, npairings = PyList_GET_SIZE(list);
+  uint32_t *opens = NULL, *closes = NULL;
+  Py_ssize_t *there = NULL;
   column events = {0}, endpoints = {0};
+  Py_buffer order_buf = {0};
   pairing g[MAX_PAIRINGS];
   memset(g, 0, sizeof g);
   if (npairings > MAX_PAIRINGS) {
     PyErr_Format(PyExc_ValueError, "pair_events: at most %d pairings", (int)MAX_PAIRINGS);
     return NULL;
   }
-  if (column_get(&events, events_spec, &n) < 0 || column_get(&endpoints, endpoints_spec, &n) < 0)
+  if (column_get(&events, events_spec, &records) < 0 ||
+      column_get(&endpoints, endpoints_spec, &records) < 0 ||
+      PyObject_GetBuffer(order_obj, &order_buf, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
     goto done;
-  for (Py_ssize_t k = 0; k < npairings; k++) {
-    PyObject *roles, *keys, *begins, *ends;
-    if (!PyArg_ParseTuple(PyList_GET_ITEM(list, k), "OOOO", &roles, &keys, &begins, &ends) ||
+  const int64_t *order = order_buf.buf;
+  Py_ssize_t n = order_buf.len / 8;
+  const char *bad = is_int64(&order_buf) ? NULL : "pair_events: order, an array of int64";
+  for (Py_ssize_t i = 0; i < n && !bad; i++)
+    if (order[i] < 0 || order[i] >= records) bad = "pair_events: order names rows not there";
+  for (Py_ssize_t k = 0; k < npairings && !bad; k++) {
+    PyObject *roles, *keys;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(list, k), "OO", &roles, &keys) ||
         PyObject_GetBuffer(roles, &g[k].roles, PyBUF_SIMPLE) < 0 ||
-        keyset_get(&g[k].keys, keys, &n) < 0 ||
-        PyObject_GetBuffer(begins, &g[k].begins, PyBUF_WRITABLE | PyBUF_FORMAT) < 0 ||
-        PyObject_GetBuffer(ends, &g[k].ends, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+        keyset_get(&g[k].keys, keys, &records) < 0)
       goto done;
-    if (!is_int64(&g[k].begins) || !is_int64(&g[k].ends) || g[k].begins.len != g[k].ends.len ||
-        g[k].roles.len % 4) {
-      PyErr_SetString(PyExc_ValueError, "pair_events: roles of 4 bytes per event; begins and "
-                                        "ends int64 arrays of one length");
+    for (Py_ssize_t j = 0; j < g[k].keys.ncol; j++)
+      if (g[k].keys.col[j].at) bad = "pair_events: keys read through order, not rows of their own";
+  }
+  if (events.at || endpoints.at) bad = "pair_events: events read through order, not rows";
+  if (bad) {
+    PyErr_SetString(PyExc_ValueError, bad);
+    goto done;
+  }
+  /* Per role index, the pairings a record there opens and closes (bit k: pairing k),
+   * and how many records are there; the records beyond every pairing's roles are
+   * counted at the last index, which opens and closes nothing. */
+  Py_ssize_t nroles = 1;
+  for (Py_ssize_t k = 0; k < npairings; k++)
+    if (g[k].roles.len + 1 > nroles) nroles = g[k].roles.len + 1;
+  opens = PyMem_Calloc((size_t)nroles, sizeof *opens);
+  closes = PyMem_Calloc((size_t)nroles, sizeof *closes);
+  there = PyMem_Calloc((size_t)nroles, sizeof *there);
+  if (!opens || !closes || !there) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t k = 0; k < npairings; k++)
+    for (Py_ssize_t at = 0; at < g[k].roles.len; at++) {
+      int role = ((const uint8_t *)g[k].roles.buf)[at];
+      if (role == PAIR_OPEN) opens[at] |= 1u << k;
+      if (role == PAIR_CLOSE) closes[at] |= 1u << k;
+    }
+  for (Py_ssize_t r = 0; r < records; r++) {
+    Py_ssize_t at = role_index(column_read(&events, r), column_read(&endpoints, r));
+    there[at < nroles ? at : nroles - 1]++;
+  }
+  /* The begins of each pairing, counted: its outputs are made that long. */
+  Py_ssize_t counts[MAX_PAIRINGS] = {0};
+  for (Py_ssize_t at = 0; at < nroles; at++)
+    for (Py_ssize_t k = 0; k < npairings; k++)
+      if (opens[at] >> k & 1) counts[k] += there[at];
+  events.at = endpoints.at = order;
+  for (Py_ssize_t k = 0; k < npairings; k++) {
+    for (Py_ssize_t j = 0; j < g[k].keys.ncol; j++) g[k].keys.col[j].at = order;
+    g[k].begins = PyBytes_FromStringAndSize(NULL, 8 * counts[k]);
+    g[k].ends = PyBytes_FromStringAndSize(NULL, 8 * counts[k]);
+    if (!g[k].begins || !g[k].ends || table_init(&g[k].st.open, 512) < 0) {
+      if (!PyErr_Occurred()) PyErr_NoMemory();
       goto done;
     }
-    g[k].capacity = g[k].begins.len / 8;
-    if (table_init(&g[k].st.open, 512) < 0) {
-      PyErr_NoMemory();
-      goto done;
-    }
-    g[k].st.open.rows = g[k].begins.buf;
+    g[k].st.open.rows = (const int64_t *)PyBytes_AS_STRING(g[k].begins);
     g[k].st.keys = &g[k].keys;
-    g[k].st.link = g[k].ends.buf;
+    g[k].st.link = (Py_ssize_t *)PyBytes_AS_STRING(g[k].ends);
   }
   int failed = 0;
   Py_BEGIN_ALLOW_THREADS
   key q;
   for (Py_ssize_t i = 0; i < n && !failed; i++) {
-    uint64_t event = column_read(&events, i), endpoint = column_read(&endpoints, i);
-    Py_ssize_t at = 4 * (Py_ssize_t)event + (endpoint < 4 ? (Py_ssize_t)endpoint : 0);
-    for (Py_ssize_t k = 0; k < npairings; k++) {
+    Py_ssize_t at = role_index(column_read(&events, i), column_read(&endpoints, i));
+    if (at >= nroles) continue;
+    for (uint32_t mine = opens[at] | closes[at]; mine; mine &= mine - 1) {
+      Py_ssize_t k = __builtin_ctz(mine);
       pairing *p = &g[k];
-      if (at >= p->roles.len) continue;
-      int role = ((const uint8_t *)p->roles.buf)[at];
-      if (role == PAIR_NONE) continue;
       key_read(&p->keys, i, &q);
-      if (role == PAIR_OPEN) {
-        if (p->count == p->capacity) {
+      if (opens[at] >> k & 1) {
+        if (8 * p->count == PyBytes_GET_SIZE(p->begins)) { /* order names a row twice */
           failed = 2;
           break;
         }
-        ((int64_t *)p->begins.buf)[p->count] = i;
+        ((int64_t *)PyBytes_AS_STRING(p->begins))[p->count] = i;
         if (stacks_open(&p->st, &q, p->count++) == -2) {
           failed = 1;
           break;
@@ -451,26 +504,53 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
       }
     }
   }
-  for (Py_ssize_t k = 0; k < npairings && !failed; k++)
-    for (Py_ssize_t s = 0; s < g[k].count; s++)
-      if (g[k].st.link[s] < -1) g[k].st.link[s] = -1; /* a begin never closed */
+  /* The closed pairs first, then the begins never closed (each in begin order), as
+   * positions in order or, with as_rows, as rows. */
+  for (Py_ssize_t k = 0; k < npairings && !failed; k++) {
+    int64_t *begins = (int64_t *)PyBytes_AS_STRING(g[k].begins), *open_begins;
+    Py_ssize_t *link = g[k].st.link, closed = 0, open = 0;
+    for (Py_ssize_t s = 0; s < g[k].count; s++) open += link[s] < 0;
+    if (!(open_begins = malloc((size_t)open * sizeof *open_begins + 1))) {
+      failed = 1;
+      break;
+    }
+    open = 0;
+    for (Py_ssize_t s = 0; s < g[k].count; s++) { /* closed <= s: read before written */
+      int64_t begin = as_rows ? order[begins[s]] : begins[s];
+      if (link[s] < 0) {
+        open_begins[open++] = begin;
+        continue;
+      }
+      link[closed] = as_rows ? order[link[s]] : link[s];
+      begins[closed++] = begin;
+    }
+    memcpy(begins + closed, open_begins, (size_t)open * sizeof *begins);
+    free(open_begins);
+    g[k].closed = closed;
+  }
   Py_END_ALLOW_THREADS
-  if (failed == 1) {
-    PyErr_NoMemory();
+  if (failed) {
+    if (failed == 1) PyErr_NoMemory();
+    else PyErr_SetString(PyExc_ValueError, "pair_events: order names a row twice");
     goto done;
   }
-  if (failed == 2) {
-    PyErr_SetString(PyExc_ValueError, "pair_events: more begins than begins has room for");
-    goto done;
-  }
+  for (Py_ssize_t k = 0; k < npairings; k++) /* rows order leaves out: fewer begins */
+    if (_PyBytes_Resize(&g[k].begins, 8 * g[k].count) < 0 ||
+        _PyBytes_Resize(&g[k].ends, 8 * g[k].closed) < 0)
+      goto done;
   result = PyList_New(npairings);
   for (Py_ssize_t k = 0; result && k < npairings; k++) {
-    PyObject *counts = Py_BuildValue("nn", g[k].count, g[k].unmatched_ends);
-    if (!counts) Py_CLEAR(result);
-    else PyList_SET_ITEM(result, k, counts);
+    PyObject *found = Py_BuildValue("NNn", g[k].begins, g[k].ends, g[k].unmatched_ends);
+    g[k].begins = g[k].ends = NULL;
+    if (!found) Py_CLEAR(result);
+    else PyList_SET_ITEM(result, k, found);
   }
 done:
+  PyMem_Free(there);
+  PyMem_Free(closes);
+  PyMem_Free(opens);
   for (Py_ssize_t k = 0; k < npairings; k++) pairing_release(&g[k]);
+  if (order_buf.obj) PyBuffer_Release(&order_buf);
   column_release(&endpoints);
   column_release(&events);
   return result;
@@ -511,7 +591,7 @@ PyObject *omptpy_py_find(PyObject *m, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "find: keys of other sizes, or out of another length");
     goto done;
   }
-  if (table_init(&t, timed ? 512 : nt) < 0) {
+  if (table_init(&t, timed && !first ? 512 : nt) < 0) { /* first: every row goes in */
     PyErr_NoMemory();
     goto done;
   }

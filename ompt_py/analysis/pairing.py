@@ -146,46 +146,37 @@ _ROLES = {"scoped": (_core.PAIR_NONE, _core.PAIR_OPEN, _core.PAIR_CLOSE, _core.P
           "open": (_core.PAIR_OPEN,) * 4, "close": (_core.PAIR_CLOSE,) * 4}
 
 
-def _key_column(events: np.ndarray, field: str, order: np.ndarray, pairing: EventPairing
-                ) -> tuple:
+def _key_column(events: np.ndarray, field: str, pairing: EventPairing) -> tuple:
     if field != "kind_raw":
-        return column(events[field], rows=order)
+        return column(events[field])
     (event,) = pairing.roles  # a kind names one event's enumeration
     names = KIND_RAW_CATEGORIES.codes(kind_keys(np.full(256, EVENT_CODES[event]),
                                                 np.arange(256)))
-    return column(events["kind"], table=names, rows=order)
+    return column(events["kind"], table=names)
 
 
 def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray,
-                names: list[str]) -> dict[str, Pairs]:
+                names: list[str], as_rows: bool = False) -> dict[str, Pairs]:
     """The pairings ``names`` (of PAIRINGS) of the records ``events`` (their
     processes ``pids``; None: all of one), in one pass over them in time order
     (``order``: records.time_order of their times): per pairing, its begins and
-    ends as positions in ``order`` (the rows of to_pandas()), as ``pair`` pairs."""
-    counts = np.zeros(max(EVENT_CODES.values()) + 1, np.int64)
-    for start in range(0, len(events), 1 << 20):  # a bound on each pairing's begins
-        counts += np.bincount(events["event"][start:start + (1 << 20)],
-                              minlength=len(counts))[:len(counts)]
-    specs, outputs = [], []
+    ends as positions in ``order`` (the rows of to_pandas()), or with ``as_rows``
+    as rows of ``events``, as ``pair`` pairs."""
+    specs = []
     for name in names:
         pairing = PAIRINGS[name]
-        roles = np.zeros((len(counts), 4), np.uint8)
+        roles = np.zeros((max(EVENT_CODES.values()) + 1, 4), np.uint8)
         for event, role in pairing.roles.items():
             roles[EVENT_CODES[event]] = _ROLES[role]
-        room = int(sum(counts[EVENT_CODES[e]] for e, role in pairing.roles.items()
-                       if role != "close"))
-        begins, ends = np.empty(room, np.int64), np.empty(room, np.int64)
-        keys = [] if pids is None else [column(pids, rows=order)]
-        keys += [_key_column(events, field, order, pairing) for field in pairing.key]
-        specs.append((roles.tobytes(), keys, begins, ends))
-        outputs.append((begins, ends))
-    found = _core.pair_events(column(events["event"], rows=order),
-                              column(events["endpoint"], rows=order), specs)
+        keys = [] if pids is None else [column(pids)]
+        specs.append((roles.tobytes(),
+                      keys + [_key_column(events, field, pairing) for field in pairing.key]))
+    found = _core.pair_events(np.asarray(order, np.int64), column(events["event"]),
+                              column(events["endpoint"]), specs, as_rows)
     out = {}
-    for name, (begins, ends), (count, unmatched) in zip(names, outputs, found):
-        begins, ends = begins[:count], ends[:count]
-        closed = ends >= 0
-        out[name] = Pairs(begins[closed], ends[closed], begins[~closed], unmatched)
+    for name, (begins, ends, unmatched) in zip(names, found):
+        begins, ends = np.frombuffer(begins, np.int64), np.frombuffer(ends, np.int64)
+        out[name] = Pairs(begins[:len(ends)], ends, begins[len(ends):], unmatched)
     return out
 
 

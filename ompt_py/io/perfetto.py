@@ -81,11 +81,10 @@ from ..records import (
     PARALLEL_INVOKER_PROGRAM,
     PARALLEL_INVOKER_RUNTIME,
     PARALLEL_LEAGUE,
-    SCOPE_BEGIN,
-    SCOPE_END,
     TASK_INITIAL,
     kind_keys,
     python_stack_ids,
+    time_order,
 )
 from .filters import ExportFilter
 from .streaming import (
@@ -109,33 +108,43 @@ if TYPE_CHECKING:
     from ..trace import Trace
 
 class _Records:
-    """The records a Perfetto file is made of (``trace.events``), with the event
-    number of each (one contiguous copy, to select by)."""
+    """The records a Perfetto file is made of (``trace.events``), the count of each
+    event, and the pairings of their constructs (``paired``, made in one pass)."""
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.ev = np.ascontiguousarray(trace.events)
-        self.codes = np.ascontiguousarray(self.ev["event"])
         self.bytes = self.ev.view(np.uint8).reshape(len(self.ev), self.ev.itemsize)
         # One process: no pid column (nor key: it would be the same for all).
         self.pids = None if trace.single_pid is not None else trace.pids
+        self.counts = np.zeros(max(EVENT_CODES.values()) + 1, np.int64)
+        for part in batches(len(self.ev), 1 << 20):
+            self.counts += np.bincount(self.ev["event"][part],
+                                       minlength=len(self.counts))[:len(self.counts)]
 
-    def select(self, *events: str, scoped: bool = True) -> np.ndarray:
-        """The rows of these events (``scoped``: only their begins and ends) in time
-        order (stable: at equal times, in the order of the records)."""
-        wanted = self.codes == EVENT_CODES[events[0]]
+    def has(self, codes: Iterable[int]) -> bool:
+        """Whether any record is of these events."""
+        return bool(self.counts[[c for c in codes if c < len(self.counts)]].any())
+
+    def pairs(self, names: list[str]) -> dict[str, _Pairs]:
+        """The pairings ``names`` (pairing.PAIRINGS), as the tables pair them, in one
+        pass over the records."""
+        found = pairing.pair_events(self.ev, self.pids, time_order(self.ev["time_ns"]), names,
+                                    as_rows=True)
+        return {name: _Pairs(f.begins, self.time(f.ends)) for name, f in found.items()}
+
+    def select(self, *events: str) -> np.ndarray:
+        """The rows of these events in time order (stable: at equal times, in the order
+        of the records)."""
+        if not self.has(EVENT_CODES[e] for e in events):
+            return np.zeros(0, np.int64)
+        codes = self.ev["event"]
+        wanted = codes == EVENT_CODES[events[0]]
         for event in events[1:]:
-            wanted |= self.codes == EVENT_CODES[event]
+            wanted |= codes == EVENT_CODES[event]
         rows = np.flatnonzero(wanted)
         del wanted
-        if scoped:
-            endpoint = self.ev["endpoint"][rows]
-            rows = rows[(endpoint == SCOPE_BEGIN) | (endpoint == SCOPE_END)]
-            del endpoint
-        time = self.time(rows)
-        order = np.argsort(time, kind="stable")
-        del time
-        return rows[order]
+        return rows[time_order(self.time(rows))]
 
     def time(self, rows: np.ndarray) -> np.ndarray:
         return self.ev["time_ns"][rows]
@@ -150,18 +159,18 @@ class _Records:
 
     def field(self, name: str, rows: np.ndarray, missing_if_zero: bool = False,
               event: str | None = None) -> tuple:
-        """A record field at ``rows`` as a key column (pairing.column); "kind_raw":
-        the kind byte of ``event``, as to_pandas() names it."""
+        """A record field at ``rows`` as a key column (pairing.column, read in place);
+        "kind_raw": the kind byte of ``event``, as to_pandas() names it."""
         if name != "kind_raw":
-            return pairing.column(self.ev[name][rows], missing_if_zero)
+            return pairing.column(self.ev[name], missing_if_zero, rows=rows)
         names = KIND_RAW_CATEGORIES.codes(kind_keys(np.full(256, EVENT_CODES[event]),
                                                     np.arange(256)))
-        return pairing.column(self.ev["kind"][rows], table=names)
+        return pairing.column(self.ev["kind"], table=names, rows=rows)
 
     def keys(self, rows: np.ndarray, *fields: str, missing_if_zero: bool = False,
              event: str | None = None) -> list[tuple]:
         """Key columns of the records at ``rows``: their pid, then ``fields``."""
-        pid = [] if self.pids is None else [pairing.column(self.pids[rows])]
+        pid = [] if self.pids is None else [pairing.column(self.pids, rows=rows)]
         return pid + [self.field(name, rows, missing_if_zero, event) for name in fields]
 
     def find(self, table: np.ndarray, query: np.ndarray, field: str,
@@ -169,10 +178,12 @@ class _Records:
         """For each record of ``query`` (rows), the first of ``table`` with its pid and
         ``field`` (``query_field`` in the query's records), an id (0: none, which
         matches nothing); -1 where there is none (as pairing.find on to_pandas()
-        columns)."""
+        columns).  Found in time order (find's first mode): the rows of both are
+        mostly in time order, and the table's rows a query finds were added lately."""
         found = np.empty(len(query), np.intp)
         _core.find(self.keys(table, field, missing_if_zero=True),
-                   self.keys(query, query_field or field, missing_if_zero=True), found)
+                   self.keys(query, query_field or field, missing_if_zero=True), found,
+                   self.field("time_ns", table), self.field("time_ns", query), True)
         return found
 
 
@@ -189,18 +200,6 @@ class _Pairs:
 
     def take(self, at: np.ndarray) -> _Pairs:
         return _Pairs(self.rows[at], self.end[at])
-
-
-def _pair(rec: _Records, rows: np.ndarray, keys: list[tuple], is_begin: np.ndarray) -> _Pairs:
-    """``rows`` (in time order) paired per key, as the tables pair them."""
-    found = pairing.pair(keys, is_begin)
-    return _Pairs(rows[found.begins], rec.time(rows[found.ends]))
-
-
-def _scoped(rec: _Records, event: str, *keys: str) -> _Pairs:
-    rows = rec.select(event)
-    return _pair(rec, rows, rec.keys(rows, *keys, event=event),
-                 rec.ev["endpoint"][rows] == SCOPE_BEGIN)
 
 
 def _clamp(rec: _Records, pairs: _Pairs, regions: _Pairs) -> np.ndarray:
@@ -392,17 +391,16 @@ def _kind_raw(records: np.ndarray) -> Column:
     return named(names, json_names(KIND_RAW_CATEGORIES.categories))
 
 
-def _regions(rec: _Records) -> _Pairs:
-    rows = rec.select("parallel_begin", "parallel_end", scoped=False)
-    return _pair(rec, rows, rec.keys(rows, "parallel_id"),
-                 rec.ev["endpoint"][rows] == SCOPE_BEGIN)
+#: The pairings (analysis.pairing.PAIRINGS) the slices are made of.
+_PAIRINGS = ["parallel", "implicit_task", "work", "sync_region", "sync_region_wait",
+             "mutex_wait", "mutex_hold"]
 
 
-def _region_tree(rec: _Records, regions: _Pairs) -> tuple[_Pairs, Any, np.ndarray, np.ndarray]:
-    """The implicit tasks (ends clamped to their region's) and, per region of
+def _region_tree(rec: _Records, regions: _Pairs, implicit: _Pairs
+                 ) -> tuple[_Pairs, Any, np.ndarray, np.ndarray]:
+    """The ``implicit`` tasks (ends clamped to their region's) and, per region of
     ``regions``, its parent_id, level and team size (pairing.region_links)."""
     ev = rec.ev
-    implicit = _scoped(rec, "implicit_task", "task_id")
     region_of = _clamp(rec, implicit, regions)
     parent, level, team = pairing.region_links(
         rec.find(implicit.rows, regions.rows, "task_id"), region_of,
@@ -442,8 +440,7 @@ def _parallel(rec: _Records, regions: _Pairs,
                       ("thread_num", number(r["u64a"])), ("team_size", number(r["u32a"]))]))
 
 
-def _work(rec: _Records) -> Source:
-    work = _scoped(rec, "work", "thread", "kind_raw")
+def _work(rec: _Records, work: _Pairs) -> Source:
     locations = _Locations(rec, work.rows)
     return _slices(rec, "work", work, lambda r, part: (_kind(r), [
         ("kind_raw", _kind_raw(r)), ("count", number(r["u64a"])),
@@ -451,12 +448,12 @@ def _work(rec: _Records) -> Source:
         ("location", locations.column(rec.pid(work.rows[part]), r["codeptr"]))]))
 
 
-def _sync(rec: _Records, regions: _Pairs) -> tuple[_Pairs, Source, Source]:
-    """The waits in barriers, taskwait and taskgroup (the counter counts them too),
-    and the slices of those sync regions and of the waits."""
-    waits = _scoped(rec, "sync_region_wait", "thread", "kind_raw")
+def _sync(rec: _Records, regions: _Pairs, sync: _Pairs, waits: _Pairs
+          ) -> tuple[_Pairs, Source, Source]:
+    """The ``waits`` in barriers, taskwait and taskgroup (the counter counts them
+    too), and the slices of those ``sync`` regions and of the waits (their ends
+    clamped to their ``regions``')."""
     _clamp(rec, waits, regions)
-    sync = _scoped(rec, "sync_region", "thread", "kind_raw")
     _clamp(rec, sync, regions)
     wait_ns = pairing.waits_per_region(
         len(sync), rec.keys(sync.rows, "thread", "kind_raw", event="sync_region"),
@@ -477,8 +474,8 @@ def _tasks(rec: _Records) -> tuple[Source, Source]:
     its last piece there (what nests on a thread's stack), and the flows: from each
     task's creation to its first start."""
     ev = rec.ev
-    rows = rec.select("task_schedule", scoped=False)
-    created = rec.select("task_create", scoped=False)
+    rows = rec.select("task_schedule")
+    created = rec.select("task_create")
     explicit = ev["task_id"][created]
     run, nxt = pairing.task_runs(
         pd.DataFrame({"pid": rec.pid(rows), "thread": ev["thread"][rows]}, copy=False),
@@ -514,18 +511,11 @@ def _tasks(rec: _Records) -> tuple[Source, Source]:
             Source(len(creation), flows, points=lambda: ends(slice(None))))
 
 
-def _mutex(rec: _Records) -> tuple[_Pairs, Source, Source]:
-    """Lock, critical and ordered acquisitions as Trace.mutex() has them: the waits
-    (acquire -> acquired; the counter counts them too), and the slices of the
-    waits and of the holds (acquired -> released)."""
+def _mutex(rec: _Records, waits: _Pairs, holds: _Pairs) -> tuple[_Pairs, Source, Source]:
+    """Lock, critical and ordered acquisitions as Trace.mutex() has them: the
+    ``waits`` (acquire -> acquired; the counter counts them too), and the slices
+    of the waits and of the ``holds`` (acquired -> released)."""
     ev = rec.ev
-
-    def paired(opening: str, closing: str) -> _Pairs:
-        rows = rec.select(opening, closing, scoped=False)
-        return _pair(rec, rows, rec.keys(rows, "thread", "u64a"),  # u64a: the wait id
-                     ev["event"][rows] == EVENT_CODES[opening])
-    waits = paired("mutex_acquire", "mutex_acquired")
-    holds = paired("mutex_acquired", "mutex_released")
     w, h = pairing.acquisitions(
         [rec.pid(waits.rows), ev["thread"][waits.rows], ev["u64a"][waits.rows], waits.end],
         [rec.pid(holds.rows), ev["thread"][holds.rows], ev["u64a"][holds.rows],
@@ -844,7 +834,7 @@ def _python_items(rec: _Records, stacks: _Stacks, regions: _Pairs, parent: Any) 
                            "begin": user["begin_ns"], "end": user["end_ns"],
                            "py_stack": user["py_stack"], "inherited": user["py_inherited"]})]
     del own, tree
-    created = rec.select("task_create", scoped=False)
+    created = rec.select("task_create")
     task_stack = python_stack_ids(ev[created]).astype(np.int64)
     created, task_stack = created[task_stack > 0], task_stack[task_stack > 0]
     if len(created):  # a task's span on a thread: u64a of its first piece, the task
@@ -973,21 +963,24 @@ def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> S
     return Source(len(code), batch, "python", spans)
 
 
-def _track_sources(rec: _Records, regions: _Pairs,
+def _track_sources(rec: _Records, paired: dict[str, _Pairs],
                    tree: tuple[_Pairs, Any, np.ndarray, np.ndarray],
                    devices: _DeviceTracks | None, flt: ExportFilter) -> Iterator[Source]:
     """The file's events after the metadata and the Python frames, in file order:
     the slices of every track, parents before children (the order that keeps
     slices starting at the same nanosecond nested the right way), the flows,
     the counter (of what ``flt`` keeps: the other sources are filtered by
-    ``filtered``).  ``regions``: _regions, ``tree``: _region_tree of them,
-    ``devices``: _device_tracks (None: the trace has no offload events)."""
+    ``filtered``).  ``paired``: the pairings of _PAIRINGS but the implicit tasks
+    (each dropped once its slices are made), ``tree``: _region_tree of the
+    regions, ``devices``: _device_tracks (None: the trace has no offload events)."""
     trace = rec.trace
+    regions = paired.pop("parallel")
     yield _user_slices(trace)
     yield from _parallel(rec, regions, tree)
     del tree
-    yield _work(rec)
-    waits, sync, sync_waits = _sync(rec, regions)
+    yield _work(rec, paired.pop("work"))
+    waits, sync, sync_waits = _sync(rec, regions, paired.pop("sync_region"),
+                                    paired.pop("sync_region_wait"))
     del regions
     yield sync
     yield sync_waits
@@ -996,7 +989,8 @@ def _track_sources(rec: _Records, regions: _Pairs,
     if devices is not None:
         yield from _host_offload(trace)
         yield _device_slices(devices)
-    mutex_waits, mutex_wait_slices, mutex_hold_slices = _mutex(rec)
+    mutex_waits, mutex_wait_slices, mutex_hold_slices = _mutex(rec, paired.pop("mutex_wait"),
+                                                               paired.pop("mutex_hold"))
     yield mutex_wait_slices
     yield mutex_hold_slices
     yield flows
@@ -1079,17 +1073,17 @@ def tracks(trace: Trace, flt: ExportFilter) -> Tracks:
                              "clock": "CLOCK_MONOTONIC, from origin_mono_ns",
                              "origin_mono_ns": trace.meta.get("origin_mono_ns")}
     rec = _Records(trace)
-    regions = _regions(rec)
-    tree = _region_tree(rec, regions)
+    paired = rec.pairs(_PAIRINGS)
+    regions = paired["parallel"]
+    tree = _region_tree(rec, regions, paired.pop("implicit_task"))
     frames = pystacks.python_stacks(trace) if metrics.has_python_stacks(trace) else []
     stacks = _Stacks(frames) if len(frames) else None
     items = _python_items(rec, stacks, regions, tree[1]) if stacks is not None else None
-    devices = (_device_tracks(trace) if np.isin(rec.codes, offload.OFFLOAD_CODES).any()
-               else None)
+    devices = _device_tracks(trace) if rec.has(offload.OFFLOAD_CODES) else None
     if devices is not None and any(devices.table.attrs["unplaced"].values()):
         other["device_operations_not_drawn"] = devices.table.attrs["unplaced"]
-    raw = _track_sources(rec, regions, tree, devices, flt)
-    del regions, tree
+    raw = _track_sources(rec, paired, tree, devices, flt)
+    del paired, regions, tree
     metadata = _metadata(trace, flt) + ([] if devices is None else _device_metadata(devices, flt))
 
     def made_other() -> dict:

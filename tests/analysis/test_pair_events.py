@@ -85,6 +85,12 @@ def test_every_pairing_in_one_pass_is_pair_on_its_rows(seed):
         paired += len(got.begins)
         assert len(got.open) and got.unmatched_ends, name  # both kinds of loss exercised
     assert paired > 500
+    order = time_order(ev["time_ns"])
+    rows = pairing.pair_events(ev, pids, order, list(pairing.PAIRINGS), as_rows=True)
+    for name, got in found.items():  # as rows of the records
+        assert rows[name].begins.tolist() == order[got.begins].tolist()
+        assert rows[name].ends.tolist() == order[got.ends].tolist()
+        assert rows[name].open.tolist() == order[got.open].tolist()
 
 
 def test_one_process_needs_no_pid_column():
