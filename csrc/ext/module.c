@@ -327,12 +327,15 @@ static PyMethodDef methods[] = {
          "begin of its key with its tag (0: any), dropping the begins above it; "
          "enclosing[i]: the latest open begin of the key when begin i opened, or -1.")},
     {"pair_events", omptpy_py_pair_events, METH_VARARGS,
-     DOC("pair_events($module, order, events, endpoints, pairings, as_rows=False, /)",
+     DOC("pair_events($module, order, events, endpoints, pairings, as_rows=False, "
+         "lookups=None, /)",
          "Several pairings of the records in one pass over them in order, each as pair() "
          "pairs; a pairing is (roles, keys): roles[4 * event + endpoint] (PAIR_*), its key "
-         "columns.  Returns per pairing (begins, ends, ends that closed nothing): int64 "
-         "bytes, the begins' positions in order (as_rows: rows), those closed first, and "
-         "the ends' of those closed.")},
+         "columns; a lookup (pairing, in, keys): per begin, the pair of `in` with its key, "
+         "found among those open.  Returns ([(begins, ends, ends that closed nothing)], "
+         "[found]): int64 bytes, the begins' positions in order (as_rows: rows), those "
+         "closed first, the ends' of those closed; per closed begin the pair found, -1 for "
+         "none, -2 where not told.")},
     {"find", omptpy_py_find, METH_VARARGS,
      DOC("find($module, table_keys, query_keys, out, table_times=None, query_times=None, "
          "first=False, /)",
@@ -348,11 +351,13 @@ static PyMethodDef methods[] = {
          "The TrackEvent fields of each row (a slice's begin), one after the other; offsets "
          "(int64, rows + 1) written.  A column is (PROTO_*, key, values, missing, table).")},
     {"proto_nest", omptpy_py_proto_nest, METH_VARARGS,
-     DOC("proto_nest($module, track, begin, end, ntracks, query_track, query_time, "
+     DOC("proto_nest($module, track, begin, end, runs, ntracks, query_track, query_time, "
          "query_slice, seq, /)",
-         "The begins (2i) and ends (2i + 1) of slices in the order of their begins, as each "
-         "track's stack has them, into seq; ends that overlap their parent's cut (returned: "
-         "how many); per query, the innermost slice of its track holding its time, or -1.")},
+         "The begins (2i) and ends (2i + 1) of slices in the order of their begins (runs of "
+         "slices in that order, merged; at one time the earlier run first), as each track's "
+         "stack has them, into seq (4 or 8-byte items); ends that overlap their parent's cut "
+         "(returned: how many); per query, the innermost slice of its track holding its "
+         "time, or -1.")},
     {"proto_packets", omptpy_py_proto_packets, METH_VARARGS,
      DOC("proto_packets($module, seq, begin, end, track, uuids, payload, offsets, slots, "
          "flows_from, from_ids, flows_to, to_ids, sequence, /)",

@@ -370,9 +370,33 @@ typedef struct {
   stacks st;
   PyObject *begins, *ends; /* bytes: int64 per begin */
   Py_ssize_t count, closed, unmatched_ends;
+  /* Looked into (see lookup): its keys seen (a Bloom filter, 16 bits a begin, of
+   * seen_mask + 1 words) and
+   * those that may have begun twice; per begin, once paired, its index among
+   * those closed, or -1. */
+  uint64_t *seen;
+  Py_ssize_t seen_mask;
+  table twice;
+  int64_t *rank;
 } pairing;
 
+/* A lookup: per begin of pairing `of`, the begin of pairing `in` with the key of
+ * its own record (`in`'s key): the one open then (found[begin], its slot), when
+ * no other begun before has the key; -1 when the key is missing; LOOK_AGAIN when
+ * it may not be the first begun, or none is open. */
+typedef struct {
+  Py_ssize_t of, in;
+  keyset keys;
+  int64_t *found;
+  PyObject *out; /* bytes: int64 per closed begin */
+} lookup;
+
+enum { LOOK_AGAIN = -2 };
+
 static void pairing_release(pairing *g) {
+  free(g->rank);
+  free(g->seen);
+  table_free(&g->twice);
   table_free(&g->st.open);
   keyset_release(&g->keys);
   Py_XDECREF(g->ends);
@@ -385,34 +409,101 @@ static inline Py_ssize_t role_index(uint64_t event, uint64_t endpoint) {
   return (Py_ssize_t)(4 * event + (endpoint < 4 ? endpoint : 0));
 }
 
-/* pair_events(order, events, endpoints, pairings): several pairings of the
- * records in one pass over them in time order, each as pair() pairs (no tags),
- * for the tables and the exports.  The columns (see above; no rows of their
- * own) are of the records: `events` and `endpoints` their event numbers and
- * endpoints; `order` (int64) the records in time order, through which the pass
- * reads every column.  A pairing is (roles, keys): roles, bytes, 4 per event
- * number e: what a record of e does (PAIR_*) at roles[4 e + endpoint], the
- * endpoint 1 to 3, 0 for any other (event numbers beyond: nothing); keys, a
- * list of columns.  Returns per pairing (begins, ends, ends closing nothing):
- * bytes of int64, the begins' positions in `order` (with as_rows, their rows),
- * those closed first, then those never closed, each in order, and the ends'
- * positions (rows) of those closed. */
+/* Reads the keys of a spec (a list), every column of the records (no rows of their
+ * own), then made to read through `order`. */
+static int keys_through(keyset *k, PyObject *spec, Py_ssize_t *records, const int64_t *order) {
+  if (keyset_get(k, spec, records) < 0) return -1;
+  for (Py_ssize_t j = 0; j < k->ncol; j++) {
+    if (k->col[j].at) {
+      PyErr_SetString(PyExc_ValueError, "pair_events: columns read through order, not rows");
+      return -1;
+    }
+    k->col[j].at = order;
+  }
+  return 0;
+}
+
+/* Pairing p's key q (of its begin at slot s) seen: a key the filter may have seen
+ * before goes into p->twice.  The filter sets 3 bits of one word per key, the
+ * bits from the hash, the word from the key's last value without its 3 low bits:
+ * ids given in sequence share words, read from the cache (a key sharing a word
+ * with many more only raises the false positives, which are looked up again).
+ * -1: out of memory. */
+static int see(pairing *p, const key *q, Py_ssize_t s) {
+  uint64_t last = q->word[p->keys.ncol - 1], mixed = last >> 3;
+  for (Py_ssize_t j = 0; j < p->keys.ncol; j++) /* the rest, and the high bits, moved far */
+    mixed ^= (j + 1 < p->keys.ncol ? q->word[j] : last >> 32) * 0x9E3779B97F4A7C15u;
+  uint64_t *word = &p->seen[mixed & (uint64_t)p->seen_mask];
+  uint64_t bits = (uint64_t)1 << (q->hash >> 58) | (uint64_t)1 << (q->hash >> 52 & 63) |
+                  (uint64_t)1 << (q->hash >> 46 & 63);
+  int before = (*word & bits) == bits;
+  *word |= bits;
+  if (!before) return 0;
+  Py_ssize_t h = table_slot(&p->twice, &p->keys, q);
+  return p->twice.slots[h].row >= 0 ? 0 : table_set(&p->twice, h, q->hash, s);
+}
+
+/* The lookups of the begin at position i, slot s, of pairing k. */
+static void look_up(Py_ssize_t k, Py_ssize_t s, Py_ssize_t i, const pairing *g, lookup *lk,
+                    Py_ssize_t nlk) {
+  key q;
+  for (Py_ssize_t l = 0; l < nlk; l++) {
+    if (lk[l].of != k) continue;
+    key_read(&lk[l].keys, i, &q);
+    const pairing *in = &g[lk[l].in];
+    if (q.missing) {
+      lk[l].found[s] = -1;
+    } else if (in->twice.slots[table_slot(&in->twice, &in->keys, &q)].row >= 0) {
+      lk[l].found[s] = LOOK_AGAIN;
+    } else {
+      Py_ssize_t e = in->st.open.slots[table_slot(&in->st.open, &in->keys, &q)].row;
+      lk[l].found[s] = e >= 0 ? e : LOOK_AGAIN;
+    }
+  }
+}
+
+/* pair_events(order, events, endpoints, pairings[, as_rows, lookups]): several
+ * pairings of the records in one pass over them in time order, each as pair()
+ * pairs (no tags), for the tables and the exports.  The columns (see above; no
+ * rows of their own) are of the records: `events` and `endpoints` their event
+ * numbers and endpoints; `order` (int64) the records in time order, through
+ * which the pass reads every column.  A pairing is (roles, keys): roles, bytes,
+ * 4 per event number e: what a record of e does (PAIR_*) at roles[4 e +
+ * endpoint], the endpoint 1 to 3, 0 for any other (event numbers beyond:
+ * nothing); keys, a list of columns.  A lookup is (pairing, in, keys): for each
+ * begin of the pairing, the pair of pairing `in` whose begin is the first with
+ * the keys (of `in`) that its own record has in `keys` (as find() finds it among
+ * the closed pairs; a missing key finds none).  It is looked up as the pair
+ * begins, in the begins open then, the one of the key when no other of the key
+ * had begun (a Bloom filter of the keys begun, 16 bits a begin, says which may
+ * have): no table of every begin, whose rows would be far in memory.  Returns
+ * (per pairing (begins, ends, ends closing nothing), per lookup found): bytes of
+ * int64, the begins' positions in `order` (with as_rows, their rows), those
+ * closed first, then those never closed, each in order, and the ends'
+ * positions (rows) of those closed; found, per closed begin, the index of the
+ * pair found among the closed ones, -1 for none, LOOK_AGAIN (-2) where it was
+ * not open or another of its key may have begun before (find() those). */
 PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *order_obj, *events_spec, *endpoints_spec, *list, *result = NULL;
+  PyObject *lookup_list = NULL;
   int as_rows = 0;
-  if (!PyArg_ParseTuple(args, "OOOO!|p", &order_obj, &events_spec, &endpoints_spec, &PyList_Type,
-                        &list, &as_rows))
+  if (!PyArg_ParseTuple(args, "OOOO!|pO!", &order_obj, &events_spec, &endpoints_spec,
+                        &PyList_Type, &list, &as_rows, &PyList_Type, &lookup_list))
     return NULL;
   Py_ssize_t records = -1, npairings = PyList_GET_SIZE(list);
+  Py_ssize_t nlk = lookup_list ? PyList_GET_SIZE(lookup_list) : 0;
   uint32_t *opens = NULL, *closes = NULL;
   Py_ssize_t *there = NULL;
   column events = {0}, endpoints = {0};
   Py_buffer order_buf = {0};
   pairing g[MAX_PAIRINGS];
+  lookup lk[MAX_PAIRINGS];
   memset(g, 0, sizeof g);
-  if (npairings > MAX_PAIRINGS) {
-    PyErr_Format(PyExc_ValueError, "pair_events: at most %d pairings", (int)MAX_PAIRINGS);
+  memset(lk, 0, sizeof lk);
+  if (npairings > MAX_PAIRINGS || nlk > MAX_PAIRINGS) {
+    PyErr_Format(PyExc_ValueError, "pair_events: at most %d pairings and lookups",
+                 (int)MAX_PAIRINGS);
     return NULL;
   }
   if (column_get(&events, events_spec, &records) < 0 ||
@@ -424,16 +515,29 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   const char *bad = is_int64(&order_buf) ? NULL : "pair_events: order, an array of int64";
   for (Py_ssize_t i = 0; i < n && !bad; i++)
     if (order[i] < 0 || order[i] >= records) bad = "pair_events: order names rows not there";
-  for (Py_ssize_t k = 0; k < npairings && !bad; k++) {
+  if (events.at || endpoints.at) bad = "pair_events: events read through order, not rows";
+  if (bad) {
+    PyErr_SetString(PyExc_ValueError, bad);
+    goto done;
+  }
+  for (Py_ssize_t k = 0; k < npairings; k++) {
     PyObject *roles, *keys;
     if (!PyArg_ParseTuple(PyList_GET_ITEM(list, k), "OO", &roles, &keys) ||
         PyObject_GetBuffer(roles, &g[k].roles, PyBUF_SIMPLE) < 0 ||
-        keyset_get(&g[k].keys, keys, &records) < 0)
+        keys_through(&g[k].keys, keys, &records, order) < 0)
       goto done;
-    for (Py_ssize_t j = 0; j < g[k].keys.ncol; j++)
-      if (g[k].keys.col[j].at) bad = "pair_events: keys read through order, not rows of their own";
   }
-  if (events.at || endpoints.at) bad = "pair_events: events read through order, not rows";
+  for (Py_ssize_t l = 0; l < nlk && !bad; l++) {
+    PyObject *keys;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(lookup_list, l), "nnO", &lk[l].of, &lk[l].in, &keys) ||
+        keys_through(&lk[l].keys, keys, &records, order) < 0)
+      goto done;
+    int same = lk[l].of >= 0 && lk[l].of < npairings && lk[l].in >= 0 && lk[l].in < npairings &&
+               lk[l].keys.ncol == g[lk[l].in].keys.ncol;
+    for (Py_ssize_t j = 0; same && j < lk[l].keys.ncol; j++)
+      same = lk[l].keys.col[j].size == g[lk[l].in].keys.col[j].size;
+    if (!same) bad = "pair_events: a lookup of no pairing, or of keys of other sizes";
+  }
   if (bad) {
     PyErr_SetString(PyExc_ValueError, bad);
     goto done;
@@ -468,7 +572,6 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
       if (opens[at] >> k & 1) counts[k] += there[at];
   events.at = endpoints.at = order;
   for (Py_ssize_t k = 0; k < npairings; k++) {
-    for (Py_ssize_t j = 0; j < g[k].keys.ncol; j++) g[k].keys.col[j].at = order;
     g[k].begins = PyBytes_FromStringAndSize(NULL, 8 * counts[k]);
     g[k].ends = PyBytes_FromStringAndSize(NULL, 8 * counts[k]);
     if (!g[k].begins || !g[k].ends || table_init(&g[k].st.open, 512) < 0) {
@@ -478,6 +581,22 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     g[k].st.open.rows = (const int64_t *)PyBytes_AS_STRING(g[k].begins);
     g[k].st.keys = &g[k].keys;
     g[k].st.link = (Py_ssize_t *)PyBytes_AS_STRING(g[k].ends);
+  }
+  for (Py_ssize_t l = 0; l < nlk; l++) {
+    pairing *in = &g[lk[l].in];
+    if (!(lk[l].found = malloc(8 * (size_t)counts[lk[l].of] + 1))) {
+      PyErr_NoMemory();
+      goto done;
+    }
+    if (in->seen) continue;
+    in->seen_mask = 0; /* words: a power of two, 16 bits a begin */
+    while (64 * (in->seen_mask + 1) < 16 * counts[lk[l].in]) in->seen_mask = 2 * in->seen_mask + 1;
+    in->seen = calloc((size_t)in->seen_mask + 1, 8);
+    if (!in->seen || table_init(&in->twice, 512) < 0) {
+      PyErr_NoMemory();
+      goto done;
+    }
+    in->twice.rows = in->st.open.rows;
   }
   int failed = 0;
   Py_BEGIN_ALLOW_THREADS
@@ -495,13 +614,35 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
           break;
         }
         ((int64_t *)PyBytes_AS_STRING(p->begins))[p->count] = i;
-        if (stacks_open(&p->st, &q, p->count++) == -2) {
+        if (stacks_open(&p->st, &q, p->count) == -2 || (p->seen && see(p, &q, p->count) < 0)) {
           failed = 1;
           break;
         }
+        look_up(k, p->count++, i, g, lk, nlk);
       } else if (stacks_close(&p->st, &q, i) < 0) {
         p->unmatched_ends++;
       }
+    }
+  }
+  /* Each pairing looked into, its closed begins numbered; each lookup's found, per
+   * closed begin, as the index of a closed pair. */
+  for (Py_ssize_t k = 0; k < npairings && !failed; k++) {
+    pairing *p = &g[k];
+    if (!p->seen) continue;
+    if (!(p->rank = malloc(8 * (size_t)p->count + 1))) {
+      failed = 1;
+      break;
+    }
+    for (Py_ssize_t s = 0, closed = 0; s < p->count; s++)
+      p->rank[s] = p->st.link[s] >= 0 ? closed++ : -1;
+  }
+  for (Py_ssize_t l = 0; l < nlk && !failed; l++) {
+    const pairing *p = &g[lk[l].of], *in = &g[lk[l].in];
+    int64_t *found = lk[l].found, closed = 0; /* written over as it is read: closed <= s */
+    for (Py_ssize_t s = 0; s < p->count; s++) {
+      if (p->st.link[s] < 0) continue;
+      int64_t e = found[s];
+      found[closed++] = e < 0 ? e : in->rank[e] >= 0 ? in->rank[e] : LOOK_AGAIN;
     }
   }
   /* The closed pairs first, then the begins never closed (each in begin order), as
@@ -538,14 +679,36 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     if (_PyBytes_Resize(&g[k].begins, 8 * g[k].count) < 0 ||
         _PyBytes_Resize(&g[k].ends, 8 * g[k].closed) < 0)
       goto done;
-  result = PyList_New(npairings);
-  for (Py_ssize_t k = 0; result && k < npairings; k++) {
+  for (Py_ssize_t l = 0; l < nlk; l++)
+    if (!(lk[l].out = PyBytes_FromStringAndSize((const char *)lk[l].found,
+                                                8 * g[lk[l].of].closed)))
+      goto done;
+  PyObject *paired = PyList_New(npairings), *looked = PyList_New(nlk);
+  result = paired && looked ? Py_BuildValue("NN", paired, looked) : NULL;
+  if (!result) {
+    Py_XDECREF(paired);
+    Py_XDECREF(looked);
+    goto done;
+  }
+  for (Py_ssize_t k = 0; k < npairings; k++) {
     PyObject *found = Py_BuildValue("NNn", g[k].begins, g[k].ends, g[k].unmatched_ends);
     g[k].begins = g[k].ends = NULL;
-    if (!found) Py_CLEAR(result);
-    else PyList_SET_ITEM(result, k, found);
+    if (!found) {
+      Py_CLEAR(result);
+      goto done;
+    }
+    PyList_SET_ITEM(paired, k, found);
+  }
+  for (Py_ssize_t l = 0; l < nlk; l++) {
+    PyList_SET_ITEM(looked, l, lk[l].out);
+    lk[l].out = NULL;
   }
 done:
+  for (Py_ssize_t l = 0; l < nlk; l++) {
+    Py_XDECREF(lk[l].out);
+    free(lk[l].found);
+    keyset_release(&lk[l].keys);
+  }
   PyMem_Free(there);
   PyMem_Free(closes);
   PyMem_Free(opens);

@@ -155,29 +155,89 @@ def _key_column(events: np.ndarray, field: str, pairing: EventPairing) -> tuple:
     return column(events["kind"], table=names)
 
 
+class Lookup(NamedTuple):
+    """For each pair of pairing ``of``, the first pair of pairing ``into`` (in the
+    order of their begins) whose begin record has the process and, in ``field``
+    (the key of ``into``), the value that the pair's begin record has in
+    ``query_field`` (a value of 0 matches nothing): a find() on the records of
+    the begins, made in the pass (among the pairs of ``into`` open as the pair
+    begins; the others are found after it)."""
+
+    of: str
+    into: str
+    field: str
+    query_field: str
+
+
+class Paired(NamedTuple):
+    """What pair_events found: per pairing its pairs, per lookup the pair found for
+    each pair (a position among the pairs of its ``into``, -1 for none)."""
+
+    pairs: dict[str, Pairs]
+    found: dict[str, np.ndarray]
+
+
 def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray,
-                names: list[str], as_rows: bool = False) -> dict[str, Pairs]:
+                names: list[str], as_rows: bool = False,
+                lookups: dict[str, Lookup] | None = None) -> Paired:
     """The pairings ``names`` (of PAIRINGS) of the records ``events`` (their
     processes ``pids``; None: all of one), in one pass over them in time order
     (``order``: records.time_order of their times): per pairing, its begins and
     ends as positions in ``order`` (the rows of to_pandas()), or with ``as_rows``
-    as rows of ``events``, as ``pair`` pairs."""
+    as rows of ``events``, as ``pair`` pairs; and the ``lookups`` (among the
+    pairings ``names``), looked up in the pass as each pair begins."""
+    lookups = lookups or {}
+    for lk in lookups.values():
+        if PAIRINGS[lk.into].key != (lk.field,):
+            raise ValueError(f"a lookup in {lk.into} is by its key, not {lk.field}")
+    pid = [] if pids is None else [column(pids)]
     specs = []
     for name in names:
         pairing = PAIRINGS[name]
         roles = np.zeros((max(EVENT_CODES.values()) + 1, 4), np.uint8)
         for event, role in pairing.roles.items():
             roles[EVENT_CODES[event]] = _ROLES[role]
-        keys = [] if pids is None else [column(pids)]
         specs.append((roles.tobytes(),
-                      keys + [_key_column(events, field, pairing) for field in pairing.key]))
-    found = _core.pair_events(np.asarray(order, np.int64), column(events["event"]),
-                              column(events["endpoint"]), specs, as_rows)
-    out = {}
-    for name, (begins, ends, unmatched) in zip(names, found):
+                      pid + [_key_column(events, field, pairing) for field in pairing.key]))
+    found = _core.pair_events(
+        np.asarray(order, np.int64), column(events["event"]), column(events["endpoint"]), specs,
+        as_rows, [(names.index(lk.of), names.index(lk.into),
+                   [*pid, column(events[lk.query_field], True)]) for lk in lookups.values()])
+    pairs = {}
+    for name, (begins, ends, unmatched) in zip(names, found[0]):
         begins, ends = np.frombuffer(begins, np.int64), np.frombuffer(ends, np.int64)
-        out[name] = Pairs(begins[:len(ends)], ends, begins[len(ends):], unmatched)
-    return out
+        pairs[name] = Pairs(begins[:len(ends)], ends, begins[len(ends):], unmatched)
+    out = {}
+    for (name, lk), at in zip(lookups.items(), found[1]):
+        at = np.frombuffer(at, np.int64)
+        again = np.flatnonzero(at == _LOOK_AGAIN)
+        if len(again):  # not open as they began, or their key began twice: find them
+            at = at.copy()
+            rows = (pairs[lk.into].begins, pairs[lk.of].begins[again])
+            if not as_rows:
+                rows = tuple(np.asarray(order)[r] for r in rows)
+            at[again] = _first(events, pids, *rows, lk.field, lk.query_field)
+        out[name] = at
+    return Paired(pairs, out)
+
+
+#: What _core.pair_events finds for a begin whose pair it could not tell.
+_LOOK_AGAIN = -2
+
+
+def _first(events: np.ndarray, pids: np.ndarray | None, table: np.ndarray, query: np.ndarray,
+           field: str, query_field: str) -> np.ndarray:
+    """For each record of ``query`` (rows, a few), the first of ``table`` (rows)
+    with its process and ``field`` (0: none); -1 for none."""
+    # Only the rows of the table with a value asked for: few.
+    at = np.flatnonzero(np.isin(events[field][table], events[query_field][query]))
+    table = table[at]
+    found = np.empty(len(query), np.intp)
+    _core.find(([] if pids is None else [column(pids, rows=table)])
+               + [column(events[field], True, rows=table)],
+               ([] if pids is None else [column(pids, rows=query)])
+               + [column(events[query_field], True, rows=query)], found)
+    return np.where(found >= 0, at[np.maximum(found, 0)] if len(at) else -1, -1)
 
 
 def pair_rows(rows: pd.DataFrame, keys: list[str]) -> Intervals:

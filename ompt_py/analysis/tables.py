@@ -52,7 +52,7 @@ def paired(trace: Trace) -> dict[str, pairing.Pairs]:
     records: positions in frame(trace)."""
     ev = trace.events
     return pairing.pair_events(ev, None if trace.single_pid is not None else trace.pids,
-                               time_order(ev["time_ns"]), list(pairing.PAIRINGS))
+                               time_order(ev["time_ns"]), list(pairing.PAIRINGS)).pairs
 
 
 def _scoped(trace: Trace, name: str, columns: list[str]) -> Intervals:

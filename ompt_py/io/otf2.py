@@ -50,7 +50,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .filters import ExportFilter
-from .perfetto import Counter, Slices, Source, tracks
+from .perfetto import Slices, Source, tracks
 from .perfetto_proto import SliceOrder
 from .streaming import Progress, batches, in_order
 
@@ -166,9 +166,7 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
     sources = list(made.sources)
     if made.frames is not None:
         sources.insert(0, made.frames())
-    kinds = [type(s.make(slice(0, 0))) for s in sources]
-    slices = [s for s, kind in zip(sources, kinds) if kind is Slices]
-    counters = [s for s, kind in zip(sources, kinds) if kind is Counter]
+    slices = [s for s in sources if isinstance(s.make(slice(0, 0)), Slices)]
     del sources
     names = _Names()
     # Groups and locations, from the metadata's processes and tracks.
@@ -195,19 +193,21 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
                               _ACCELERATOR_STREAM if tid >= DEVICE_TID else _CPU_THREAD, group))
     with Progress(sum(s.count for s in slices), "otf2") as progress:
         order = SliceOrder(slices, index)
-        region = np.concatenate([_regions(s, names) for s in slices]
-                                or [np.zeros(0, np.int32)])[order.order]
+        region = np.concatenate([order.arranged(perm, _regions(s, names))
+                                 for s, perm in zip(slices, order.perm)]
+                                or [np.zeros(0, np.int32)])
         order.nest(len(index), np.zeros(0, np.int32), np.zeros(0, np.int64))
         progress.update(len(region))
+    del slices
     members, metrics = [], []
-    for source in counters:
-        batch = source.make(slice(None))
-        members = [(names.ref(name), names.ref("threads")) for name, _ in batch.series]
-        for pid in np.unique(batch.pid).tolist():
-            mine = np.flatnonzero(batch.pid == pid)
-            locations.append((names.ref("threads waiting"), _METRIC, group_of[pid]))
-            metrics.append((len(locations) - 1, np.ascontiguousarray(batch.time[mine], np.int64),
-                            [np.ascontiguousarray(v[mine], np.int64) for _, v in batch.series]))
+    batch = made.counter().make(slice(None))
+    members = [(names.ref(name), names.ref("threads")) for name, _ in batch.series]
+    for pid in np.unique(batch.pid).tolist():
+        mine = np.flatnonzero(batch.pid == pid)
+        locations.append((names.ref("threads waiting"), _METRIC, group_of[pid]))
+        metrics.append((len(locations) - 1, np.ascontiguousarray(batch.time[mine], np.int64),
+                        [np.ascontiguousarray(v[mine], np.int64) for _, v in batch.series]))
+    del batch
     other = made.other()
     properties = [(f"OMPT_PY::{key.upper()}", value if isinstance(value, str)
                    else json.dumps(value)) for key, value in other.items() if value is not None]

@@ -126,12 +126,14 @@ class _Records:
         """Whether any record is of these events."""
         return bool(self.counts[[c for c in codes if c < len(self.counts)]].any())
 
-    def pairs(self, names: list[str]) -> dict[str, _Pairs]:
-        """The pairings ``names`` (pairing.PAIRINGS), as the tables pair them, in one
-        pass over the records."""
+    def pairs(self, names: list[str], lookups: dict[str, pairing.Lookup]
+              ) -> tuple[dict[str, _Pairs], dict[str, np.ndarray]]:
+        """The pairings ``names`` (pairing.PAIRINGS), as the tables pair them, and the
+        ``lookups`` among them, in one pass over the records."""
         found = pairing.pair_events(self.ev, self.pids, time_order(self.ev["time_ns"]), names,
-                                    as_rows=True)
-        return {name: _Pairs(f.begins, self.time(f.ends)) for name, f in found.items()}
+                                    True, lookups)
+        return ({name: _Pairs(f.begins, self.time(f.ends)) for name, f in found.pairs.items()},
+                found.found)
 
     def select(self, *events: str) -> np.ndarray:
         """The rows of these events in time order (stable: at equal times, in the order
@@ -202,13 +204,11 @@ class _Pairs:
         return _Pairs(self.rows[at], self.end[at])
 
 
-def _clamp(rec: _Records, pairs: _Pairs, regions: _Pairs) -> np.ndarray:
-    """Moves ends reported after the end of their parallel region to it; returns
-    the region of each pair (a row of ``regions``, -1 for none)."""
-    region = rec.find(regions.rows, pairs.rows, "parallel_id")
+def _clamp(pairs: _Pairs, region: np.ndarray, regions: _Pairs) -> None:
+    """Moves ends reported after the end of their parallel ``region`` (a pair of
+    ``regions``, -1 for none) to it."""
     if len(regions):
         pairs.end = pairing.clamped_ends(pairs.end, region, regions.end)
-    return region
 
 
 def _optional(values: Any) -> Column:
@@ -394,17 +394,29 @@ def _kind_raw(records: np.ndarray) -> Column:
 #: The pairings (analysis.pairing.PAIRINGS) the slices are made of.
 _PAIRINGS = ["parallel", "implicit_task", "work", "sync_region", "sync_region_wait",
              "mutex_wait", "mutex_hold"]
+#: What is looked up as they are paired: the region of each implicit task and sync
+#: region and wait (its parallel_id), the implicit task that encountered each region
+#: (the region's task_id) and the first region of each region's parallel_id.
+_LOOKUPS = {
+    "implicit region": pairing.Lookup("implicit_task", "parallel", "parallel_id", "parallel_id"),
+    "sync region": pairing.Lookup("sync_region", "parallel", "parallel_id", "parallel_id"),
+    "wait region": pairing.Lookup("sync_region_wait", "parallel", "parallel_id", "parallel_id"),
+    "encountering task": pairing.Lookup("parallel", "implicit_task", "task_id", "task_id"),
+    "same region": pairing.Lookup("parallel", "parallel", "parallel_id", "parallel_id"),
+}
 
 
-def _region_tree(rec: _Records, regions: _Pairs, implicit: _Pairs
+def _region_tree(rec: _Records, regions: _Pairs, implicit: _Pairs, found: dict[str, np.ndarray]
                  ) -> tuple[_Pairs, Any, np.ndarray, np.ndarray]:
     """The ``implicit`` tasks (ends clamped to their region's) and, per region of
-    ``regions``, its parent_id, level and team size (pairing.region_links)."""
+    ``regions``, its parent_id, level and team size (pairing.region_links);
+    ``found``: _LOOKUPS'."""
     ev = rec.ev
-    region_of = _clamp(rec, implicit, regions)
+    region_of = found["implicit region"]
+    _clamp(implicit, region_of, regions)
     parent, level, team = pairing.region_links(
-        rec.find(implicit.rows, regions.rows, "task_id"), region_of,
-        rec.find(regions.rows, regions.rows, "parallel_id"), ev["parallel_id"][regions.rows],
+        found["encountering task"], region_of, found["same region"],
+        ev["parallel_id"][regions.rows],
         pd.arrays.IntegerArray(ev["u32a"][implicit.rows], np.zeros(len(implicit), bool)))
     return implicit, parent, level, team
 
@@ -448,13 +460,13 @@ def _work(rec: _Records, work: _Pairs) -> Source:
         ("location", locations.column(rec.pid(work.rows[part]), r["codeptr"]))]))
 
 
-def _sync(rec: _Records, regions: _Pairs, sync: _Pairs, waits: _Pairs
-          ) -> tuple[_Pairs, Source, Source]:
+def _sync(rec: _Records, regions: _Pairs, sync: _Pairs, waits: _Pairs,
+          found: dict[str, np.ndarray]) -> tuple[_Pairs, Source, Source]:
     """The ``waits`` in barriers, taskwait and taskgroup (the counter counts them
     too), and the slices of those ``sync`` regions and of the waits (their ends
-    clamped to their ``regions``')."""
-    _clamp(rec, waits, regions)
-    _clamp(rec, sync, regions)
+    clamped to their ``regions``': ``found``, _LOOKUPS')."""
+    _clamp(waits, found["wait region"], regions)
+    _clamp(sync, found["sync region"], regions)
     wait_ns = pairing.waits_per_region(
         len(sync), rec.keys(sync.rows, "thread", "kind_raw", event="sync_region"),
         rec.field("time_ns", sync.rows),
@@ -963,24 +975,25 @@ def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> S
     return Source(len(code), batch, "python", spans)
 
 
-def _track_sources(rec: _Records, paired: dict[str, _Pairs],
+def _track_sources(rec: _Records, paired: dict[str, _Pairs], found: dict[str, np.ndarray],
                    tree: tuple[_Pairs, Any, np.ndarray, np.ndarray],
-                   devices: _DeviceTracks | None, flt: ExportFilter) -> Iterator[Source]:
-    """The file's events after the metadata and the Python frames, in file order:
-    the slices of every track, parents before children (the order that keeps
-    slices starting at the same nanosecond nested the right way), the flows,
-    the counter (of what ``flt`` keeps: the other sources are filtered by
-    ``filtered``).  ``paired``: the pairings of _PAIRINGS but the implicit tasks
-    (each dropped once its slices are made), ``tree``: _region_tree of the
-    regions, ``devices``: _device_tracks (None: the trace has no offload events)."""
+                   devices: _DeviceTracks | None, waits: list[_Pairs]) -> Iterator[Source]:
+    """The file's events after the metadata and the Python frames, in file order
+    (filtered by ``filtered``): the slices of every track, parents before children
+    (the order that keeps slices starting at the same nanosecond nested the right
+    way), the flows; last into ``waits``, the waits the counter counts (sync,
+    mutex).  ``paired``: the pairings of _PAIRINGS but the implicit tasks (each
+    dropped once its slices are made), ``found``: _LOOKUPS', ``tree``:
+    _region_tree of the regions,
+    ``devices``: _device_tracks (None: the trace has no offload events)."""
     trace = rec.trace
     regions = paired.pop("parallel")
     yield _user_slices(trace)
     yield from _parallel(rec, regions, tree)
     del tree
     yield _work(rec, paired.pop("work"))
-    waits, sync, sync_waits = _sync(rec, regions, paired.pop("sync_region"),
-                                    paired.pop("sync_region_wait"))
+    sync_wait_pairs, sync, sync_waits = _sync(rec, regions, paired.pop("sync_region"),
+                                              paired.pop("sync_region_wait"), found)
     del regions
     yield sync
     yield sync_waits
@@ -996,12 +1009,12 @@ def _track_sources(rec: _Records, paired: dict[str, _Pairs],
     yield flows
     if devices is not None:
         yield _device_flows(devices, flows.count + 1)
-    yield _waiting(rec, waits, mutex_waits, flt)
+    waits += [sync_wait_pairs, mutex_waits]
 
 
 def filtered(source: Source, flt: ExportFilter) -> Source:
     """``source`` with what ``flt`` keeps: its slices on the tracks kept that
-    overlap the window, clipped to it, or its flows whose both ends are kept (a
+    overlap the window, clipped to it, or its flows whose both ends are kept (the
     counter is filtered as it is made: _waiting)."""
     if not flt.active or (source.spans is None and source.points is None):
         return source
@@ -1053,8 +1066,10 @@ def _window_first(sources: Iterable[Source], start: int) -> list[Source]:
 
 class Tracks(NamedTuple):
     """What the Perfetto writers make a trace's file of: the metadata (processes,
-    threads, devices: _metadata, _device_metadata), the sources of the slices,
-    flows and counter, filtered, in file order, the source of the Python frames
+    threads, devices: _metadata, _device_metadata), the sources of the slices and
+    flows, filtered, in file order, the source of the counter (``counter()``,
+    filtered, the last in the file: made once the sources are consumed, so
+    that it is never held with them), the source of the Python frames
     (``frames()``, None without Python stacks: made from the slices of the
     other sources, so only once they are all consumed, though the JSON file
     has the frames first), and the file's otherData (``other()``: once the
@@ -1062,6 +1077,7 @@ class Tracks(NamedTuple):
 
     metadata: list[dict]
     sources: Iterator[Source]
+    counter: Callable[[], Source]
     frames: Callable[[], Source] | None
     other: Callable[[], dict]
 
@@ -1073,30 +1089,37 @@ def tracks(trace: Trace, flt: ExportFilter) -> Tracks:
                              "clock": "CLOCK_MONOTONIC, from origin_mono_ns",
                              "origin_mono_ns": trace.meta.get("origin_mono_ns")}
     rec = _Records(trace)
-    paired = rec.pairs(_PAIRINGS)
+    paired, found = rec.pairs(_PAIRINGS, _LOOKUPS)
     regions = paired["parallel"]
-    tree = _region_tree(rec, regions, paired.pop("implicit_task"))
+    tree = _region_tree(rec, regions, paired.pop("implicit_task"), found)
     frames = pystacks.python_stacks(trace) if metrics.has_python_stacks(trace) else []
     stacks = _Stacks(frames) if len(frames) else None
     items = _python_items(rec, stacks, regions, tree[1]) if stacks is not None else None
     devices = _device_tracks(trace) if rec.has(offload.OFFLOAD_CODES) else None
     if devices is not None and any(devices.table.attrs["unplaced"].values()):
         other["device_operations_not_drawn"] = devices.table.attrs["unplaced"]
-    raw = _track_sources(rec, paired, tree, devices, flt)
-    del paired, regions, tree
+    waits: list[_Pairs] = []
+    raw = _track_sources(rec, paired, found, tree, devices, waits)
+    del paired, found, regions, tree
     metadata = _metadata(trace, flt) + ([] if devices is None else _device_metadata(devices, flt))
 
     def made_other() -> dict:
         return {**other, "export_filter": flt.meta()} if flt.active else other
+
+    def counter() -> Source:
+        if not waits:
+            raise RuntimeError("the counter is made of the waits of the sources: consume "
+                               "the sources first")
+        return _waiting(rec, *waits, flt)
     holders = None if items is None or items.empty else _Holders(items)
     sources: Iterable[Source] = (filtered(s, flt)
                                   for s in (raw if holders is None else holders.watch(raw)))
     if flt.start_ns is not None:
         sources = _window_first(sources, flt.start_ns)
     if holders is None:
-        return Tracks(metadata, iter(sources), None, made_other)
+        return Tracks(metadata, iter(sources), counter, None, made_other)
     # the frames lie on the slices of the sources: made once those have passed
-    return Tracks(metadata, iter(sources),
+    return Tracks(metadata, iter(sources), counter,
                   lambda: filtered(_python_frames(stacks, items, holders), flt), made_other)
 
 
@@ -1129,9 +1152,12 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
         writer.write("".join(SEP + json.dumps(m) for m in made.metadata).encode())
         if made.frames is None:
             _write_sources(writer, made.sources, progress)
+            _write_sources(writer, [made.counter()], progress)
         else:
             with tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(path))) as rest:
-                _write_sources(ArrayWriter(rest), made.sources, progress)
+                rest_writer = ArrayWriter(rest)
+                _write_sources(rest_writer, made.sources, progress)
+                _write_sources(rest_writer, [made.counter()], progress)
                 _write_sources(writer, [made.frames()], progress)
                 if rest.tell():
                     writer.write(SEP.encode())  # a separator, if anything came before

@@ -73,7 +73,7 @@ def _by_pair(ev: np.ndarray, pids: np.ndarray, name: str) -> pairing.Pairs:
 @pytest.mark.parametrize("seed", range(4))
 def test_every_pairing_in_one_pass_is_pair_on_its_rows(seed):
     ev, pids = _records(4000, seed)
-    found = pairing.pair_events(ev, pids, time_order(ev["time_ns"]), list(pairing.PAIRINGS))
+    found = pairing.pair_events(ev, pids, time_order(ev["time_ns"]), list(pairing.PAIRINGS)).pairs
     assert list(found) == list(pairing.PAIRINGS)
     paired = 0
     for name, got in found.items():
@@ -86,7 +86,7 @@ def test_every_pairing_in_one_pass_is_pair_on_its_rows(seed):
         assert len(got.open) and got.unmatched_ends, name  # both kinds of loss exercised
     assert paired > 500
     order = time_order(ev["time_ns"])
-    rows = pairing.pair_events(ev, pids, order, list(pairing.PAIRINGS), as_rows=True)
+    rows = pairing.pair_events(ev, pids, order, list(pairing.PAIRINGS), as_rows=True).pairs
     for name, got in found.items():  # as rows of the records
         assert rows[name].begins.tolist() == order[got.begins].tolist()
         assert rows[name].ends.tolist() == order[got.ends].tolist()
@@ -96,8 +96,9 @@ def test_every_pairing_in_one_pass_is_pair_on_its_rows(seed):
 def test_one_process_needs_no_pid_column():
     ev, _ = _records(2000, 7)
     order = time_order(ev["time_ns"])
-    alone = pairing.pair_events(ev, None, order, ["work", "mutex_hold"])
-    same = pairing.pair_events(ev, np.full(len(ev), 5, np.int32), order, ["work", "mutex_hold"])
+    alone = pairing.pair_events(ev, None, order, ["work", "mutex_hold"]).pairs
+    same = pairing.pair_events(ev, np.full(len(ev), 5, np.int32), order,
+                               ["work", "mutex_hold"]).pairs
     for name in alone:
         assert alone[name].begins.tolist() == same[name].begins.tolist()
         assert alone[name].ends.tolist() == same[name].ends.tolist()
@@ -134,3 +135,66 @@ def test_find_in_time_order_finds_what_find_finds(seed):
                pairing.column(table_time), pairing.column(query_time), True)
     assert first.tolist() == plain.tolist()
     assert (plain >= 0).any() and (plain < 0).any()
+
+
+def _regions(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Parallel regions of 2 threads in the initial task (999, open around them),
+    each with an implicit task per thread, as a runtime reports them, times
+    interleaved; some ids used twice or 0, some regions encountered by a task
+    that ended (an implicit task of the region before), some ends missing."""
+    rng = np.random.default_rng(seed)
+    rows = [(-1, 0, "implicit_task", SCOPE_BEGIN, 0, 999)]
+    task = 1000
+    for r in range(count):
+        t = 10 * r
+        region = r + 1 if rng.random() > 0.05 else int(rng.integers(0, r + 1))  # 0 or reused
+        encountering = 999 if rng.random() > 0.1 else task
+        rows.append((t, 0, "parallel_begin", SCOPE_BEGIN, region, encountering))
+        for thread in (0, 1):
+            task += 1
+            rows.append((t + 1 + thread, thread, "implicit_task", SCOPE_BEGIN, region, task))
+            if rng.random() > 0.03:
+                rows.append((t + 5 + thread, thread, "implicit_task", SCOPE_END, 0, task))
+        if rng.random() > 0.03:
+            rows.append((t + 8, 0, "parallel_end", SCOPE_END, region, encountering))
+    rows.append((10 * count, 0, "implicit_task", SCOPE_END, 0, 999))
+    ev = np.zeros(len(rows), EVENT_DTYPE)
+    for i, (t, thread, event, endpoint, region, task_id) in enumerate(rows):
+        ev[i] = 0
+        ev[i]["time_ns"], ev[i]["thread"], ev[i]["event"] = t, thread, EVENT_CODES[event]
+        ev[i]["endpoint"], ev[i]["parallel_id"], ev[i]["task_id"] = endpoint, region, task_id
+    # the records of each thread together, as the tool writes them
+    ev = ev[np.argsort(ev["thread"], kind="stable")]
+    return ev, rng.choice(np.array([7, 8], np.int32), len(ev), p=[0.9, 0.1])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_lookups_find_the_first_closed_pair_of_the_key(seed):
+    ev, pids = _regions(600, seed)
+    lookups = {"region": pairing.Lookup("implicit_task", "parallel", "parallel_id", "parallel_id"),
+               "same": pairing.Lookup("parallel", "parallel", "parallel_id", "parallel_id"),
+               "task": pairing.Lookup("parallel", "implicit_task", "task_id", "task_id")}
+    for p in (pids, None):
+        found = pairing.pair_events(ev, p, time_order(ev["time_ns"]), ["parallel", "implicit_task"],
+                                    True, lookups)
+        for name, lk in lookups.items():
+            table, query = found.pairs[lk.into].begins, found.pairs[lk.of].begins
+            want = np.empty(len(query), np.intp)
+            _core.find([pairing.column(ev[lk.field][table], True)]
+                       + ([] if p is None else [pairing.column(p[table])]),
+                       [pairing.column(ev[lk.query_field][query], True)]
+                       + ([] if p is None else [pairing.column(p[query])]), want)
+            assert found.found[name].tolist() == want.tolist(), name
+            assert (want >= 0).sum() > 300, name
+        # none found (an id 0, a region never closed), and the first of an id used twice
+        assert (found.found["region"] < 0).any()
+        same = found.found["same"]
+        assert (same != np.arange(len(same))).any()
+
+
+def test_a_lookup_is_by_the_key_of_its_pairing():
+    ev, _ = _regions(10, 0)
+    with pytest.raises(ValueError, match="by its key"):
+        pairing.pair_events(ev, None, time_order(ev["time_ns"]), ["parallel", "implicit_task"],
+                            True, {"x": pairing.Lookup("parallel", "implicit_task", "parallel_id",
+                                                       "task_id")})
