@@ -123,13 +123,11 @@ class _Names:
 
 
 def _regions(source: Source, names: _Names) -> np.ndarray:
-    """The region of each slice of ``source`` (made a batch at a time)."""
-    def names_of(part: slice) -> tuple[str, object]:
-        batch = source.make(part)
-        return batch.cat, batch.name
+    """The region of each slice of ``source`` (its labels made a batch at a time)."""
     out = np.empty(source.count, np.int32)
     parts = list(batches(source.count))
-    for part, (cat, name) in zip(parts, in_order(lambda p=p: names_of(p) for p in parts)):
+    cat, label = source.cat, source.label
+    for part, (name, _) in zip(parts, in_order(lambda p=p: label(p) for p in parts)):
         if isinstance(name, str):
             out[part] = names.region(cat, name)
         else:  # a column of JSON names: the regions of the names it uses

@@ -289,15 +289,22 @@ class Counter(NamedTuple):
 Batch = Union[Slices, Flows, Counter]
 
 
+#: The name and args of a batch of slices (Slices.name, Slices.args).
+Label = tuple[Union[str, Column], _Args]
+
+
 class Source(NamedTuple):
     """``count`` rows of a table, whose events ``make(part)`` makes a batch at a
-    time; for slices, their ``cat`` and ``spans()`` (``device``: on the devices'
-    tracks), for flows their ``points()``."""
+    time; for slices, their ``cat``, ``spans()`` (``device``: on the devices'
+    tracks) and ``label(part)``: the name and args of a batch, what make adds to
+    the spans (made without the ends: a writer that took the spans and keeps
+    the labels does not keep the ends twice); for flows their ``points()``."""
 
     count: int
     make: Callable[[Part], Batch]
     cat: str = ""
     spans: Callable[[], _Spans] | None = None
+    label: Callable[[Part], Label] | None = None
     points: Callable[[], tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]] | None = None
     device: bool = False
     begins: np.ndarray | None = None  # filtered: the slices' begins before clipping
@@ -343,37 +350,42 @@ def _json_text(batch: Batch) -> bytes:
 
 
 def _slices(rec: _Records, cat: str, pairs: _Pairs,
-            make: Callable[[np.ndarray, Part], tuple[str | Column, _Args]]) -> Source:
+            make: Callable[[np.ndarray, Part], Label]) -> Source:
     """Slices of paired records, from the process, thread and time of the begin's
     record: ``make(records of the begins, part)`` gives the name and args of a batch."""
+    rows, end = pairs.rows, pairs.end
+
     def batch(part: Part) -> Slices:
-        rows = pairs.rows[part]
-        records = rec.take(rows)
-        return _complete(cat, rec.pid(rows), records["thread"], records["time_ns"],
-                         pairs.end[part], *make(records, part))
+        at = rows[part]
+        records = rec.take(at)
+        return _complete(cat, rec.pid(at), records["thread"], records["time_ns"], end[part],
+                         *make(records, part))
 
     def spans() -> _Spans:
-        return _Spans(pairs.rows, rec.pid(pairs.rows), rec.ev["thread"][pairs.rows],
-                      rec.time(pairs.rows), pairs.end)
-    return Source(len(pairs), batch, cat, spans)
+        return _Spans(rows, rec.pid(rows), rec.ev["thread"][rows], rec.time(rows), end)
+    return Source(len(rows), batch, cat, spans, lambda part: make(rec.take(rows[part]), part))
 
 
 def _user_slices(trace: Trace) -> Source:
     """ompt_py.region markers, paired by Trace.user_regions."""
     user = tables.user_regions(trace)
 
-    def batch(part: Part) -> Slices:
+    def label(part: Part) -> Label:
         rows = user.iloc[part]
         codes, names = pd.factorize(rows["name"].fillna("(unnamed)"))
+        return named(codes, json_names(names)), [
+            ("id", number(rows["id"])), ("level", number(rows["level"])),
+            ("codeptr", hexadecimal(rows["codeptr"]))]
+
+    def batch(part: Part) -> Slices:
+        rows = user.iloc[part]
         return _complete("user_region", rows["pid"], rows["thread"], rows["begin_ns"],
-                         rows["end_ns"], named(codes, json_names(names)),
-                         [("id", number(rows["id"])), ("level", number(rows["level"])),
-                          ("codeptr", hexadecimal(rows["codeptr"]))])
+                         rows["end_ns"], *label(part))
 
     def spans() -> _Spans:
         return _Spans(None, *(user[c].to_numpy(np.int64)
                               for c in ("pid", "thread", "begin_ns", "end_ns")))
-    return Source(len(user), batch, "user_region", spans)
+    return Source(len(user), batch, "user_region", spans, label)
 
 
 def _codeptr(records: np.ndarray) -> Column:
@@ -632,7 +644,7 @@ DEVICE_TID = 1 << 30
 
 
 def _table_slices(table: pd.DataFrame, cat: str,
-                  make: Callable[[pd.DataFrame], tuple[str | Column, _Args]]) -> Source:
+                  make: Callable[[pd.DataFrame], Label]) -> Source:
     """Slices of the rows of an offload table (pid, thread, begin_ns, end_ns; a
     row without an end is zero long): ``make(rows of a batch)`` gives the name
     and args of a batch."""
@@ -646,7 +658,7 @@ def _table_slices(table: pd.DataFrame, cat: str,
     def spans() -> _Spans:
         return _Spans(None, table["pid"].to_numpy(np.int64), table["thread"].to_numpy(np.int64),
                       table["begin_ns"].to_numpy(np.int64), end)
-    return Source(len(table), batch, cat, spans)
+    return Source(len(table), batch, cat, spans, lambda part: make(table.iloc[part]))
 
 
 def _names(values: pd.Series) -> Column:
@@ -712,18 +724,21 @@ def _device_slices(devices: _DeviceTracks) -> Source:
     """The kernels and transfers on the devices' tracks (cat "device")."""
     table = devices.table
 
+    def label(part: Part) -> Label:
+        rows = table.iloc[part]
+        return _names(rows["name"]), [
+            ("device", number(rows["device"])), ("source", _names(rows["source"])),
+            ("bytes", _optional(rows["bytes"])), ("host_op_id", number(rows["host_op_id"]))]
+
     def batch(part: Part) -> Slices:
         rows = table.iloc[part]
         return _complete("device", rows["pid"], devices.tid[part], rows["begin_ns"],
-                         rows["end_ns"], _names(rows["name"]),
-                         [("device", number(rows["device"])), ("source", _names(rows["source"])),
-                          ("bytes", _optional(rows["bytes"])),
-                          ("host_op_id", number(rows["host_op_id"]))])
+                         rows["end_ns"], *label(part))
 
     def spans() -> _Spans:
         return _Spans(None, table["pid"].to_numpy(np.int64), devices.tid,
                       table["begin_ns"].to_numpy(np.int64), table["end_ns"].to_numpy(np.int64))
-    return Source(len(table), batch, "device", spans, device=True)
+    return Source(len(table), batch, "device", spans, label, device=True)
 
 
 def _device_flows(devices: _DeviceTracks, first_id: int) -> Source:
@@ -960,19 +975,21 @@ def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> S
     location, file, function = json_names(location), json_names(file), json_names(function)
     line, user, native = line.to_numpy(np.int64), user.to_numpy(bool), native.to_numpy(bool)
 
-    def batch(part: Part) -> Slices:
+    def label(part: Part) -> Label:
         c = code[part]
+        return named(c, location), [
+            ("file", named(c, file)), ("line", number(line[c])), ("function", named(c, function)),
+            ("user", named(user[c], ["false", "true"])),
+            ("native", named(native[c], ["false", "true"])), ("level", number(level[part])),
+            ("inherited", named(inherited[part], ["false", "true"]))]
+
+    def batch(part: Part) -> Slices:
         return _complete("python", pid[part], thread[part], slice_begin[part], slice_end[part],
-                         named(c, location),
-                         [("file", named(c, file)), ("line", number(line[c])),
-                          ("function", named(c, function)),
-                          ("user", named(user[c], ["false", "true"])),
-                          ("native", named(native[c], ["false", "true"])),
-                          ("level", number(level[part])),
-                          ("inherited", named(inherited[part], ["false", "true"]))])
+                         *label(part))
+
     def spans() -> _Spans:
         return _Spans(None, pid, thread, slice_begin, slice_end)
-    return Source(len(code), batch, "python", spans)
+    return Source(len(code), batch, "python", spans, label)
 
 
 def _track_sources(rec: _Records, paired: dict[str, _Pairs], found: dict[str, np.ndarray],
@@ -1022,17 +1039,18 @@ def filtered(source: Source, flt: ExportFilter) -> Source:
         keep = flt.flows(*source.points())
         return source._replace(count=len(keep), make=lambda part: source.make(keep[part]),
                                points=None)
-    spans = source.spans()
+    spans, make, label = source.spans(), source.make, source.label
     keep, begin, end = flt.clip(spans.pid, None if source.device else spans.thread,
                                 spans.begin, spans.end)
 
     def batch(part: Part) -> Batch:
-        return source.make(keep[part])._replace(begin=begin[part], end=end[part])
+        return make(keep[part])._replace(begin=begin[part], end=end[part])
 
     def kept() -> _Spans:
         return _Spans(None if spans.rows is None else spans.rows[keep], spans.pid[keep],
                       spans.thread[keep], begin, end)
-    return source._replace(count=len(keep), make=batch, spans=kept, begins=spans.begin[keep])
+    return source._replace(count=len(keep), make=batch, spans=kept,
+                           label=lambda part: label(keep[part]), begins=spans.begin[keep])
 
 
 def _subset(source: Source, at: np.ndarray) -> Source:
@@ -1042,7 +1060,7 @@ def _subset(source: Source, at: np.ndarray) -> Source:
         return _Spans(None if spans.rows is None else spans.rows[at], spans.pid[at],
                       spans.thread[at], spans.begin[at], spans.end[at])
     return source._replace(count=len(at), make=lambda part: source.make(at[part]), spans=kept,
-                           begins=source.begins[at])
+                           label=lambda part: source.label(at[part]), begins=source.begins[at])
 
 
 def _window_first(sources: Iterable[Source], start: int) -> list[Source]:

@@ -53,7 +53,7 @@ import numpy as np
 
 from .. import _core
 from .filters import ExportFilter
-from .perfetto import Flows, Slices, Source, Tracks, tracks
+from .perfetto import Flows, Label, Slices, Source, Tracks, tracks
 from .streaming import HEX, NUMBER, TEXT, Column, Progress, batches, in_order, output
 
 if TYPE_CHECKING:
@@ -165,18 +165,19 @@ def _table(column: Column, encode: Callable[[bytes], bytes]) -> tuple[bytes, ...
     return tuple(encode(t) if u else b"" for t, u in zip(column.table, used.tolist()))
 
 
-def _columns(batch: Slices, strings: _Strings) -> list[tuple]:
-    """proto_payloads' columns of a batch of slices: name, category, args."""
-    n = len(batch.begin)
-    if isinstance(batch.name, str):
-        name = (_core.PROTO_FIELD, _NAME_IID, np.full(n, strings.names(batch.name)), None, None)
+def _columns(cat: str, n: int, label: Label, strings: _Strings) -> list[tuple]:
+    """proto_payloads' columns of a batch of ``n`` slices of category ``cat``: name,
+    category, args (``label``: Source.label's)."""
+    name_of, args = label
+    if isinstance(name_of, str):
+        name = (_core.PROTO_FIELD, _NAME_IID, np.full(n, strings.names(name_of)), None, None)
     else:
-        table = _table(batch.name, lambda t: b"" if t == b"null"
+        table = _table(name_of, lambda t: b"" if t == b"null"
                        else _int(_NAME_IID, strings.names(json.loads(t))))
-        name = (_core.PROTO_TABLE, 0, batch.name.values, None, table)
+        name = (_core.PROTO_TABLE, 0, name_of.values, None, table)
     columns = [name, (_core.PROTO_FIELD, _CATEGORY_IIDS,
-                      np.full(n, strings.categories(batch.cat)), None, None)]
-    for key, column in batch.args:
+                      np.full(n, strings.categories(cat)), None, None)]
+    for key, column in args:
         iid = strings.keys(key)
         if column.kind == TEXT:
             table = _table(column, lambda t: strings.value(t.decode()))
@@ -188,9 +189,9 @@ def _columns(batch: Slices, strings: _Strings) -> list[tuple]:
     return columns
 
 
-def _payloads(batch: Slices, strings: _Strings) -> tuple[bytes, np.ndarray]:
-    offsets = np.empty(len(batch.begin) + 1, np.int64)
-    return _core.proto_payloads(_columns(batch, strings), offsets), offsets
+def _payloads(cat: str, n: int, label: Label, strings: _Strings) -> tuple[bytes, np.ndarray]:
+    offsets = np.empty(n + 1, np.int64)
+    return _core.proto_payloads(_columns(cat, n, label, strings), offsets), offsets
 
 
 class _TrackUuids:
@@ -316,11 +317,11 @@ class SliceOrder:
                                np.ascontiguousarray(query_time, np.int64), held, self.seq)
         return cut, held
 
-    def payloads(self, sources: list[Source], at: np.ndarray, strings: _Strings
-                 ) -> tuple[bytes, np.ndarray, np.ndarray]:
-        """The payloads of the slices at these positions (of ``sources``, those the
-        order was made of), made source by source: the bytes, their offsets, and the
-        slot of each position's."""
+    def payloads(self, labels: list[tuple[str, Callable[[np.ndarray], Label]]], at: np.ndarray,
+                 strings: _Strings) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """The payloads of the slices at these positions (``labels``: the category and
+        Source.label of the sources the order was made of), made source by source:
+        the bytes, their offsets, and the slot of each position's."""
         which = np.searchsorted(self.starts, at, "right") - 1
         by_source = np.argsort(which, kind="stable")
         data, offsets, base = [], [], 0
@@ -328,7 +329,8 @@ class SliceOrder:
             rows = at[by_source[first:stop]] - self.starts[i]
             if self.perm[i] is not None:
                 rows = self.perm[i][rows]
-            made, own = _payloads(sources[i].make(rows), strings)
+            cat, label = labels[i]
+            made, own = _payloads(cat, len(rows), label(rows), strings)
             data.append(made)
             offsets.append(own[:-1] + base)
             base += len(made)
@@ -380,12 +382,15 @@ def _write_counters(out: BinaryIO, source: Source, uuids: _TrackUuids) -> None:
 def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source],
                   index: dict[tuple[int, int], int], uuids: _TrackUuids, strings: _Strings,
                   progress: Progress) -> tuple[int, int, int]:
-    """The begins and ends of ``slices``, with the flows of ``flow_sources`` bound to
-    the slices holding their ends, in the order of their begins (SliceOrder), made
-    a batch at a time in parallel and written in order; returns how many slices
+    """The begins and ends of ``slices`` (a list it empties once it has their
+    spans, keeping their labels), with the flows of ``flow_sources`` bound to the
+    slices holding their ends, in the order of their begins (SliceOrder), made a
+    batch at a time in parallel and written in order; returns how many slices
     were cut, how many flows were bound to no slice, and the first begin."""
     flow_ids, from_track, from_time, to_track, to_time = _flows(flow_sources, index)
     order = SliceOrder(slices, index)
+    labels = [(s.cat, s.label) for s in slices]
+    slices.clear()
     # The flows' ends: the slices holding them (proto_nest's queries, in time order).
     on = (from_track >= 0) & (to_track >= 0)
     ids, n_on = flow_ids[on], int(on.sum())
@@ -406,7 +411,7 @@ def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source
 
     def batch(part: slice) -> tuple[int, bytes]:
         seq = order.seq[part].astype(np.int64)
-        payload, offsets, slots = order.payloads(slices, seq[seq % 2 == 0] // 2, strings)
+        payload, offsets, slots = order.payloads(labels, seq[seq % 2 == 0] // 2, strings)
         return len(seq), _core.proto_packets(seq, order.begin, order.end, order.track,
                                              track_uuids, payload, offsets, slots, *flows,
                                              SEQUENCE)
