@@ -1,10 +1,13 @@
 # make demo: set everything up, profile the bundled example, print the report.
 # make test: set everything up, run the whole test suite (and the linter).
 # Set-up: Debian packages clang-19 and libomp-19-dev, libotf2-trace-dev (libotf2
-# and its headers: the OTF2 export's _otf2 extension) and otf2-tools (otf2-print,
-# which tests/io/test_otf2.py reads the archives with) (apt-get, as root or via
-# sudo, those missing), a virtual environment in .venv, ompt-py installed into it
-# (and checked to have its _otf2 extension).
+# and its headers: the OTF2 export's _otf2 extension), otf2-tools (otf2-print,
+# which tests/io/test_otf2.py reads the archives with), chromium and
+# chromium-driver (tests/presentation/test_view.py opens the interactive view in
+# headless Chromium), and Open MPI and gfortran (openmpi-bin, libopenmpi-dev,
+# gfortran: ompt-py run --mpi, mpi4py and the MPI tests, a Fortran one among
+# them) (apt-get, as root or via sudo, those missing), a virtual environment in
+# .venv, ompt-py installed into it (and checked to have its _otf2 extension).
 # make old-runtimes (part of make test): libomp 14 and 16 unpacked into
 # .cache/libomp/N for tests/tool/test_versions.py (they conflict with libomp5-19, so
 # they are never installed); without them those tests are skipped.
@@ -60,7 +63,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.ompt-py-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-DEBIAN_PACKAGES := clang-19 libomp-19-dev libotf2-trace-dev otf2-tools
+DEBIAN_PACKAGES := clang-19 libomp-19-dev libotf2-trace-dev otf2-tools chromium \
+  chromium-driver openmpi-bin libopenmpi-dev gfortran
 OLD_LIBOMP_VERSIONS := 14 16
 OLD_LIBOMP_DIR := .cache/libomp
 OLD_TEST_LIBOMP ?= 16
@@ -71,7 +75,7 @@ PYTHONS_DIR := .cache/pythons
 # Python-stack tests build a prange ... nogil module on every version).
 PYTHONS_TEST_DEPS := 'pytest>=7.4' 'cython>=3.0'
 PACKAGE_FILES := $(SOURCES) MANIFEST.in $(wildcard runtime/*.py ompt_py/*.py ompt_py/*/*.py) \
-  ompt_py/_core.pyi ompt_py/py.typed
+  ompt_py/_core.pyi ompt_py/py.typed ompt_py/presentation/view.js
 
 FUZZ_SECONDS ?= 60
 FUZZ_STAMP := $(VENV)/.fuzz-installed
@@ -225,11 +229,13 @@ bench: setup
 	$(BIN)/python bench/analysis.py
 	$(BIN)/python bench/handlers.py
 	$(BIN)/python bench/export.py
+	$(BIN)/python bench/view.py
 	$(BIN)/python bench/pystacks.py
 	$(BIN)/python bench/device_trace.py
 	$(BIN)/python bench/offload_tables.py
 	$(BIN)/python bench/merge_memory.py
 	$(BIN)/python bench/apps.py
+	$(BIN)/python bench/clock_align.py
 
 setup: system-deps $(STAMP)
 

@@ -5,7 +5,10 @@ a C compiler and the Python headers are needed: the OMPT declarations are the
 project's own (csrc/tool/omptpy_ompt.h).  Where libotf2 and its headers are
 (Debian: libotf2-trace-dev; Score-P's, found by otf2-config), it also builds
 the _otf2 extension (csrc/otf2/), the OTF2 export's writer; without them
-that one extension is left out (optional) and the OTF2 export says why."""
+that one extension is left out (optional) and the OTF2 export says why.
+Where an MPI C compiler is found (``mpicc``, or the one OMPTPY_MPICC names;
+OMPTPY_MPICC=off: none), the MPI interposition library libomptpy_mpi.so
+(csrc/mpi/) is built against that MPI."""
 
 from __future__ import annotations
 
@@ -36,6 +39,16 @@ PUBLIC_HEADERS = sorted(n for n in os.listdir(INCLUDE_DIR) if n.endswith(".h"))
 CFLAGS = ["-std=c11", "-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wextra", "-Werror"]
 TOOL_NAME = "libomptpy.so"
 HOOK_NAME = "libomptpy_hook.so"
+MPI_SOURCES = sorted(glob.glob(os.path.join("csrc", "mpi", "*.c")))
+MPI_NAME = "libomptpy_mpi.so"
+
+
+def mpicc() -> str | None:
+    """The MPI C compiler to build libomptpy_mpi.so with, None when there is none."""
+    given = os.environ.get("OMPTPY_MPICC")
+    if given == "off":
+        return None
+    return shutil.which(given or "mpicc")
 
 
 class BuildToolAndExtension(build_ext):
@@ -64,6 +77,7 @@ class BuildToolAndExtension(build_ext):
             hook_objects, os.path.join(outdir, HOOK_NAME), libraries=["dl"],
             extra_postargs=[f"-Wl,-soname,{HOOK_NAME}", "-Wl,-z,defs"],
         )
+        self._mpi = self._build_mpi(outdir)
         self._bundled = bundle(os.path.join(outdir, "runtime"), self.build_temp) is not None
         os.makedirs(os.path.join(outdir, "include"), exist_ok=True)
         for header in PUBLIC_HEADERS:
@@ -74,11 +88,26 @@ class BuildToolAndExtension(build_ext):
         ext.extra_link_args = ["-Wl,-rpath,$ORIGIN"]
         super().build_extension(ext)
 
+    def _build_mpi(self, outdir: str) -> bool:
+        """libomptpy_mpi.so with the MPI C compiler (mpicc); False when there is none."""
+        compiler = mpicc()
+        if compiler is None:
+            print("ompt-py: no MPI C compiler (mpicc): libomptpy_mpi.so (ompt-py run --mpi) "
+                  "is not built", file=sys.stderr)
+            return False
+        subprocess.run([compiler, *CFLAGS, f"-I{INCLUDE_DIR}", "-shared", "-o",
+                        os.path.join(outdir, MPI_NAME), *MPI_SOURCES, "-ldl",
+                        f"-Wl,-soname,{MPI_NAME}", "-Wl,-z,defs"],
+                       check=True)
+        return True
+
     def _extra_files(self) -> list[tuple[str, str]]:
         """(built, in-place) paths of what is built beside the _core extension."""
         build_py = self.get_finalized_command("build_py")
         inplace_ext, built_ext = self._get_inplace_equivalent(build_py, self.extensions[0])
         names = [TOOL_NAME, HOOK_NAME, *(os.path.join("include", h) for h in PUBLIC_HEADERS)]
+        if getattr(self, "_mpi", False):
+            names.append(MPI_NAME)
         if getattr(self, "_bundled", False):
             names += [os.path.join("runtime", SONAME), os.path.join("runtime", LICENSE_NAME)]
         return [

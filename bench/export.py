@@ -55,6 +55,17 @@ SIZE_MAX = 1 / 3  # the Perfetto protobuf's bytes over the JSON's
 MEMORY_MAX = 0.5  # peak growth during an export, in trace records' bytes
 OUTPUTS = {"perfetto": "trace.json", "perfetto-proto": "trace.pftrace", "otf2": "trace.otf2",
            "csv": "trace.csv", "parquet": "trace.parquet", "dataset": "trace-dataset"}
+#: Empty parallel regions of 2 threads in the trace (about 14 events each): 10^7
+#: events, and with --quick about 1.4 x 10^6.
+REGIONS, QUICK_REGIONS = 715_000, 100_000
+
+
+def regions_trace(raw: Path, regions: int) -> None:
+    """Writes into the directory ``raw`` the raw files of ``benchwork regions``
+    (built by build(build_steps()) first): the trace of ``regions`` empty parallel
+    regions of 2 threads (bench/view.py's too)."""
+    raw.mkdir(exist_ok=True)
+    run_program([str(DRIVER), "regions", str(regions)], tool_env(str(raw)), "regions trace")
 
 
 def _memory_mib() -> dict[str, float]:
@@ -101,8 +112,7 @@ def exports(regions: int, judge_memory: bool) -> dict:
     figures = {}
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp, "raw")
-        raw.mkdir()
-        run_program([str(DRIVER), "regions", str(regions)], tool_env(str(raw)), "regions trace")
+        regions_trace(raw, regions)
         for what, name in OUTPUTS.items():
             out = Path(tmp, name)
             proc = run_program([sys.executable, __file__, "--one", what, str(raw), str(out)],
@@ -147,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         build(build_steps())
-        figures = exports(100_000 if args.quick else 715_000, judge_memory=not args.quick)
+        figures = exports(QUICK_REGIONS if args.quick else REGIONS, judge_memory=not args.quick)
     except (BenchError, subprocess.SubprocessError) as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -25,6 +25,7 @@ from .errors import (
     TraceFileError,
     TraceWarning,
 )
+from .live import mpi
 from .live.attach import TOOL_PATH, DeviceInfo, RuntimeInfo, runtime_info, status
 from .live.control import control
 from .live.doctor import doctor
@@ -70,6 +71,7 @@ __all__ = [
     "include_dir",
     "load",
     "mapped_runtimes",
+    "mpi",
     "native_handler",
     "ns_per_tick",
     "off",

@@ -26,6 +26,27 @@ PARALLEL_LEAGUE: Final[int]
 # ompt-py's own events and the record (csrc/include/omptpy.h)
 EVENT_SAMPLE: Final[int]
 EVENT_REGION: Final[int]
+EVENT_MPI: Final[int]
+# the MPI calls of an mpi record's kind, and the clock measurements kept per phase
+MPI_INIT: Final[int]
+MPI_FINALIZE: Final[int]
+MPI_BARRIER: Final[int]
+MPI_BCAST: Final[int]
+MPI_REDUCE: Final[int]
+MPI_ALLREDUCE: Final[int]
+MPI_GATHER: Final[int]
+MPI_ALLGATHER: Final[int]
+MPI_SCATTER: Final[int]
+MPI_ALLTOALL: Final[int]
+MPI_SEND: Final[int]
+MPI_RECV: Final[int]
+MPI_ISEND: Final[int]
+MPI_IRECV: Final[int]
+MPI_WAIT: Final[int]
+MPI_WAITALL: Final[int]
+MPI_SENDRECV: Final[int]
+MPI_CLOCK_SYNC: Final[int]
+MPI_MAX_PAIRS: Final[int]
 RECORD_SIZE: Final[int]
 # the raw file (csrc/tool/omptpy_file.h): blocks of a header (magic, type, length)
 FILE_MAGIC: Final[int]
@@ -307,6 +328,27 @@ def control_tool(command: int, modifier: int, /) -> int:
 
 def region_mark(endpoint: int, name: str | None, /) -> None:
     """A region begin (SCOPE_BEGIN) or end (SCOPE_END) on this thread."""
+
+def clock_ticks() -> int:
+    """The tool's clock now, in ticks (a record's time)."""
+
+def clock_ns() -> int:
+    """The tool's clock now, in nanoseconds on the clock anchors' scale."""
+
+def job() -> tuple[int, int, str]:
+    """(rank, local rank, job id) from the launcher's variables (-1, -1, '': none)."""
+
+def mpi_call(call: int, begin_ticks: int, bytes: int, peer: int, comm_size: int, /) -> None:
+    """An mpi record on this thread: a call (MPI_*) from begin_ticks to now."""
+
+def mpi_world(rank: int, size: int, source: str, /) -> None:
+    """This process's rank and the size of MPI_COMM_WORLD, and who says so."""
+
+def mpi_clock_pairs(phase: int, reference: int, triples: Buffer, /) -> None:
+    """One phase's clock measurements against the reference rank (uint64 triples)."""
+
+def mpi_measured(phase: int, /) -> bool:
+    """Whether that phase's measurements are kept."""
 
 def region_names() -> list[str]:
     """The interned region names, id 1 first."""

@@ -86,7 +86,15 @@ def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
         "declined": meta["declined"],
         "record_version": meta["record_version"],
     }
-    entry["rank"] = rank(meta)
+    # MPI: the rank the launcher gave (else the one MPI told), the node-local rank,
+    # the job, and MPI's own word (the latest STATS document that has it).
+    said = next((d["mpi"] for d in (last_stats, meta) if d and "mpi" in d), None)
+    entry["rank"] = rank(meta) if rank(meta) is not None or not said else said["rank"]
+    if "job_id" in meta:  # record version 7 on (older traces read as before)
+        entry["local_rank"] = meta["local_rank"] if meta.get("local_rank", -1) >= 0 else None
+        entry["job_id"] = meta["job_id"] or None
+    if said:
+        entry["mpi"] = {k: said[k] for k in ("rank", "size", "source")}
     entry["start_realtime_ns"] = meta["start_realtime_ns"]
     entry["stop_realtime_ns"] = last_stats["realtime_ns"] if last_stats else None
     entry["threads"] = threads

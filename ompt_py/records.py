@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import _core
 
-RECORD_VERSION = 6
+RECORD_VERSION = 7
 RECORD_SIZE = 64
 
 # (field, numpy type) in the order of struct omptpy_record.
@@ -119,6 +119,7 @@ EVENTS: dict[int, str] = {
     102: "more",
     103: "device",
     104: "device_clock",
+    _core.EVENT_MPI: "mpi",  # ompt-py's own: an MPI call (ompt-py run --mpi, ompt_py.mpi)
 }
 
 #: ompt_state_t (OpenMP 5.2, 19.4.4.27): what a sampled thread was doing (the
@@ -239,6 +240,25 @@ DEPENDENCE_TYPES = {
     35: "inout_all_memory",
 }
 
+#: The MPI calls of an ``mpi`` record's kind (csrc/include/omptpy.h OMPTPY_MPI_*).
+MPI_CALLS = {_core.MPI_INIT: "init", _core.MPI_FINALIZE: "finalize",
+             _core.MPI_BARRIER: "barrier", _core.MPI_BCAST: "bcast", _core.MPI_REDUCE: "reduce",
+             _core.MPI_ALLREDUCE: "allreduce", _core.MPI_GATHER: "gather",
+             _core.MPI_ALLGATHER: "allgather", _core.MPI_SCATTER: "scatter",
+             _core.MPI_ALLTOALL: "alltoall", _core.MPI_SEND: "send", _core.MPI_RECV: "recv",
+             _core.MPI_ISEND: "isend", _core.MPI_IRECV: "irecv", _core.MPI_WAIT: "wait",
+             _core.MPI_WAITALL: "waitall", _core.MPI_SENDRECV: "sendrecv",
+             _core.MPI_CLOCK_SYNC: "clock_sync"}
+#: The few kinds of MPI call (``Trace.mpi_calls()["kind"]``), by call name.
+MPI_CALL_KINDS = {
+    "init": "setup", "finalize": "setup", "clock_sync": "setup", "barrier": "barrier",
+    **{c: "collective" for c in ("bcast", "reduce", "allreduce", "gather", "allgather",
+                                 "scatter", "alltoall")},
+    **{c: "point_to_point" for c in ("send", "recv", "isend", "irecv", "sendrecv")},
+    "wait": "wait", "waitall": "wait"}
+#: An ``mpi`` record's bytes when they are not known (u64a).
+MPI_BYTES_UNKNOWN = 2**64 - 1
+
 TARGET_KINDS = {
     1: "target",
     2: "target_enter_data",
@@ -311,6 +331,7 @@ KIND_NAMES: dict[str, dict[int, str]] = {
     "target_data_op_emi": TARGET_DATA_OPS,
     "target": TARGET_KINDS,
     "target_data_op": TARGET_DATA_OPS,
+    "mpi": MPI_CALLS,
 }
 
 #: The constructs, by the event that begins each (a mutex's wait by its acquire,
@@ -371,7 +392,9 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "target_id": ("u64a", ("target_emi", "target")),
     "target_region_id": ("u64b", ("target_data_op_emi", "target_submit_emi", "target_data_op",
                                   "target_submit")),
-    "bytes": ("u64a", ("target_data_op_emi", "device_load", "target_data_op")),
+    "bytes": ("u64a", ("target_data_op_emi", "device_load", "target_data_op", "mpi")),
+    "peer": ("u32a", ("mpi",)),  # point-to-point peer, or a collective's root; -1: none
+    "comm_size": ("u32b", ("mpi",)),
     "src_device": ("u32a", ("target_data_op_emi", "target_data_op")),
     "dest_device": ("u32b", ("target_data_op_emi", "target_data_op")),
     "requested_num_teams": ("u32a", ("target_submit_emi", "target_submit")),
@@ -396,7 +419,7 @@ ID_FIELDS: dict[str, tuple[str, ...]] = {
                 "sync_region_wait", "reduction", "mutex_acquire", "mutex_acquired",
                 "mutex_released", "lock_init", "lock_destroy", "nest_lock", "masked", "flush",
                 "cancel", "control_tool", "error", "device_load", "target_emi",
-                "target_data_op_emi", "target", "target_data_op", "sample", "region"),
+                "target_data_op_emi", "target", "target_data_op", "sample", "region", "mpi"),
 }
 
 #: How Trace.to_pandas() shows a NULL the runtime passed where 0 is not it: the next
@@ -456,7 +479,7 @@ TRANSFERS_FROM_DEVICE = ("transfer_from_device", "transfer_from_device_async")
 
 
 #: Argument columns holding a C int (device numbers: -1 is the host, or none).
-SIGNED_COLUMNS = frozenset({"device_num", "src_device", "dest_device"})
+SIGNED_COLUMNS = frozenset({"device_num", "src_device", "dest_device", "peer"})
 #: Argument columns holding an int64 (task ids, NULL_NEXT_TASK for none).
 INT64_COLUMNS = frozenset({"other_task_id"})
 
@@ -569,18 +592,31 @@ def tick_scale(first: dict, last: dict | None, tick_ns_estimate: float) -> float
                             tick_ns_estimate)
 
 
+#: The events whose u64b is a second time in ticks (converted as ``time`` is): a
+#: device_clock pair's host time after the device's, an MPI call's return.
+SECOND_TIME_EVENTS = (EVENT_CODES["device_clock"], EVENT_CODES["mpi"])
+
+
+def shift_times(events: np.ndarray, delta: int) -> None:
+    """Moves events (EVENT_DTYPE) by ``delta`` ns, in place: every time_ns and the
+    second time of SECOND_TIME_EVENTS (a trace's origin changed)."""
+    events["time_ns"] += delta
+    second = np.flatnonzero(np.isin(events["event"], SECOND_TIME_EVENTS))
+    events["u64b"][second] = (events["u64b"][second].view(np.int64) + delta).view(np.uint64)
+
+
 def to_events(records: np.ndarray, first: dict, last: dict | None, tick_ns_estimate: float,
               origin_ns: int) -> np.ndarray:
     """Raw records (RAW_DTYPE) -> events (EVENT_DTYPE), in place: ticks become
     nanoseconds from ``origin_ns`` on the line through the clock anchors
     ``first`` and ``last`` (``{"ticks", "mono_ns"}``; the tool's estimate of the
     tick's length when ``last`` is None or too close): every record's time, and
-    the host time after the device's of each device_clock pair (u64b: int64
-    nanoseconds in the events, as time_ns)."""
+    the second time of SECOND_TIME_EVENTS (u64b: int64 nanoseconds in the
+    events, as time_ns)."""
     scale = tick_scale(first, last, tick_ns_estimate)
     _core.ticks_to_ns(records, first["ticks"], first["mono_ns"], scale, origin_ns)
-    # A device_clock pair's second host time (u64b) is in ticks too: on the same line.
-    pairs = np.flatnonzero(records["event"] == EVENT_CODES["device_clock"])
+    # A second time (u64b) is in ticks too: on the same line.
+    pairs = np.flatnonzero(np.isin(records["event"], SECOND_TIME_EVENTS))
     if len(pairs):
         after = records[pairs]
         after["time"] = after["u64b"]

@@ -57,7 +57,7 @@ PROFILE_FORMAT = 1
 RAW_FORMAT = 1
 #: The record versions this ompt_py reads: all of them 64-byte records of the
 #: same fields (a new version gave a field a new meaning, never a new place).
-RECORD_VERSIONS = range(1, 7)
+RECORD_VERSIONS = range(1, 8)
 
 # ---- the validator ------------------------------------------------------------------------
 
@@ -306,6 +306,19 @@ DEVICE = Obj(
                             "records_unknown_type", "records_bad_time", "zero_byte_buffers")}},
     {"runtime": Int(-I32 - 1, I32), "stopped": Bool(), "clock": Obj({}), "pid": Int(0, I32)})
 
+#: What MPI said of the process (csrc/tool/mpi.c): its rank, MPI_COMM_WORLD's size, who
+#: measured ("pmpi", "mpi4py"), and the clock measurements of each phase against the
+#: reference rank: [reference's clock at send, this process's, reference's at return].
+MPI_DOC = Obj({"rank": Int(0, I32), "size": Int(0, I32), "source": Str(),
+               "sync": List(Obj({"phase": Str(), "reference": Int(0, I32),
+                                 "pairs": List(Row((Int(0, I64), Int(0, I64), Int(0, I64))))}))})
+#: A process's clock as fitted to the reference rank's (io/clocks.py, CLOCK_FIT there).
+CLOCK_FIT = Obj({"reference": Int(0, I32), "offset_ns": Num(), "drift": Num(),
+                 "at_ns": Int(-I64 - 1, I64)},
+                {"span_ns": Int(-I64 - 1, I64), "residual_ns": Maybe(Num()), "error_ns": Num(),
+                 "round_trip_ns": List(Num()),
+                 "pairs": _COUNT, "phases": List(Str()), "poor": Bool()})
+
 #: A raw file's META document: the process and the tool, written once, first.
 META_DOC = Obj(
     {"format": Int(), "record_version": Int(), "record_size": Int(),
@@ -314,7 +327,8 @@ META_DOC = Obj(
      "tick_ns_estimate": Num(0, 1e9), "start_anchor": ANCHOR, "start_realtime_ns": Int(0, U64),
      "config": CONFIG, "start_tool_calls": _COUNT, "declined": _COUNT,
      "runtimes": List(RUNTIME)},
-    {"rank": Int(-1, I32), "modules": List(MODULE), "region_names": List(Str()),
+    {"rank": Int(-1, I32), "local_rank": Int(-1, I32), "job_id": Str(),
+     "modules": List(MODULE), "region_names": List(Str()),
      "chunk_records": _COUNT, "region_unnamed": _COUNT, "error_messages_unkept": _COUNT,
      "exec_from": Str(),
      "sample_signal": Int(-I32 - 1, I32), "sample_error": Str(), "devices": List(DEVICE)})
@@ -330,7 +344,7 @@ STATS_DOC = Obj(
     {"recording": Bool(), "runtime_states": List(Obj({}, {"initialized": Bool(),
                                                           "finalized": Bool()})),
      "modules": List(MODULE), "region_names": List(Str()), "region_unnamed": _COUNT,
-     "error_messages_unkept": _COUNT, "devices": List(DEVICE),
+     "error_messages_unkept": _COUNT, "devices": List(DEVICE), "mpi": MPI_DOC,
      "profile_unmapped": _COUNT})  # profile mode: threads whose tables could not be mapped
 #: A STACKS document: the Python stacks' codes and stacks from ids ``*_from`` on.
 STACKS_DOC = Obj(
@@ -395,6 +409,10 @@ PROCESS_ENTRY = Obj(
      "region_names": List(Str()), "complete": Bool(), "truncated": Bool(), "source": Str(),
      "modules": List(MODULE)},
     {"python": PYTHON_ENTRY, "fallback": Obj({}), "region_unnamed": _COUNT,
+     # MPI (docs/mpi.md): the node-local rank, the job, what MPI said, the clock's fit
+     "local_rank": Maybe(Int(0, I32)), "job_id": Maybe(Str()),
+     "mpi": Obj({"rank": Int(0, I32), "size": Int(0, I32)}, {"source": Str()}),
+     "clock_alignment": CLOCK_FIT,
      "error_messages_unkept": _COUNT, "devices": List(DEVICE),
      # what the process lost, and why (io/ledger.py; meta.with_losses for older files)
      "lost": _COUNT, "ending": Str(), "lost_reasons": Dict(_COUNT),

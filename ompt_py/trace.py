@@ -56,6 +56,7 @@ from .records import (
     SIGNED_COLUMNS,
     SINCE,
     python_stack_ids,
+    shift_times,
     time_order,
 )
 from .units import ns_columns
@@ -540,6 +541,31 @@ class Trace:
 
         return ns_columns(tables.user_regions(self).copy())
 
+    def mpi_calls(self) -> pd.DataFrame:
+        """The MPI calls of the trace (``ompt-py run --mpi``, ``ompt_py.mpi.traced``),
+        one row each: pid, rank, thread, call, kind (setup, barrier, collective,
+        point_to_point, wait), begin_ns, end_ns, duration_ns, bytes, peer (or root),
+        comm_size, codeptr (see analysis/tables.py mpi_calls; docs/mpi.md)."""
+        from .analysis import tables
+
+        return tables.mpi_calls(self).copy()
+
+    def time_ns_raw(self) -> np.ndarray:
+        """Each event's time on its own process's clock, as the tool read it
+        (nanoseconds, CLOCK_MONOTONIC of its machine), where ``time_ns`` has it on
+        the MPI reference rank's clock from the trace's origin: the fit of each
+        process's clock (``meta["processes"][i]["clock_alignment"]``) undone, to the
+        nanosecond.  Processes without a fit: their ``time_ns`` plus the origin."""
+        from .io import mpi
+
+        out = self.events["time_ns"] + (self.meta.get("origin_mono_ns") or 0)
+        for proc in self.meta.get("processes", []):
+            clock = proc.get("clock_alignment")
+            if clock:
+                mine = self.pids == proc["pid"] if self.single_pid is None else slice(None)
+                out[mine] = mpi.raw_ns(clock, out[mine])
+        return out
+
     def python_stacks(self) -> pd.DataFrame:
         """The Python call stacks that started the trace's constructs, one row per
         frame, outermost first: pid, stack (the ``py_stack`` of the events and
@@ -720,6 +746,29 @@ class Trace:
 
         return plots.task_durations(self, ax=ax)
 
+    def plot_flame(self, path_or_ax: Any = None) -> Any:
+        """The threads' time in parallel regions per Python stack, native location,
+        region and thread state, as an icicle (a flame graph, outermost frame on
+        top; ompt_py.analysis.flame); ``path_or_ax``: a file to write (.png, .svg,
+        .pdf), an Axes to draw into, or None.  Returns the Figure."""
+        from .presentation import plots
+
+        return plots.flame(self, path_or_ax)
+
+    def view(self, path: str | os.PathLike | None = None, start_ns: int | None = None,
+             end_ns: int | None = None, open_browser: bool | None = None) -> Any:
+        """The interactive view (needs Bokeh: pip install 'ompt-py[view]'): one
+        self-contained HTML file with the timeline of the threads and devices (zoom,
+        pan, a hover on each bar; levels of detail for large traces) and the flame
+        view.  Written to ``path`` (outside Jupyter without one: a new file in the
+        temporary directory) and opened in the browser when there is a display
+        (``open_browser``: force it on or off); in Jupyter it shows inline.
+        ``start_ns``/``end_ns``: the window (ns from the trace start).  Returns a
+        View (``path``, ``opened``).  See ompt_py.presentation.view."""
+        from .presentation import view
+
+        return view.view(self, path, start_ns, end_ns, open_browser)
+
     def plot_imbalance(self, ax: Any = None) -> Any:
         """Busy and waiting time per thread of the most imbalanced regions; the Figure."""
         from .presentation import plots
@@ -779,6 +828,15 @@ class Trace:
         from .io import export
 
         export(self, path, "otf2", start=start, end=end, threads=threads, pid=pid)
+
+    def to_speedscope(self, path: str | os.PathLike, *, threads: Any = None,
+                      pid: Any = None) -> None:
+        """Write the flame's stacks (ompt_py.analysis.flame) for speedscope.app: a
+        sampled profile per thread, in nanoseconds (``threads``, ``pid``: what to
+        keep, ``ompt_py.io.export``; its samples are not cut to a time window)."""
+        from .io import export
+
+        export(self, path, "speedscope", threads=threads, pid=pid)
 
     def to_csv(self, path: str | os.PathLike, *, start: Any = None, end: Any = None,
                threads: Any = None, pid: Any = None) -> None:
@@ -851,12 +909,14 @@ def _lacks(users: tuple[str, ...], begins_only: bool) -> tuple[np.ndarray, int]:
     return table, _core.KEY_EVENT_ENDPOINT if begins_only else _core.KEY_EVENT
 
 
-def _merge(parts: list[Trace], sources: list[str], skipped: list[dict]) -> Trace:
-    """One trace of several, on one time axis: each part's times are from its own
-    origin (a CLOCK_MONOTONIC time); the merged origin is the earliest (a part
-    without one is left out, with a TraceWarning).  Its ``skipped``: the parts',
-    these and those left out here."""
-    from .io import warn_skipped
+def _merge(parts: list[Trace], sources: list[str], skipped: list[dict], path: str) -> Trace:
+    """One trace of several (the parts of the directory ``path``), on one time axis:
+    each part's times are from its own origin (a CLOCK_MONOTONIC time, or the MPI
+    reference rank's where the part's clock was fitted to it); the merged origin
+    is the earliest (a part without one is left out, with a TraceWarning).  Parts
+    of an MPI job are checked (io/mpi.py check_job: those of another job are left
+    out).  Its ``skipped``: the parts', these and those left out here."""
+    from .io import mpi, warn_skipped
 
     skipped = [s for part in parts for s in part.meta.get("skipped", [])] + skipped
     if len(parts) > 1 and any(p.meta.get("origin_mono_ns") is not None for p in parts):
@@ -874,6 +934,13 @@ def _merge(parts: list[Trace], sources: list[str], skipped: list[dict]) -> Trace
     if None in origins:
         raise TraceFileError(f"none of {', '.join(sources)} has a clock origin (origin_mono_ns "
                              "in its metadata), so they cannot be aligned: load them one by one")
+    left_out, said = mpi.check_job([p for part in parts for p in part.meta["processes"]], path)
+    warn_skipped(said, stacklevel=4)
+    skipped += said
+    if left_out:
+        kept = [(p, s, o) for p, s, o in zip(parts, sources, origins)
+                if not {q["pid"] for q in p.meta["processes"]} <= left_out]
+        parts, sources, origins = map(list, zip(*kept))
     first = min(origins)
     owner: dict[int, str] = {}
     for part, source in zip(parts, sources):
@@ -885,12 +952,13 @@ def _merge(parts: list[Trace], sources: list[str], skipped: list[dict]) -> Trace
             owner[proc["pid"]] = source
     for part, origin in zip(parts, origins):
         if origin != first:
-            part.events["time_ns"] += origin - first
+            shift_times(part.events, origin - first)
     procs = [proc for part in parts for proc in part.meta["processes"]]
     hosts = sorted({proc["hostname"] for proc in procs})
-    if len(hosts) > 1:
+    if len(hosts) > 1 and not all(proc.get("clock_alignment") for proc in procs):
         warnings.warn(f"the processes ran on several machines ({', '.join(hosts)}): their "
-                      "clocks are not aligned with each other", stacklevel=4)
+                      "clocks are not aligned with each other (ompt-py run --mpi aligns an "
+                      "MPI job's: docs/mpi.md)", stacklevel=4)
     return Trace._from_parts([part.events for part in parts], trace_meta(procs, first, skipped),
                              [], np.concatenate([part.pids for part in parts]))
 
@@ -922,7 +990,7 @@ def _from_directory(path: str) -> Trace:
         raise TraceFileError(f"{path} holds no readable trace: "
                              + "; ".join(f"{s['source']}: {s['reason']}" for s in skipped))
     warn_skipped(skipped, stacklevel=3)
-    return _merge(parts, sources, skipped)
+    return _merge(parts, sources, skipped, path)
 
 
 def load(path: str | os.PathLike) -> Trace | Profile:

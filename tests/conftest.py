@@ -624,6 +624,27 @@ def load_stored(name: str):
     return ompt_py.load(stored_path(name))
 
 
+def many_regions(copies: int):
+    """The 300 regions of the stored raw file of `parallel 300`, one after another
+    ``copies`` times: each copy later than the last, with ids of its own."""
+    import numpy as np
+
+    import ompt_py
+
+    t = ompt_py.load(stored_path("parallel-300.omptraw"))
+    ev = t.events
+    span = int(ev["time_ns"].max()) + 1000
+    step = int(max(ev["parallel_id"].max(), ev["task_id"].max())) + 1
+    parts = []
+    for k in range(copies):
+        part = ev.copy()
+        part["time_ns"] += k * span
+        for field in ("parallel_id", "task_id"):
+            part[field][part[field] != 0] += np.uint64(k * step)
+        parts.append(part)
+    return ompt_py.Trace.from_records(np.concatenate(parts), t.meta)
+
+
 def load_with_binaries(name: str):
     """The stored trace NAME with the binaries kept beside it (NAME.bin/) in place of
     those that made it, which are gone: its code addresses are named as on the

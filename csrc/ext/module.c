@@ -260,6 +260,68 @@ static PyObject *py_region_mark(PyObject *m, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+static PyObject *py_clock_ticks(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  return PyLong_FromUnsignedLongLong(omptpy_clock_ticks());
+}
+
+static PyObject *py_clock_ns(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  return PyLong_FromUnsignedLongLong(omptpy_clock_ns());
+}
+
+static PyObject *py_job(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+  int rank, local_rank;
+  char id[256];
+  omptpy_job(&rank, &local_rank, id, sizeof id);
+  return Py_BuildValue("iis", rank, local_rank, id);
+}
+
+static PyObject *py_mpi_call(PyObject *m, PyObject *args) {
+  (void)m;
+  int call, peer;
+  unsigned long long begin, bytes;
+  unsigned int size;
+  if (!PyArg_ParseTuple(args, "iKKiI", &call, &begin, &bytes, &peer, &size)) return NULL;
+  omptpy_mpi_call(call, begin, bytes, peer, size, 0);
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_mpi_world(PyObject *m, PyObject *args) {
+  (void)m;
+  int rank, size;
+  const char *source;
+  if (!PyArg_ParseTuple(args, "iis", &rank, &size, &source)) return NULL;
+  omptpy_mpi_world(rank, size, source);
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_mpi_clock_pairs(PyObject *m, PyObject *args) {
+  (void)m;
+  int phase, reference;
+  Py_buffer b;
+  if (!PyArg_ParseTuple(args, "iiy*", &phase, &reference, &b)) return NULL;
+  int rc = b.len % (3 * sizeof(uint64_t))
+               ? -EINVAL
+               : omptpy_mpi_clock_pairs(phase, reference, b.buf,
+                                        (uint32_t)(b.len / (3 * sizeof(uint64_t))));
+  PyBuffer_Release(&b);
+  if (rc) {
+    PyErr_SetString(PyExc_ValueError, "mpi_clock_pairs: phase 0 or 1, a reference rank >= 0 "
+                                      "and uint64 triples");
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *py_mpi_measured(PyObject *m, PyObject *arg) {
+  (void)m;
+  int phase = (int)PyLong_AsLong(arg);
+  if (phase == -1 && PyErr_Occurred()) return NULL;
+  return PyBool_FromLong(omptpy_mpi_measured(phase));
+}
+
 static PyObject *py_region_names(PyObject *m, PyObject *args) {
   (void)m, (void)args;
   uint32_t n = omptpy_region_count();
@@ -396,6 +458,25 @@ static PyMethodDef methods[] = {
     {"region_mark", py_region_mark, METH_VARARGS,
      DOC("region_mark($module, endpoint, name, /)",
          "A region begin (SCOPE_BEGIN) or end (SCOPE_END) on this thread.")},
+    {"clock_ticks", py_clock_ticks, METH_NOARGS,
+     DOC("clock_ticks($module, /)", "The tool's clock now, in ticks (a record's time).")},
+    {"clock_ns", py_clock_ns, METH_NOARGS,
+     DOC("clock_ns($module, /)",
+         "The tool's clock now, in nanoseconds on the clock anchors' scale.")},
+    {"job", py_job, METH_NOARGS,
+     DOC("job($module, /)",
+         "(rank, local rank, job id) from the launcher's variables (-1, -1, '': none).")},
+    {"mpi_call", py_mpi_call, METH_VARARGS,
+     DOC("mpi_call($module, call, begin_ticks, bytes, peer, comm_size, /)",
+         "An mpi record on this thread: a call (MPI_*) from begin_ticks to now.")},
+    {"mpi_world", py_mpi_world, METH_VARARGS,
+     DOC("mpi_world($module, rank, size, source, /)",
+         "This process's rank and the size of MPI_COMM_WORLD, and who says so.")},
+    {"mpi_clock_pairs", py_mpi_clock_pairs, METH_VARARGS,
+     DOC("mpi_clock_pairs($module, phase, reference, triples, /)",
+         "One phase's clock measurements against the reference rank (uint64 triples).")},
+    {"mpi_measured", py_mpi_measured, METH_O,
+     DOC("mpi_measured($module, phase, /)", "Whether that phase's measurements are kept.")},
     {"region_names", py_region_names, METH_NOARGS,
      DOC("region_names($module, /)", "The interned region names, id 1 first.")},
     {"python_stacks", omptpy_py_python_stacks, METH_VARARGS,
@@ -443,6 +524,26 @@ static const struct {
     /* ompt-py's own events and the record (omptpy.h) */
     C(EVENT_SAMPLE, OMPTPY_EVENT_SAMPLE),
     C(EVENT_REGION, OMPTPY_EVENT_REGION),
+    C(EVENT_MPI, OMPTPY_EVENT_MPI),
+    C(MPI_INIT, OMPTPY_MPI_INIT),
+    C(MPI_FINALIZE, OMPTPY_MPI_FINALIZE),
+    C(MPI_BARRIER, OMPTPY_MPI_BARRIER),
+    C(MPI_BCAST, OMPTPY_MPI_BCAST),
+    C(MPI_REDUCE, OMPTPY_MPI_REDUCE),
+    C(MPI_ALLREDUCE, OMPTPY_MPI_ALLREDUCE),
+    C(MPI_GATHER, OMPTPY_MPI_GATHER),
+    C(MPI_ALLGATHER, OMPTPY_MPI_ALLGATHER),
+    C(MPI_SCATTER, OMPTPY_MPI_SCATTER),
+    C(MPI_ALLTOALL, OMPTPY_MPI_ALLTOALL),
+    C(MPI_SEND, OMPTPY_MPI_SEND),
+    C(MPI_RECV, OMPTPY_MPI_RECV),
+    C(MPI_ISEND, OMPTPY_MPI_ISEND),
+    C(MPI_IRECV, OMPTPY_MPI_IRECV),
+    C(MPI_WAIT, OMPTPY_MPI_WAIT),
+    C(MPI_WAITALL, OMPTPY_MPI_WAITALL),
+    C(MPI_SENDRECV, OMPTPY_MPI_SENDRECV),
+    C(MPI_CLOCK_SYNC, OMPTPY_MPI_CLOCK_SYNC),
+    C(MPI_MAX_PAIRS, OMPTPY_MPI_MAX_PAIRS),
     C(RECORD_SIZE, sizeof(omptpy_record)),
     /* the raw file (omptpy_file.h) */
     C(FILE_MAGIC, OMPTPY_FILE_MAGIC),

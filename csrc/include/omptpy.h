@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define OMPTPY_RECORD_VERSION 6
+#define OMPTPY_RECORD_VERSION 7
 
 /*
  * Field use per event (event = OMPT callback number, see omptpy_ompt.h):
@@ -156,6 +156,15 @@ extern "C" {
  *                   endpoint, u64a = name id (1 and up, 0 for an end without
  *                   a name; names in the meta JSON), codeptr = caller,
  *                   u64b = stack id (at begin)
+ *   mpi (105, record version 7; ompt-py's own: the MPI interposition
+ *                   library, csrc/mpi, and ompt_py.mpi): one MPI call, written
+ *                   when it returns.  time = ticks when it was called, u64b =
+ *                   ticks when it returned; endpoint = beginend; kind = the
+ *                   call (OMPTPY_MPI_* below); u64a = bytes this rank sends
+ *                   (receives, for recv and irecv; OMPTPY_MPI_BYTES_UNKNOWN:
+ *                   not known); u32a = peer (point-to-point) or root
+ *                   (rooted collectives) as int32, -1 where none; u32b =
+ *                   the communicator's size; codeptr = caller
  * Stack ids (record version 4; 0 in version 3): the interpreter call stack
  * (Python's) of the thread that started the construct, when it runs one and
  * capture is on (0: none); the stacks are in the trace's STACKS documents
@@ -201,6 +210,34 @@ _Static_assert(sizeof(omptpy_record) == 64, "a record is one cache line");
 #define OMPTPY_EVENT_MORE 102
 #define OMPTPY_EVENT_DEVICE 103
 #define OMPTPY_EVENT_DEVICE_CLOCK 104
+/* Record version 7: an MPI call (see above). */
+#define OMPTPY_EVENT_MPI 105
+
+/* The MPI calls of an mpi record's kind (ompt_py/records.py MPI_CALLS names
+ * them): setup, barrier, collectives, point-to-point and its waits, and the
+ * clock measurement against the reference rank that follows MPI_Init and
+ * precedes MPI_Finalize. */
+enum {
+  OMPTPY_MPI_INIT = 1,
+  OMPTPY_MPI_FINALIZE = 2,
+  OMPTPY_MPI_BARRIER = 3,
+  OMPTPY_MPI_BCAST = 4,
+  OMPTPY_MPI_REDUCE = 5,
+  OMPTPY_MPI_ALLREDUCE = 6,
+  OMPTPY_MPI_GATHER = 7,
+  OMPTPY_MPI_ALLGATHER = 8,
+  OMPTPY_MPI_SCATTER = 9,
+  OMPTPY_MPI_ALLTOALL = 10,
+  OMPTPY_MPI_SEND = 11,
+  OMPTPY_MPI_RECV = 12,
+  OMPTPY_MPI_ISEND = 13,
+  OMPTPY_MPI_IRECV = 14,
+  OMPTPY_MPI_WAIT = 15,
+  OMPTPY_MPI_WAITALL = 16,
+  OMPTPY_MPI_SENDRECV = 17,
+  OMPTPY_MPI_CLOCK_SYNC = 18
+};
+#define OMPTPY_MPI_BYTES_UNKNOWN UINT64_MAX
 
 /* A native handler (ompt_py.native_handler): called on the OpenMP thread right
  * after the tool wrote `record`, without the GIL, concurrently on every thread

@@ -568,6 +568,24 @@ void omptpy_emit_own(int event, int endpoint, uint64_t codeptr, uint64_t u64a, b
        0, 0);
 }
 
+void omptpy_emit_span(int event, int kind, uint64_t codeptr, uint64_t begin, uint64_t u64a,
+                      uint32_t u32a, uint32_t u32b) {
+  if (omptpy_profiling) return;
+  GUARD();
+  omptpy_enter(t);
+  omptpy_record *r = omptpy_slot(t);
+  if (OMPTPY_UNLIKELY(!r)) {
+    omptpy_leave(t);
+    return;
+  }
+  omptpy_fill(r, t, event, ompt_scope_beginend, kind, codeptr, 0, 0, u64a, 0, u32a, u32b);
+  r->u64b = r->time;
+  r->time = begin;
+  omptpy_commit(t);
+  omptpy_native_after(r);
+  omptpy_leave(t);
+}
+
 /* omp_control_tool: 1 start, 2 pause, 3 flush, 4 end (OpenMP 5.2, 3.14); 64
  * and up are the tool's own: recorded (with the arg pointer in u32a/u32b) for
  * the handlers, and answered with success.  Start and pause act on the trace

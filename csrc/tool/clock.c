@@ -25,7 +25,40 @@ static inline uint64_t ns_of(clockid_t clock) {
 
 uint64_t omptpy_monotonic_ns(void) { return ns_of(CLOCK_MONOTONIC); }
 
-uint64_t omptpy_realtime_ns(void) { return ns_of(CLOCK_REALTIME); }
+/* OMPTPY_TEST_CLOCK_SKEW (tests only): ranks of one machine given clocks as
+ * different as those of several machines, t + offset + drift * t, so that the
+ * alignment of ranks' clocks (ompt_py/io/clocks.py) can be checked against
+ * known values.  Applied to every time a trace holds: the anchors that give
+ * ticks their times, the monotonic clock's records, the wall-clock start and
+ * stop, and the MPI clock measurements. */
+static bool skewed;
+static double skew_offset_ns, skew_drift;
+
+static uint64_t skew(uint64_t ns) {
+  return (uint64_t)((double)ns + skew_offset_ns + skew_drift * (double)ns);
+}
+
+uint64_t omptpy_trace_ns(void) {
+  uint64_t ns = ns_of(CLOCK_MONOTONIC);
+  return OMPTPY_UNLIKELY(skewed) ? skew(ns) : ns;
+}
+
+uint64_t omptpy_realtime_ns(void) {
+  uint64_t ns = ns_of(CLOCK_REALTIME);
+  return skewed ? skew(ns) : ns;
+}
+
+/* For the MPI library and ompt_py.mpi, which may come before the runtime
+ * started the tool: the tool (and so its clock) is set up first. */
+OMPTPY_API uint64_t omptpy_clock_ns(void) {
+  omptpy_init();
+  return omptpy_trace_ns();
+}
+
+OMPTPY_API uint64_t omptpy_clock_ticks(void) {
+  omptpy_init();
+  return omptpy_now();
+}
 
 /* The TSC is usable only when it ticks at a constant rate through sleep states. */
 static bool tsc_invariant(void) {
@@ -47,7 +80,11 @@ static bool tsc_invariant(void) {
 #endif
 }
 
-void omptpy_clock_init(int requested) {
+void omptpy_clock_init(const omptpy_config *cfg) {
+  skew_offset_ns = cfg->skew_offset_ns;
+  skew_drift = cfg->skew_ppm * 1e-6;
+  skewed = skew_offset_ns != 0 || skew_drift != 0;
+  int requested = cfg->clock;
   if (requested == OMPTPY_CLOCK_MONOTONIC) omptpy_clock_kind_used = OMPTPY_CLOCK_MONOTONIC;
   else if (requested == OMPTPY_CLOCK_TSC)
 #if defined(__x86_64__) || defined(__i386__)
@@ -64,7 +101,7 @@ omptpy_anchor omptpy_clock_anchor(void) {
   uint64_t best_gap = UINT64_MAX;
   for (int i = 0; i < 5; i++) {
     uint64_t t0 = omptpy_now();
-    uint64_t ns = omptpy_monotonic_ns();
+    uint64_t ns = omptpy_trace_ns();
     uint64_t t1 = omptpy_now();
     if (t1 - t0 < best_gap) {
       best_gap = t1 - t0;

@@ -69,6 +69,74 @@ static int parse_size(const char *v, size_t *out) {
   return 0;
 }
 
+/* The rank of the process in a parallel job, from the variables the usual
+ * launchers set (Open MPI, MPICH and Intel MPI, PMIx, Slurm); -1 if none. */
+int omptpy_job_rank(void) {
+  static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    long r;
+    if (v && *v && parse_range(v, 0, INT32_MAX, &r) == 0) return (int)r;
+  }
+  return -1;
+}
+
+int omptpy_job_local_rank(void) {
+  static const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
+                               "SLURM_LOCALID"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    long r;
+    if (v && *v && parse_range(v, 0, INT32_MAX, &r) == 0) return (int)r;
+  }
+  return -1;
+}
+
+void omptpy_job_id(char *out, size_t size) {
+  static const char *vars[] = {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
+                               "OMPI_MCA_orte_ess_jobid"};
+  out[0] = '\0';
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) {
+      snprintf(out, size, "%s", v);
+      return;
+    }
+  }
+  const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+  if (job && *job) snprintf(out, size, "slurm:%s.%s", job, step && *step ? step : "0");
+}
+
+OMPTPY_API void omptpy_job(int *rank, int *local_rank, char *id, size_t size) {
+  *rank = omptpy_job_rank();
+  *local_rank = omptpy_job_local_rank();
+  omptpy_job_id(id, size);
+}
+
+/* OMPTPY_TEST_CLOCK_SKEW (tests only): "OFFSET_NS:DRIFT_PPM,..." entry i for
+ * rank i (a process without a rank takes entry 0; a rank beyond the list, none):
+ * every time the tool takes is skewed by that offset and drift (clock.c).  0
+ * or -1 when malformed. */
+static int clock_skew(omptpy_config *cfg, const char *v) {
+  int rank = omptpy_job_rank();
+  if (rank < 0) rank = 0;
+  for (int i = 0; *v; i++) {
+    char *end;
+    errno = 0;
+    double offset = strtod(v, &end);
+    if (errno || end == v || *end != ':') return -1;
+    v = end + 1;
+    double ppm = strtod(v, &end);
+    if (errno || end == v || (*end && *end != ',') || ppm <= -1e6 || ppm >= 1e6) return -1;
+    if (i == rank) {
+      cfg->skew_offset_ns = offset;
+      cfg->skew_ppm = ppm;
+    }
+    v = *end ? end + 1 : end;
+  }
+  return 0;
+}
+
 size_t omptpy_mem_available(void) {
   char buf[4096];
   int fd = open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
@@ -234,6 +302,10 @@ int omptpy_config_read(omptpy_config *cfg) {
     else if (strcmp(v, "monotonic") == 0) cfg->clock = OMPTPY_CLOCK_MONOTONIC;
     else return bad(cfg, "OMPTPY_CLOCK", v, "one of auto, tsc, monotonic");
   }
+  if ((v = getenv("OMPTPY_TEST_CLOCK_SKEW")) && *v && clock_skew(cfg, v) != 0)
+    return bad(cfg, "OMPTPY_TEST_CLOCK_SKEW", v,
+               "OFFSET_NS:DRIFT_PPM entries, one per rank from rank 0, separated by commas "
+               "(a test setting: see docs/mpi.md)");
   if ((v = getenv("OMPTPY_DRAIN_MS")) && *v) {
     long ms;
     if (parse_range(v, 1, 1000, &ms) != 0)

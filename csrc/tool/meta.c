@@ -227,21 +227,6 @@ static int finish_document(omptpy_str *s, int rc) {
   return rc;
 }
 
-/* The rank of the process in a parallel job, from the variables the usual
- * launchers set (Open MPI, MPICH and Intel MPI, PMIx, Slurm); -1 if none. */
-static int job_rank(void) {
-  static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    const char *v = getenv(vars[i]);
-    char *end;
-    if (!v || !*v) continue;
-    errno = 0;
-    long r = strtol(v, &end, 10);
-    if (errno == 0 && *end == '\0' && r >= 0 && r <= INT32_MAX) return (int)r;
-  }
-  return -1;
-}
-
 int omptpy_meta_json(omptpy_str *s) {
   const omptpy_tool *g = &omptpy_g;
   char exe[4096] = "";
@@ -252,8 +237,12 @@ int omptpy_meta_json(omptpy_str *s) {
   int rc = omptpy_put(s, "{\"format\":1,\"record_version\":%d,\"record_size\":%zu,\"chunk_records\":%u,",
                OMPTPY_RECORD_VERSION, sizeof(omptpy_record), OMPTPY_CHUNK_RECORDS);
   rc = rc ? rc : omptpy_put(s, "\"pid\":%d,\"ppid\":%d,\"rank\":%d,\"hostname\":", (int)getpid(),
-                     (int)getppid(), job_rank());
+                     (int)getppid(), omptpy_job_rank());
   rc = rc ? rc : omptpy_put_string(s, host, strlen(host));
+  char job[256];
+  omptpy_job_id(job, sizeof job);
+  rc = rc ? rc : omptpy_put(s, ",\"local_rank\":%d,\"job_id\":", omptpy_job_local_rank());
+  rc = rc ? rc : omptpy_put_string(s, job, strlen(job));
   rc = rc ? rc : omptpy_put(s, ",\"exe\":");
   rc = rc ? rc : omptpy_put_string(s, exe, strlen(exe));
   rc = rc ? rc : omptpy_put(s, ",\"argv\":");
@@ -418,6 +407,7 @@ int omptpy_stats_json(omptpy_str *s, bool final) {
   if (stalls)
     rc = rc ? rc : omptpy_put(s, ",\"region_stalls\":%llu,\"region_stall_ns\":%llu",
                               (unsigned long long)stalls, (unsigned long long)stall_ns);
+  rc = rc ? rc : omptpy_mpi_json(s);
   if (omptpy_profiling)
     rc = rc ? rc : omptpy_put(s, ",\"profile_unmapped\":%llu",
                               (unsigned long long)omptpy_profile_unmapped());

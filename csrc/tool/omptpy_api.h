@@ -119,6 +119,32 @@ void omptpy_region_mark(int endpoint, const char *name, uintptr_t codeptr);
 uint32_t omptpy_region_count(void);
 const char *omptpy_region_name(uint32_t id);
 
+/* ---- MPI (mpi.c): the interposition library (csrc/mpi) and ompt_py.mpi ------------ */
+
+/* The process's place in a parallel job as its launcher's variables say (the
+ * META document's rank, local_rank and job_id): -1 and "" where none. */
+void omptpy_job(int *rank, int *local_rank, char *id, size_t size);
+/* The tool's clock now: ticks (a record's time) and nanoseconds on the clock
+ * anchors' scale (CLOCK_MONOTONIC; skewed under OMPTPY_TEST_CLOCK_SKEW). */
+uint64_t omptpy_clock_ticks(void);
+uint64_t omptpy_clock_ns(void);
+/* An `mpi` record (omptpy.h) on the calling thread for a call that began at
+ * begin_ticks and returns now; call: OMPTPY_MPI_*. */
+void omptpy_mpi_call(int call, uint64_t begin_ticks, uint64_t bytes, int32_t peer,
+                     uint32_t comm_size, uintptr_t codeptr);
+/* The process's place in MPI_COMM_WORLD, as MPI says it, and who tells
+ * ("pmpi": the interposition library, "mpi4py": ompt_py.mpi). */
+void omptpy_mpi_world(int rank, int size, const char *source);
+/* The clock measurements of one phase (0: after MPI_Init, 1: before
+ * MPI_Finalize) against rank `reference`: n triples (the reference's clock
+ * when it sent, this process's when it answered, the reference's when the
+ * answer came back; omptpy_clock_ns of each), at most OMPTPY_MPI_MAX_PAIRS
+ * kept.  They go into every STATS document ("mpi").  0, or -EINVAL. */
+#define OMPTPY_MPI_MAX_PAIRS 64
+int omptpy_mpi_clock_pairs(int phase, int reference, const uint64_t *triples, uint32_t n);
+/* Whether a phase's measurements are kept (one source measures: the other skips). */
+int omptpy_mpi_measured(int phase);
+
 /* ---- interpreter call stacks (stacks.c): the extension's Python stacks ----------- */
 
 /* A capture hook, installed by the extension: which call stack the calling

@@ -10,7 +10,8 @@
  * the public omptpy_* API), callbacks.c (one handler per OMPT event),
  * device.c (device tracing: the device's entry points, its buffers),
  * sampler.c (state samples), tap.c (the Python handlers' queue), native.c
- * (native handlers), region.c (region markers), stacks.c (interpreter call
+ * (native handlers), region.c (region markers), mpi.c (MPI calls and clock
+ * measurements), stacks.c (interpreter call
  * stacks, through the extension's hooks), profile.c (profile mode: per-thread
  * aggregates instead of records).  Internal functions return 0
  * or a negative errno-style code; only the Python module raises.
@@ -75,11 +76,20 @@ typedef struct omptpy_config {
   size_t device_memory_bytes; /* OMPTPY_DEVICE_MEMORY: bound of the device buffers' pool */
   bool profile;           /* OMPTPY_PROFILE: aggregates per thread instead of records */
   uint32_t profile_entries; /* OMPTPY_PROFILE_ENTRIES: aggregates per thread slot */
+  double skew_offset_ns;  /* OMPTPY_TEST_CLOCK_SKEW (tests only): this rank's clock offset */
+  double skew_ppm;        /* and drift, parts per million (clock.c) */
   char output[4096];      /* OMPTPY_OUTPUT: directory of the file sink, "" for memory */
   char error[512];        /* why the configuration was refused, "" if valid */
 } omptpy_config;
 
 int omptpy_config_read(omptpy_config *cfg);
+/* The job rank from the launcher's variables (Open MPI, MPICH, PMIx, Slurm); -1 if none. */
+int omptpy_job_rank(void);
+/* The node-local rank (Open MPI, MPICH, Slurm); -1 if none. */
+int omptpy_job_local_rank(void);
+/* The job's id into out ("" if none): PMIx's namespace, Open MPI's job id,
+ * else "slurm:JOB.STEP", so that the parts of two jobs are told apart. */
+void omptpy_job_id(char *out, size_t size);
 /* MemAvailable of /proc/meminfo in bytes, 0 when unknown. */
 size_t omptpy_mem_available(void);
 /* Whether `bytes` more may be committed without risking the OOM killer: at
@@ -89,12 +99,17 @@ bool omptpy_mem_fits(size_t bytes);
 /* ---- clock (clock.c; the conversion of ticks is in omptpy_api.h) ---------- */
 
 extern omptpy_clock_kind omptpy_clock_kind_used;
+/* CLOCK_MONOTONIC, for timeouts and rates (never skewed). */
 uint64_t omptpy_monotonic_ns(void);
+/* The times a trace holds (clock anchors, records on the monotonic clock, MPI
+ * clock measurements): CLOCK_MONOTONIC, skewed under OMPTPY_TEST_CLOCK_SKEW. */
+uint64_t omptpy_trace_ns(void);
 uint64_t omptpy_realtime_ns(void); /* CLOCK_REALTIME, for the wall-clock time of a trace */
 static inline struct timespec omptpy_timespec(uint64_t ns) {
   return (struct timespec){(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
 }
-void omptpy_clock_init(int requested);
+/* The clock kind, and the test skew (OMPTPY_TEST_CLOCK_SKEW) from cfg. */
+void omptpy_clock_init(const omptpy_config *cfg);
 omptpy_anchor omptpy_clock_anchor(void);
 /* A coarse tick length from `a` (the start anchor), for traces cut short
  * before a second anchor was written. */
@@ -109,7 +124,7 @@ static inline uint64_t omptpy_now(void) {
     return ((uint64_t)hi << 32) | lo;
   }
 #endif
-  return omptpy_monotonic_ns();
+  return omptpy_trace_ns();
 }
 
 /* ---- buffers (buffer.c) ------------------------------------------------- */
@@ -582,6 +597,10 @@ void omptpy_callbacks_enable(omptpy_runtime *rt, uint64_t events);
 /* Records one of ompt-py's own events (region markers) on the calling thread;
  * stack: with the thread's stack id in u64b. */
 void omptpy_emit_own(int event, int endpoint, uint64_t codeptr, uint64_t u64a, bool stack);
+/* Records one of ompt-py's own events that spans a time: begun at `begin`
+ * (ticks, the record's time), ending now (u64b); endpoint beginend. */
+void omptpy_emit_span(int event, int kind, uint64_t codeptr, uint64_t begin, uint64_t u64a,
+                      uint32_t u32a, uint32_t u32b);
 /* omp_control_tool, from the runtime or from ompt_py.control. */
 int omptpy_control(uint64_t command, uint64_t modifier, void *arg, const void *codeptr);
 /* Opens or closes the trace sink (tool.c). */
@@ -608,6 +627,10 @@ int omptpy_stats_json(omptpy_str *s, bool final);
 void omptpy_meta_atfork_prepare(void);
 void omptpy_meta_atfork_parent(void);
 void omptpy_meta_after_fork_child(void);
+/* mpi.c: the MPI document of STATS (",\"mpi\":{...}"; nothing before MPI told
+ * anything), 0 or -ENOMEM. */
+int omptpy_mpi_json(omptpy_str *s);
+void omptpy_mpi_after_fork_child(void);
 /* What the inquiry functions of each initialised runtime answer now. */
 int omptpy_runtime_info_json(omptpy_str *s);
 

@@ -99,6 +99,7 @@ static void atfork_child(void) {
   omptpy_tap_after_fork_child();
   omptpy_native_after_fork_child();
   omptpy_region_after_fork_child();
+  omptpy_mpi_after_fork_child();
   omptpy_stacks_after_fork_child();
   omptpy_devices_after_fork_child();
   int live = 0;
@@ -137,7 +138,7 @@ static void global_init(void) {
   omptpy_tool *g = &omptpy_g;
   tool_pid = getpid();
   init_rc = omptpy_config_read(&g->cfg);
-  omptpy_clock_init(g->cfg.clock);
+  omptpy_clock_init(&g->cfg);
   g->start_anchor = omptpy_clock_anchor();
   g->tick_ns_estimate = omptpy_clock_estimate(g->start_anchor);
   g->start_realtime_ns = omptpy_realtime_ns();

@@ -32,7 +32,7 @@ from ..records import (
 from ..units import format_ns, ns_columns
 from . import pystacks, tables
 from .cache import per_trace
-from .pairing import innermost
+from .pairing import find, group_ids, innermost
 from .states import (
     STATE_COLUMNS,
     THREAD_STATES,
@@ -369,6 +369,37 @@ def region_threads(trace: Trace) -> pd.DataFrame:
         out[f"{s}_ns"] = times[:, i]
     out["idle_ns"] = out["duration_ns"] - times.sum(axis=1)
     return out
+
+
+@per_trace
+def region_rows(trace: Trace) -> np.ndarray:
+    """The row of tables.parallel_regions() (the same as linked_regions') of each
+    row of region_threads() (the implicit tasks of regions: in_regions(closed(
+    trace, tables.implicit_intervals)), in that order); -1 for none."""
+    it = in_regions(closed(trace, tables.implicit_intervals))
+    regions = tables.linked_regions(trace).table
+    if regions.empty or it.empty:
+        return np.full(len(it), -1, np.intp)
+    keys = ["pid", "parallel_id"]
+    return find(regions[keys], it[keys])
+
+
+@per_trace
+def region_sites(trace: Trace) -> tuple[np.ndarray, pd.DataFrame]:
+    """The code behind each parallel region: a row of a table of the distinct
+    (pid, py_stack, codeptr) of the regions (py_stack 0: none), with their
+    py_location and location (as parallel_regions() has them), and that table."""
+    regions = tables.linked_regions(trace).table
+    columns = ["pid", "py_stack", "codeptr"]
+    keys = pd.DataFrame({"pid": regions["pid"].to_numpy(np.int64),
+                         "py_stack": regions["py_stack"].to_numpy(np.int64, na_value=0),
+                         "codeptr": regions["codeptr"].to_numpy(np.uint64, na_value=0)})
+    _, first, row = np.unique(group_ids(keys)[0], return_index=True, return_inverse=True)
+    sites = keys.iloc[first].reset_index(drop=True)
+    names = pystacks.locations(trace)[["pid", "py_stack", "py_location"]]
+    sites = sites.merge(names, on=["pid", "py_stack"], how="left")
+    sites = tables.with_source(trace, sites)
+    return np.asarray(row, np.intp), sites[[*columns, "py_location", "location"]]
 
 
 def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.DataFrame:

@@ -126,6 +126,25 @@ def key_pid_thread(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (key >> 32).astype(np.int64), (key & 0xFFFFFFFF).astype(np.int64)
 
 
+def by_group_and_time(group: np.ndarray, time: np.ndarray,
+                      last: np.ndarray | None = None) -> np.ndarray:
+    """The stable order of rows by group, then time (then ``last``, 0 or 1): as
+    np.lexsort((last, time, group)), by one sort of a combined key (the groups
+    numbered in order) where it fits in 63 bits."""
+    time = np.asarray(time, np.int64)
+    extra = 0 if last is None else 1
+    if len(time) and time.min() >= 0:
+        codes, uniques = pd.factorize(group, sort=True)
+        bits = int(time.max()).bit_length() + extra
+        if len(uniques).bit_length() + bits <= 63:
+            key = codes.astype(np.int64) << bits | time << extra
+            if last is not None:
+                key |= np.asarray(last, np.int64)
+            return np.argsort(key, kind="stable")
+    keys = (time, group) if last is None else (last, time, group)
+    return np.lexsort(keys)
+
+
 def sweep(group: np.ndarray, begin: np.ndarray, end: np.ndarray, layer: np.ndarray,
            classify: Callable[[Callable[[int], np.ndarray]], np.ndarray]) -> Segments:
     """Cuts each group's time at every interval boundary and classifies the pieces.
@@ -139,7 +158,7 @@ def sweep(group: np.ndarray, begin: np.ndarray, end: np.ndarray, layer: np.ndarr
         return Segments(*(np.empty(0, np.int64) for _ in range(3)), np.empty(0, np.int8))
     g = np.concatenate([group, group])
     t = np.concatenate([begin, end])
-    order = np.lexsort((t, g))
+    order = by_group_and_time(g, t)
     g, t = g[order], t[order]
     lay = np.concatenate([layer, layer])[order]
     delta = np.where(order < n, 1, -1).astype(np.int32)
@@ -167,8 +186,9 @@ def cumulative(seg: Segments, n_states: int, group: np.ndarray, t: np.ndarray) -
     out = np.zeros((m, n_states), dtype=np.int64)
     if n == 0 or m == 0:
         return out
-    order = np.lexsort((np.concatenate([np.zeros(n, np.int8), np.ones(m, np.int8)]),
-                        np.concatenate([seg.begin, t]), np.concatenate([seg.group, group])))
+    order = by_group_and_time(np.concatenate([seg.group, group]),
+                              np.concatenate([seg.begin, t]),
+                              np.concatenate([np.zeros(n, np.int8), np.ones(m, np.int8)]))
     is_seg = order < n
     # The last segment at or before each position (segments are in sorted order).
     last = np.maximum.accumulate(np.where(is_seg, order, -1))
@@ -228,6 +248,15 @@ def closed(trace: Trace, paired: Callable[[Trace], Intervals]) -> pd.DataFrame:
                      ignore_index=True)
 
 
+def is_barrier(kind: pd.Series) -> np.ndarray:
+    """Whether each of these sync kinds (a categorical column of the tables) is a
+    barrier's, from the categories (no string made per row)."""
+    kinds = kind.astype("category").array
+    barrier = np.asarray(kinds.categories.astype(str).str.startswith("barrier"), bool)
+    return (kinds.codes >= 0) & barrier[kinds.codes] if len(barrier) else np.zeros(
+        len(kind), bool)
+
+
 def in_regions(implicit: pd.DataFrame) -> pd.DataFrame:
     """Implicit tasks of parallel regions (not the initial task of a thread)."""
     return implicit[(to_int(implicit["flags"]) & TASK_INITIAL) == 0]
@@ -280,7 +309,7 @@ def thread_states(trace: Trace) -> Segments:
     pieces = tables.task_pieces(trace)
     mutex = tables.mutex(trace)
     by_task = _explicit_owned(trace)
-    barrier = waits["kind"].astype(str).str.startswith("barrier").to_numpy()
+    barrier = is_barrier(waits["kind"])
     tw = task_waits(trace)
 
     locked = mutex.dropna(subset=["acquire_ns", "acquired_ns"]) if len(mutex) else mutex

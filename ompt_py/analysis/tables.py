@@ -1,7 +1,7 @@
 """The tables of a trace: one row per construct instance, paired from its events.
 
 ``Trace.parallel_regions()``, ``implicit_tasks()``, ``tasks()``, ``work()``,
-``sync()``, ``mutex()``, ``task_graph()`` and ``user_regions()`` are these
+``sync()``, ``mutex()``, ``task_graph()``, ``user_regions()`` and ``mpi_calls()`` are these
 functions.  Each is made from the trace's events frame (``frame``), once per
 trace (``cache.per_trace``); the begins and ends of every kind of construct
 are paired at once, in one pass over the records (``paired``:
@@ -17,13 +17,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..meta import interned_strings
+from ..meta import interned_strings, ranks
 from ..records import (
     EVENT_CODES,
+    MPI_BYTES_UNKNOWN,
+    MPI_CALL_KINDS,
+    MPI_CALLS,
     PARALLEL_INVOKER_PROGRAM,
     PARALLEL_INVOKER_RUNTIME,
     PARALLEL_LEAGUE,
     SCOPE_BEGIN,
+    Names,
     python_stack_ids,
     time_order,
 )
@@ -424,6 +428,50 @@ def user_regions(trace: Trace) -> pd.DataFrame:
     table.attrs["unmatched_begins"] = len(found.open)
     table.attrs["unmatched_ends"] = found.unmatched_ends
     return table
+
+
+_MPI_CALL_NAMES = Names(MPI_CALLS)
+#: The columns of Trace.mpi_calls().
+MPI_CALL_COLUMNS = ["pid", "rank", "thread", "call", "kind", "begin_ns", "end_ns", "duration_ns",
+                    "bytes", "peer", "comm_size", "codeptr"]
+
+
+@per_trace
+def mpi_calls(trace: Trace) -> pd.DataFrame:
+    """The MPI calls of a trace (``mpi`` events: ``ompt-py run --mpi``,
+    ``ompt_py.mpi.traced``), one row each, by process and time: pid, rank (<NA>
+    without one), thread, call (records.MPI_CALLS: init, finalize, clock_sync,
+    barrier, bcast, allreduce, send, recv...), kind (records.MPI_CALL_KINDS:
+    setup, barrier, collective, point_to_point, wait), begin_ns and end_ns (on
+    the trace's time axis: the ranks' clocks put on the reference rank's),
+    duration_ns, bytes (this rank's part: what it sends, what a recv received;
+    <NA> where not known), peer (point-to-point: the other rank; rooted
+    collectives: the root; <NA> where none), comm_size (the communicator's size,
+    <NA> where not known) and codeptr (the caller of the MPI function, 0 from
+    Python)."""
+    ev = trace.events
+    rows = np.flatnonzero(ev["event"] == EVENT_CODES["mpi"])
+    calls, pids = ev[rows], trace.pids_at(rows)
+    peer = calls["u32a"].view(np.int32)
+    rank = ranks(trace.meta, pids)
+    table = pd.DataFrame({
+        "pid": pids.astype(np.int64),
+        "rank": rank if rank is not None else pd.array([None] * len(rows), dtype="Int32"),
+        "thread": calls["thread"].astype(np.int64),
+        "call": _MPI_CALL_NAMES.categorical(calls["kind"]),
+        "begin_ns": calls["time_ns"],
+        "end_ns": calls["u64b"].view(np.int64),
+        "bytes": pd.arrays.IntegerArray(calls["u64a"].astype(np.int64),
+                                        calls["u64a"] == MPI_BYTES_UNKNOWN),
+        "peer": pd.arrays.IntegerArray(peer.copy(), peer < 0),
+        "comm_size": pd.arrays.IntegerArray(calls["u32b"].astype(np.int64), calls["u32b"] == 0),
+        "codeptr": calls["codeptr"],
+    })
+    table["kind"] = pd.Categorical(table["call"].map(MPI_CALL_KINDS, na_action="ignore"),
+                                   categories=sorted(set(MPI_CALL_KINDS.values())))
+    table["duration_ns"] = table["end_ns"] - table["begin_ns"]
+    return table[MPI_CALL_COLUMNS].sort_values(["pid", "begin_ns", "thread"], kind="stable"
+                                               ).reset_index(drop=True)
 
 
 @per_trace

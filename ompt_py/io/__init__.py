@@ -9,7 +9,8 @@
   whose text is written in C (``streaming``); ``perfetto_proto`` (Perfetto's
   protobuf trace, its packets written in C from the JSON export's slices);
   ``otf2`` (an OTF2 archive, written through libotf2 by the optional
-  ``_otf2`` extension); each filtered by ``filters.ExportFilter``.
+  ``_otf2`` extension); ``speedscope`` (the flame's stacks per thread,
+  for speedscope.app); each filtered by ``filters.ExportFilter``.
 
 Readers return ``Parts`` (the data of a trace), from which ``ompt_py.trace``
 makes a Trace: this layer never imports ``ompt_py.trace`` at import time.  It
@@ -36,7 +37,7 @@ __all__ = ["EXPORT_FORMATS", "Parts", "export", "format_of", "load_profile", "op
 
 #: The formats of ``ompt-py export`` and ``export()``, each written by the module
 #: of its name (a dash an underscore).
-EXPORT_FORMATS = ("perfetto", "perfetto-proto", "otf2", "csv", "parquet")
+EXPORT_FORMATS = ("perfetto", "perfetto-proto", "otf2", "csv", "parquet", "speedscope")
 #: The format an output's name says, when no format is given.
 SUFFIX_FORMATS = {".json": "perfetto", ".pftrace": "perfetto-proto",
                   ".perfetto-trace": "perfetto-proto", ".otf2": "otf2", ".csv": "csv",

@@ -12,12 +12,13 @@ thread), implicit tasks, worksharing constructs (named by kind: "loop",
 inside them ("barrier_implicit wait", ...), explicit tasks (from their first
 start to their last piece on each thread that ran them: a task's children and
 waits nest inside it), lock/critical/ordered waits ("critical wait") and
-holds ("critical").  Args carry ids, kinds, counts and, where the table has
-it, the source location.  A flow arrow ("ph": "s" then "f" with "bp": "e",
-one id per task) goes from each task's creation to its first execution, and a
-counter ("ph": "C") per process gives the number of threads waiting over
-time, in barriers/taskwait/taskgroup ("sync") and for locks ("mutex"), each
-thread once however its waits nest.
+holds ("critical"), MPI calls ("MPI barrier", "MPI allreduce"...: cat "mpi",
+with bytes, peer and communicator size).  Args carry ids, kinds, counts and,
+where the table has it, the source location.  A flow arrow ("ph": "s" then "f"
+with "bp": "e", one id per task) goes from each task's creation to its first
+execution, and a counter ("ph": "C") per process gives the number of threads
+waiting over time, in barriers/taskwait/taskgroup ("sync") and for locks
+("mutex"), each thread once however its waits nest.
 
 The sources of the slices, flows and counter (``tracks``) serve the
 protobuf and OTF2 exports too (perfetto_proto.py, otf2.py): each makes
@@ -686,6 +687,14 @@ def _host_offload(trace: Trace) -> Iterator[Source]:
         ("granted_teams", _optional(r["granted_teams"])), ("target_id", number(r["target_id"]))]))
 
 
+def _mpi(trace: Trace) -> Source:
+    """The MPI calls (tables.mpi_calls), on the threads that made them: "MPI barrier"..."""
+    return _table_slices(tables.mpi_calls(trace), "mpi", lambda r: (
+        _names("MPI " + r["call"].astype(str)), [
+            ("kind", _names(r["kind"])), ("bytes", _optional(r["bytes"])),
+            ("peer", _optional(r["peer"])), ("comm_size", _optional(r["comm_size"]))]))
+
+
 class _DeviceTracks(NamedTuple):
     """offload.device_track, each row's tid, and per track its pid, tid and name."""
 
@@ -1023,6 +1032,7 @@ def _track_sources(rec: _Records, paired: dict[str, _Pairs], found: dict[str, np
                                                                paired.pop("mutex_hold"))
     yield mutex_wait_slices
     yield mutex_hold_slices
+    yield _mpi(trace)
     yield flows
     if devices is not None:
         yield _device_flows(devices, flows.count + 1)

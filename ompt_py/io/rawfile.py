@@ -40,6 +40,7 @@ from ..errors import TraceFileError
 from ..records import RAW_DTYPE, RECORD_SIZE, to_events
 from . import Parts, open_regular, regular_files, warn_skipped
 from . import ledger as raw_ledger
+from . import mpi as job
 
 SUFFIX = ".omptraw"
 _META, _STATS, _STACKS, _LEDGER = (schema.BLOCKS[k].name for k in (
@@ -69,7 +70,8 @@ class RawProcess:
     ``kept`` and ``discarded``: the records of each thread index read so far and
     dropped as read (outside the sink's windows of an in-place file); ``cut_off``:
     those of REGION chunks beyond the end of a file cut short (for the ledger's
-    accounting)."""
+    accounting); ``clock``: its process's clock fitted to its MPI job's reference
+    rank (io/mpi.py; None: its times are its own clock's)."""
 
     path: str
     meta: dict
@@ -82,6 +84,7 @@ class RawProcess:
     kept: dict[int, int] = field(default_factory=dict)
     discarded: dict[int, int] = field(default_factory=dict)
     cut_off: dict[int, int] = field(default_factory=dict)
+    clock: dict | None = None
 
     @property
     def nrecords(self) -> int:
@@ -391,7 +394,8 @@ def list_dir(directory: str) -> list[str]:
 class Run:
     """The raw files of one run, scanned (their records not yet read): its processes
     (each the files of its successive images: ledger.images), the trace's origin
-    (the earliest process start) and what was left out (``meta["skipped"]``)."""
+    (the earliest process start, on the MPI reference rank's clock where the
+    processes' clocks were fitted to it) and what was left out (``meta["skipped"]``)."""
 
     processes: list[list[RawProcess]]
     origin: int
@@ -401,12 +405,16 @@ class Run:
         """The events (EVENT_DTYPE) of one image's file, in file order, on the
         trace's time axis: as RawProcess.records gives its records (``rows``).  Each
         record is converted on its own, so a `more` record and its primary need not
-        be in one chunk: they stay adjacent in the rows, where the analyses pair them."""
+        be in one chunk: they stay adjacent in the rows, where the analyses pair them.
+        Times of a process whose clock was fitted (``image.clock``) are on the
+        reference rank's clock: the anchors are moved by the fit."""
         last = image.stats[-1] if image.stats else None
+        first = job.aligned_anchor(image.clock, image.meta["start_anchor"])
+        estimate = image.meta["tick_ns_estimate"] * (1 - (image.clock or {}).get("drift", 0.0))
         for records in image.records(rows):
-            yield to_events(records, image.meta["start_anchor"],
-                            last["anchor"] if last else None, image.meta["tick_ns_estimate"],
-                            self.origin)
+            yield to_events(records, first,
+                            job.aligned_anchor(image.clock, last["anchor"]) if last else None,
+                            estimate, self.origin)
 
     def entry(self, process: list[RawProcess]) -> dict:
         """The ``meta["processes"]`` entry of one process, once the events of its
@@ -423,6 +431,7 @@ class Run:
                 modules=trace_meta.modules(p.meta, *p.stats),
                 truncated=p.truncated,
                 source=p.path,
+                **({"clock_alignment": p.clock} if p.clock else {}),
                 **losses,
             ))
             if p.ledger is None and not threads:  # killed before any counters: count the file
@@ -430,6 +439,14 @@ class Run:
         entry = raw_ledger.merge_images(images)
         raw_ledger.warn(entry)
         return entry
+
+    def entry_head(self, process: list[RawProcess]) -> dict:
+        """What io/mpi.py check_job reads of a process, known before any record is
+        read: its pid, rank, job, what MPI said and its clock's fit."""
+        last = next((s for p in reversed(process) for s in reversed(p.stats)), None)
+        entry = trace_meta.process_entry(process[0].meta, last, [], [])
+        return {**{k: entry.get(k) for k in ("pid", "rank", "job_id", "mpi")},
+                "clock_alignment": process[0].clock}
 
     def ranks(self) -> dict:
         """The pid and job rank of each process, as ``meta.ranks`` reads them from a
@@ -468,16 +485,29 @@ def scan_run(paths: list[str], source: str) -> Run:
     skipped += [{"source": p.path, "reason": reason} for p in procs for reason in p.skipped]
     warn_skipped(skipped, stacklevel=4)
     procs = [p for p in procs if not _empty(p)] or procs
-    origin = min(p.meta["start_anchor"]["mono_ns"] for p in procs)
-    return Run(raw_ledger.images(procs), origin, skipped)
+    processes = raw_ledger.images(procs)
+    for process in processes:
+        said = [s["mpi"] for p in process for s in p.stats if "mpi" in s]
+        clock = job.fit(said[-1]) if said else None
+        for p in process:
+            p.clock = clock
+    origin = min(job.aligned_anchor(p.clock, p.meta["start_anchor"])["mono_ns"] for p in procs)
+    return Run(processes, origin, skipped)
 
 
 def load(paths: list[str], source: str) -> Parts:
     """The trace of the raw files ``paths`` (scan_run), in memory: each image's
-    records in one array."""
+    records in one array; of an MPI job's, those of other jobs left out and missing
+    ranks said (io/mpi.py check_job)."""
     run = scan_run(paths, source)
+    left_out, said = job.check_job([run.entry_head(process) for process in run.processes],
+                                   source)
+    warn_skipped(said, stacklevel=3)
+    run.skipped += said
     segments, pids, entries = [], [], []
     for process in run.processes:
+        if process[0].meta["pid"] in left_out:
+            continue
         for image in process:
             for events in run.events(image):
                 segments.append(events)

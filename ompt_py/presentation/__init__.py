@@ -3,7 +3,10 @@
 * ``report``: ``ompt-py report``, as text for the terminal's width
   (ompt_py.layout) and as one HTML page.
 * ``plots``: matplotlib figures (timeline, thread states, task durations,
-  imbalance, lock contention, and all of them for ``--plot``).
+  imbalance, lock contention, flame, and all of them for ``--plot``).
+* ``timeline``: the bars a timeline draws (shared by ``plots`` and ``view``).
+* ``view``: the interactive view (Bokeh: one self-contained HTML file, the
+  timeline and the flame), ``ompt-py view``; ``lod``: its levels of detail.
 * ``magic``: ``%%ompt`` in Jupyter (IPython needed).
 * ``cli``: the ``ompt-py`` command.
 

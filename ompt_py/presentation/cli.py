@@ -8,6 +8,7 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ examples:
   ompt-py run -o trace.parquet -- ./my_openmp_program args
   ompt-py run -o trace.parquet my_script.py args
   ompt-py run --profile -o prof.parquet -m my_module args
+  ompt-py run --mpi -o trace.parquet -- mpirun -n 4 ./hybrid args
 
 exit status:
   the command's, when it failed (128 + N when signal N killed it); else
@@ -74,6 +76,9 @@ Write a trace for other tools: perfetto (JSON for ui.perfetto.dev), perfetto-pro
 (Perfetto's protobuf, a third of the size), otf2 (an archive for Vampir and
 otf2-print), csv (a row per event), parquet (a file, or a dataset by process).
 A time window (slices crossing it are clipped), threads, processes: docs/exports.md.
+
+speedscope: speedscope.app's profile of the time per Python stack, region and
+thread state, per thread (no time window: docs/viewing.md).
 """
 
 EXPORT_EPILOG = """\
@@ -82,6 +87,28 @@ examples:
   ompt-py export trace.parquet -o trace.json --start 1.5s --end 2s --threads 0,1
   ompt-py export trace.parquet --format otf2 -o trace-otf2
   ompt-py export trace.parquet --format parquet -o trace-dataset
+  ompt-py export trace.parquet --format speedscope -o trace.speedscope.json
+"""
+
+VIEW_DESCRIPTION = """\
+Write the interactive view of a trace, one self-contained HTML file (no network
+needed to open it), and open it in the browser: the timeline of the threads and
+devices (zoom, pan, a hover on each bar) and the flame view.  Needs Bokeh:
+pip install 'ompt-py[view]'.  What it shows: docs/viewing.md.
+
+Timeline: a row per thread, grouped by process, then the devices; bars for
+parallel regions, work-sharing, waits at barriers and for locks, explicit tasks
+and offload, coloured by construct; the hover tells a bar's construct, Python
+line, native location, duration, team size and wait.  Bars smaller than a pixel
+are drawn as their bin's main construct; zoom in for each.  Flame: the threads'
+time per Python stack, native location, region and thread state.
+"""
+
+VIEW_EPILOG = """\
+examples:
+  ompt-py view trace.parquet
+  ompt-py view trace.parquet -o run.html --no-open
+  ompt-py view trace.parquet --start 1.5s --end 2s
 """
 
 DOCTOR_DESCRIPTION = """\
@@ -110,11 +137,16 @@ def _check_output(path: str, option: str, directory_ok: bool = False) -> None:
     if not os.access(folder, os.W_OK):
         raise ConfigError(f"cannot write {path}: {folder} is not writable; choose another "
                           f"{option}")
-    if os.path.isdir(path):
+    # One stat: the ranks of a job check their shared -o DIR while one of them makes it.
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
         if not directory_ok:
             raise ConfigError(f"cannot write {path}: it is a directory; give a file name to "
                               f"{option}")
-    elif os.path.exists(path) and not os.path.isfile(path):
+    elif not stat.S_ISREG(mode):
         # A device or a pipe would be replaced (files are written beside and renamed).
         raise ConfigError(f"cannot write {path}: it is not a regular file; give a file name "
                           f"to {option}")
@@ -162,21 +194,88 @@ def _run_command(kind: str, target: list[str]) -> list[str]:
             "program": target}[kind]
 
 
-def _check_run_paths(args: argparse.Namespace) -> None:
+#: The file that names the job whose ranks share an output directory (docs/mpi.md).
+JOB_FILE = ".ompt-py-job"
+
+
+def _check_run_paths(args: argparse.Namespace, rank: int) -> None:
     if args.profile and not args.output.endswith(".parquet"):
         raise ConfigError(f"-o {args.output}: a profile is one file; give a name ending in "
                           ".parquet")
+    if rank >= 0 and args.output.endswith(".parquet"):
+        raise ConfigError(f"-o {args.output}: this ompt-py run is rank {rank} of a parallel "
+                          "job, and every rank would write that one file; give a directory "
+                          "(-o run1/), which the ranks share, one part each"
+                          + (" (a profile is one file: wrap the launcher instead, ompt-py run "
+                             "--profile -- mpirun ...)" if args.profile else ""))
     _check_output(args.output, "-o", directory_ok=not args.output.endswith(".parquet"))
-    if os.path.isdir(args.output) and os.listdir(args.output):
+    # A rank's directory is shared with its job's other ranks: _join_job checks it.
+    if rank < 0 and os.path.isdir(args.output) and os.listdir(args.output):
         raise ConfigError(f"{args.output} is a directory that is not empty; its traces would "
                           "be mixed with this one; give an empty or new directory")
     if args.keep_raw:
         if os.path.exists(args.keep_raw) and not os.path.isdir(args.keep_raw):
             raise ConfigError(f"--keep-raw {args.keep_raw} is not a directory; give a new or "
                               "empty directory")
-        if os.path.isdir(args.keep_raw) and os.listdir(args.keep_raw):
+        if os.path.isdir(args.keep_raw) and os.listdir(args.keep_raw) and rank < 0:
             raise ConfigError(f"--keep-raw {args.keep_raw} is not empty; its files would be "
                               "merged into this trace; give an empty or new directory")
+
+
+def _join_job(output: str, job_id: str, rank: int) -> str:
+    """Makes ``output`` the directory the ranks of job ``job_id`` share, or joins it:
+    the first rank writes JOB_FILE (whole: linked into place), the others check it
+    names their job.  ConfigError when it holds another job's trace, or a trace of
+    no job.  Returns the folder where this rank's part is made (inside ``output``,
+    hidden from readers: a dot name) before it is moved into place."""
+    job = job_id or "unknown"
+    try:
+        os.makedirs(output, exist_ok=True)
+        marker = os.path.join(output, JOB_FILE)
+        # The job's own files (JOB_FILE, a rank's copy of it on its way, the ranks'
+        # folders) do not count: another rank may be making them now.
+        others = [n for n in os.listdir(output) if not n.startswith((JOB_FILE, ".rank-"))]
+        if not os.path.exists(marker) and others:
+            raise ConfigError(f"{output} is a directory that is not empty and holds no ompt-py "
+                              "job; its traces would be mixed with this one; give an empty or "
+                              "new directory")
+        mine = f"{marker}.{os.getpid()}"
+        with open(mine, "w", encoding="utf-8") as f:
+            f.write(job)
+        try:
+            os.link(mine, marker)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(mine)
+        with open(marker, encoding="utf-8") as f:
+            found = f.read()
+        staging = os.path.join(output, f".rank-{rank}-{os.getpid()}")
+        os.mkdir(staging)
+    except OSError as e:
+        raise ConfigError(f"cannot use {output} for the job's trace: {e.strerror}; choose "
+                          "another -o") from None
+    if found != job:
+        os.rmdir(staging)
+        raise ConfigError(f"{output} holds the trace of job {found}, and this ompt-py run is "
+                          f"rank {rank} of job {job}; give each job an empty or new directory")
+    return staging
+
+
+def _publish(staging: str, output: str) -> str | None:
+    """Moves this rank's partitions (pid=N) from ``staging`` into ``output``; what
+    went wrong (None: nothing).  A partition of the same name there already (a
+    process of the same pid on another machine) is not replaced."""
+    problems = []
+    for name in sorted(os.listdir(staging)):
+        try:
+            os.rename(os.path.join(staging, name), os.path.join(output, name))
+        except OSError as e:
+            problems.append(f"{name}: {e.strerror} (a process of the same pid on another "
+                            f"machine?); it is left in {staging}")
+    if not problems:
+        os.rmdir(staging)
+    return "; ".join(problems) or None
 
 
 class _Interrupted(Exception):
@@ -199,13 +298,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     raw file is deleted only when all of them made it into the output."""
     from .. import _core, tool_path
     from ..io.parquet import chunk_rows
-    from ..live import attach, launch, runhook, runtime
+    from ..live import attach, launch, mpi, runhook, runtime
 
     args.what = _target(args)
     command = _run_command(*args.what)
     args.output = args.output or ("ompt-profile.parquet" if args.profile
                                   else "ompt-trace.parquet")
-    _check_run_paths(args)
+    rank, _, job_id = _core.job()  # a rank of a parallel job: the output is shared
+    _check_run_paths(args, rank)
     if args.profile:
         given = [o for o in ("--python-stacks", "--native-depth", "--buffer-size", "--overflow",
                              "--reserve")
@@ -240,9 +340,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if libomp:  # libgomp-built code runs on libomp, in the command and its children
         env["LD_PRELOAD"] = ":".join([libomp, *(p for p in env.get("LD_PRELOAD", "").split(":")
                                                 if p and p != libomp)])
-    # The preload hook: _exit, abort and exec flush the trace and record how each ended.
-    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p != attach.HOOK_PATH]
-    env["LD_PRELOAD"] = ":".join([attach.HOOK_PATH, *preload])
+    # The preload hook: _exit, abort and exec flush the trace and record how each ended;
+    # with --mpi, the MPI library: MPI calls and the ranks' clock measurements.
+    ours = [attach.HOOK_PATH, *([mpi.library()] if args.mpi else [])]
+    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p not in ours]
+    env["LD_PRELOAD"] = ":".join([*ours, *preload])
+    final_output = args.output
+    if rank >= 0:
+        args.output, args.shared_output = _join_job(final_output, job_id, rank), final_output
+        if args.keep_raw:
+            args.keep_raw = os.path.join(args.keep_raw, f"rank-{rank}")
     raw_dir = args.keep_raw or tempfile.mkdtemp(prefix="ompt-py-")
     try:
         os.makedirs(raw_dir, exist_ok=True)
@@ -277,7 +384,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, _interrupt) for s in caught}
     try:
         write = _write_profile if args.profile else _write_trace
-        return write(args, raw_dir, ended.returncode)
+        status = write(args, raw_dir, ended.returncode)
+        if rank >= 0:
+            problem = _publish(args.output, final_output)
+            if problem:
+                print(f"ompt-py run: rank {rank}'s part not moved into {final_output}: "
+                      f"{problem}", file=sys.stderr)
+                return status or 1
+        return status
     except _Interrupted as e:
         print(f"ompt-py run: {signal.Signals(e.signum).name} while writing {args.output}: "
               f"stopped; {_kept(raw_dir)}", file=sys.stderr)
@@ -368,12 +482,19 @@ def _write_trace(args: argparse.Namespace, raw_dir: str, returncode: int) -> int
     if not args.keep_raw and not partial:
         shutil.rmtree(raw_dir, ignore_errors=True)
     if not args.quiet:
+        from ..io.mpi import describe
+
+        target = getattr(args, "shared_output", None) or args.output
         print(
             f"ompt-py: {events:,} events from {len(meta['processes'])} process(es) "
-            f"(written {meta['written']:,}, dropped {meta['dropped']:,}) -> {args.output}\n"
-            f"         see: ompt-py report {args.output}",
+            f"(written {meta['written']:,}, dropped {meta['dropped']:,}) -> {target}\n"
+            f"         see: ompt-py report {target}",
             file=sys.stderr,
         )
+        for proc in meta["processes"]:
+            if proc.get("clock_alignment"):
+                print(f"         rank {proc['rank']} (pid {proc['pid']}) clock: "
+                      f"{describe(proc['clock_alignment'])}", file=sys.stderr)
     lost, dropped = meta.get("lost", 0), meta["dropped"]
     losses = [f"{lost:,} records lost (never written to a raw file)"] * bool(lost)
     if dropped:
@@ -478,6 +599,46 @@ def cmd_export(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(f"ompt-py: {len(trace):,} events from {len(trace.meta['processes'])} process(es) "
               f"-> {args.output} ({fmt})", file=sys.stderr)
+    return 0
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    """``ompt-py view``: the interactive view written to one HTML file, then opened."""
+    from ..io.filters import parse_time
+    from ..trace import Trace, load
+    from .view import can_open_browser, require_bokeh, write
+
+    require_bokeh()  # said before a large trace is read
+    start, end = parse_time(args.start, "--start"), parse_time(args.end, "--end")
+    name = os.path.basename(os.path.normpath(args.trace))
+    output = args.output or (os.path.splitext(name)[0] or "trace") + ".html"
+    _check_output(output, "-o")
+    trace = load(args.trace)
+    if not isinstance(trace, Trace):
+        raise ConfigError(f"{args.trace} is a profile, which has no timeline to view; trace "
+                          "the run (ompt-py run without --profile) for it, or read it with "
+                          "ompt-py report")
+    try:
+        write(trace, output, start, end, title=name)
+    except ValueError as e:
+        raise ConfigError(f"--start/--end: {e}") from None
+    except OSError as e:
+        print(f"ompt-py view: cannot write {output}: {e.strerror or e}; choose another -o",
+              file=sys.stderr)
+        return 1
+    where = os.path.abspath(output)
+    size = os.path.getsize(where) / 2**20
+    if args.no_open:
+        how = "open it in a browser"
+    elif not can_open_browser():
+        how = "no display here: open it in a browser"
+    else:
+        import webbrowser
+        from pathlib import Path
+
+        how = ("opened in the browser" if webbrowser.open(Path(where).as_uri())
+               else "no browser could be started: open it in one")
+    print(f"ompt-py view: {where} ({size:.1f} MiB): {how}", file=sys.stderr)
     return 0
 
 
@@ -600,6 +761,14 @@ def parser() -> argparse.ArgumentParser:
                      help="trace to write: a .parquet file, or a directory for a Parquet "
                           "dataset partitioned by process (default: ompt-trace.parquet); "
                           "with --profile a .parquet file (default: ompt-profile.parquet)")
+    run.add_argument("--mpi", action="store_true",
+                     help="preload ompt-py's MPI library into the command: MPI calls recorded "
+                          "(Trace.mpi_calls()), each rank's clock measured against rank 0's at "
+                          "MPI_Init and MPI_Finalize, so that the trace puts the ranks on one "
+                          "time axis.  Under the launcher (mpirun -n 4 ompt-py run --mpi -o "
+                          "run1/ -- ./hybrid; srun too) each rank writes its part of the "
+                          "directory -o, which the job's ranks share; around it, the local "
+                          "ranks only (docs/mpi.md)")
     run.add_argument("--profile", action="store_true",
                      help="no trace: per-thread aggregates (counts, times, histograms per "
                           "construct and source location, region, lock, task creation site), "
@@ -665,7 +834,7 @@ def parser() -> argparse.ArgumentParser:
                           "plots (embedded PNG)")
     rep.set_defaults(func=cmd_report)
     exp = sub.add_parser("export", help="write a trace for Perfetto (JSON or protobuf), OTF2 "
-                         "tools (Vampir), as CSV or Parquet",
+                         "tools (Vampir), speedscope, as CSV or Parquet",
                          description=EXPORT_DESCRIPTION, epilog=EXPORT_EPILOG,
                          formatter_class=raw)
     exp.add_argument("trace", help="a trace file (.parquet), dataset or raw directory, or "
@@ -686,6 +855,23 @@ def parser() -> argparse.ArgumentParser:
                      help="keep these processes (pids, e.g. 4121 or 4121,4130; default: all)")
     exp.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     exp.set_defaults(func=cmd_export)
+    vw = sub.add_parser("view", help="write an interactive timeline and flame view (one "
+                        "HTML file) and open it", description=VIEW_DESCRIPTION,
+                        epilog=VIEW_EPILOG, formatter_class=raw)
+    vw.add_argument("trace", help="a trace file (.parquet), dataset or raw directory, or "
+                    ".omptraw file")
+    vw.add_argument("-o", "--output", metavar="FILE.html",
+                    help="the HTML file (default: the trace's name with .html, here)")
+    vw.add_argument("--no-open", action="store_true",
+                    help="write the file, do not open it (it is not opened without a "
+                         "display either)")
+    vw.add_argument("--start", metavar="TIME",
+                    help="show from this time: nanoseconds from the trace's origin, or a "
+                         "number with a unit (1.5s, 200ms, 30us, 100ns; default: the first "
+                         "event)")
+    vw.add_argument("--end", metavar="TIME",
+                    help="show up to this time (as --start; default: the last event)")
+    vw.set_defaults(func=cmd_view)
     doc = sub.add_parser(
         "doctor", help="tell which OpenMP runtime a program uses, and why it is not traced",
         description=DOCTOR_DESCRIPTION, epilog=DOCTOR_EPILOG, formatter_class=raw,

@@ -9,10 +9,12 @@ the OpenMP runtime (the runtime looks for tools only once, when it starts)::
     my_ext.work()          # traced; the Trace goes into the variable _ompt
 
 The magic runs the cell under ``ompt_py.trace()``, stores the Trace in a
-variable and shows ``Trace.summary()`` and ``Trace.plot_timeline()`` below the
-cell: with the Python line of the cell (or of the code it calls) that started
-each construct, as ``ompt-py report`` shows them (``--python-stacks`` sets
-the capture: on, off or a depth).  With ``--subprocess`` the cell runs in a
+variable and shows ``Trace.summary()`` and the interactive view
+(``Trace.view()``: timeline and flame; with Bokeh, else the timeline as an
+image, ``Trace.plot_timeline()``) below the cell: with the Python line of
+the cell (or of the code it calls) that started each construct, as
+``ompt-py report`` shows them (``--python-stacks`` sets the capture: on, off
+or a depth).  With ``--subprocess`` the cell runs in a
 fresh Python process that has the tool attached, for a kernel whose runtime
 started before the extension was loaded; only the trace and the printed
 output come back.
@@ -37,6 +39,7 @@ from IPython.display import Image, display
 from ..errors import AttachError, ConfigError
 from ..trace import Trace, load, trace
 from .plots import display_in_ipython
+from .view import require_bokeh
 
 DEFAULT_VARIABLE = "_ompt"
 
@@ -124,14 +127,22 @@ def _run_in_subprocess(shell: InteractiveShell, cell: str, setup_vars: list[str]
 
 
 def show(t: Trace, plot: bool = True) -> None:
-    """Displays the trace's summary and, with ``plot``, its timeline."""
+    """Displays the trace's summary and, with ``plot``, its interactive view (without
+    Bokeh: the timeline as an image, and what to install for the view)."""
     if len(t) == 0:
         print("%%ompt: no OpenMP events were recorded (the cell ran no OpenMP code on LLVM "
               "libomp).")
         return
     display(t.summary())
-    if plot:
+    if not plot:
+        return
+    try:
+        require_bokeh()
+    except ConfigError as e:
         display(Image(data=print_figure(t.plot_timeline(), "png"), format="png"))
+        print(f"%%ompt: {e}")
+        return
+    display(t.view())
 
 
 @magics_class
@@ -141,7 +152,8 @@ class OmptMagics(Magics):
     @magic_arguments()
     @argument("-o", "--output", metavar="VAR", default=DEFAULT_VARIABLE,
               help=f"variable that receives the Trace (default: {DEFAULT_VARIABLE})")
-    @argument("--no-plot", action="store_true", help="show the summary but not the timeline")
+    @argument("--no-plot", action="store_true",
+              help="show the summary but not the timeline and flame view")
     @argument("-q", "--quiet", action="store_true", help="show neither summary nor timeline")
     @argument("--subprocess", action="store_true",
               help="run the cell as plain Python in a fresh process with the tool attached "
@@ -160,7 +172,7 @@ class OmptMagics(Magics):
     @cell_magic
     def ompt(self, line: str, cell: str) -> Any:
         """%%ompt: trace the OpenMP runtime while the cell runs; show the summary and
-        the timeline.
+        the interactive timeline and flame view.
 
         The Trace is stored in a variable (``_ompt`` unless ``-o VAR``).  In the
         kernel (the default), the cell runs as any cell does and the value of

@@ -18,22 +18,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..analysis import metrics, offload, tables
+from ..analysis import flame as flame_stacks
+from ..analysis import metrics, tables
 from ..analysis.advice import where
 from ..analysis.cache import per_trace
 from ..analysis.states import (
     STATE_COLUMNS,
     THREAD_STATES,
-    closed,
-    in_regions,
     key_pid_thread,
     thread_key,
     thread_totals,
     to_int,
 )
 from ..analysis.states import threads as thread_keys
-from ..records import TRANSFERS_TO_DEVICE
 from ..units import format_ns, shorten
+from .timeline import BAR_COLUMNS, KIND, KINDS, STATE_COLOURS, bands, bars, device_bars
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -41,34 +40,18 @@ if TYPE_CHECKING:
 
     from ..trace import Trace
 
-#: Colours of the states (also used for the timeline's waits).
-STATE_COLOURS = {"busy": "#55a868", "barrier_wait": "#c44e52", "sync_wait": "#e377c2",
-                 "lock_wait": "#8172b2", "idle": "#dddddd"}
-_WORK_COLOURS = {"loop_static": "#4c72b0", "loop_dynamic": "#64b5cd", "loop_guided": "#2a4d80",
-                 "loop": "#4c72b0", "sections": "#8c8cd9", "single_executor": "#ccb974",
-                 "single_other": "#e8dcae"}
-_OTHER_WORK = "#9fb6cd"
-# Timeline layers: (label, colour, bottom and top of the bar within a thread's lane).
-_REGION = ("parallel region", "#d9d9d9", -0.45, 0.45)
-_TASK = ("explicit task", "#dd8452", -0.2, 0.2)
-_WAITS = {"barrier": ("barrier wait", STATE_COLOURS["barrier_wait"]),
-          "sync": ("taskwait/taskgroup wait", STATE_COLOURS["sync_wait"]),
-          "lock": ("lock/critical wait", STATE_COLOURS["lock_wait"])}
-_HELD = ("lock/critical held", "#4d4d4d", 0.32, 0.45)
-_WORK_SPAN = (-0.32, 0.32)
+#: Colours of the flame's frames by kind (a state: its thread state's colour).
+FLAME_COLOURS = {"python": "#f2c57c", "native": "#c9a0dc", "construct": "#a9c4de",
+                 "state": "#bbbbbb"}
+_STATE_OF_NAME = {name: state for state, name in flame_stacks.STATE_NAMES.items()}
 _LABEL_POINTS, _MAX_LABELS = 7, 300  # the region names on the timeline
 _LEAST_LABEL = 12  # characters: a region narrower than this many gets no label
 _RUN_PIXELS = 3  # regions of one line closer than this on the timeline: one run, one label
 _SMALL_POINTS = 8  # the names written in the imbalance and lock plots
 _AXES_SHARE = 0.6  # of the figure's width: what its axes have at least beside the legend
-# The devices' lanes: (label, colour) of kernels and of transfers each way; the
-# connectors from host operations, drawn when at most this many are in view.
-_KERNEL = ("device: kernel", "#2ca02c")
-_TO_DEVICE = ("device: transfer to device", "#1f77b4")
-_FROM_DEVICE = ("device: transfer from device", "#ff7f0e")
+# The connectors from host operations to the devices' lanes, drawn when at most
+# this many are in view.
 _MAX_CONNECTORS = 500
-_DEVICE_COLUMNS = ["pid", "device", "key", "begin_ns", "end_ns", "label", "colour", "bottom",
-                   "top", "host_thread", "host_ns"]
 
 
 def _new_figure(width: float, height: float) -> Figure:
@@ -128,75 +111,14 @@ def _select_threads(trace: Trace, threads: Any) -> np.ndarray:
     return keys[wanted]
 
 
-@per_trace
-def timeline_intervals(trace: Trace) -> pd.DataFrame:
-    """What the timeline draws, one row per interval: thread key (pid << 32 |
-    thread), begin_ns, end_ns, label, colour, bottom, top (within the lane), layer
-    (drawing order: regions, work, waits, tasks, locks held)."""
-    implicit = in_regions(closed(trace, tables.implicit_intervals))
-    work = tables.work_intervals(trace).table
-    waits = closed(trace, tables.wait_intervals)
-    mutex = tables.mutex(trace)
-    pieces = tables.task_pieces(trace)
-    parts: list[pd.DataFrame] = []
-
-    def add(layer: int, t: pd.DataFrame, begin: str, end: str, label: Any, colour: Any,
-            bottom: float, top: float) -> None:
-        parts.append(pd.DataFrame({
-            "key": thread_key(t["pid"], t["thread"]),
-            "begin_ns": to_int(t[begin]), "end_ns": to_int(t[end]),
-            "label": label, "colour": colour, "bottom": bottom, "top": top, "layer": layer}))
-
-    add(0, implicit, "begin_ns", "end_ns", *_REGION)
-    kinds = work["kind_raw"].astype(str)
-    add(1, work, "begin_ns", "end_ns", ("work: " + kinds).to_numpy(),
-        kinds.map(_WORK_COLOURS).fillna(_OTHER_WORK).to_numpy(), *_WORK_SPAN)
-    barrier = waits["kind"].astype(str).str.startswith("barrier").to_numpy()
-    for which, rows in (("barrier", waits[barrier]), ("sync", waits[~barrier])):
-        add(2, rows, "begin_ns", "end_ns", *_WAITS[which], *_WORK_SPAN)
-    if len(mutex):
-        add(2, mutex.dropna(subset=["acquire_ns", "acquired_ns"]), "acquire_ns", "acquired_ns",
-            *_WAITS["lock"], *_WORK_SPAN)
-        add(4, mutex.dropna(subset=["acquired_ns", "released_ns"]), "acquired_ns",
-            "released_ns", *_HELD)
-    add(3, pieces, "begin_ns", "end_ns", *_TASK)
-    return pd.concat(parts, ignore_index=True)
-
-
-@per_trace
-def device_intervals(trace: Trace) -> pd.DataFrame:
-    """What the timeline draws on the lanes of the devices, one row per kernel and
-    transfer of offload.device_track (host clock): pid, device, key (one per
-    (pid, device, sub-track)), begin_ns, end_ns, label, colour, bottom and top
-    (the sub-track's band of the device's lane), host_thread and host_ns (the
-    host operation, where its connector starts; <NA>: none)."""
-    t = offload.device_track(trace)
-    name = t["name"].astype(object)
-    kernel, to_device = (name == "kernel").to_numpy(), name.isin(TRANSFERS_TO_DEVICE).to_numpy()
-    label, colour = (np.where(kernel, k, np.where(to_device, to, back)) for k, to, back in
-                     zip(_KERNEL, _TO_DEVICE, _FROM_DEVICE))
-    sub = t["sub_track"].to_numpy(np.int64)
-    height = 0.9 / (t.groupby(["pid", "device"])["sub_track"].transform("max").to_numpy() + 1)
-    key = pd.factorize(pd.MultiIndex.from_frame(t[["pid", "device", "sub_track"]]))[0]
-    return pd.DataFrame(dict(zip(_DEVICE_COLUMNS, [
-        t["pid"], t["device"], key.astype(np.int64),
-        t["begin_ns"], t["end_ns"], label, colour, -0.45 + height * sub,
-        -0.45 + height * (sub + 1), t["host_thread"], t["host_ns"]])))
-
-
 def _device_lanes(trace: Trace, lanes: np.ndarray) -> tuple[pd.DataFrame, np.ndarray]:
-    """The device intervals of the processes of ``lanes`` (thread keys), and the
-    key (pid << 32 | device) of each device's lane, sorted: they come after the
-    threads."""
-    if not len(lanes) or not offload.has_offload(trace):
-        return pd.DataFrame(columns=_DEVICE_COLUMNS), np.empty(0, np.int64)
-    dev = device_intervals(trace)
+    """The device bars (timeline.device_bars) of the processes of ``lanes`` (thread
+    keys), and the key of each device's lane, sorted: they come after the threads."""
+    dev = device_bars(trace)
+    if not len(lanes) or dev.empty:
+        return dev, np.empty(0, np.int64)
     dev = dev[np.isin(dev["pid"].to_numpy(), key_pid_thread(lanes)[0])]
-    return dev, np.unique(_device_key(dev))
-
-
-def _device_key(dev: pd.DataFrame) -> np.ndarray:
-    return thread_key(dev["pid"], dev["device"].to_numpy(np.int64) & 0xFFFFFFFF)
+    return dev, np.unique(dev["key"].to_numpy())
 
 
 def _device_labels(keys: np.ndarray, several: bool) -> list[str]:
@@ -219,7 +141,8 @@ def _connectors(ax: Axes, dev: pd.DataFrame, lanes: np.ndarray, device_lane: np.
         return
     x0 = dev["host_ns"].to_numpy(np.int64, na_value=0)[linked] / 1e6
     x1 = dev["begin_ns"].to_numpy(np.int64)[linked] / 1e6
-    y1 = device_lane[linked] + (dev["bottom"].to_numpy() + dev["top"].to_numpy())[linked] / 2
+    bottom, top = bands(dev["kind"].to_numpy(), dev["sub"].to_numpy(), dev["tracks"].to_numpy())
+    y1 = device_lane[linked] + (bottom + top)[linked] / 2
     ax.add_collection(LineCollection(np.stack([np.column_stack([x0, at[linked]]),
                                                np.column_stack([x1, y1])], axis=1),
                                      colors="#555555", linewidths=0.5, alpha=0.6))
@@ -305,12 +228,12 @@ def _label_regions(ax: Axes, trace: Trace, lanes: np.ndarray, lo: int, hi: int) 
 
 
 def _merge_small(iv: pd.DataFrame, resolution: float) -> pd.DataFrame:
-    """Intervals of one lane and label closer than ``resolution`` become one, and each
-    is at least that wide: what a screen or a PNG can show anyway."""
+    """Bars of one lane, kind and sub-track closer than ``resolution`` become one, and
+    each is at least that wide: what a screen or a PNG can show anyway."""
     if iv.empty:
         return iv
-    iv = iv.sort_values(["key", "label", "begin_ns"], kind="stable").reset_index(drop=True)
-    group = iv.groupby(["key", "label"], sort=False).ngroup().to_numpy()
+    iv = iv.sort_values(["key", "kind", "sub", "begin_ns"], kind="stable").reset_index(drop=True)
+    group = iv.groupby(["key", "kind", "sub"], sort=False).ngroup().to_numpy()
     reach = iv.groupby(group)["end_ns"].cummax().to_numpy()
     new = np.ones(len(iv), dtype=bool)
     new[1:] = (group[1:] != group[:-1]) | (iv["begin_ns"].to_numpy()[1:] > reach[:-1] + resolution)
@@ -321,12 +244,20 @@ def _merge_small(iv: pd.DataFrame, resolution: float) -> pd.DataFrame:
     return out
 
 
+def _in_window(iv: pd.DataFrame, lo: int, hi: int, resolution: float) -> pd.DataFrame:
+    """The bars of ``iv`` in [lo, hi], cut to it, those closer than ``resolution`` merged."""
+    iv = iv[(iv["end_ns"] >= lo) & (iv["begin_ns"] <= hi)]
+    return _merge_small(iv.assign(begin_ns=iv["begin_ns"].clip(lower=lo),
+                                  end_ns=iv["end_ns"].clip(upper=hi)), resolution)
+
+
 def timeline(trace: Trace, start_ns: int | None = None, end_ns: int | None = None,
              threads: Any = None, ax: Axes | None = None) -> Figure:
-    """One lane per thread: parallel regions (grey), work-sharing constructs (by
-    kind), waits at barriers, in taskwait/taskgroup and for locks, explicit tasks
-    (on top: a task run inside a barrier shows over the wait) and critical
-    sections held (thin strip).  Each parallel region wide enough for it is
+    """One lane per thread: the bars of ompt_py.presentation.timeline (parallel
+    regions in grey, work-sharing constructs by kind, waits at barriers, in
+    taskwait/taskgroup and for locks, explicit tasks on top: a task run inside a
+    barrier shows over the wait, critical sections held as a thin strip, target
+    constructs and their operations).  Each parallel region wide enough for it is
     labelled, on the lane of the thread that started it, with the Python line
     that started it (region_labels) or else its source location.  With
     offload, a lane per device after the threads: its kernels and transfers
@@ -335,8 +266,8 @@ def timeline(trace: Trace, start_ns: int | None = None, end_ns: int | None = Non
     operation when at most 500 are in view.
     ``start_ns``/``end_ns``: the window (nanoseconds from the trace start);
     ``threads``: thread numbers or (pid, thread) pairs (the devices of their
-    processes are shown).  Intervals closer than a pixel are drawn as one, so
-    10^6 intervals stay quick."""
+    processes are shown).  Bars closer than a pixel are drawn as one, so
+    10^6 bars stay quick."""
     from matplotlib.collections import PolyCollection
     from matplotlib.patches import Patch
 
@@ -350,20 +281,16 @@ def timeline(trace: Trace, start_ns: int | None = None, end_ns: int | None = Non
     if hi <= lo:
         raise ValueError(f"the window [{start_ns}, {end_ns}] is empty: end_ns must be after "
                          "start_ns")
-    iv = timeline_intervals(trace) if len(lanes) else pd.DataFrame()
-    pixels = max(ax.bbox.width, 100.0)
-    if len(iv):
-        iv = iv[iv["key"].isin(lanes) & (iv["end_ns"] >= lo) & (iv["begin_ns"] <= hi)]
-        iv = iv.assign(begin_ns=iv["begin_ns"].clip(lower=lo), end_ns=iv["end_ns"].clip(upper=hi))
-        iv = _merge_small(iv, (hi - lo) / pixels)
-        iv = iv.assign(lane=np.searchsorted(lanes, iv["key"].to_numpy()))
+    resolution = (hi - lo) / max(ax.bbox.width, 100.0)
+    iv = bars(trace).table if len(lanes) else pd.DataFrame(columns=BAR_COLUMNS)
+    iv = _in_window(iv[iv["key"].isin(lanes)], lo, hi, resolution)
+    iv = iv.assign(lane=np.searchsorted(lanes, iv["key"].to_numpy()))
     dev = dev[(dev["end_ns"] >= lo) & (dev["begin_ns"] <= hi)]
-    device_lane = len(lanes) + np.searchsorted(devices, _device_key(dev))
-    drawn = _merge_small(dev.assign(begin_ns=dev["begin_ns"].clip(lower=lo),
-                                    end_ns=dev["end_ns"].clip(upper=hi)), (hi - lo) / pixels)
+    device_lane = len(lanes) + np.searchsorted(devices, dev["key"].to_numpy())
+    drawn = _in_window(dev, lo, hi, resolution)
     if len(drawn):
         iv = pd.concat([iv, drawn.assign(
-            layer=0, lane=len(lanes) + np.searchsorted(devices, _device_key(drawn)))],
+            lane=len(lanes) + np.searchsorted(devices, drawn["key"].to_numpy()))],
             ignore_index=True)
     ax.set_xlim(lo / 1e6, hi / 1e6)
     ax.set_ylim(-0.6, n_lanes - 0.4)
@@ -376,19 +303,22 @@ def timeline(trace: Trace, start_ns: int | None = None, end_ns: int | None = Non
         ax.text(0.5, 0.5, "no parallel regions, tasks or waits here", transform=ax.transAxes,
                 ha="center", va="center")
         return fig
-    iv = iv.sort_values("layer", kind="stable")  # later rows are drawn on top
+    kind = iv["kind"].to_numpy(np.int64)
+    iv = iv.iloc[np.argsort(np.array([k.layer for k in KINDS])[kind], kind="stable")]
+    kind = iv["kind"].to_numpy(np.int64)  # later rows are drawn on top
     lane = iv["lane"].to_numpy()
+    bottom, top = bands(kind, iv["sub"].to_numpy(), iv["tracks"].to_numpy())
     x0, x1 = iv["begin_ns"].to_numpy() / 1e6, iv["end_ns"].to_numpy() / 1e6
-    y0, y1 = lane + iv["bottom"].to_numpy(), lane + iv["top"].to_numpy()
+    y0, y1 = lane + bottom, lane + top
     verts = np.stack([np.column_stack(p) for p in ((x0, y0), (x0, y1), (x1, y1), (x1, y0))],
                      axis=1)
-    ax.add_collection(PolyCollection(verts, facecolors=iv["colour"].to_numpy(), linewidths=0,
+    colours = np.array([k.colour for k in KINDS], dtype=object)
+    ax.add_collection(PolyCollection(verts, facecolors=colours[kind], linewidths=0,
                                      antialiased=False))
     _connectors(ax, dev, lanes, device_lane)
     _label_regions(ax, trace, lanes, lo, hi)
-    shown = iv.drop_duplicates("label")
-    ax.legend(handles=[Patch(color=c, label=lbl) for lbl, c in zip(shown["label"],
-                                                                    shown["colour"])],
+    shown = [KINDS[k] for k in pd.unique(kind)]
+    ax.legend(handles=[Patch(color=k.colour, label=k.label) for k in shown],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
     return fig
 
@@ -420,7 +350,7 @@ def task_durations(trace: Trace, ax: Axes | None = None) -> Figure:
     hist = metrics.task_granularity(trace)
     fig, ax = _axes(ax, 8, 4)
     ax.bar(hist["lo_ns"] / 1e3, hist["tasks"], width=(hist["hi_ns"] - hist["lo_ns"]) / 1e3,
-           align="edge", color=_TASK[1], edgecolor="white")
+           align="edge", color=KINDS[KIND["explicit task"]].colour, edgecolor="white")
     ax.set_xscale("log")
     ax.set_xlabel("task duration (us, own work: without waiting in its taskwait)")
     ax.set_ylabel("tasks")
@@ -472,6 +402,53 @@ def imbalance(trace: Trace, ax: Axes | None = None, top: int = 10) -> Figure:
     return fig
 
 
+def flame_colours(names: pd.Series, kinds: pd.Series) -> list[str]:
+    """The colour of each frame of a flame (FLAME_COLOURS; a state: STATE_COLOURS)."""
+    return [STATE_COLOURS.get(_STATE_OF_NAME.get(n, ""), FLAME_COLOURS[k]) if k == "state"
+            else FLAME_COLOURS[k] for n, k in zip(names, kinds)]
+
+
+def flame(trace: Trace, path_or_ax: Any = None, min_share: float = 1e-3) -> Figure:
+    """The threads' time in parallel regions per Python stack, native location,
+    region and thread state (ompt_py.analysis.flame) as an icicle: the outermost
+    frame on top, each frame as wide as its share of the time (frames under
+    ``min_share`` left out), labelled where it is wide enough.  ``path_or_ax``: a
+    file to write (format from its extension: .png, .svg, .pdf), an Axes to draw
+    into, or None."""
+    from matplotlib.axes import Axes
+    from matplotlib.collections import PolyCollection
+
+    ax = path_or_ax if isinstance(path_or_ax, Axes) else None
+    ic = flame_stacks.icicle(trace, min_share=min_share)
+    nodes = ic.nodes
+    depth = int(nodes["depth"].max()) + 1 if len(nodes) else 1
+    fig, ax = _axes(ax, 12, 1.2 + 0.35 * depth)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(depth - 0.5, -0.5)
+    ax.set_yticks([])
+    ax.set_xlabel(f"share of the threads' time in parallel regions ({format_ns(ic.total_ns)})")
+    ax.set_title("Flame: time per Python stack, native location, region and thread state")
+    if nodes.empty:
+        ax.text(0.5, 0.5, "no parallel regions", transform=ax.transAxes, ha="center",
+                va="center")
+    else:
+        x0, x1 = nodes["x0"].to_numpy(), nodes["x1"].to_numpy()
+        y0, y1 = nodes["depth"].to_numpy() - 0.45, nodes["depth"].to_numpy() + 0.45
+        verts = np.stack([np.column_stack(p) for p in ((x0, y0), (x0, y1), (x1, y1),
+                                                         (x1, y0))], axis=1)
+        ax.add_collection(PolyCollection(verts, facecolors=flame_colours(
+            nodes["name"], nodes["kind"]), edgecolors="white", linewidths=0.5))
+        char = 0.6 * _LABEL_POINTS / 72 / (ax.figure.get_figwidth() * 0.8)  # of the width
+        for name, left, width, y in zip(nodes["name"], x0, x1 - x0, nodes["depth"]):
+            fits = int(width / char) - 1
+            if fits >= 4:
+                ax.text(left + char / 2, y, name if len(name) <= fits else name[:fits - 1] + "…",
+                        fontsize=_LABEL_POINTS, va="center", ha="left", clip_on=True)
+    if path_or_ax is not None and ax is not path_or_ax:
+        fig.savefig(path_or_ax, dpi=100)
+    return fig
+
+
 def locks(trace: Trace, ax: Axes | None = None, top: int = 10) -> Figure:
     """For the ``top`` locks, critical sections and ordered regions waited for the
     longest (metrics.lock_contention): the threads' total wait for each and the
@@ -486,7 +463,8 @@ def locks(trace: Trace, ax: Axes | None = None, top: int = 10) -> Figure:
     wait = table["wait_total_ns"].to_numpy(np.float64, na_value=0) / 1e6
     held = table["hold_total_ns"].to_numpy(np.float64, na_value=0) / 1e6
     ax.barh(y - 0.2, wait, height=0.4, color=STATE_COLOURS["lock_wait"], label="waited for")
-    ax.barh(y + 0.2, held, height=0.4, color=_HELD[1], label="held")
+    ax.barh(y + 0.2, held, height=0.4, color=KINDS[KIND["lock/critical held"]].colour,
+            label="held")
     room = int(0.35 * fig.get_figwidth() * 72 / (_SMALL_POINTS * 0.6))  # the tick labels
     names = [shorten(f"{k}: {where(p, loc)}", room) for k, p, loc in
              zip(table["kind"], table["py_location"], table["location"])]

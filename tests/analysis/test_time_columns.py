@@ -21,7 +21,7 @@ TABLES = {
     "imbalance": {}, "imbalance/per_thread": {"per_thread": True},
     "imbalance/source": {"by": "source"}, "imbalance/python": {"by": "python"},
     "task_granularity": {}, "lock_contention": {}, "lock_contention/python": {"by": "python"},
-    "utilisation": {}, "thread_states": {}, "advice": {},
+    "utilisation": {}, "thread_states": {}, "advice": {}, "mpi_calls": {},
 }
 PROFILE_TABLES = {"constructs": {}, "constructs/source": {"by": "source"},
                   "imbalance": {}, "imbalance/per_thread": {"per_thread": True},

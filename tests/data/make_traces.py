@@ -447,8 +447,9 @@ def _saved(b: Builds, work: Path) -> None:
     d = fresh_dir(DATA / "saved")
     d.mkdir()
     ompt_py_run(["-o", str(d / "a.parquet"), "--", b.program("parallel"), "2"], **NO_RANK)
-    ompt_py_run(["-o", str(d / "b.parquet"), "--", b.program("parallel"), "3"],
-                **{**NO_RANK, "PMI_RANK": "1"})
+    # the rank for the program only: ompt-py run with a rank writes a job's directory
+    ompt_py_run(["-o", str(d / "b.parquet"), "--", "env", "PMI_RANK=1", b.program("parallel"),
+                 "3"], **NO_RANK)
 
 
 # User regions (tests/analysis/test_user_regions.py)

@@ -16,6 +16,7 @@ import pytest
 from conftest import parallel_records, stored_path
 
 import ompt_py
+from ompt_py import schema
 
 HEADER = struct.Struct("<IIQ")
 MAGIC = 0x5450504F
@@ -141,7 +142,8 @@ def test_corrupt_raw_file(raw_file, write, damage):
         if damage == "meta_key":
             del meta["start_anchor"]
         else:
-            meta[damage] = 72 if damage == "record_size" else 7  # a version after ours
+            # a version after ours
+            meta[damage] = 72 if damage == "record_size" else schema.RECORD_VERSIONS[-1] + 1
         body = json.dumps(meta).encode()
         data = HEADER.pack(MAGIC, META, len(body)) + body + raw_file[16 + bl[0][2]:]
     p = write(data)

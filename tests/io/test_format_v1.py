@@ -29,8 +29,9 @@ COLUMNS = [
     "has_dependences", "other_task_id", "variable", "dependence_index", "dependence_count",
     "count", "instance", "chunk_iterations", "wait_id", "hint", "impl", "os_tid", "state",
     "missed", "runtime", "command", "modifier", "arg", "message_length", "device_num",
-    "target_id", "target_region_id", "bytes", "src_device", "dest_device", "requested_num_teams",
-    "message", "exit_frame", "enter_frame", "exit_frame_flags", "enter_frame_flags", "py_stack",
+    "target_id", "target_region_id", "bytes", "peer", "comm_size", "src_device", "dest_device",
+    "requested_num_teams", "message", "exit_frame", "enter_frame", "exit_frame_flags",
+    "enter_frame_flags", "py_stack",
 ]
 # per process: argv[1:], rank, written, dropped, (thread, type, written) of each thread
 PROCESSES = {

@@ -28,7 +28,8 @@ COLUMNS = [
     "other_task_id", "variable", "dependence_index", "dependence_count", "count", "instance",
     "chunk_iterations", "wait_id", "hint", "impl", "os_tid", "state", "missed", "runtime",
     "command", "modifier", "arg", "message_length", "device_num", "target_id",
-    "target_region_id", "bytes", "src_device", "dest_device", "requested_num_teams", "message",
+    "target_region_id", "bytes", "peer", "comm_size", "src_device", "dest_device",
+    "requested_num_teams", "message",
     "exit_frame", "enter_frame", "exit_frame_flags", "enter_frame_flags", "py_stack",
 ]
 INTEGERS = [c for c in COLUMNS[5:8] + COLUMNS[10:] if c != "message"]

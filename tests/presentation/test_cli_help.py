@@ -13,7 +13,7 @@ from conftest import cli, ok
 import ompt_py
 from ompt_py.presentation.cli import DESCRIPTION, EPILOG
 
-COMMANDS = ("run", "report", "export", "doctor")
+COMMANDS = ("run", "report", "export", "view", "doctor")
 
 
 def test_version():

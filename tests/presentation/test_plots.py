@@ -13,12 +13,12 @@ import re
 
 import numpy as np
 import pytest
-from conftest import cli, load_stored, stored_path
+from conftest import cli, load_stored, many_regions, stored_path
 from offload_records import OffloadRecords, program_with_device_records
 
 import ompt_py
 from ompt_py.analysis import metrics, states, tables
-from ompt_py.presentation import plots
+from ompt_py.presentation import plots, timeline
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STATES = ["busy", "barrier wait", "sync wait", "lock wait", "idle"]
@@ -35,23 +35,6 @@ def skewed() -> ompt_py.Trace:
 def tasks() -> ompt_py.Trace:
     """known tasks 12 200 6 2000: 12 tasks of 200 us and 6 of 2 ms."""
     return load_stored("plots-tasks")
-
-
-def many_regions(copies: int) -> ompt_py.Trace:
-    """The 300 regions of the stored raw file of `parallel 300`, one after another
-    ``copies`` times: each copy later than the last, with ids of its own."""
-    t = ompt_py.load(stored_path("parallel-300.omptraw"))
-    ev = t.events
-    span = int(ev["time_ns"].max()) + 1000
-    step = int(max(ev["parallel_id"].max(), ev["task_id"].max())) + 1
-    parts = []
-    for k in range(copies):
-        part = ev.copy()
-        part["time_ns"] += k * span
-        for field in ("parallel_id", "task_id"):
-            part[field][part[field] != 0] += np.uint64(k * step)
-        parts.append(part)
-    return ompt_py.Trace.from_records(np.concatenate(parts), t.meta)
 
 
 def legend(ax) -> list[str]:
@@ -280,7 +263,7 @@ def test_timeline_device_lanes_of_a_host_offload_trace():
     assert labels[-2:] == ["device 0", "device 1"] and len(labels) == 12
     assert {"device: kernel", "device: transfer to device",
             "device: transfer from device"} <= set(legend(ax))
-    drawn = plots.device_intervals(trace)
+    drawn = timeline.device_bars(trace)
     assert len(drawn) == 26
     for device, lane in ((0, 10), (1, 11)):
         mine = drawn[drawn["device"] == device]

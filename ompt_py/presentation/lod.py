@@ -1,0 +1,356 @@
+"""Levels of detail of a timeline, for a view that is one static file.
+
+A trace of 10^7 events has millions of bars: more than a browser draws quickly
+and, with what a hover shows, more than a file of a few tens of megabytes
+holds as plain arrays.  So the bars are kept in a tree of time spans, each cut
+in FANOUT equal children (node ``(depth, index)`` spans ``[index * width,
+(index + 1) * width)`` from the window's start, ``width = 2**bits / FANOUT**
+depth`` nanoseconds: exact integers, the same in Python and JavaScript):
+
+* a **leaf** is a span that holds at most LEAF_BARS bars: it keeps them
+  exactly;
+* an **inner** node keeps, per lane, layer and time bin (``bins`` per node),
+  the **aggregate** of the bars below it: the kind that covers most of the bin,
+  that share of the bin, how many bars touch it and the site of the largest;
+  consecutive bins alike are one glyph.  It also keeps exactly its **own**
+  bars: those that cross the bounds of its children (few: long ones).
+
+Each bar is kept once: in the deepest node that holds it whole, or in the leaf
+above that.  A view of a time range draws, at the depth whose nodes are as wide
+as the range or a little wider (so that a bin is one to FANOUT pixels), the
+aggregates of the inner nodes in view, the leaves in view and the own bars of
+the nodes above: at most ``2 * LEAF_BARS`` exact bars and two aggregates.  The
+file holds every bar once and the aggregates of the inner nodes, of which
+there are fewer than ``FANOUT / (FANOUT - 1) * bars / LEAF_BARS``: its size
+grows with the bars, not with the zoom.
+
+Each leaf, own list and aggregate is a **blob**: its columns, each in the
+smallest of uint8, uint16, uint32 or float64 that holds it, times as
+differences from the previous bar (or the node's start), deflated (zlib) and
+base64-encoded (encode), for the view's JavaScript to inflate when a range
+needs it.
+"""
+
+from __future__ import annotations
+
+import base64
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Children per node.
+FANOUT = 4
+_FAN_BITS = 2
+#: Most bars a leaf keeps (a deeper node is made while a span has more; a node
+#: MAX_DEPTH deep is a leaf whatever it holds).
+LEAF_BARS = 30_000
+#: The aggregate of a node: about this many glyphs at most over all its lanes
+#: (``bins`` per lane and layer: AGGREGATE_GLYPHS / lanes, a power of two from
+#: MIN_BINS to MAX_BINS).
+AGGREGATE_GLYPHS = 16_384
+MIN_BINS, MAX_BINS = 64, 1024
+MAX_DEPTH = 15
+#: Shares of a bin are kept in 1/SHARE_STEPS steps (consecutive bins of one
+#: kind, site and step are one glyph).
+SHARE_STEPS = 8
+
+#: The columns of a blob of bars (each an array of the bars' values): lane,
+#: begin (ns from the node's start, as differences from the previous bar's),
+#: duration_ns, kind, site, team, wait_ns + 1 (0: not known), sub, tracks.
+BAR_FIELDS = ["lane", "begin", "duration", "kind", "site", "team", "wait", "sub", "tracks"]
+#: The columns of a blob of an aggregate: lane, first bin (from the node's start,
+#: as differences from the previous glyph's), bins, kind (the one covering most),
+#: share (of the glyph's time it covers, 0 to 255), bars (touching it), site (of
+#: its largest bar).
+AGGREGATE_FIELDS = ["lane", "bin", "bins", "kind", "share", "bars", "site"]
+
+
+@dataclass
+class BarSet:
+    """Bars as the tree takes them: each column an array, one row per bar; ``begin``
+    and ``end`` in ns from the window's start (0 <= begin <= end < 2**bits)."""
+
+    lane: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+    kind: np.ndarray
+    layer: np.ndarray
+    site: np.ndarray
+    team: np.ndarray
+    wait: np.ndarray
+    sub: np.ndarray
+    tracks: np.ndarray
+
+    def take(self, rows: np.ndarray) -> BarSet:
+        return BarSet(*(getattr(self, f)[rows] for f in self.__dataclass_fields__))
+
+    def slice(self, a: int, b: int) -> BarSet:
+        """Rows a to b (views)."""
+        return BarSet(*(getattr(self, f)[a:b] for f in self.__dataclass_fields__))
+
+    def __len__(self) -> int:
+        return len(self.begin)
+
+
+@dataclass
+class Node:
+    """A node of the tree: ``bars`` (a leaf's, or an inner node's own) and, for an
+    inner node, ``aggregate`` (columns of AGGREGATE_FIELDS, bins absolute)."""
+
+    depth: int
+    index: int
+    leaf: bool
+    bars: BarSet
+    aggregate: dict[str, np.ndarray] | None = None
+
+
+@dataclass
+class Tree:
+    """The tree of a window: ``bits`` (the root spans 2**bits ns), ``bins`` per inner
+    node and lane, and the nodes that hold something, by (depth, index)."""
+
+    bits: int
+    bins: int
+    nodes: dict[tuple[int, int], Node] = field(default_factory=dict)
+
+    def width(self, depth: int) -> int:
+        """The span of a node ``depth`` deep, in ns."""
+        return 1 << (self.bits - _FAN_BITS * depth)
+
+    def bin_shift(self, depth: int) -> int:
+        """log2 of the width of a bin of a node ``depth`` deep (bins of at least 1 ns)."""
+        return max(self.bits - _FAN_BITS * depth - (self.bins.bit_length() - 1), 0)
+
+
+def bit_length(x: np.ndarray) -> np.ndarray:
+    """The bit length of each non-negative int64 (0 for 0)."""
+    y = x.astype(np.int64, copy=True)
+    n = np.zeros(len(y), np.int64)
+    for s in (32, 16, 8, 4, 2, 1):
+        big = (y >> s) != 0
+        n[big] += s
+        y[big] >>= s
+    return n + (y != 0)
+
+
+def build(bars: BarSet, span: int, lanes: int) -> Tree:
+    """The tree of ``bars`` over a window of ``span`` ns, with ``lanes`` lanes."""
+    bits = max(int(span).bit_length(), _FAN_BITS)
+    bits += bits % _FAN_BITS  # node widths are whole powers of FANOUT down to 1 ns
+    bins = 1 << int(np.clip(np.log2(max(AGGREGATE_GLYPHS // max(lanes, 1), 1)),
+                            np.log2(MIN_BINS), np.log2(MAX_BINS)))
+    tree = Tree(bits, bins)
+    deepest = min(MAX_DEPTH, bits // _FAN_BITS)
+    first, last = bars.begin, np.maximum(bars.begin, bars.end - 1)
+    # The deepest node holding each bar whole: as deep as begin and end agree.
+    holder = np.minimum((bits - bit_length(first ^ last)) // _FAN_BITS, deepest)
+    by_begin = np.argsort(bars.begin, kind="stable")
+    sorted_begin, sorted_end = bars.begin[by_begin], np.sort(bars.end)
+    # Top down: a node is inner while it intersects more than LEAF_BARS bars.
+    inner: list[np.ndarray] = []
+    candidates = np.zeros(1, np.int64)
+    for depth in range(deepest + 1):
+        width = tree.width(depth)
+        start = candidates * width
+        count = (np.searchsorted(sorted_begin, start + width, "left")
+                 - np.searchsorted(sorted_end, start, "right"))
+        busy = candidates[count > LEAF_BARS] if depth < deepest else candidates[:0]
+        inner.append(busy)
+        if not len(busy):
+            break
+        candidates = ((busy[:, None] << _FAN_BITS) + np.arange(FANOUT)).ravel()
+    # Each bar goes down its path until a leaf, or the inner node that holds it whole.
+    where_depth = np.full(len(bars), -1, np.int64)
+    todo = np.arange(len(bars))
+    for depth, busy in enumerate(inner):
+        index = first[todo] >> (bits - _FAN_BITS * depth)
+        at = np.minimum(np.searchsorted(busy, index), max(len(busy) - 1, 0))
+        is_inner = (busy[at] == index) if len(busy) else np.zeros(len(todo), bool)
+        here = ~is_inner | (holder[todo] == depth)
+        where_depth[todo[here]] = depth
+        todo = todo[~here]
+    where_index = first >> (bits - _FAN_BITS * where_depth)
+    # The bars in the order of their nodes (numbered depth by depth), then of begin:
+    # each node's are a slice.
+    node = ((1 << (_FAN_BITS * where_depth)) - 1) // (FANOUT - 1) + where_index
+    order = by_begin[np.argsort(node[by_begin], kind="stable")]
+    bars, where_depth, where_index = bars.take(order), where_depth[order], where_index[order]
+    cut = np.flatnonzero((where_depth[1:] != where_depth[:-1])
+                         | (where_index[1:] != where_index[:-1])) + 1
+    for a, b in zip(np.append(0, cut).tolist(), np.append(cut, len(order)).tolist()):
+        if a < b:
+            key = (int(where_depth[a]), int(where_index[a]))
+            is_inner = key[0] < len(inner) and _has(inner[key[0]], key[1])
+            tree.nodes[key] = Node(*key, not is_inner, bars.slice(a, b))
+    for depth, busy in enumerate(inner):
+        for index in busy.tolist():
+            tree.nodes.setdefault((depth, index), Node(depth, index, False, bars.slice(0, 0)))
+    _aggregate(tree, bars, where_depth, inner)
+    return tree
+
+
+def _has(sorted_values: np.ndarray, value: int) -> bool:
+    at = np.searchsorted(sorted_values, value)
+    return bool(at < len(sorted_values) and sorted_values[at] == value)
+
+
+def _aggregate(tree: Tree, bars: BarSet, where_depth: np.ndarray,
+               inner: list[np.ndarray]) -> None:
+    """Fills the aggregate of every inner node: per lane, layer and bin, the time
+    each kind covers (from the deepest inner level up: a level's bins are made of
+    FANOUT bins of the level below, plus the bars kept one level down), then the
+    kind covering most, its share, the bars and the site of the largest.
+    ``bars`` are in the order of ``where_depth``."""
+    # Per (lane, layer, kind, bin) of the level below; the loop ends on an empty level.
+    table: dict[str, np.ndarray] | None = None
+    for depth in range(len(inner) - 1, -1, -1):
+        if not len(inner[depth]):
+            continue
+        shift = tree.bin_shift(depth)
+        a, b = np.searchsorted(where_depth, [depth + 1, depth + 2])
+        fresh = _binned(bars.slice(a, b), shift)
+        if table is not None:
+            below = tree.bin_shift(depth + 1)
+            table = dict(table, bin=table["bin"] >> (shift - below))
+            fresh = {k: np.concatenate([table[k], fresh[k]]) for k in fresh}
+        table = _summed(fresh)
+        node = table["bin"] >> (tree.bits - _FAN_BITS * depth - shift)
+        for index in inner[depth].tolist():
+            mine = node == index
+            tree.nodes[(depth, index)].aggregate = _glyphs(
+                {k: v[mine] for k, v in table.items()}, shift)
+
+
+def _binned(b: BarSet, shift: int) -> dict[str, np.ndarray]:
+    """Each bar cut at the bins (of 2**shift ns) it touches: lane, layer, kind, bin,
+    covered (ns), bars (1 per piece), largest (the bar's own length) and site."""
+    first, last = b.begin >> shift, np.maximum(b.begin, b.end - 1) >> shift
+    pieces = (last - first + 1).astype(np.int64)
+    row = np.repeat(np.arange(len(b)), pieces)
+    step = np.arange(len(row)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    bin_ = first[row] + step
+    lo = np.maximum(b.begin[row], bin_ << shift)
+    hi = np.minimum(b.end[row], (bin_ + 1) << shift)
+    return {"lane": b.lane[row].astype(np.int64), "layer": b.layer[row].astype(np.int64),
+            "kind": b.kind[row].astype(np.int64), "bin": bin_, "covered": hi - lo,
+            "bars": np.ones(len(row), np.int64),
+            "largest": (b.end - b.begin)[row].astype(np.int64), "site": b.site[row]}
+
+
+def _key(bin_: np.ndarray, *keys: np.ndarray) -> np.ndarray:
+    """One int64 per row, in the order of ``keys`` (small, non-negative), then of
+    ``bin_``: the keys' combination shifted above the bins (made dense first when
+    it would not fit)."""
+    combined = np.zeros(len(bin_), np.int64)
+    for k in keys:
+        combined = combined * (int(k.max()) + 1 if len(k) else 1) + k
+    shift = int(bin_.max()).bit_length() if len(bin_) else 0
+    if len(combined) and int(combined.max()).bit_length() + shift > 62:
+        combined = np.unique(combined, return_inverse=True)[1].ravel()
+    return combined << shift | bin_
+
+
+def _first_of_groups(key: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of sorted ``key`` starts."""
+    new = np.ones(len(key), bool)
+    new[1:] = key[1:] != key[:-1]
+    return np.flatnonzero(new)
+
+
+def _summed(t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Rows of one lane, layer, kind and bin as one: covered and bars summed, the
+    largest bar's length and site kept."""
+    if not len(t["bin"]):
+        return t
+    key = _key(t["bin"], t["lane"], t["layer"], t["kind"])
+    order = np.argsort(key, kind="stable")
+    starts = _first_of_groups(key[order])
+    largest = t["largest"][order]
+    most = np.maximum.reduceat(largest, starts)
+    # The first row of each group holding its largest bar.
+    sizes = np.diff(np.append(starts, len(order)))
+    hits = np.flatnonzero(largest == np.repeat(most, sizes))
+    pick = order[hits[np.searchsorted(hits, starts)]]
+    out = {k: t[k][pick] for k in ("lane", "layer", "kind", "bin", "largest", "site")}
+    out["covered"] = np.add.reduceat(t["covered"][order], starts)
+    out["bars"] = np.add.reduceat(t["bars"][order], starts)
+    return out
+
+
+def _glyphs(t: dict[str, np.ndarray], shift: int) -> dict[str, np.ndarray]:
+    """Per lane, layer and bin the kind covering most (its share, the bars of every
+    kind, the site of that kind's largest bar), consecutive bins alike as one."""
+    if not len(t["bin"]):
+        return {f: np.empty(0, np.int64) for f in AGGREGATE_FIELDS}
+    key = _key(t["bin"], t["lane"], t["layer"])
+    order = np.lexsort((-t["covered"], key))
+    t = {k: v[order] for k, v in t.items()}
+    at = _first_of_groups(key[order])
+    top = {k: t[k][at] for k in ("lane", "layer", "kind", "bin", "site")}
+    bars = np.add.reduceat(t["bars"], at)
+    share = np.minimum(t["covered"][at] / float(1 << shift), 1.0)
+    step = np.maximum(np.ceil(share * SHARE_STEPS), 1).astype(np.int64)
+    # Consecutive bins of one lane, layer, kind, site and step: one glyph.
+    run = np.ones(len(at), bool)
+    run[1:] = ((top["lane"][1:] != top["lane"][:-1]) | (top["layer"][1:] != top["layer"][:-1])
+               | (top["kind"][1:] != top["kind"][:-1]) | (top["site"][1:] != top["site"][:-1])
+               | (step[1:] != step[:-1]) | (top["bin"][1:] != top["bin"][:-1] + 1))
+    starts = np.flatnonzero(run)
+    covered = np.add.reduceat(share, starts)
+    bins = np.diff(np.append(starts, len(at)))
+    return {"lane": top["lane"][starts], "bin": top["bin"][starts], "bins": bins,
+            "kind": top["kind"][starts],
+            "share": np.round(covered / bins * 255).astype(np.int64),
+            "bars": np.add.reduceat(bars, starts), "site": top["site"][starts]}
+
+
+# ---- blobs ---------------------------------------------------------------------------------
+
+
+def _smallest(values: np.ndarray) -> np.ndarray:
+    """``values`` (integers >= 0) in the smallest of uint8, uint16, uint32 or float64."""
+    most = int(values.max()) if len(values) else 0
+    for dtype in (np.uint8, np.uint16, np.uint32):
+        if most <= np.iinfo(dtype).max:
+            return values.astype(dtype)
+    return values.astype(np.float64)
+
+
+_CODES = {np.dtype(np.uint8): "u1", np.dtype(np.uint16): "u2", np.dtype(np.uint32): "u4",
+          np.dtype(np.float64): "f8"}
+
+
+def encode(columns: list[np.ndarray]) -> dict:
+    """A blob: ``n`` rows, ``types`` (of each column: u1, u2, u4 or f8, little-endian)
+    and ``data``, the columns one after the other, deflated and base64-encoded."""
+    small = [_smallest(np.asarray(c, np.int64)) for c in columns]
+    raw = b"".join(c.astype(c.dtype.newbyteorder("<"), copy=False).tobytes() for c in small)
+    return {"n": len(columns[0]) if columns else 0, "types": [_CODES[c.dtype] for c in small],
+            "data": base64.b64encode(zlib.compress(raw, 1)).decode("ascii")}
+
+
+def decode(blob: dict, fields: list[str]) -> dict[str, np.ndarray]:
+    """The columns of a blob (what the view's JavaScript does, for tests)."""
+    raw = zlib.decompress(base64.b64decode(blob["data"]))
+    out, at, n = {}, 0, blob["n"]
+    for name, code in zip(fields, blob["types"]):
+        dtype = np.dtype({"u1": "<u1", "u2": "<u2", "u4": "<u4", "f8": "<f8"}[code])
+        out[name] = np.frombuffer(raw, dtype, n, at).astype(np.int64)
+        at += n * dtype.itemsize
+    return out
+
+
+def bar_columns(b: BarSet, start: int) -> list[np.ndarray]:
+    """The columns of BAR_FIELDS of bars sorted by begin, in a node starting at ``start``."""
+    return [b.lane, np.diff(b.begin, prepend=start), b.end - b.begin, b.kind, b.site, b.team,
+            b.wait + 1, b.sub, b.tracks]
+
+
+def aggregate_columns(a: dict[str, np.ndarray], first_bin: int) -> list[np.ndarray]:
+    """The columns of AGGREGATE_FIELDS of an aggregate whose node starts at bin
+    ``first_bin``, its glyphs sorted by bin."""
+    order = np.argsort(a["bin"], kind="stable")
+    a = {k: v[order] for k, v in a.items()}
+    return [a["lane"], np.diff(a["bin"], prepend=first_bin), a["bins"], a["kind"], a["share"],
+            a["bars"], a["site"]]
