@@ -22,7 +22,7 @@ import pytest
 from conftest import cli, load_stored, no_traceback, ok, stored_path
 from test_export import ns
 
-from ompt_py.io import export
+from ompt_py.io import export, perfetto_proto
 from ompt_py.io.filters import ExportFilter
 from ompt_py.io.perfetto import tracks
 
@@ -301,3 +301,15 @@ def same_column(got, want) -> None:
     assert got.kind == want.kind and got.table == want.table
     np.testing.assert_array_equal(got.values, want.values)
     np.testing.assert_array_equal(got.missing, want.missing)
+
+
+def test_packets_made_in_many_batches(monkeypatch, tmp_path):
+    """Packets made a few at a time (each batch interning its new strings) read
+    back as when made at once."""
+    monkeypatch.setattr(perfetto_proto, "PACKETS_AT_ONCE", 64)
+    trace = load_stored("export-mixed")
+    proto, doc = both(trace, tmp_path)
+    events = doc["traceEvents"]
+    assert same_slices(proto, events) > 64
+    same_flows(proto, events)
+    same_counters(proto, events)
