@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ..records import time_order
 from .filters import ExportFilter
 from .streaming import Column, Progress, batches, in_order, named, number, output, render_rows
 
@@ -52,7 +53,7 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
     without building the whole frame: the rows go in time order, a batch at a time.
     Of the events ``flt`` keeps (default: all; CSV has no metadata to say so)."""
     trace = (flt or ExportFilter()).events(trace)
-    order = np.argsort(trace.events["time_ns"], kind="stable")
+    order = time_order(trace.events["time_ns"])
     trace.pids_at(order[:0])  # the pid column, if it needs one, made before the threads read it
     jobs = (lambda p=part: _csv_text(trace, order[p], header=p.start == 0)
             for part in batches(max(len(order), 1)))
