@@ -139,6 +139,11 @@ def processes(trace: Trace) -> np.ndarray:
     return np.union1d(np.unique(trace.pids) if len(trace) else known[:0], known).astype(np.int64)
 
 
+def several(trace: Trace) -> bool:
+    """Whether the trace holds more than one rank of a job (processes with a rank)."""
+    return len({p.get("rank") for p in trace.meta.get("processes", [])} - {None}) > 1
+
+
 def _fill(values: pd.Series, pids: np.ndarray, default: int) -> np.ndarray:
     """``values`` (indexed by pid) for ``pids``, ``default`` where it has none."""
     return values.reindex(pids).fillna(default).to_numpy(np.int64)

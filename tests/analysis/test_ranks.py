@@ -1,7 +1,6 @@
 """Across ranks (Trace.ranks, Trace.rank_imbalance; analysis/ranks.py) on hand-made
-jobs: each rank the OpenMP events of one stored trace (known-skewed-static: a
-skewed static loop, whose figures the single-process analyses give) under a pid
-and rank of its own, with hand-made MPI records (record version 7) whose
+jobs (tests/mpi_records.py: each rank the OpenMP events of known-skewed-static,
+whose figures the single-process analyses give, with MPI records) whose
 arrivals are known: the late rank of each phase, the others' waits, calls
 missing or of other names, communicators smaller than the job; region markers
 without MPI calls; a trace of one process."""
@@ -12,68 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import load_stored
+from mpi_records import ALLREDUCE, BCAST, PID, RANKS, barriers, job, mpi
 
 import ompt_py
 from ompt_py import _core
 from ompt_py.analysis import metrics, ranks
 from ompt_py.analysis.states import thread_totals
-from ompt_py.records import (
-    EVENT_CODES,
-    EVENT_DTYPE,
-    MPI_BYTES_UNKNOWN,
-    SCOPE_BEGIN,
-    SCOPE_BEGINEND,
-    SCOPE_END,
-)
-
-RANKS = 4
-PID = 100  # rank r's pid: PID + r
-BARRIER, ALLREDUCE, BCAST = _core.MPI_BARRIER, _core.MPI_ALLREDUCE, _core.MPI_BCAST
-
-
-def mpi(rank: int, call: int, begin: int, end: int, size: int = RANKS) -> tuple:
-    return (rank, call, begin, end, size)
-
-
-def records(rows: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
-    """mpi records of rows (rank, call, begin, end, comm_size), and their pids."""
-    ev = np.zeros(len(rows), EVENT_DTYPE)
-    for i, (_, call, begin, end, size) in enumerate(rows):
-        ev[i]["event"], ev[i]["endpoint"], ev[i]["kind"] = EVENT_CODES["mpi"], SCOPE_BEGINEND, call
-        ev[i]["time_ns"], ev[i]["u64b"], ev[i]["u64a"] = begin, end, MPI_BYTES_UNKNOWN
-        ev[i]["u32a"], ev[i]["u32b"] = 0xFFFF_FFFF, size
-    return ev, np.array([PID + r[0] for r in rows], np.int32)
-
-
-def job(rows: list[tuple], ranks_: int = RANKS, omp: bool = True) -> ompt_py.Trace:
-    """A job of ``ranks_`` ranks: each the OpenMP events of known-skewed-static
-    (with ``omp``), and the mpi records of ``rows``."""
-    base = load_stored("known-skewed-static")
-    (proc,) = base.meta["processes"]
-    parts, pids, procs = [], [], []
-    for r in range(ranks_):
-        if omp:
-            parts.append(base.events.copy())
-            pids.append(np.full(len(base.events), PID + r, np.int32))
-        procs.append({**proc, "pid": PID + r, "rank": r, "local_rank": r % 2,
-                      "hostname": f"node{r // 2}", "job_id": "j1",
-                      "mpi": {"rank": r, "size": ranks_, "source": "pmpi"}})
-    ev, who = records(rows)
-    parts.append(ev)
-    pids.append(who)
-    meta = {**base.meta, "processes": procs}
-    return ompt_py.Trace.from_records(np.concatenate(parts), meta, pids=np.concatenate(pids))
-
-
-def barriers(arrive: list[list[int]], stay: int = 100) -> list[tuple]:
-    """One barrier per row of ``arrive`` (each rank's arrival), every rank leaving
-    ``stay`` ns after the last arrives."""
-    rows = []
-    for times in arrive:
-        leave = max(times) + stay
-        rows += [mpi(r, BARRIER, t, leave) for r, t in enumerate(times)]
-    return rows
-
+from ompt_py.records import EVENT_CODES, EVENT_DTYPE, SCOPE_BEGIN, SCOPE_END
 
 # Arrivals at three barriers: rank 2 is last at the second by 5000 ns over rank 1.
 ARRIVE = [[1000, 1010, 1020, 1030], [9000, 10000, 15000, 9500], [20000, 20100, 20050, 21000]]
@@ -245,3 +189,43 @@ def test_ranks_without_phases_say_why():
 def test_a_bad_by_says_what_to_use():
     with pytest.raises(ValueError, match="'phase', 'rank' or 'arrival'"):
         job(barriers(ARRIVE)).rank_imbalance(by="call")
+
+
+def late_job(late_by: int) -> ompt_py.Trace:
+    """Six barriers 100 ms apart; rank 2 arrives ``late_by`` ns after the others in
+    four of them, rank 3 10 ns after the others in the other two."""
+    arrive = [[100_000_000 * k + 10 * r + (late_by if k % 3 != 1 and r == 2 else 0)
+               for r in range(RANKS)] for k in range(6)]
+    return job(barriers(arrive))
+
+
+def test_the_summary_of_a_job_has_a_ranks_section_and_advice_on_the_late_rank():
+    s = late_job(50_000_000).summary()
+    assert s.ranks["rank"].tolist() == list(range(RANKS))
+    assert s.ranks["late"].tolist() == [0, 0, 4, 2]
+    # rank 2 at 20 + L, the others at 0, 10 and 30: they lose 3L + 20 in each of 4 phases
+    assert s.ranks["caused_ns"].iat[2] == 4 * (3 * 50_000_000 + 20)
+    assert s.phases["late_rank"].tolist()[:4] == [2] * 4 and s.phases.attrs["phases"] == 6
+    assert "calls_match" not in s.phases  # every call matched
+    text = s.document(100).text()
+    assert "Ranks (late: phases it arrived last in" in text
+    assert "across 4 ranks and 6 phases: rank 2 arrived last in 4 of them" in text
+    late = s.advice[s.advice["rule"] == "late rank"]
+    assert late["pid"].tolist() == [PID + 2]
+    assert late["stake_ns"].tolist() == [s.ranks["caused_ns"].iat[2]]
+    assert "rank 2 (pid 102) arrived last in 4 of the 6 phases" in late["finding"].iat[0]
+
+
+def test_a_rank_late_in_half_the_phases_or_by_little_gets_no_advice():
+    assert "late rank" not in set(late_job(5_000).summary().advice["rule"])  # too little
+    arrive = [[100_000_000 * k + 10 * r + (50_000_000 if k % 2 and r == 2 else 0)
+               for r in range(RANKS)] for k in range(6)]
+    s = job(barriers(arrive)).summary()
+    assert s.ranks["late"].iat[2] == 3  # half the phases, not most
+    assert "late rank" not in set(s.advice["rule"])
+
+
+def test_the_summary_of_one_process_has_no_ranks_section():
+    s = load_stored("known-skewed-static").summary()
+    assert s.ranks is None and s.phases is None
+    assert "Ranks" not in s.document(100).text()
