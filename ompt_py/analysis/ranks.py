@@ -271,10 +271,12 @@ def compare(arrived: pd.DataFrame, by: str = "phase", processes: int | None = No
         out = a[ARRIVAL_BY_COLUMNS]
     else:
         late = a[a["late"]].set_index("phase")
-        calls = g["call"].agg(lambda c: "/".join(pd.unique(c)))
+        calls, names = g["call"].first(), g["call"].nunique()
+        for phase in names.index[names > 1]:  # calls matched by order that differ
+            calls[phase] = "/".join(pd.unique(a.loc[a["phase"] == phase, "call"]))
         phases = pd.DataFrame({
             "phase": calls.index.to_numpy(np.int64), "call": calls.to_numpy(object),
-            "calls_match": g["call"].nunique().to_numpy() == 1,
+            "calls_match": names.to_numpy() == 1,
             "ranks": g["pid"].size().to_numpy(),
             "first_arrival_ns": g["begin_ns"].min().to_numpy(np.int64),
             "last_arrival_ns": g["begin_ns"].max().to_numpy(np.int64),
