@@ -9,8 +9,9 @@ as every export is):
 
 * a location group (OTF2_LOCATION_GROUP_TYPE_PROCESS) per process, named as
   Perfetto names it (its command, "rank N: " first when it had a rank: the
-  ranks of an MPI job on one time axis, rank 0's clock), under one system
-  tree node; in it a location (CPU_THREAD) per thread ("thread N
+  ranks of an MPI job on one time axis, rank 0's clock), under the system
+  tree node of its host (class "node", its hostname), under one node
+  "machine"; in it a location (CPU_THREAD) per thread ("thread N
   (type)"), and a location (METRIC) "threads waiting" for the counter; a group
   of type ACCELERATOR per process with offload ("devices of" the process's
   name), its location (ACCELERATOR_STREAM) per device track ("device N
@@ -118,7 +119,7 @@ class _Names:
     """The archive's strings (a StringRef each) and regions (per name and role)."""
 
     def __init__(self) -> None:
-        self.strings: list[str] = ["machine", "machine"]  # the system tree node, its class
+        self.strings: list[str] = []
         self.refs: dict[str, int] = {}
         self.regions: list[tuple[int, int, int]] = []
         self.region_ids: dict[tuple[str, int, int], int] = {}
@@ -187,8 +188,15 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
     counters = [s for s, kind in zip(sources, kinds) if kind is Counter]
     del sources
     names = _Names()
+    # The system tree: the machine, and under it a node per host of the processes.
+    host = {p["pid"]: p.get("hostname") for p in trace.meta.get("processes", [])}
+    nodes = [(names.ref("machine"), names.ref("machine"), -1)]
+    node_of: dict[str, int] = {}
+    for name in sorted({h for h in host.values() if h}):
+        node_of[name] = len(nodes)
+        nodes.append((names.ref(name), names.ref("node"), 0))
     # Groups and locations, from the metadata's processes and tracks.
-    groups: list[tuple[int, int, int]] = []
+    groups: list[tuple[int, int, int, int]] = []
     locations: list[tuple[int, int, int]] = []
     group_of: dict[int, int] = {}
     devices_of: dict[int, int] = {}
@@ -197,14 +205,15 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
         pid = m["pid"]
         if m["name"] == "process_name":
             group_of[pid] = len(groups)
-            groups.append((names.ref(m["args"]["name"]), _GROUP_PROCESS, -1))
+            groups.append((names.ref(m["args"]["name"]), _GROUP_PROCESS, -1,
+                           node_of.get(host.get(pid) or "", 0)))
         elif m["name"] == "thread_name":
             tid = m["tid"]
             if tid >= DEVICE_TID and pid not in devices_of:
                 devices_of[pid] = len(groups)
                 process = names.strings[groups[group_of[pid]][0]]
                 groups.append((names.ref(f"devices of {process}"), _GROUP_ACCELERATOR,
-                               group_of[pid]))
+                               group_of[pid], groups[group_of[pid]][3]))
             group = devices_of[pid] if tid >= DEVICE_TID else group_of[pid]
             index[pid, tid] = len(locations)
             locations.append((names.ref(m["args"]["name"]),
@@ -232,7 +241,7 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
     partial = f"{path}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        otf2.write(partial, names.strings, names.regions, groups, locations, order.seq,
+        otf2.write(partial, names.strings, names.regions, nodes, groups, locations, order.seq,
                    order.begin, order.end, order.track, region, members, metrics, 0,
                    max(ends, default=0), properties)
         if os.path.isdir(path):
