@@ -169,7 +169,8 @@ def test_the_delayed_rank_is_late_at_the_barriers_and_the_others_wait_for_it(per
     """Trace.ranks and Trace.rank_imbalance (docs/mpi.md, Across ranks) of the job:
     each step of hybrid.c closes three phases (its barrier, allreduce and bcast on
     MPI_COMM_WORLD), and rank LATE, asleep before each barrier, arrives last there;
-    the report has a Ranks section."""
+    the report lists the ranks in order, with their hosts and clocks, and has a
+    Ranks section."""
     cwd, r = per_rank
     t = load(cwd / "run1")
     table = t.ranks()
@@ -190,6 +191,9 @@ def test_the_delayed_rank_is_late_at_the_barriers_and_the_others_wait_for_it(per
     assert late["rank"].iat[0] == LATE  # the others lost the most waiting for it
     assert late["caused_ns"].iat[0] == phases.loc[phases["late_rank"] == LATE, "lost_ns"].sum()
     report = ok(cli("report", cwd / "run1", env={"COLUMNS": "120"}))
+    ranks_listed = re.findall(r"^  rank (\d+) \(pid \d+\): ", report.stdout, re.M)
+    assert ranks_listed == [str(rank) for rank in range(RANKS)]  # in rank order
+    assert report.stdout.count("clock: offset ") == RANKS - 1
     assert "Ranks (late: phases it arrived last in" in report.stdout
     assert f"across {RANKS} ranks and {3 * steps:,} phases: rank {LATE} arrived last" in (
         " ".join(report.stdout.split()))
