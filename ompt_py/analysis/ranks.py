@@ -238,11 +238,15 @@ def compare(arrived: pd.DataFrame, by: str = "phase", processes: int | None = No
             ) -> pd.DataFrame:
     """rank_imbalance from arrivals (``arrivals`` of a trace, or of the partitions
     of a dataset concatenated) of a job of ``processes`` processes (default: those
-    that arrived anywhere): see rank_imbalance."""
+    that arrived anywhere): see rank_imbalance.  Where some are MPI calls, region
+    markers (of partitions without MPI calls) are left out, as ``arrivals`` of
+    the whole trace leaves them."""
     if by not in ("phase", "rank", "arrival"):
         raise ValueError(f"by={by!r}: use 'phase', 'rank' or 'arrival'")
     notes: list[str] = []
     a = arrived.reset_index(drop=True)
+    if (a["source"] == "mpi").any():  # partitions without MPI calls gave region markers
+        a = a[a["source"] == "mpi"].reset_index(drop=True)
     region = bool(len(a)) and (a["source"] == "region").all()
     arriving = a["pid"].nunique()
     if arriving < 2:

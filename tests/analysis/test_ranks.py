@@ -135,6 +135,10 @@ def test_each_ranks_row_is_a_function_of_its_process_alone():
     arrived = pd.concat([ranks.arrivals(p) for p in parts], ignore_index=True)
     for by in ("phase", "rank", "arrival"):
         pd.testing.assert_frame_equal(ranks.compare(arrived, by), t.rank_imbalance(by))
+    # a partition without MPI calls gives its region markers: the MPI arrivals count
+    regions = ranks.arrivals(markers([(0, 1, 0, 500), (1, 1, 0, 600)]))
+    pd.testing.assert_frame_equal(ranks.compare(pd.concat([arrived, regions]), "phase"),
+                                  t.rank_imbalance())
 
 
 def test_without_mpi_calls_the_ranks_table_has_no_mpi_columns():
