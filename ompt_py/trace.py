@@ -641,6 +641,27 @@ class Trace:
 
     # ---- answers (ompt_py.analysis.metrics, .summary) ---------------------------------
 
+    def ranks(self) -> pd.DataFrame:
+        """Per rank of an MPI job (per process), its OpenMP figures side by side:
+        rank, pid, host, local_rank, threads, wall span, time in parallel
+        regions, its threads' busy and waiting time, its own OpenMP imbalance,
+        and its time in MPI calls by kind when they were recorded (see
+        analysis/ranks.py rank_rows; docs/mpi.md)."""
+        from .analysis import ranks
+
+        return ranks.ranks(self)
+
+    def rank_imbalance(self, by: str = "phase") -> pd.DataFrame:
+        """Across ranks: per phase (between MPI barriers and collectives every rank
+        takes part in, or region markers without MPI calls), the rank that
+        arrived last and the time the others lost waiting for it; ``by="rank"``:
+        per rank, how often it was late and what the others lost for it;
+        ``by="arrival"``: each rank's arrival per phase (see analysis/ranks.py
+        rank_imbalance; docs/mpi.md)."""
+        from .analysis import ranks
+
+        return ranks.rank_imbalance(self, by=by)
+
     def summary(self, top: int = 10) -> Summary:
         """The main answers together: time per Python line (with Python stacks),
         construct and source location, thread states, the most imbalanced regions,

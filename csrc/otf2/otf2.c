@@ -70,11 +70,12 @@ typedef struct {
   Py_ssize_t n;
 } metric_series;
 
-/* The definitions: strings, regions, the system tree node, groups, locations
+/* The definitions: strings, regions, the system tree nodes, groups, locations
  * (with their event counts), the metric's members and class. */
 static int write_definitions(OTF2_Archive *archive, PyObject *strings, PyObject *regions,
-                             PyObject *groups, PyObject *locations, const uint64_t *counts,
-                             PyObject *members, uint64_t offset, uint64_t length) {
+                             PyObject *nodes, PyObject *groups, PyObject *locations,
+                             const uint64_t *counts, PyObject *members, uint64_t offset,
+                             uint64_t length) {
   OTF2_GlobalDefWriter *defs = OTF2_Archive_GetGlobalDefWriter(archive);
   if (!defs) return failed(OTF2_ERROR_MEM_ALLOC_FAILED, "global definitions");
   if (failed(OTF2_GlobalDefWriter_WriteClockProperties(defs, 1000000000, offset, length,
@@ -96,16 +97,35 @@ static int write_definitions(OTF2_Archive *archive, PyObject *strings, PyObject 
                "region"))
       return -1;
   }
-  /* strings[0] names the machine, strings[1] its class */
-  if (failed(OTF2_GlobalDefWriter_WriteSystemTreeNode(defs, 0, 0, 1, OTF2_UNDEFINED_SYSTEM_TREE_NODE),
-             "system tree node"))
-    return -1;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nodes); i++) {
+    unsigned int name, class_name;
+    int parent;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(nodes, i), "IIi", &name, &class_name, &parent))
+      return -1;
+    if (parent >= i) {
+      PyErr_SetString(PyExc_ValueError, "_otf2.write: a system tree node's parent is not "
+                                        "defined before it");
+      return -1;
+    }
+    if (failed(OTF2_GlobalDefWriter_WriteSystemTreeNode(
+                   defs, (OTF2_SystemTreeNodeRef)i, name, class_name,
+                   parent < 0 ? OTF2_UNDEFINED_SYSTEM_TREE_NODE : (OTF2_SystemTreeNodeRef)parent),
+               "system tree node"))
+      return -1;
+  }
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(groups); i++) {
-    unsigned int name, type;
+    unsigned int name, type, node;
     int creator;
-    if (!PyArg_ParseTuple(PyList_GET_ITEM(groups, i), "IIi", &name, &type, &creator) ||
-        failed(OTF2_GlobalDefWriter_WriteLocationGroup(
-                   defs, (OTF2_LocationGroupRef)i, name, (OTF2_LocationGroupType)type, 0,
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(groups, i), "IIiI", &name, &type, &creator, &node))
+      return -1;
+    if (node >= PyList_GET_SIZE(nodes)) {
+      PyErr_SetString(PyExc_ValueError, "_otf2.write: a location group's system tree node is "
+                                        "not defined");
+      return -1;
+    }
+    if (failed(OTF2_GlobalDefWriter_WriteLocationGroup(
+                   defs, (OTF2_LocationGroupRef)i, name, (OTF2_LocationGroupType)type,
+                   (OTF2_SystemTreeNodeRef)node,
                    creator < 0 ? OTF2_UNDEFINED_LOCATION_GROUP : (OTF2_LocationGroupRef)creator),
                "location group"))
       return -1;
@@ -155,7 +175,8 @@ PyDoc_STRVAR(write_doc,
 static PyObject *py_write(PyObject *m, PyObject *args) {
   (void)m;
   const char *directory;
-  PyObject *strings, *regions, *groups, *locations, *objs[5], *members, *metrics, *properties;
+  PyObject *strings, *regions, *nodes, *groups, *locations, *objs[5], *members, *metrics,
+      *properties;
   unsigned long long offset, length;
   Py_buffer bufs[5] = {{0}};
   Py_ssize_t n = -1, nseq = -1, nlocations;
@@ -165,8 +186,9 @@ static PyObject *py_write(PyObject *m, PyObject *args) {
   OTF2_EvtWriter **writers = NULL;
   OTF2_Archive *archive = NULL;
   PyObject *result = NULL;
-  if (!PyArg_ParseTuple(args, "sO!O!O!O!OOOOOO!O!KKO!", &directory, &PyList_Type, &strings,
-                        &PyList_Type, &regions, &PyList_Type, &groups, &PyList_Type, &locations,
+  if (!PyArg_ParseTuple(args, "sO!O!O!O!O!OOOOOO!O!KKO!", &directory, &PyList_Type, &strings,
+                        &PyList_Type, &regions, &PyList_Type, &nodes, &PyList_Type, &groups,
+                        &PyList_Type, &locations,
                         &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &PyList_Type, &members,
                         &PyList_Type, &metrics, &offset, &length, &PyList_Type, &properties))
     return NULL;
@@ -194,8 +216,8 @@ static PyObject *py_write(PyObject *m, PyObject *args) {
   }
   nseries = PyList_GET_SIZE(metrics);
   Py_ssize_t nmembers = PyList_GET_SIZE(members);
-  if (nmembers > 255 || PyList_GET_SIZE(strings) < 2) {
-    PyErr_SetString(PyExc_ValueError, "_otf2.write: at most 255 metric members, 2 strings or more");
+  if (nmembers > 255) {
+    PyErr_SetString(PyExc_ValueError, "_otf2.write: at most 255 metric members");
     goto done;
   }
   series = PyMem_Calloc((size_t)nseries + 1, sizeof *series);
@@ -291,8 +313,8 @@ static PyObject *py_write(PyObject *m, PyObject *args) {
       goto done;
   }
   if (failed(OTF2_Archive_CloseDefFiles(archive), "definition files") ||
-      write_definitions(archive, strings, regions, groups, locations, counts, members, offset,
-                        length) < 0)
+      write_definitions(archive, strings, regions, nodes, groups, locations, counts, members,
+                        offset, length) < 0)
     goto done;
   rc = OTF2_Archive_Close(archive);
   archive = NULL;

@@ -12,6 +12,8 @@
 * ``metrics``: constructs, imbalance, task granularity, lock contention,
   utilisation; ``advice``: what to do, computed from them (rules with
   thresholds); ``summary``: the answers together, as tables and as text.
+* ``ranks``: across the processes of an MPI job: each rank's figures side by
+  side, the rank late per phase and what the others lost waiting for it.
 * ``flame``: the threads' time per Python stack, location and thread state
   (the flame view, the speedscope export).
 * ``cache``: the derived tables of each trace, made once.

@@ -16,6 +16,11 @@ and each with its threshold (docs/reports.md lists them):
 * **contended lock** (``CONTENDED_LOCK``): a lock (critical section, ordered
   region) held most of the time it is waited for: two or more threads, and
   the time they waited for it at least LOCK_WAIT_SHARE of the time it was held.
+* **late rank** (``LATE_RANK``): across the ranks of an MPI job, one rank
+  arrives last at the synchronisations that end the phases (ranks.
+  rank_imbalance) in more than LATE_SHARE of the phases it takes part in, over
+  at least LATE_MIN_PHASES phases; the time at stake is what the other ranks
+  lost waiting for it there.
 
 A rule speaks only where the time at stake (threads' time lost to fork/join,
 to the imbalance, to creating the tasks, waiting for the lock) is at least
@@ -32,7 +37,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ..units import format_ns, format_share, ns_columns
-from . import metrics, tables
+from . import metrics, ranks, tables
 from .metrics import NO_PYTHON
 from .states import require_states
 
@@ -41,6 +46,7 @@ if TYPE_CHECKING:
 
 SHORT_REGIONS, STATIC_IMBALANCE = "short regions", "static imbalance"
 SMALL_TASKS, CONTENDED_LOCK = "small tasks", "contended lock"
+LATE_RANK = "late rank"
 #: The least time at stake, as a share of the threads' busy time in parallel regions.
 STAKE_SHARE = 0.05
 #: Short regions: fork/join's least share of the regions' time, the least regions.
@@ -51,6 +57,9 @@ IMBALANCE = 1.2
 TASK_COST_FACTOR, TASK_MIN = 2.0, 100
 #: Contended lock: the least time waited, as a share of the time held.
 LOCK_WAIT_SHARE = 0.5
+#: Late rank: the share of its phases one rank must arrive last in (more than), the
+#: least phases.
+LATE_SHARE, LATE_MIN_PHASES = 0.5, 3
 #: The rules a profile cannot give, and why.
 CANNOT_FROM_PROFILE = {
     STATIC_IMBALANCE: "a profile does not tie a loop (and its schedule) to its region",
@@ -164,13 +173,36 @@ def contended_locks(locks: pd.DataFrame, least_ns: float) -> list[dict]:
     return out
 
 
+def late_rank(late: pd.DataFrame, least_ns: float) -> list[dict]:
+    """LATE_RANK over the ranks' lateness (ranks.rank_imbalance by="rank")."""
+    out = []
+    for r in late.itertuples():
+        if not (r.phases >= LATE_MIN_PHASES and r.late > LATE_SHARE * r.phases
+                and r.caused_ns >= least_ns):
+            continue
+        who = f"pid {r.pid}" if pd.isna(r.rank) else f"rank {r.rank} (pid {r.pid})"
+        out.append({"rule": LATE_RANK, "pid": r.pid, "py_location": None, "location": None,
+                    "stake_ns": r.caused_ns,
+                    "finding": f"{who} arrived last in {r.late:,} of the {r.phases:,} phases "
+                               f"it took part in ({format_share(r.late_share)}); the other "
+                               f"ranks lost {format_ns(r.caused_ns)} waiting for it there",
+                    "advice": "one rank holds the others back at their synchronisations: give "
+                              "it less work (balance the decomposition across ranks), or find "
+                              "what makes it slower: its row of t.ranks() against the others' "
+                              "(OpenMP time lost to imbalance inside it, fewer threads, time "
+                              "in MPI calls, its node), its time per phase in "
+                              "t.rank_imbalance(by='arrival')"})
+    return out
+
+
 def advise(base_ns: float, regions: pd.DataFrame | None = None,
            sites: pd.DataFrame | None = None, locks: pd.DataFrame | None = None,
-           ) -> pd.DataFrame:
+           late: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every rule over the answers given (None: not in the trace or profile), the
     time at stake measured against ``base_ns`` (the threads' busy time in
     parallel regions): rule, pid, py_location, location, stake_ns, finding,
-    advice; most time at stake first."""
+    advice; most time at stake first.  ``late``: the ranks' lateness
+    (ranks.rank_imbalance by="rank") of a job of several ranks."""
     least = STAKE_SHARE * base_ns
     rows = []
     if regions is not None:
@@ -181,16 +213,20 @@ def advise(base_ns: float, regions: pd.DataFrame | None = None,
         rows += small_tasks(sites, least)
     if locks is not None:
         rows += contended_locks(locks, least)
+    if late is not None:
+        rows += late_rank(late, least)
     out = pd.DataFrame(rows, columns=COLUMNS)
     out = out.sort_values("stake_ns", ascending=False, kind="stable").reset_index(drop=True)
     return ns_columns(out)
 
 
 def advice(trace: Trace, regions: pd.DataFrame | None = None,
-           locks: pd.DataFrame | None = None) -> pd.DataFrame:
+           locks: pd.DataFrame | None = None, late: pd.DataFrame | None = None
+           ) -> pd.DataFrame:
     """What to do (see the module), from a trace: one row per place and rule that
     fires (advise).  ``regions`` (metrics.imbalance by Python location, or by
-    source without Python stacks) and ``locks`` (metrics.lock_contention): the
+    source without Python stacks), ``locks`` (metrics.lock_contention) and
+    ``late`` (ranks.rank_imbalance by="rank", for a job of several ranks): the
     caller's, when it made them already."""
     require_states(trace, "advice()")
     by = "python" if metrics.has_python_stacks(trace) else "source"
@@ -201,5 +237,7 @@ def advice(trace: Trace, regions: pd.DataFrame | None = None,
         else None
     if locks is None and {"mutex_acquire", "mutex_acquired", "mutex_released"} <= present:
         locks = metrics.lock_contention(trace)
+    if late is None and ranks.several(trace):
+        late = ranks.compare(ranks.arrivals(trace), "rank", len(ranks.processes(trace)))
     base = float(metrics.region_threads(trace)["busy_ns"].sum())
-    return advise(base, regions, sites, locks)
+    return advise(base, regions, sites, locks, late)

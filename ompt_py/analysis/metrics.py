@@ -124,7 +124,7 @@ def python_locations_at(trace: Trace, pid: np.ndarray, thread: np.ndarray,
     return found["py_location"].to_numpy(object)
 
 
-def _union_ns(group: np.ndarray, begin: np.ndarray, end: np.ndarray, groups: int) -> np.ndarray:
+def union_ns(group: np.ndarray, begin: np.ndarray, end: np.ndarray, groups: int) -> np.ndarray:
     """Per group (0 .. groups - 1), the time its intervals cover, overlaps once."""
     order = np.lexsort((begin, group))
     g, b, e = group[order], begin[order], end[order]
@@ -160,7 +160,7 @@ def _python_time(trace: Trace) -> pd.DataFrame:
                              "py_time_ns": pd.Series(dtype=np.float64)})
     place, places = pd.factorize(pd.MultiIndex.from_frame(own[["pid", "py_location"]]))
     lane, lanes = pd.factorize(pd.MultiIndex.from_arrays([place, to_int(own["thread"])]))
-    covered = _union_ns(lane, to_int(own["begin_ns"]), to_int(own["end_ns"]), len(lanes))
+    covered = union_ns(lane, to_int(own["begin_ns"]), to_int(own["end_ns"]), len(lanes))
     total = np.bincount(lanes.get_level_values(0), weights=covered, minlength=len(places))
     return pd.DataFrame({"pid": places.get_level_values(0).to_numpy(np.int64),
                          "py_location": places.get_level_values(1).to_numpy(object),

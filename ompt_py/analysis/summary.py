@@ -27,7 +27,7 @@ from ..units import (
     ns_columns,
     shorten,
 )
-from . import advice, metrics, offload, tables
+from . import advice, metrics, offload, ranks, tables
 from .advice import where
 from .names import short
 from .states import STATE_COLUMNS, thread_totals
@@ -70,25 +70,28 @@ def readable(frame: pd.DataFrame) -> pd.DataFrame:
 #: width is short (the highest first; absent: never), the name columns (shortened
 #: in the middle) and the other left-aligned ones; HEADERS: a column's header
 #: where it is not its name with spaces for underscores.
-DROP = {**dict.fromkeys(("pid", "function", "wait_id"), 9),
+DROP = {**dict.fromkeys(("pid", "function", "wait_id", "late_pid"), 9),
         **dict.fromkeys(("top_holder", "top_holder_share", "begin", "complete",
-                         "imbalance_max", "type"), 8),
+                         "imbalance_max", "type", "host", "calls_match"), 8),
         **dict.fromkeys(("p50", "p95", "wait_p95", "task_share", "time_share",
                          "device_kernel", "device_transfer"), 7),
         **dict.fromkeys(("sync_wait", "lock_wait", "schedule", "written", "transfers",
                          "kernels"), 6),
-        **dict.fromkeys(("hold_mean", "wait_share", "idle"), 5),
+        **dict.fromkeys(("hold_mean", "wait_share", "idle", "parallel_share", "wait_max",
+                         "ranks"), 5),
         **dict.fromkeys(("max", "barrier_wait", "hold_total", "kernel", "transfer",
-                         "bandwidth", "duration"), 4),
-        **dict.fromkeys(("threads", "lost", "acquisitions", "py_time", "bytes_from_device"), 3),
+                         "bandwidth", "duration", "span", "mpi"), 4),
+        **dict.fromkeys(("threads", "lost", "acquisitions", "py_time", "bytes_from_device",
+                         "omp_lost", "waited"), 3),
         **dict.fromkeys(("target_regions", "bytes_to_device"), 2),
         **dict.fromkeys(("imbalance", "fork_join_share", "mean"), 2),
-        **dict.fromkeys(("barrier_wait_share", "busy_share", "count", "blocked"), 1)}
+        **dict.fromkeys(("barrier_wait_share", "busy_share", "count", "blocked", "caused"), 1)}
 NAMES = ("py_location", "location", "function", "command", "construct", "kind", "label",
          "event")
-LEFT = ("schedule", "type")
+LEFT = ("schedule", "type", "host", "call")
 HEADERS = {"py_location": "python", "fork_join_share": "fork/join",
-           "barrier_wait_share": "at barriers", "wait_share": "waiting"}
+           "barrier_wait_share": "at barriers", "wait_share": "waiting",
+           "parallel_share": "in parallel", "omp_lost": "OpenMP lost"}
 
 
 def write_table(doc: Document, table: pd.DataFrame, group: str | None = None) -> None:
@@ -123,13 +126,17 @@ class Summary:
     ``tasks``: task durations (histogram, creation overhead in attrs);
     ``locks``: lock and critical section contention; ``offload``: per device,
     time in target constructs, host time blocked, bytes moved each way,
-    transfer bandwidth, kernels (offload.offload_totals); ``advice``: what to
-    do, computed from the figures (advice.advice).  Regions, locks and advice
-    have the Python location (py_location) beside the source location, and the
-    answers name it first.  A table is None where the trace has nothing of the
-    kind (``python``: no Python stacks); ``notes`` says what could not be
-    computed and why.  ``str()`` is the text laid out for the terminal's
-    width (layout.terminal_width), ``document(width)`` the same for any width.
+    transfer bandwidth, kernels (offload.offload_totals); ``ranks`` and
+    ``phases``, for a job of several ranks (ranks.py): per rank its OpenMP and
+    MPI time with how often it arrived last at the phases' synchronisations
+    and what the others lost waiting for it, and the phases with the most time
+    lost; ``advice``: what to do, computed from the figures (advice.advice).
+    Regions, locks and advice have the Python location (py_location) beside the
+    source location, and the answers name it first.  A table is None where the
+    trace has nothing of the kind (``python``: no Python stacks; ``ranks``: one
+    rank); ``notes`` says what could not be computed and why.  ``str()`` is the
+    text laid out for the terminal's width (layout.terminal_width),
+    ``document(width)`` the same for any width.
     """
 
     overview: dict
@@ -143,12 +150,18 @@ class Summary:
     offload: pd.DataFrame | None = None
     notes: list[str] = field(default_factory=list)
     advice: pd.DataFrame | None = None
+    ranks: pd.DataFrame | None = None
+    phases: pd.DataFrame | None = None
 
     def _tables(self) -> list[tuple[str, pd.DataFrame]]:
         out = [("Time per construct", self.constructs), ("Time per source location",
                                                           self.sources)]
         if self.threads is not None:
             out.append(("Threads: time per state", self.threads))
+        if self.ranks is not None:
+            out.append((RANKS_HEADING, self.ranks))
+        if self.phases is not None:
+            out.append((PHASES_HEADING, self.phases))
         if self.regions is not None:
             out.append(("Parallel regions per location (most thread time not working first)",
                         self.regions))
@@ -207,6 +220,8 @@ class Summary:
                              f"barriers {format_share(t['barrier_wait_ns'] / inside)}, in "
                              f"taskwait/taskgroup {format_share(t['sync_wait_ns'] / inside)}, "
                              f"for locks {format_share(t['lock_wait_ns'] / inside)}")
+        if self.ranks is not None and self.phases is not None:
+            lines.append(late_answer(self.ranks, self.phases))
         if self.regions is not None and len(self.regions):
             lines.append("most thread time not working: " + region_answer(self.regions.iloc[0]))
         if self.tasks is not None:
@@ -285,6 +300,53 @@ class Summary:
 
 
 PYTHON_HEADING = "Time per Python location (and the constructs it started)"
+RANKS_HEADING = ("Ranks (late: phases it arrived last in; caused: what the other ranks lost "
+                 "waiting for it; waited: what it lost waiting for them)")
+PHASES_HEADING = "Ranks: the phases with the most time lost waiting for the late rank"
+#: The columns of the summary's ranks table (ranks.ranks with the lateness of
+#: ranks.rank_imbalance by="rank").
+RANK_COLUMNS = ["rank", "pid", "host", "threads", "span_ns", "parallel_share", "busy_share",
+                "imbalance", "omp_lost_ns", "mpi_ns", "late", "caused_ns", "waited_ns"]
+PHASE_COLUMNS = ["phase", "call", "calls_match", "ranks", "begin_ns", "late_rank", "late_pid",
+                 "lost_ns", "wait_max_ns"]
+
+
+def late_answer(table: pd.DataFrame, phases: pd.DataFrame) -> str:
+    """The ranks' answer: the rank the others lost most waiting for, in words."""
+    r = table.sort_values("caused_ns", ascending=False, kind="stable").iloc[0]
+    who = f"pid {r['pid']}" if pd.isna(r["rank"]) else f"rank {r['rank']}"
+    return (f"across {len(table)} ranks and {phases.attrs['phases']:,} phases: {who} arrived "
+            f"last in {int(r['late']):,} of them; the other ranks lost "
+            f"{format_ns(r['caused_ns'])} waiting for it ({format_ns(table['waited_ns'].sum())} "
+            "waiting at the phases' ends in all)")
+
+
+def job_tables(trace: Trace, top: int, notes: list[str],
+               attempt: Callable[[Callable[[], pd.DataFrame | None]], pd.DataFrame | None]
+               ) -> tuple[pd.DataFrame | None, pd.DataFrame | None, pd.DataFrame | None]:
+    """For a trace of several ranks: the summary's ranks table, its worst phases
+    (``top``, most time lost first; ``attrs["phases"]``: how many there are) and
+    the ranks' lateness (for the advice; None without phases); Nones otherwise.
+    The phases' notes go into ``notes``."""
+    if not ranks.several(trace):
+        return None, None, None
+    arrived = ranks.arrivals(trace)
+    count = len(ranks.processes(trace))
+    late = ranks.compare(arrived, "rank", count)
+    phases = ranks.compare(arrived, "phase", count)
+    notes += phases.attrs["notes"]
+    per_rank = attempt(lambda: ranks.ranks(trace))
+    if per_rank is not None:
+        per_rank = per_rank.merge(late[["pid", "late", "caused_ns", "waited_ns"]], on="pid",
+                                  how="left")
+        per_rank = ns_columns(per_rank[[c for c in RANK_COLUMNS if c in per_rank]])
+    if phases.empty:
+        return per_rank, None, None
+    worst = phases.sort_values("lost_ns", ascending=False, kind="stable").head(top)
+    worst = worst[[c for c in PHASE_COLUMNS if c != "calls_match" or not phases[c].all()]]
+    worst = worst.reset_index(drop=True)
+    worst.attrs["phases"] = len(phases)
+    return per_rank, worst, late
 
 
 def region_answer(r: pd.Series) -> str:
@@ -423,11 +485,13 @@ def summary(trace: Trace, top: int = 10) -> Summary:
     sources = metrics.constructs(trace, by="source")
     sources = sources[sources["construct"] != CONSTRUCTS["implicit_task"]].head(top)
     notes += [n for n in [window_note(trace)] if n]
-    what_to_do = attempt(lambda: advice.advice(trace, by_location, all_locks)) \
+    per_rank, phases, late = job_tables(trace, top, notes, attempt)
+    what_to_do = attempt(lambda: advice.advice(trace, by_location, all_locks, late)) \
         if threads is not None else None
     return Summary(overview(trace), metrics.constructs(trace), sources.drop(columns="pid"),
                    threads=threads, regions=regions, tasks=tasks, locks=locks, python=python,
-                   offload=totals, notes=notes, advice=what_to_do)
+                   offload=totals, notes=notes, advice=what_to_do, ranks=per_rank,
+                   phases=phases)
 
 
 def processes(trace: Trace) -> pd.DataFrame:

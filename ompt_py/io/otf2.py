@@ -8,20 +8,24 @@ It is made of the Perfetto export's slices (``perfetto.tracks``, filtered
 as every export is):
 
 * a location group (OTF2_LOCATION_GROUP_TYPE_PROCESS) per process, named as
-  Perfetto names it (its command, "rank N: " first when it had a rank), under
-  one system tree node; in it a location (CPU_THREAD) per thread ("thread N
+  Perfetto names it (its command, "rank N: " first when it had a rank: the
+  ranks of an MPI job on one time axis, rank 0's clock), under the system
+  tree node of its host (class "node", its hostname), under one node
+  "machine"; in it a location (CPU_THREAD) per thread ("thread N
   (type)"), and a location (METRIC) "threads waiting" for the counter; a group
   of type ACCELERATOR per process with offload ("devices of" the process's
   name), its location (ACCELERATOR_STREAM) per device track ("device N
   (type)");
 * a region per slice name (OTF2_PARADIGM_OPENMP for the constructs, USER for
-  user regions and Python frames), its role from the construct: PARALLEL for
-  parallel regions, TASK for implicit, initial and explicit tasks, LOOP,
-  SECTIONS or SINGLE for worksharing, BARRIER, IMPLICIT_BARRIER or
+  user regions and Python frames, MPI for MPI calls), its role from the
+  construct: PARALLEL for parallel regions, TASK for implicit, initial and
+  explicit tasks, LOOP, SECTIONS or SINGLE for worksharing, BARRIER, IMPLICIT_BARRIER or
   TASK_WAIT for sync regions and their waits ("barrier_implicit wait"...),
   CRITICAL, ORDERED or ATOMIC for mutexes, DATA_TRANSFER for data operations,
-  FUNCTION for Python frames and user regions, CODE for the rest (locks,
-  taskgroups, kernels ...);
+  FUNCTION for Python frames and user regions, BARRIER, COLL_ONE2ALL (bcast,
+  scatter), COLL_ALL2ONE (reduce, gather), COLL_ALL2ALL (allreduce,
+  allgather, alltoall) or POINT2POINT (sends, receives, waits) for MPI
+  calls, CODE for the rest (locks, taskgroups, kernels, MPI_Init ...);
 * per slice an Enter and a Leave event on its location, each location's
   in time order, nested as a stack (the order ``_core.proto_nest`` makes for
   the Perfetto protobuf export);
@@ -49,6 +53,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import ConfigError
+from ..records import MPI_CALL_KINDS
 from .filters import ExportFilter
 from .perfetto import Slices, Source, tracks
 from .perfetto_proto import SliceOrder
@@ -62,18 +67,29 @@ ANCHOR = "traces.otf2"
 DEVICE_TID = 1 << 30  # perfetto.DEVICE_TID: the devices' tracks
 
 # OTF2's enums (otf2/OTF2_Definitions.h, OTF2_GeneralDefinitions.h)
-_OPENMP, _USER = 3, 1
+_OPENMP, _USER, _MPI = 3, 1, 4
 _GROUP_PROCESS, _GROUP_ACCELERATOR = 1, 2
 _CPU_THREAD, _ACCELERATOR_STREAM, _METRIC = 1, 2, 3
 (_FUNCTION, _LOOP, _CODE, _PARALLEL, _SECTIONS, _SINGLE, _CRITICAL, _ATOMIC, _BARRIER,
  _IMPLICIT_BARRIER, _ORDERED, _TASK, _TASK_WAIT, _DATA_TRANSFER) = (
     1, 3, 4, 5, 6, 9, 12, 14, 15, 16, 18, 20, 22, 30)
+_COLL_ONE2ALL, _COLL_ALL2ONE, _COLL_ALL2ALL, _POINT2POINT = 23, 24, 25, 28
+#: The role of each MPI call's region ("MPI barrier"...: records.MPI_CALLS); setup
+#: calls (MPI_Init, MPI_Finalize, ompt-py's clock measurement) have none: CODE.
+_MPI_ROLES = {
+    "barrier": _BARRIER, "bcast": _COLL_ONE2ALL, "scatter": _COLL_ONE2ALL,
+    "reduce": _COLL_ALL2ONE, "gather": _COLL_ALL2ONE, "allreduce": _COLL_ALL2ALL,
+    "allgather": _COLL_ALL2ALL, "alltoall": _COLL_ALL2ALL,
+    **{call: _POINT2POINT for call, kind in MPI_CALL_KINDS.items()
+       if kind in ("point_to_point", "wait")}}
 
 
 def _role(cat: str, name: str) -> int:
     """The OTF2 region role of a slice of category ``cat`` named ``name``."""
     if cat in ("python", "user_region"):
         return _FUNCTION
+    if cat == "mpi":
+        return _MPI_ROLES.get(name.removeprefix("MPI "), _CODE)
     if cat == "parallel":
         return _PARALLEL
     if cat in ("implicit_task", "task"):
@@ -103,7 +119,7 @@ class _Names:
     """The archive's strings (a StringRef each) and regions (per name and role)."""
 
     def __init__(self) -> None:
-        self.strings: list[str] = ["machine", "machine"]  # the system tree node, its class
+        self.strings: list[str] = []
         self.refs: dict[str, int] = {}
         self.regions: list[tuple[int, int, int]] = []
         self.region_ids: dict[tuple[str, int, int], int] = {}
@@ -115,7 +131,8 @@ class _Names:
         return self.refs[text]
 
     def region(self, cat: str, name: str) -> int:
-        key = (name, _role(cat, name), _USER if cat in ("python", "user_region") else _OPENMP)
+        paradigm = {"python": _USER, "user_region": _USER, "mpi": _MPI}.get(cat, _OPENMP)
+        key = (name, _role(cat, name), paradigm)
         if key not in self.region_ids:
             self.region_ids[key] = len(self.regions)
             self.regions.append((self.ref(name), key[1], key[2]))
@@ -167,8 +184,15 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
     slices = [s for s in sources if isinstance(s.make(slice(0, 0)), Slices)]
     del sources
     names = _Names()
+    # The system tree: the machine, and under it a node per host of the processes.
+    host = {p["pid"]: p.get("hostname") for p in trace.meta.get("processes", [])}
+    nodes = [(names.ref("machine"), names.ref("machine"), -1)]
+    node_of: dict[str, int] = {}
+    for name in sorted({h for h in host.values() if h}):
+        node_of[name] = len(nodes)
+        nodes.append((names.ref(name), names.ref("node"), 0))
     # Groups and locations, from the metadata's processes and tracks.
-    groups: list[tuple[int, int, int]] = []
+    groups: list[tuple[int, int, int, int]] = []
     locations: list[tuple[int, int, int]] = []
     group_of: dict[int, int] = {}
     devices_of: dict[int, int] = {}
@@ -177,14 +201,15 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
         pid = m["pid"]
         if m["name"] == "process_name":
             group_of[pid] = len(groups)
-            groups.append((names.ref(m["args"]["name"]), _GROUP_PROCESS, -1))
+            groups.append((names.ref(m["args"]["name"]), _GROUP_PROCESS, -1,
+                           node_of.get(host.get(pid) or "", 0)))
         elif m["name"] == "thread_name":
             tid = m["tid"]
             if tid >= DEVICE_TID and pid not in devices_of:
                 devices_of[pid] = len(groups)
                 process = names.strings[groups[group_of[pid]][0]]
                 groups.append((names.ref(f"devices of {process}"), _GROUP_ACCELERATOR,
-                               group_of[pid]))
+                               group_of[pid], groups[group_of[pid]][3]))
             group = devices_of[pid] if tid >= DEVICE_TID else group_of[pid]
             index[pid, tid] = len(locations)
             locations.append((names.ref(m["args"]["name"]),
@@ -214,7 +239,7 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
     partial = f"{path}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        otf2.write(partial, names.strings, names.regions, groups, locations, order.seq,
+        otf2.write(partial, names.strings, names.regions, nodes, groups, locations, order.seq,
                    order.begin, order.end, order.track, region, members, metrics, 0,
                    max(ends, default=0), properties)
         if os.path.isdir(path):

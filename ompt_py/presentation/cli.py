@@ -60,14 +60,15 @@ exit status:
 
 REPORT_DESCRIPTION = """\
 Print what ran and how long (per construct, Python line and source location),
-who waited (per thread, region, lock) and what to do about it (docs/reports.md),
-for the terminal's width, in colour unless NO_COLOR is set; a profile's answers
-per source location.  --plot and --html draw the plots too.
+who waited (per thread, region, lock, MPI rank: docs/mpi.md) and what to do
+about it (docs/reports.md), for the terminal's width, in colour unless NO_COLOR
+is set; a profile's answers per location.  --plot and --html draw the plots too.
 """
 
 REPORT_EPILOG = """\
 examples:
   ompt-py report trace.parquet
+  ompt-py report run1/              # an MPI job's dataset: every rank
   ompt-py report trace.parquet --plot timeline.png --html report.html
 """
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ..analysis import summary, tables
+from ..io.mpi import describe
 from ..layout import Document, terminal_width
 from ..meta import why_empty
 from ..units import format_ns, shorten
@@ -33,27 +34,32 @@ def _python_status(py: dict) -> str:
     return text
 
 
-def _command(doc: Document, pid: int, argv: list[str]) -> None:
-    """``pid N: command``, the command shortened in the middle to the width."""
-    head = f"pid {pid}: "
+def _command(doc: Document, pid: int, argv: list[str], rank: int | None = None) -> None:
+    """``pid N: command`` (``rank R (pid N): command`` for a rank of a job), the
+    command shortened in the middle to the width."""
+    head = f"pid {pid}: " if rank is None else f"rank {rank} (pid {pid}): "
     doc.lines.append([("  " + head, ""), (shorten(" ".join(argv), doc.width - 2 - len(head)),
                                           "name")])
 
 
 def _processes(doc: Document, trace: Trace) -> None:
     meta = trace.meta
-    for p in meta["processes"]:
+    # the ranks of a job in rank order, then the processes without a rank
+    for p in sorted(meta["processes"], key=lambda p: (p.get("rank") is None, p.get("rank") or 0)):
         rt = ", ".join(sorted({r["version"] for r in p["runtimes"]})) or "no runtime attached"
         state = "complete" if p.get("complete") else "incomplete (no final flush: killed or _exit)"
         if p.get("truncated"):
             state += ", file truncated"
         lost = (f", lost {p['lost']:,} ({'; '.join(p.get('lost_reasons', {}))})"
                 if p.get("lost") else "")
-        _command(doc, p["pid"], p["argv"])
+        _command(doc, p["pid"], p["argv"], p.get("rank"))
         doc.prose(f"runtime: {rt}; clock {p['clock']}; {state}; ending "
                   f"{p.get('ending', 'unknown')}", indent=4)
         doc.prose(f"records written {p['written']:,}, dropped {p['dropped']:,}{lost}",
                   indent=4, style="warning" if p["dropped"] or p.get("lost") else "")
+        if p.get("clock_alignment"):
+            doc.prose(f"host {p.get('hostname')}; clock: {describe(p['clock_alignment'])}",
+                      indent=4)
         if p.get("python"):
             doc.prose(f"python stacks: {_python_status(p['python'])}", indent=4)
     if meta.get("dropped"):

@@ -8,7 +8,8 @@ location's events in time order and nested as a stack; the counter as Metric
 events; the filter in the archive's properties.
 
 Traces: export-mixed (two processes, tasks, locks), offload.omptraw (device
-locations), pystacks-inprocess (Python frames)."""
+locations), pystacks-inprocess (Python frames), a hand-made MPI job (ranks
+and MPI calls: tests/mpi_records.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from collections import Counter, defaultdict
 
 import pytest
 from conftest import cli, load_stored, no_traceback, ok, stored_path
+from mpi_records import RANKS, barriers, job, mpi
 from test_export import ns
 
+from ompt_py import _core
 from ompt_py.errors import ConfigError
 from ompt_py.io import export
 
@@ -185,3 +188,37 @@ def test_without_the_extension_the_export_says_how_to_get_it(monkeypatch, tmp_pa
     with pytest.raises(ConfigError, match="libotf2-trace-dev"):
         load_stored("export-mixed").to_otf2(tmp_path / "t.otf2")
     assert not (tmp_path / "t.otf2").exists()
+
+
+def test_the_ranks_of_a_job_are_processes_on_one_time_axis_with_mpi_regions(tmp_path):
+    """A hand-made job (tests/mpi_records.py): a location group per rank named
+    "rank N: command" under the system tree node of its host, the slices of the
+    JSON export at its times (rank 0's clock), and the MPI calls as regions of
+    the MPI paradigm with their roles."""
+    calls = [*barriers([[1000, 1010, 1020, 1030]]), mpi(0, _core.MPI_BCAST, 2000, 2100),
+             mpi(1, _core.MPI_ALLREDUCE, 2000, 2100), mpi(2, _core.MPI_SEND, 2000, 2100),
+             mpi(3, _core.MPI_INIT, 0, 500)]
+    archive, doc = exported(job(calls), tmp_path)
+    regions = check(archive, doc)
+    groups = sorted({g for g, _, _ in archive.locations.values()})
+    assert [g.split(":")[0] for g in groups] == [f"rank {r}" for r in range(RANKS)]
+    assert regions["MPI barrier"] == RANKS
+    roles, parents = {}, {}
+    for line in otf2_print("-G", tmp_path / "t.otf2" / "traces.otf2").splitlines():
+        m = _DEF.match(line)
+        if m and m[1] == "REGION" and m[3].startswith("MPI "):
+            roles[m[3]] = re.search(r"Role: (\w+), Paradigm: (\w+)", m[4]).groups()
+        elif m and m[1] == "LOCATION_GROUP":
+            parents[m[3].split(":")[0]] = re.search(rf"Parent: {_NAME}", m[4])[1]
+        elif line.startswith("SYSTEM_TREE_NODE"):
+            node = re.search(rf"Name: {_NAME}.*Parent: (UNDEFINED|{_NAME})", line)
+            parents[node[1]] = node[3]
+    # each rank under the system tree node of its host ("class::name"), the hosts under
+    # the machine
+    assert parents == {"rank 0": "node::node0", "rank 1": "node::node0",
+                       "rank 2": "node::node1", "rank 3": "node::node1",
+                       "node0": "machine::machine", "node1": "machine::machine",
+                       "machine": None}
+    assert roles == {"MPI barrier": ("BARRIER", "MPI"), "MPI bcast": ("COLL_ONE2ALL", "MPI"),
+                     "MPI allreduce": ("COLL_ALL2ALL", "MPI"),
+                     "MPI send": ("POINT2POINT", "MPI"), "MPI init": ("CODE", "MPI")}

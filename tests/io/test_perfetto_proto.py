@@ -9,8 +9,9 @@ counter series and names of processes, threads and devices.
 
 Traces: export-mixed (two processes, tasks and flows, locks, nested regions),
 pystacks-inprocess (Python frames), offload.omptraw (devices and their
-flows), regions-prog (user regions), known-tasks (many flows); then filtered
-exports of export-mixed (a time window, threads, a process)."""
+flows), regions-prog (user regions), known-tasks (many flows), a hand-made MPI
+job (its ranks as processes: tests/mpi_records.py); then filtered exports of
+export-mixed (a time window, threads, a process)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 from conftest import cli, load_stored, no_traceback, ok, stored_path
+from mpi_records import PID, RANKS, barriers, job, mpi
 from test_export import ns
 
+from ompt_py import _core
 from ompt_py.io import export, perfetto_proto
 from ompt_py.io.filters import ExportFilter
 from ompt_py.io.perfetto import tracks
@@ -313,3 +316,18 @@ def test_packets_made_in_many_batches(monkeypatch, tmp_path):
     assert same_slices(proto, events) > 64
     same_flows(proto, events)
     same_counters(proto, events)
+
+
+def test_the_ranks_of_a_job_are_processes_on_one_time_axis(tmp_path):
+    """A hand-made job (tests/mpi_records.py): a process per rank named "rank N:
+    command", with the JSON export's slices (MPI calls among them) at its times
+    (rank 0's clock)."""
+    calls = [*barriers([[1000, 1010, 1020, 1030]]), mpi(1, _core.MPI_ALLREDUCE, 2000, 2100)]
+    proto, doc = both(job(calls), tmp_path)
+    events = doc["traceEvents"]
+    assert same_slices(proto, events) > 0
+    assert {pid: name.split(":")[0] for pid, name in proto.process_names.items()} == {
+        PID + r: f"rank {r}" for r in range(RANKS)}
+    mpi_slices = [s for rows in proto.slices.values() for s in rows if s["cat"] == "mpi"]
+    assert sorted((s["name"], s["ts"]) for s in mpi_slices) == sorted(
+        [("MPI barrier", t) for t in (1000, 1010, 1020, 1030)] + [("MPI allreduce", 2000)])

@@ -2,9 +2,10 @@
 OpenMP threads on this machine (oversubscribed), the hybrid C program
 (tests/programs/mpi/hybrid.c) and an mpi4py one (mpi4py_app.py); both launch
 styles; the clock alignment against offsets and drifts injected into each rank's
-clock (OMPTPY_TEST_CLOCK_SKEW); a job's parts missing, cut short or mixed with
+clock (OMPTPY_TEST_CLOCK_SKEW); the ranks side by side and the rank made late
+(it sleeps before each barrier); a job's parts missing, cut short or mixed with
 another job's.  No test asserts on timing: the alignment's bounds are the round
-trips each run measured."""
+trips each run measured, the late rank is the one that sleeps."""
 
 from __future__ import annotations
 
@@ -18,7 +19,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CONSOLE_SCRIPT, PROGRAMS, _run_checked, build_extension, clean_env, ok
+from conftest import (
+    CONSOLE_SCRIPT,
+    PROGRAMS,
+    _run_checked,
+    build_extension,
+    clean_env,
+    cli,
+    ok,
+)
 
 import ompt_py
 from ompt_py.io.mpi import raw_ns
@@ -29,6 +38,8 @@ RANKS = 4
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMP_NUM_THREADS": "2", "KMP_BLOCKTIME": "0"}
 MPIRUN = ["mpirun", "-n", str(RANKS), "--oversubscribe"]
+#: The rank hybrid.c makes late (per_rank: it sleeps LATE_MS before each barrier).
+LATE, LATE_MS = 2, 5
 #: Injected clocks (OMPTPY_TEST_CLOCK_SKEW): rank r's offset (ns) and drift (ppm).
 SKEW = [(0, 0), (2_500_000_000, 150), (-1_700_000_000, -80), (900_000_000, 40)]
 
@@ -89,10 +100,11 @@ def barriers_ordered(calls: pd.DataFrame, t: ompt_py.Trace) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def per_rank(hybrid: Path, tmp_path_factory: pytest.TempPathFactory):
-    """mpirun -n 4 ompt-py run --mpi -o run1/ --keep-raw raw/ -- ./hybrid 300."""
+    """mpirun -n 4 ompt-py run --mpi -o run1/ --keep-raw raw/ -- ./hybrid 300 2:5
+    (rank LATE sleeps LATE_MS before each barrier)."""
     cwd = tmp_path_factory.mktemp("per-rank")
     r = ok(mpi_run([*MPIRUN, "ompt-py", "run", "--mpi", "-o", "run1/", "--keep-raw", "raw",
-                    "--", hybrid, 300], cwd))
+                    "--", hybrid, 300, f"{LATE}:{LATE_MS}"], cwd))
     return cwd, r
 
 
@@ -155,6 +167,40 @@ def test_the_perfetto_export_puts_the_ranks_on_one_time_axis(per_rank, tmp_path)
     assert len(mpi) == len(calls)
     first = min(e["ts"] for e in mpi)
     assert first == pytest.approx(calls["begin_ns"].min() / 1e3, abs=1)
+
+
+def test_the_delayed_rank_is_late_at_the_barriers_and_the_others_wait_for_it(per_rank):
+    """Trace.ranks and Trace.rank_imbalance (docs/mpi.md, Across ranks) of the job:
+    each step of hybrid.c closes three phases (its barrier, allreduce and bcast on
+    MPI_COMM_WORLD), and rank LATE, asleep before each barrier, arrives last there;
+    the report lists the ranks in order, with their hosts and clocks, and has a
+    Ranks section."""
+    cwd, r = per_rank
+    t = load(cwd / "run1")
+    table = t.ranks()
+    assert table["rank"].tolist() == list(range(RANKS))
+    assert (table["threads"] >= 2).all() and (table["regions"] > 0).all()
+    assert (table["busy_ns"] > 0).all() and (table["parallel_ns"] <= table["span_ns"]).all()
+    assert (table["mpi_barrier_ns"] > 0).all() and (table["mpi_point_to_point_ns"] > 0).all()
+    assert (table["mpi_setup_ns"] > 0).all()  # MPI_Init, MPI_Finalize, the clock measurements
+    phases = t.rank_imbalance()
+    steps = printed_steps(r.stdout)
+    assert len(phases) == 3 * steps and phases.attrs["notes"] == []
+    assert phases["calls_match"].all() and (phases["ranks"] == RANKS).all()
+    assert phases["call"].tolist() == ["barrier", "allreduce", "bcast"] * steps
+    barriers = phases[phases["call"] == "barrier"]
+    # slept LATE_MS before each barrier: last there in most steps (the 2 cores are shared)
+    assert (barriers["late_rank"] == LATE).mean() > 0.5, barriers["late_rank"].tolist()
+    late = t.rank_imbalance(by="rank")
+    assert late["rank"].iat[0] == LATE  # the others lost the most waiting for it
+    assert late["caused_ns"].iat[0] == phases.loc[phases["late_rank"] == LATE, "lost_ns"].sum()
+    report = ok(cli("report", cwd / "run1", env={"COLUMNS": "120"}))
+    ranks_listed = re.findall(r"^  rank (\d+) \(pid \d+\): ", report.stdout, re.M)
+    assert ranks_listed == [str(rank) for rank in range(RANKS)]  # in rank order
+    assert report.stdout.count("clock: offset ") == RANKS - 1
+    assert "Ranks (late: phases it arrived last in" in report.stdout
+    assert f"across {RANKS} ranks and {3 * steps:,} phases: rank {LATE} arrived last" in (
+        " ".join(report.stdout.split()))
 
 
 def raw_files(cwd: Path) -> dict[int, Path]:

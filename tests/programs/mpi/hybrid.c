@@ -1,8 +1,10 @@
 /* A hybrid MPI + OpenMP program for tests/live/test_mpi.py: each rank runs
  * parallel regions between barriers, an allreduce, a bcast and a ring of
  * send/recv, for about argv[1] milliseconds (default 200), so that the clock
- * measurements at MPI_Init and MPI_Finalize are that far apart.  Prints
- * "rank R of N: sum S" once the allreduce agrees. */
+ * measurements at MPI_Init and MPI_Finalize are that far apart.  argv[2],
+ * "R:MS": rank R sleeps MS milliseconds before each barrier (a rank known to be
+ * late; default none).  Prints "rank R of N: sum S steps K" once the
+ * allreduce agrees. */
 #include <mpi.h>
 #include <omp.h>
 #include <stdio.h>
@@ -28,10 +30,21 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   double ms = argc > 1 ? atof(argv[1]) : 200;
+  int late = -1;
+  double late_ms = 0;
+  if (argc > 2 && sscanf(argv[2], "%d:%lf", &late, &late_ms) != 2) {
+    fprintf(stderr, "hybrid: argv[2] must be RANK:MS, not %s\n", argv[2]);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
   double start = now_ms(), total = 0;
   int step = 0, go = 1;
   while (go) {
     double local = work(rank, step), sum;
+    if (rank == late) {
+      long long ns = (long long)(late_ms * 1e6);
+      struct timespec pause = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+      nanosleep(&pause, NULL);
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Allreduce(&local, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     total += sum;
