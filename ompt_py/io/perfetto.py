@@ -1132,19 +1132,37 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
     written to a temporary file beside ``path`` first, then copied after the
     frames (each slice is made once: no second pass over the records).  The
     otherData come last: they hold what the filter clipped."""
-    made = tracks(trace, flt or ExportFilter())
+    write_all([trace], path, flt)
+
+
+def write_all(traces: Iterable[Trace], path: str | os.PathLike,
+              flt: ExportFilter | None = None) -> None:
+    """Writes several traces of one time axis (a dataset's partitions, each made
+    when its turn comes and dropped after) into one file, as ``write`` writes one:
+    each trace's processes, tracks and slices one after the other; otherData
+    from the first, with the device operations not drawn summed over them."""
     with output(path) as out, Progress(0, "perfetto") as progress:
         out.write(b'{"traceEvents":[\n')
         writer = ArrayWriter(out)
-        writer.write("".join(SEP + json.dumps(m) for m in made.metadata).encode())
-        if made.frames is None:
-            _write_sources(writer, made.sources, progress)
-        else:
-            with tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(path))) as rest:
-                _write_sources(ArrayWriter(rest), made.sources, progress)
-                _write_sources(writer, [made.frames()], progress)
-                if rest.tell():
-                    writer.write(SEP.encode())  # a separator, if anything came before
-                    rest.seek(0)
-                    shutil.copyfileobj(rest, out, 1 << 24)
-        out.write(f'\n],"otherData":{json.dumps(made.other())}}}\n'.encode())
+        other: dict[str, Any] = {}
+        for trace in traces:
+            made = tracks(trace, flt or ExportFilter())
+            writer.write("".join(SEP + json.dumps(m) for m in made.metadata).encode())
+            if made.frames is None:
+                _write_sources(writer, made.sources, progress)
+            else:
+                with tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(path))) as rest:
+                    _write_sources(ArrayWriter(rest), made.sources, progress)
+                    _write_sources(writer, [made.frames()], progress)
+                    if rest.tell():
+                        writer.write(SEP.encode())  # a separator, if anything came before
+                        rest.seek(0)
+                        shutil.copyfileobj(rest, out, 1 << 24)
+            mine = made.other()
+            undrawn = dict(other.get("device_operations_not_drawn", {}))
+            for kind, n in mine.get("device_operations_not_drawn", {}).items():
+                undrawn[kind] = undrawn.get(kind, 0) + n
+            other = {**mine, **other}
+            if undrawn:
+                other["device_operations_not_drawn"] = undrawn
+        out.write(f'\n],"otherData":{json.dumps(other)}}}\n'.encode())
