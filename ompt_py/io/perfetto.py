@@ -467,10 +467,10 @@ def _sync(rec: _Records, regions: _Pairs) -> tuple[_Pairs, Source, Source]:
                 _kind(r, " wait"), [("parallel_id", ident(r["parallel_id"]))])))
 
 
-def _tasks(rec: _Records) -> tuple[Source, Source]:
+def _tasks(rec: _Records, first_flow: int = 1) -> tuple[Source, Source]:
     """Per thread that ran it, each explicit task from its first start to the end of
     its last piece there (what nests on a thread's stack), and the flows: from each
-    task's creation to its first start."""
+    task's creation to its first start (ids from ``first_flow``)."""
     ev = rec.ev
     rows = rec.select("task_schedule", scoped=False)
     created = rec.select("task_create", scoped=False)
@@ -502,8 +502,9 @@ def _tasks(rec: _Records) -> tuple[Source, Source]:
                 (pid, ev["thread"][span], rec.time(span)))
 
     def flows(part: Part) -> Flows:
-        """A flow per task (ids 1, 2, ...): from its creation to its first start."""
-        return Flows("task", np.arange(len(creation))[part] + 1, *ends(part))
+        """A flow per task (ids first_flow, first_flow + 1, ...): from its creation to
+        its first start."""
+        return Flows("task", np.arange(len(creation))[part] + first_flow, *ends(part))
     return (_slices(rec, "task", spans, lambda r, part: (
                 "task", [("task_id", number(r["u64a"])), ("pieces", number(pieces[part]))])),
             Source(len(creation), flows, points=lambda: ends(slice(None))))
@@ -978,13 +979,15 @@ def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> S
 
 def _track_sources(rec: _Records, regions: _Pairs,
                    tree: tuple[_Pairs, Any, np.ndarray, np.ndarray],
-                   devices: _DeviceTracks | None, flt: ExportFilter) -> Iterator[Source]:
+                   devices: _DeviceTracks | None, flt: ExportFilter, first_flow: int
+                   ) -> Iterator[Source]:
     """The file's events after the metadata and the Python frames, in file order:
     the slices of every track, parents before children (the order that keeps
     slices starting at the same nanosecond nested the right way), the flows,
     the counter (of what ``flt`` keeps: the other sources are filtered by
     ``filtered``).  ``regions``: _regions, ``tree``: _region_tree of them,
-    ``devices``: _device_tracks (None: the trace has no offload events)."""
+    ``devices``: _device_tracks (None: the trace has no offload events);
+    ``first_flow``: the first flow's id."""
     trace = rec.trace
     yield _user_slices(trace)
     yield from _parallel(rec, regions, tree)
@@ -994,7 +997,7 @@ def _track_sources(rec: _Records, regions: _Pairs,
     del regions
     yield sync
     yield sync_waits
-    spans, flows = _tasks(rec)
+    spans, flows = _tasks(rec, first_flow)
     yield spans
     if devices is not None:
         yield from _host_offload(trace)
@@ -1076,9 +1079,10 @@ class Tracks(NamedTuple):
     other: Callable[[], dict]
 
 
-def tracks(trace: Trace, flt: ExportFilter) -> Tracks:
+def tracks(trace: Trace, flt: ExportFilter, first_flow: int = 1) -> Tracks:
     """The sources of both Perfetto writers (JSON: write; protobuf: perfetto_proto),
-    each filtered by ``flt``."""
+    each filtered by ``flt``; the flows' ids from ``first_flow`` (one per explicit
+    task created, at most)."""
     other: dict[str, Any] = {"producer": "ompt-py",
                              "clock": "CLOCK_MONOTONIC, from origin_mono_ns",
                              "origin_mono_ns": trace.meta.get("origin_mono_ns")}
@@ -1092,7 +1096,7 @@ def tracks(trace: Trace, flt: ExportFilter) -> Tracks:
                else None)
     if devices is not None and any(devices.table.attrs["unplaced"].values()):
         other["device_operations_not_drawn"] = devices.table.attrs["unplaced"]
-    raw = _track_sources(rec, regions, tree, devices, flt)
+    raw = _track_sources(rec, regions, tree, devices, flt, first_flow)
     del regions, tree
     metadata = _metadata(trace, flt) + ([] if devices is None else _device_metadata(devices, flt))
 
@@ -1139,14 +1143,19 @@ def write_all(traces: Iterable[Trace], path: str | os.PathLike,
               flt: ExportFilter | None = None) -> None:
     """Writes several traces of one time axis (a dataset's partitions, each made
     when its turn comes and dropped after) into one file, as ``write`` writes one:
-    each trace's processes, tracks and slices one after the other; otherData
-    from the first, with the device operations not drawn summed over them."""
+    each trace's processes, tracks and slices one after the other, the flows'
+    ids of each after those of the ones before (as many as their task_create
+    records); otherData from the first, with the device operations not drawn
+    summed over them."""
     with output(path) as out, Progress(0, "perfetto") as progress:
         out.write(b'{"traceEvents":[\n')
         writer = ArrayWriter(out)
         other: dict[str, Any] = {}
+        first_flow = 1
         for trace in traces:
-            made = tracks(trace, flt or ExportFilter())
+            made = tracks(trace, flt or ExportFilter(), first_flow)
+            first_flow += int(np.count_nonzero(trace.events["event"]
+                                               == EVENT_CODES["task_create"]))
             writer.write("".join(SEP + json.dumps(m) for m in made.metadata).encode())
             if made.frames is None:
                 _write_sources(writer, made.sources, progress)
