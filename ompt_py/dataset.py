@@ -100,8 +100,7 @@ class Dataset:
 
     def __repr__(self) -> str:
         events = sum(p.rows for p in self._partitions)
-        return (f"<ompt_py.Dataset {self.path}: {len(self)} partitions, {events:,} events, "
-                f"ranks {self.ranks}>")
+        return f"<ompt_py.Dataset {self.path}: {len(self)} partitions, {events:,} events>"
 
     @property
     def partitions(self) -> list[Partition]:
@@ -109,8 +108,9 @@ class Dataset:
         return list(self._partitions)
 
     @property
-    def ranks(self) -> list[int | None]:
-        """Each partition's job rank (None: its process had none)."""
+    def partition_ranks(self) -> list[int | None]:
+        """Each partition's job rank (None: its process had none).  (``ranks()`` is
+        left for the per-rank table of Trace.ranks(), concatenated: docs/dataset.md.)"""
         return [p.rank for p in self._partitions]
 
     @property
@@ -135,8 +135,8 @@ class Dataset:
             if (p.rank == rank) if pid is None else (p.pid == pid):
                 return self.partition(i)
         which = f"rank {rank}" if pid is None else f"pid {pid}"
-        raise KeyError(f"{self.path} has no partition of {which}: it has ranks {self.ranks} "
-                       f"(pids {self.pids})")
+        raise KeyError(f"{self.path} has no partition of {which}: it has ranks "
+                       f"{self.partition_ranks} (pids {self.pids})")
 
     def map(self, fn: Callable[[Trace], R], client: Any = None) -> list[R]:
         """``fn(trace)`` for each partition's Trace, in partition order.  Without a
@@ -231,7 +231,7 @@ class Dataset:
         from .io import dataset
 
         dataset.export(self._traces(), path, "csv",
-                       ranked=any(r is not None for r in self.ranks))
+                       ranked=any(r is not None for r in self.partition_ranks))
 
 
 def open_dataset(path: str | os.PathLike) -> Dataset:

@@ -86,7 +86,7 @@ def _within_bucket(estimate: float, exact: float) -> None:
 def test_open_reads_the_partitions_metadata(small):
     path, t = small
     d = ompt_py.open_dataset(path)
-    assert len(d) == RANKS and d.ranks == list(range(RANKS))
+    assert len(d) == RANKS and d.partition_ranks == list(range(RANKS))
     assert d.pids == [FIRST_PID + r for r in range(RANKS)]
     assert sum(p.rows for p in d.partitions) == len(t)
     assert d.origin == t.meta["origin_mono_ns"]
@@ -225,7 +225,7 @@ def test_a_missing_rank_is_said_and_the_others_analysed(tmp_path):
     write_dataset(tmp_path, 4, 300, leave_out=(2,))
     with pytest.warns(TraceWarning, match="ranks 2 of the job's 4 have no part here"):
         d = ompt_py.open_dataset(tmp_path)
-    assert d.ranks == [0, 1, 3]
+    assert d.partition_ranks == [0, 1, 3]
     assert d.summary().overview["processes"] == 3
 
 
@@ -237,7 +237,7 @@ def test_a_truncated_part_is_said_and_the_others_analysed(tmp_path):
         d = ompt_py.open_dataset(tmp_path)
     text = " ".join(str(w.message) for w in said)
     assert str(files[1]) in text and "ranks 1 of the job's 4 have no part here" in text
-    assert d.ranks == [0, 2, 3]
+    assert d.partition_ranks == [0, 2, 3]
     assert d.meta["skipped"][0]["source"] == str(files[1])
     assert d.summary().overview["events"] == sum(p.rows for p in d.partitions)
 
@@ -248,7 +248,7 @@ def test_a_part_damaged_after_its_footer_is_left_out_when_mapped(tmp_path):
     files[2].write_bytes(b"PAR1 not any more")
     with pytest.warns(TraceWarning, match="left out, the rest is loaded"):
         pids = d.map(lambda trace: int(trace.pids[0]))
-    assert pids == [FIRST_PID, FIRST_PID + 1] and d.ranks == [0, 1]
+    assert pids == [FIRST_PID, FIRST_PID + 1] and d.partition_ranks == [0, 1]
     assert d.meta["skipped"][-1]["source"] == str(files[2])
 
 
