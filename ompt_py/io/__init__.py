@@ -5,6 +5,9 @@
 * ``parquet``: ``Trace.save`` and its reader, one file or a dataset
   partitioned by process.
 * ``profile``: profile mode's aggregates (``load_profile``) and profile files.
+* ``dataset``: a dataset's partitions found from their footers alone
+  (``ompt_py.open_dataset``), read one at a time on the dataset's time axis,
+  and exported one after the other into one file.
 * exports (``export``): ``perfetto`` (JSON) and ``csv``, streamed in batches
   whose text is written in C (``streaming``); ``perfetto_proto`` (Perfetto's
   protobuf trace, its packets written in C from the JSON export's slices);
