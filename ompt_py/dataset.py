@@ -104,7 +104,8 @@ class Dataset:
 
     @property
     def partitions(self) -> list[Partition]:
-        """The partitions (file, pid, rank, events, origin), in rank order."""
+        """The partitions (file, pid, rank, events, origin, ``process``: its metadata,
+        ``clock``: its clock's fit to rank 0's), in rank order."""
         return list(self._partitions)
 
     @property

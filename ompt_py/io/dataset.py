@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import TraceFileError
@@ -34,13 +34,20 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Partition:
     """One partition of a dataset: its file, its process (pid, job rank: None
-    without one), its number of events and its trace's origin (origin_mono_ns)."""
+    without one, and its metadata, as Trace.meta["processes"] has it), its
+    number of events and its trace's origin (origin_mono_ns)."""
 
     path: str
     pid: int
     rank: int | None
     rows: int
     origin: int | None
+    process: dict = field(compare=False, repr=False)
+
+    @property
+    def clock(self) -> dict | None:
+        """The fit of its clock to rank 0's (docs/mpi.md, Clocks; None: not fitted)."""
+        return self.process.get("clock_alignment")
 
 
 @dataclass
@@ -86,16 +93,15 @@ def scan(path: str, stacklevel: int) -> Scan:
     for i in plan.kept:
         for proc in metas[i]["processes"]:  # one: a partition (a whole file: several)
             parts.append(Partition(sources[i], proc["pid"], proc.get("rank"), rows[i],
-                                   metas[i].get("origin_mono_ns")))
+                                   metas[i].get("origin_mono_ns"), proc))
     parts.sort(key=lambda p: (p.rank is None, p.rank or 0, p.pid))
     if len({p.path for p in parts}) != len(parts):
         several = sorted({p.path for p in parts if sum(q.path == p.path for q in parts) > 1})
         raise TraceFileError(f"{', '.join(several)} hold(s) several processes: a dataset has "
                              "one file per process; save it with Trace.save(DIR) (no .parquet "
                              "suffix) or load it whole with ompt_py.load")
-    procs = {p["pid"]: p for i in plan.kept for p in metas[i]["processes"]}
     return Scan(parts, plan.origin,
-                trace_meta([procs[p.pid] for p in parts], plan.origin, plan.skipped))
+                trace_meta([p.process for p in parts], plan.origin, plan.skipped))
 
 
 def read(part: Partition, origin: int | None) -> Parts:

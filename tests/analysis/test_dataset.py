@@ -91,6 +91,8 @@ def test_open_reads_the_partitions_metadata(small):
     assert sum(p.rows for p in d.partitions) == len(t)
     assert d.origin == t.meta["origin_mono_ns"]
     assert [p["pid"] for p in d.meta["processes"]] == d.pids
+    assert [p.process for p in d.partitions] == t.meta["processes"]
+    assert all(p.clock is None for p in d.partitions)  # no clock fit: one machine's clock
     assert "6 partitions" in repr(d)
 
 
@@ -270,6 +272,16 @@ def test_a_directory_without_partitions_is_refused(tmp_path):
         ompt_py.open_dataset(tmp_path)
     with pytest.raises(ompt_py.TraceFileError, match="is not a directory"):
         ompt_py.open_dataset(tmp_path / "x.parquet")
+
+
+def test_duckdb_reads_the_same_files_as_one_table(small):
+    duckdb = pytest.importorskip("duckdb")
+    d = ompt_py.open_dataset(small[0])
+    rows = duckdb.sql(f"""
+        SELECT rank, count(*) AS events
+        FROM read_parquet('{small[0]}/*/*.parquet', hive_partitioning = true)
+        GROUP BY rank ORDER BY rank""").fetchall()
+    assert rows == [(p.rank, p.rows) for p in d.partitions]
 
 
 # ---- exports ----------------------------------------------------------------------------------
