@@ -70,6 +70,10 @@ OLD_LIBOMP_DIR := .cache/libomp
 OLD_TEST_LIBOMP ?= 16
 SOURCES := setup.py pyproject.toml $(wildcard csrc/*/*.c csrc/*/*.h)
 PYTHONS ?= 3.9 3.10 3.12 3.13
+# The suite's modules spread over this many pytest-xdist workers (a module's tests
+# stay on one worker: their module fixtures run once).  TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 PYTHONS_DIR := .cache/pythons
 # What the `pythons` tests need besides ompt-py and its dependencies (Cython: the
 # Python-stack tests build a prange ... nogil module on every version).
@@ -98,7 +102,7 @@ demo: setup
 	$(BIN)/ompt-py report examples/build/demo.parquet
 
 test: setup lint old-runtimes
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 	@$(MAKE) --no-print-directory test-sanitize
 	@$(MAKE) --no-print-directory test-old-libomp
 	@$(MAKE) --no-print-directory test-pythons
@@ -109,7 +113,7 @@ test-old-libomp: setup
 	@lib=$(OLD_LIBOMP_DIR)/$(OLD_TEST_LIBOMP); \
 	if [ -e $$lib/libomp.so.5 ]; then \
 	  echo "Host-side tests on libomp $(OLD_TEST_LIBOMP): OMPTPY_TEST_LIBOMP=$$lib pytest -m any_libomp"; \
-	  OMPTPY_TEST_LIBOMP=$$lib $(BIN)/python -m pytest -q -m any_libomp; \
+	  OMPTPY_TEST_LIBOMP=$$lib $(BIN)/python -m pytest -q $(PYTEST_PARALLEL) -m any_libomp; \
 	else \
 	  echo "Skipping the host-side tests on libomp $(OLD_TEST_LIBOMP): $$lib/libomp.so.5 is missing" \
 	       "(make old-runtimes fetches it)"; \

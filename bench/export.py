@@ -7,6 +7,10 @@ format runs in a fresh process that loads the trace (from the raw files) and
 then exports it twice; the figures are those of the first export (the
 second, "again", shows how much of the first was a one-off cost: the export
 keeps nothing but the symbolized code addresses, which the trace caches).
+Beside each export's wall time it prints its CPU time (user + system of the
+exporting process, resource.getrusage: the batches made in threads count
+once each), which the machine's load changes much less: compare versions by
+CPU time, run one after the other, with the load average it prints.
 
 Targets, each marked PASS or FAIL per format:
 
@@ -29,7 +33,7 @@ Targets, each marked PASS or FAIL per format:
 
 Each output is deleted once measured.
 
-    python bench/export.py [--quick] [--json FILE]
+    python bench/export.py [--quick] [--json FILE] [--formats F,F...]
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -86,6 +91,12 @@ def _size(path: Path) -> int:
     return path.stat().st_size
 
 
+def _cpu_s() -> float:
+    """User + system seconds of this process so far (all its threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def one(what: str, trace_dir: str, out: str) -> None:
     """In the child: load, export as `what` twice, print the figures as JSON."""
     import ompt_py
@@ -98,42 +109,43 @@ def one(what: str, trace_dir: str, out: str) -> None:
     for _ in range(2):
         before = _memory_mib()["VmRSS"]
         _reset_peak()
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _cpu_s()
         export(trace, out, "parquet" if what == "dataset" else what)
-        seconds = time.perf_counter() - t0
-        runs.append({"seconds": seconds, "rss_before_mib": before,
+        seconds, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
+        runs.append({"seconds": seconds, "cpu_s": cpu, "rss_before_mib": before,
                      "peak_mib": _memory_mib()["VmHWM"]})
     print(json.dumps({"events": len(trace), "load_s": load_s, "first": runs[0],
                       "again": runs[1], "trace_mib": trace.events.nbytes / 2**20,
                       "bytes": _size(Path(out))}))
 
 
-def exports(regions: int, judge_memory: bool) -> dict:
+def exports(regions: int, judge_memory: bool, formats: list[str]) -> dict:
     figures = {}
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp, "raw")
         regions_trace(raw, regions)
-        for what, name in OUTPUTS.items():
-            out = Path(tmp, name)
+        load = os.getloadavg()
+        for what in formats:
+            out = Path(tmp, OUTPUTS[what])
             proc = run_program([sys.executable, __file__, "--one", what, str(raw), str(out)],
                                dict(os.environ), f"export {what}")
             figures[what] = json.loads(proc.stdout.splitlines()[-1])
             shutil.rmtree(out) if out.is_dir() else out.unlink()
-    n = figures["perfetto"]["events"]
-    trace_mib = figures["perfetto"]["trace_mib"]
+    n = next(iter(figures.values()))["events"]
+    trace_mib = next(iter(figures.values()))["trace_mib"]
     print(f"== exports of a trace of {n:,} events ({regions:,} regions of 2 threads; "
-          f"{trace_mib:.0f} MiB of records)")
+          f"{trace_mib:.0f} MiB of records); load average (1 min) {load[0]:.1f} before, "
+          f"{os.getloadavg()[0]:.1f} after")
     for what, f in figures.items():
         first, again = f["first"], f["again"]
         rate = f["events"] / first["seconds"]
         rate_min = RATES_MIN.get(what, RATE_MIN)
         growth = first["peak_mib"] - first["rss_before_mib"]
         print(f"   {what:14s} [{'PASS' if rate >= rate_min else 'FAIL'}] rate "
-              f"{first['seconds']:6.2f} s, {rate / 1e6:5.2f} M events/s (target >= "
-              f"{rate_min / 1e6:.0f} M/s; again: {again['seconds']:5.2f} s, "
-              f"{f['events'] / again['seconds'] / 1e6:5.2f} M/s); "
-              f"{f['bytes'] / 2**20:5.0f} MiB written")
-        if what == "perfetto-proto":
+              f"{first['seconds']:6.2f} s (CPU {first['cpu_s']:6.2f} s), {rate / 1e6:5.2f} M "
+              f"events/s (target >= {rate_min / 1e6:.0f} M/s; again: {again['seconds']:5.2f} s, "
+              f"CPU {again['cpu_s']:5.2f} s); {f['bytes'] / 2**20:5.0f} MiB written")
+        if what == "perfetto-proto" and "perfetto" in figures:
             ratio = f["bytes"] / figures["perfetto"]["bytes"]
             print(f"   {'':14s} [{'PASS' if ratio <= SIZE_MAX else 'FAIL'}] size "
                   f"{ratio:.3f} of the JSON's (target <= {SIZE_MAX:.3f})")
@@ -150,14 +162,21 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="a trace of about 1.4 M events")
     p.add_argument("--json", type=Path, help="also write the figures to this file")
+    p.add_argument("--formats", default=",".join(OUTPUTS),
+                   help=f"the formats to export, comma-separated (default: {','.join(OUTPUTS)})")
     p.add_argument("--one", nargs=3, metavar=("FORMAT", "TRACE", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.one:
         one(*args.one)
         return 0
+    formats = args.formats.split(",")
+    unknown = sorted(set(formats) - set(OUTPUTS))
+    if unknown:
+        p.error(f"unknown format(s) {', '.join(unknown)}: give some of {', '.join(OUTPUTS)}")
     try:
         build(build_steps())
-        figures = exports(QUICK_REGIONS if args.quick else REGIONS, judge_memory=not args.quick)
+        figures = exports(QUICK_REGIONS if args.quick else REGIONS, judge_memory=not args.quick,
+                          formats=formats)
     except (BenchError, subprocess.SubprocessError) as exc:
         print(exc, file=sys.stderr)
         return 1

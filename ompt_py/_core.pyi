@@ -101,6 +101,10 @@ KEY_EVENT: Final[int]
 KEY_ENDPOINT: Final[int]
 KEY_EVENT_KIND: Final[int]
 KEY_EVENT_ENDPOINT: Final[int]
+# what a row does in a pairing of pair_events()
+PAIR_NONE: Final[int]
+PAIR_OPEN: Final[int]
+PAIR_CLOSE: Final[int]
 # the kind of a column of format_rows()
 FORMAT_NUMBER: Final[int]
 FORMAT_MICROS: Final[int]
@@ -138,8 +142,10 @@ class _TapStats(TypedDict):
     capacity: int
     active: bool
 
-# A key column of pair() and find(): (integers, missing_if_zero, table of bytes or None).
-_KeyColumn: TypeAlias = tuple[Buffer, bool, Buffer | None]
+# A key column of pair(), pair_events() and find(): (integers of one dimension, any
+# stride, missing_if_zero, table of bytes or None[, rows (int64) the column reads]).
+_KeyColumn: TypeAlias = (tuple[Buffer, bool, Buffer | None]
+                         | tuple[Buffer, bool, Buffer | None, Buffer | None])
 
 # ---- the tool -----------------------------------------------------------------------
 
@@ -209,16 +215,37 @@ def pair(
     -1; with tags, an end closes the latest open begin of its tag (0: any); enclosing[i]:
     the latest open begin of the key when begin i opened, or -1."""
 
+def pair_events(
+    order: Buffer,
+    events: _KeyColumn,
+    endpoints: _KeyColumn,
+    pairings: list[tuple[Buffer, list[_KeyColumn]]],
+    as_rows: bool = False,
+    lookups: list[tuple[int, int, list[_KeyColumn]]] | None = None,
+    /,
+) -> tuple[list[tuple[bytes, bytes, int]], list[bytes]]:
+    """Several pairings of the records in one pass over them in ``order`` (int64), each
+    as pair() pairs: columns of the records (events, endpoints, keys), a pairing
+    (roles, keys), roles[4 * event + endpoint] a PAIR_* (endpoint 1 to 3, else 0); a
+    lookup (pairing, in, keys): per begin of the pairing, the pair of ``in`` whose
+    begin has the key its record has in keys (among those open as it begins).
+    Returns (per pairing (begins, ends, ends that closed nothing), per lookup found),
+    int64 bytes: the begins' positions in order (as_rows: their rows), those closed
+    first, then those never closed; the ends' of those closed; per closed begin the
+    index of the closed pair found, -1 for none, -2 where it could not tell."""
+
 def find(
     table_keys: list[_KeyColumn],
     query_keys: list[_KeyColumn],
     out: Buffer,
     table_times: _KeyColumn | None = None,
     query_times: _KeyColumn | None = None,
+    first: bool = False,
     /,
 ) -> None:
     """Per query row, the first table row with its keys (with times: the last at or
-    before the query's time), or -1."""
+    before the query's time; with times and first, the first, found in time order),
+    or -1."""
 
 def format_rows(
     parts: tuple[bytes, ...],
@@ -237,12 +264,14 @@ def proto_payloads(
     (int64, rows + 1) written.  A column is (PROTO_*, key, values, missing, table)."""
 
 def proto_nest(
-    track: Buffer, begin: Buffer, end: Buffer, ntracks: int, query_track: Buffer,
+    track: Buffer, begin: Buffer, end: Buffer, runs: Buffer, ntracks: int, query_track: Buffer,
     query_time: Buffer, query_slice: Buffer, seq: Buffer, /,
 ) -> int:
-    """The begins (2i) and ends (2i + 1) of slices in the order of their begins, as each
-    track's stack has them, into seq; ends that overlap their parent's cut (returned: how
-    many); per query, the innermost slice of its track holding its time, or -1."""
+    """The begins (2i) and ends (2i + 1) of slices in the order of their begins (runs,
+    int64 bounds, of slices in that order, merged: at one time the earlier run first),
+    as each track's stack has them, into seq (4 or 8-byte items); ends that overlap
+    their parent's cut (returned: how many); per query, the innermost slice of its track
+    holding its time, or -1."""
 
 def proto_packets(
     seq: Buffer, begin: Buffer, end: Buffer, track: Buffer, uuids: Buffer, payload: bytes,

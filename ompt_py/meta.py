@@ -77,13 +77,19 @@ def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
     keep = ("pid", "ppid", "hostname", "exe", "argv", "ld_preload", "clock", "config",
             "runtimes")
     entry = {k: meta[k] for k in keep}
-    # The latest state of each runtime: the meta is written once, when the trace starts.
-    states = (last_stats or {}).get("runtime_states", [])
-    entry["runtimes"] = [{**rt, **(states[i] if i < len(states) else {})}
-                         for i, rt in enumerate(meta["runtimes"])]
+    # The runtimes as they were last: the meta is written once, when the trace starts
+    # (under ompt-py run --mpi, maybe before the runtime).  STATS documents describe
+    # them whole; older ones only their states (runtime_states).
+    stats = last_stats or {}
+    if "runtimes" in stats:
+        entry["runtimes"] = stats["runtimes"]
+    else:
+        states = stats.get("runtime_states", [])
+        entry["runtimes"] = [{**rt, **(states[i] if i < len(states) else {})}
+                             for i, rt in enumerate(meta["runtimes"])]
     entry["tool"] = {
-        "start_tool_calls": meta["start_tool_calls"],
-        "declined": meta["declined"],
+        "start_tool_calls": stats.get("start_tool_calls", meta["start_tool_calls"]),
+        "declined": stats.get("declined", meta["declined"]),
         "record_version": meta["record_version"],
     }
     # MPI: the rank the launcher gave (else the one MPI told), the node-local rank,

@@ -442,6 +442,15 @@ PY_STACK_FIELDS = {"parallel_begin": ("u64a", 0), "task_create": ("u32a", 1),
                    "target_emi": ("u32b", 0), "target": ("u32b", 0), "region": ("u64b", 0)}
 
 
+def time_order(times: np.ndarray) -> np.ndarray:
+    """The rows of records in time order (``times``: their time_ns), at equal times in
+    the order of the records: the order of to_pandas()'s rows, of the pairings
+    (analysis.pairing.pair_events) and of the CSV export.  Fast on the records' runs
+    of one thread in time order (a merge of them), once the times are contiguous (a
+    field of the records is not: sorted in place, it takes ten times as long)."""
+    return np.argsort(np.ascontiguousarray(times), kind="stable")
+
+
 def python_stack_ids(events: np.ndarray) -> np.ndarray:
     """The Python stack id of each record (uint32; 0: none)."""
     out = np.zeros(len(events), np.uint32)

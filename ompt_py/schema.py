@@ -341,8 +341,10 @@ STATS_DOC = Obj(
                           "written": _COUNT, "dropped": _COUNT},
                          {"runtime": Int(-I32 - 1, I32), "samples_skipped": _COUNT,
                           "nobuf": _COUNT, "live": Bool()}))},
-    {"recording": Bool(), "runtime_states": List(Obj({}, {"initialized": Bool(),
-                                                          "finalized": Bool()})),
+    {"recording": Bool(), "start_tool_calls": _COUNT, "declined": _COUNT,
+     "runtimes": List(RUNTIME),
+     # Before the runtimes were described whole in STATS: their states only.
+     "runtime_states": List(Obj({}, {"initialized": Bool(), "finalized": Bool()})),
      "modules": List(MODULE), "region_names": List(Str()), "region_unnamed": _COUNT,
      "error_messages_unkept": _COUNT, "devices": List(DEVICE), "mpi": MPI_DOC,
      "profile_unmapped": _COUNT})  # profile mode: threads whose tables could not be mapped

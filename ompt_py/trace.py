@@ -55,6 +55,7 @@ from .records import (
     SINCE,
     python_stack_ids,
     shift_times,
+    time_order,
 )
 from .units import ns_columns
 
@@ -360,7 +361,7 @@ class Trace:
         # count: events beyond EVENTS).
         times, counts = np.empty(n, np.int64), np.zeros(max(EVENTS) + 2, np.int64)
         _core.scan(ev, times, counts)
-        order = np.argsort(times, kind="stable")  # fast on the per-thread runs
+        order = time_order(times)
         present = set(np.flatnonzero(counts[:-1]).tolist())
         place_info = any(p["config"].get("place_info") for p in self.meta.get("processes", []))
         # A second pass, over the records in time order, fills every column: the

@@ -50,7 +50,15 @@ PyObject *omptpy_py_ticks_to_ns(PyObject *m, PyObject *args);
 
 /* ---- pairing.c: keys, hash tables, begin/end pairing, lookups ------------------ */
 
+/* What a row does in a pairing of pair_events() (the module's PAIR_*). */
+enum {
+  PAIR_NONE,  /* nothing */
+  PAIR_OPEN,  /* a begin */
+  PAIR_CLOSE, /* an end */
+};
+
 PyObject *omptpy_py_pair(PyObject *m, PyObject *args);
+PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args);
 PyObject *omptpy_py_find(PyObject *m, PyObject *args);
 
 /* ---- format.c: rows of text, and the integer columns the exports' kernels read --- */

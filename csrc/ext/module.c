@@ -388,10 +388,22 @@ static PyMethodDef methods[] = {
          "paired with row i, or -1.  With tags (a column), an end closes the latest open "
          "begin of its key with its tag (0: any), dropping the begins above it; "
          "enclosing[i]: the latest open begin of the key when begin i opened, or -1.")},
+    {"pair_events", omptpy_py_pair_events, METH_VARARGS,
+     DOC("pair_events($module, order, events, endpoints, pairings, as_rows=False, "
+         "lookups=None, /)",
+         "Several pairings of the records in one pass over them in order, each as pair() "
+         "pairs; a pairing is (roles, keys): roles[4 * event + endpoint] (PAIR_*), its key "
+         "columns; a lookup (pairing, in, keys): per begin, the pair of `in` with its key, "
+         "found among those open.  Returns ([(begins, ends, ends that closed nothing)], "
+         "[found]): int64 bytes, the begins' positions in order (as_rows: rows), those "
+         "closed first, the ends' of those closed; per closed begin the pair found, -1 for "
+         "none, -2 where not told.")},
     {"find", omptpy_py_find, METH_VARARGS,
-     DOC("find($module, table_keys, query_keys, out, table_times=None, query_times=None, /)",
+     DOC("find($module, table_keys, query_keys, out, table_times=None, query_times=None, "
+         "first=False, /)",
          "Per query row, the first table row with its keys (with times: the last at or "
-         "before the query's time), or -1.")},
+         "before the query's time; with times and first, the first, found in time "
+         "order), or -1.")},
     {"format_rows", omptpy_py_format_rows, METH_VARARGS,
      DOC("format_rows($module, parts, columns, /)",
          "Rows of text, each parts[0] value parts[1] ... parts[-1]; a column is (FORMAT_*, "
@@ -401,11 +413,13 @@ static PyMethodDef methods[] = {
          "The TrackEvent fields of each row (a slice's begin), one after the other; offsets "
          "(int64, rows + 1) written.  A column is (PROTO_*, key, values, missing, table).")},
     {"proto_nest", omptpy_py_proto_nest, METH_VARARGS,
-     DOC("proto_nest($module, track, begin, end, ntracks, query_track, query_time, "
+     DOC("proto_nest($module, track, begin, end, runs, ntracks, query_track, query_time, "
          "query_slice, seq, /)",
-         "The begins (2i) and ends (2i + 1) of slices in the order of their begins, as each "
-         "track's stack has them, into seq; ends that overlap their parent's cut (returned: "
-         "how many); per query, the innermost slice of its track holding its time, or -1.")},
+         "The begins (2i) and ends (2i + 1) of slices in the order of their begins (runs of "
+         "slices in that order, merged; at one time the earlier run first), as each track's "
+         "stack has them, into seq (4 or 8-byte items); ends that overlap their parent's cut "
+         "(returned: how many); per query, the innermost slice of its track holding its "
+         "time, or -1.")},
     {"proto_packets", omptpy_py_proto_packets, METH_VARARGS,
      DOC("proto_packets($module, seq, begin, end, track, uuids, payload, offsets, slots, "
          "flows_from, from_ids, flows_to, to_ids, sequence, /)",
@@ -582,6 +596,9 @@ static const struct {
     C(KEY_ENDPOINT, KEY_ENDPOINT),
     C(KEY_EVENT_KIND, KEY_EVENT_KIND),
     C(KEY_EVENT_ENDPOINT, KEY_EVENT_ENDPOINT),
+    C(PAIR_NONE, PAIR_NONE),
+    C(PAIR_OPEN, PAIR_OPEN),
+    C(PAIR_CLOSE, PAIR_CLOSE),
     C(FORMAT_NUMBER, FORMAT_NUMBER),
     C(FORMAT_MICROS, FORMAT_MICROS),
     C(FORMAT_HEX, FORMAT_HEX),

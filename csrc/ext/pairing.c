@@ -1,7 +1,9 @@
 /*
  * Keys, pairing and lookups, for the analysis and the exports: pair() (begin
- * and end records of the same key) and find() (the row of a table with a
- * query's key), through open-addressing hash tables of rows.
+ * and end rows of the same key), pair_events() (every pairing of the tables at
+ * once, in one pass over the records in time order; the same pairing step as
+ * pair()) and find() (the row of a table with a query's key), through
+ * open-addressing hash tables of rows.
  */
 #include "ext.h"
 
@@ -9,55 +11,82 @@
 #include <string.h>
 
 /* A row's key is a value from each of a few columns.  A column is an integer
- * array (1, 2, 4 or 8-byte items, read as unsigned), or one of bytes read
- * through a table of bytes (value = table[byte], the last entry for bytes
- * beyond it); Python gives it as the tuple (array, missing_if_zero, table or
- * None).  Rows with equal keys are found through an open-addressing hash table
+ * field of a buffer of one dimension and any stride (an array, or one field of
+ * the records: numpy's view of a field of a structured array, read in place),
+ * of 1, 2, 4 or 8-byte items read as unsigned; optionally through rows (int64:
+ * the column's value i is the item at rows[i]); bytes may be read through a
+ * table of bytes (value = table[byte], the last entry for bytes beyond it).
+ * Python gives it as the tuple (array, missing_if_zero, table or None[, rows or
+ * None]).  Rows with equal keys are found through an open-addressing hash table
  * of rows. */
 
-enum { MAX_KEYS = 8 };
+enum { MAX_KEYS = 8, MAX_PAIRINGS = 16 };
 
 typedef struct {
-  Py_buffer data, table;
-  int zero_missing; /* a row whose value is 0 has no key (find) */
+  Py_buffer data, table, rows;
+  const char *base;
+  Py_ssize_t stride, size;
+  const int64_t *at; /* rows, or NULL */
+  int zero_missing;  /* a row whose value is 0 has no key (find) */
 } column;
 
 static void column_release(column *c) {
+  if (c->rows.obj) PyBuffer_Release(&c->rows);
   if (c->table.obj) PyBuffer_Release(&c->table);
   if (c->data.obj) PyBuffer_Release(&c->data);
   memset(c, 0, sizeof *c);
 }
 
+static int is_int64(const Py_buffer *b) {
+  const char *format = b->format ? b->format : "B";
+  char letter = *format ? format[strlen(format) - 1] : 'B';
+  return b->itemsize == 8 && (letter == 'q' || letter == 'l');
+}
+
 /* Reads a column's spec; *n: its rows (set when negative, else checked). */
 static int column_get(column *c, PyObject *spec, Py_ssize_t *n) {
-  PyObject *data, *table;
+  PyObject *data, *table, *rows = Py_None;
   memset(c, 0, sizeof *c);
-  if (!PyArg_ParseTuple(spec, "OpO", &data, &c->zero_missing, &table)) return -1;
-  if (PyObject_GetBuffer(data, &c->data, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0 ||
-      (table != Py_None && PyObject_GetBuffer(table, &c->table, PyBUF_SIMPLE) < 0)) {
+  if (!PyArg_ParseTuple(spec, "OpO|O", &data, &c->zero_missing, &table, &rows)) return -1;
+  if (PyObject_GetBuffer(data, &c->data, PyBUF_STRIDES | PyBUF_FORMAT) < 0 ||
+      (table != Py_None && PyObject_GetBuffer(table, &c->table, PyBUF_SIMPLE) < 0) ||
+      (rows != Py_None &&
+       PyObject_GetBuffer(rows, &c->rows, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)) {
     column_release(c);
     return -1;
   }
-  Py_ssize_t size = c->data.itemsize, rows = size ? c->data.len / size : 0;
   const char *bad = NULL;
-  if (size != 1 && size != 2 && size != 4 && size != 8)
+  Py_ssize_t items = c->data.ndim == 1 ? c->data.shape[0] : -1, count = items;
+  c->size = c->data.itemsize;
+  c->base = c->data.buf;
+  c->stride = items >= 0 ? c->data.strides[0] : 0;
+  if (items < 0)
+    bad = "a column of one dimension";
+  else if (c->size != 1 && c->size != 2 && c->size != 4 && c->size != 8)
     bad = "a column of 1, 2, 4 or 8-byte integers";
-  else if (c->table.obj && (size != 1 || c->table.len < 1))
+  else if (c->table.obj && (c->size != 1 || c->table.len < 1))
     bad = "a table for a column of bytes, not empty";
-  else if (*n >= 0 && rows != *n)
-    bad = "columns of different lengths";
+  else if (c->rows.obj && !is_int64(&c->rows))
+    bad = "rows of a column: an array of int64";
+  if (!bad && c->rows.obj) {
+    c->at = c->rows.buf;
+    count = c->rows.len / 8;
+    for (Py_ssize_t i = 0; i < count && !bad; i++)
+      if (c->at[i] < 0 || c->at[i] >= items) bad = "rows of a column outside it";
+  }
+  if (!bad && *n >= 0 && count != *n) bad = "columns of different lengths";
   if (bad) {
     PyErr_SetString(PyExc_ValueError, bad);
     column_release(c);
     return -1;
   }
-  *n = rows;
+  *n = count;
   return 0;
 }
 
-static uint64_t column_read(const column *c, Py_ssize_t i) {
-  const char *p = (const char *)c->data.buf + i * c->data.itemsize;
-  switch (c->data.itemsize) {
+static inline uint64_t column_read(const column *c, Py_ssize_t i) {
+  const char *p = c->base + (c->at ? c->at[i] : i) * c->stride;
+  switch (c->size) {
     case 1: {
       uint8_t v = *(const uint8_t *)p;
       if (!c->table.obj) return v;
@@ -122,7 +151,9 @@ static int key_matches(const keyset *k, Py_ssize_t row, const key *q) {
   return 1;
 }
 
-/* Slots of (hash, row), row -1 when empty; a power of two of them, at most half used. */
+/* Slots of (hash, entry), entry -1 when empty; a power of two of them, at most
+ * half used.  An entry is a row of the keyset, or an index that `rows` maps to
+ * one (pair_events: a begin's slot, `rows` the begins' rows). */
 typedef struct {
   uint64_t hash;
   Py_ssize_t row;
@@ -131,6 +162,7 @@ typedef struct {
 typedef struct {
   slot *slots;
   Py_ssize_t mask, used;
+  const int64_t *rows; /* an entry's row, or NULL: the entry is the row */
 } table;
 
 static int table_init(table *t, Py_ssize_t rows) {
@@ -139,6 +171,7 @@ static int table_init(table *t, Py_ssize_t rows) {
   t->slots = malloc((size_t)size * sizeof *t->slots);
   t->mask = size - 1;
   t->used = 0;
+  t->rows = NULL;
   if (!t->slots) return -1;
   for (Py_ssize_t s = 0; s < size; s++) t->slots[s].row = -1;
   return 0;
@@ -146,14 +179,20 @@ static int table_init(table *t, Py_ssize_t rows) {
 
 static void table_free(table *t) { free(t->slots); }
 
-/* The slot holding a row of `keys` with the key q, or the empty slot where it
- * would go. */
+/* The slot holding an entry of `keys` with the key q, or the empty slot where it
+ * would go.  A key of one column is its hash: key_read's hash of one value is a
+ * bijection (xor, a multiplication by an odd number, an xorshift), so the entry's
+ * own value, far in memory, is not read again. */
 static Py_ssize_t table_slot(const table *t, const keyset *keys, const key *q) {
   Py_ssize_t s = (Py_ssize_t)(q->hash & (uint64_t)t->mask);
-  while (t->slots[s].row >= 0 &&
-         !(t->slots[s].hash == q->hash && key_matches(keys, t->slots[s].row, q)))
+  for (;;) {
+    Py_ssize_t e = t->slots[s].row;
+    if (e < 0 || (t->slots[s].hash == q->hash &&
+                  (keys->ncol == 1 ||
+                   key_matches(keys, t->rows ? (Py_ssize_t)t->rows[e] : e, q))))
+      return s;
     s = (s + 1) & t->mask;
-  return s;
+  }
 }
 
 static int table_grow(table *t) {
@@ -169,6 +208,7 @@ static int table_grow(table *t) {
     bigger.slots[d] = t->slots[s];
   }
   bigger.used = t->used;
+  bigger.rows = t->rows;
   table_free(t);
   *t = bigger;
   return 0;
@@ -201,6 +241,53 @@ static void table_remove(table *t, Py_ssize_t s) {
   t->used--;
 }
 
+/* ---- the pairing step: one implementation for pair() and pair_events() ------------- */
+
+/* The begins open per key, each key's a stack: the table maps a key to its
+ * latest open begin, and per begin (an entry of the table: a row, or a slot of
+ * pair_events), link[begin] is, while it is open, -2 - the begin below it (-1:
+ * none); once closed, its end's row; -1 if it was dropped. */
+typedef struct {
+  table open;
+  const keyset *keys;
+  const column *tags; /* or NULL */
+  Py_ssize_t *link;
+} stacks;
+
+/* Opens the begin `entry` of key q on top of its key's stack: returns the begin
+ * below it (-1: none), or -2 when out of memory. */
+static Py_ssize_t stacks_open(stacks *st, const key *q, Py_ssize_t entry) {
+  Py_ssize_t s = table_slot(&st->open, st->keys, q), top = st->open.slots[s].row;
+  st->link[entry] = -2 - top;
+  return table_set(&st->open, s, q->hash, entry) < 0 ? -2 : top;
+}
+
+/* The end at row i of key q closes the latest open begin of its key (with tags:
+ * the latest with the end's tag, a tag of 0 matching any; the begins opened
+ * above that one are dropped, never closed).  Returns the begin closed, or -1
+ * when none is open. */
+static Py_ssize_t stacks_close(stacks *st, const key *q, Py_ssize_t i) {
+  Py_ssize_t s = table_slot(&st->open, st->keys, q), top = st->open.slots[s].row, open = top;
+  uint64_t tag = st->tags ? column_read(st->tags, i) : 0;
+  const int64_t *rows = st->open.rows;
+  while (tag && open >= 0 &&
+         column_read(st->tags, rows ? (Py_ssize_t)rows[open] : open) != tag)
+    open = -2 - st->link[open];
+  if (open < 0) return -1;
+  for (Py_ssize_t above = top; above != open;) {
+    Py_ssize_t below = -2 - st->link[above];
+    st->link[above] = -1;
+    above = below;
+  }
+  Py_ssize_t below = -2 - st->link[open];
+  st->link[open] = i;
+  if (below >= 0)
+    st->open.slots[s].row = below;
+  else
+    table_remove(&st->open, s);
+  return open;
+}
+
 /* pair(keys, begins, begin_value, partner[, tags, enclosing]): begin/end
  * pairing in one pass over rows in time order.  keys: a list of columns (see
  * above); a row is a begin when its value in the column `begins` is
@@ -210,9 +297,8 @@ static void table_remove(table *t, Py_ssize_t s) {
  * dropped, never closed.  Writes partner (intp per row): a begin's end row, an
  * end's begin row, or -1 for a begin never closed and an end with no open
  * begin; and `enclosing` (intp per row, or None): for a begin, the latest open
- * begin of its key when it opened (-1: none), -1 for an end.  The table holds
- * the keys with open begins (the top of each one's stack); while a begin is
- * open, its partner entry links to the begin below it (-2 - row; -1 for none). */
+ * begin of its key when it opened (-1: none), -1 for an end.  The rows are the
+ * entries of the stacks, partner their links. */
 PyObject *omptpy_py_pair(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *keys_list, *begins_spec, *partner, *tags_spec = Py_None, *enclosing = Py_None;
@@ -224,12 +310,11 @@ PyObject *omptpy_py_pair(PyObject *m, PyObject *args) {
   keyset keys;
   column begins, tags = {0};
   Py_buffer p = {0}, e = {0};
-  table t = {0};
+  stacks st = {0};
   Py_ssize_t n = -1;
-  int tagged = tags_spec != Py_None;
   if (keyset_get(&keys, keys_list, &n) < 0) return NULL;
   if (column_get(&begins, begins_spec, &n) < 0) goto release_keys;
-  if (tagged && column_get(&tags, tags_spec, &n) < 0) goto done;
+  if (tags_spec != Py_None && column_get(&tags, tags_spec, &n) < 0) goto done;
   if (PyObject_GetBuffer(partner, &p, PyBUF_WRITABLE) < 0) goto done;
   if (enclosing != Py_None && PyObject_GetBuffer(enclosing, &e, PyBUF_WRITABLE) < 0) goto done;
   if (p.len != n * (Py_ssize_t)sizeof(Py_ssize_t) ||
@@ -237,54 +322,37 @@ PyObject *omptpy_py_pair(PyObject *m, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "pair: partner or enclosing has another length");
     goto done;
   }
-  if (table_init(&t, 512) < 0) {
+  if (table_init(&st.open, 512) < 0) {
     PyErr_NoMemory();
     goto done;
   }
+  st.keys = &keys;
+  st.tags = tags_spec != Py_None ? &tags : NULL;
+  st.link = p.buf;
   Py_ssize_t *out = p.buf, *outer = e.obj ? e.buf : NULL;
   int failed = 0;
   Py_BEGIN_ALLOW_THREADS
   key q;
   for (Py_ssize_t i = 0; i < n; i++) {
     key_read(&keys, i, &q);
-    Py_ssize_t s = table_slot(&t, &keys, &q), top = t.slots[s].row;
     if (outer) outer[i] = -1;
     if (column_read(&begins, i) == begin_value) {
-      out[i] = -2 - top;
-      if (outer) outer[i] = top;
-      if (table_set(&t, s, q.hash, i) < 0) {
+      Py_ssize_t below = stacks_open(&st, &q, i);
+      if (below == -2) {
         failed = 1;
         break;
       }
+      if (outer) outer[i] = below;
       continue;
     }
-    /* The begin this end closes: the top, or the latest with the end's tag. */
-    Py_ssize_t open = top;
-    uint64_t tag = tagged ? column_read(&tags, i) : 0;
-    while (tag && open >= 0 && column_read(&tags, open) != tag) open = -2 - out[open];
-    if (open < 0) {
-      out[i] = -1;
-      continue;
-    }
-    for (Py_ssize_t above = top; above != open;) { /* dropped: never closed */
-      Py_ssize_t below = -2 - out[above];
-      out[above] = -1;
-      above = below;
-    }
-    Py_ssize_t below = -2 - out[open];
-    out[open] = i;
-    out[i] = open;
-    if (below >= 0)
-      t.slots[s].row = below;
-    else
-      table_remove(&t, s);
+    out[i] = stacks_close(&st, &q, i);
   }
   for (Py_ssize_t i = 0; i < n; i++)
     if (out[i] < -1) out[i] = -1; /* a begin never closed */
   Py_END_ALLOW_THREADS
   result = failed ? PyErr_NoMemory() : omptpy_py_none();
 done:
-  table_free(&t);
+  table_free(&st.open);
   if (e.obj) PyBuffer_Release(&e);
   if (p.obj) PyBuffer_Release(&p);
   column_release(&tags);
@@ -294,16 +362,380 @@ release_keys:
   return result;
 }
 
-/* find(table_keys, query_keys, out[, table_times, query_times]): for each query
- * row, the first table row with the same keys (lists of as many columns, of the
- * same sizes); with times (columns of int64, each side in ascending order), the
- * last table row with the same keys at or before the query's time.  -1 where
- * there is none, or where a row is missing (a missing_if_zero column reads 0).
- * out: intp per query row. */
+/* ---- pair_events --------------------------------------------------------------------- */
+
+typedef struct {
+  Py_buffer roles;
+  keyset keys;
+  stacks st;
+  PyObject *begins, *ends; /* bytes: int64 per begin */
+  Py_ssize_t count, closed, unmatched_ends;
+  /* Looked into (see lookup): its keys seen (a Bloom filter, 16 bits a begin, of
+   * seen_mask + 1 words) and
+   * those that may have begun twice; per begin, once paired, its index among
+   * those closed, or -1. */
+  uint64_t *seen;
+  Py_ssize_t seen_mask;
+  table twice;
+  int64_t *rank;
+} pairing;
+
+/* A lookup: per begin of pairing `of`, the begin of pairing `in` with the key of
+ * its own record (`in`'s key): the one open then (found[begin], its slot), when
+ * no other begun before has the key; -1 when the key is missing; LOOK_AGAIN when
+ * it may not be the first begun, or none is open. */
+typedef struct {
+  Py_ssize_t of, in;
+  keyset keys;
+  int64_t *found;
+  PyObject *out; /* bytes: int64 per closed begin */
+} lookup;
+
+enum { LOOK_AGAIN = -2 };
+
+static void pairing_release(pairing *g) {
+  free(g->rank);
+  free(g->seen);
+  table_free(&g->twice);
+  table_free(&g->st.open);
+  keyset_release(&g->keys);
+  Py_XDECREF(g->ends);
+  Py_XDECREF(g->begins);
+  if (g->roles.obj) PyBuffer_Release(&g->roles);
+}
+
+/* The index of roles of a record of `event` and `endpoint`. */
+static inline Py_ssize_t role_index(uint64_t event, uint64_t endpoint) {
+  return (Py_ssize_t)(4 * event + (endpoint < 4 ? endpoint : 0));
+}
+
+/* Reads the keys of a spec (a list), every column of the records (no rows of their
+ * own), then made to read through `order`. */
+static int keys_through(keyset *k, PyObject *spec, Py_ssize_t *records, const int64_t *order) {
+  if (keyset_get(k, spec, records) < 0) return -1;
+  for (Py_ssize_t j = 0; j < k->ncol; j++) {
+    if (k->col[j].at) {
+      PyErr_SetString(PyExc_ValueError, "pair_events: columns read through order, not rows");
+      return -1;
+    }
+    k->col[j].at = order;
+  }
+  return 0;
+}
+
+/* Pairing p's key q (of its begin at slot s) seen: a key the filter may have seen
+ * before goes into p->twice.  The filter sets 3 bits of one word per key, the
+ * bits from the hash, the word from the key's last value without its 3 low bits:
+ * ids given in sequence share words, read from the cache (a key sharing a word
+ * with many more only raises the false positives, which are looked up again).
+ * -1: out of memory. */
+static int see(pairing *p, const key *q, Py_ssize_t s) {
+  uint64_t last = q->word[p->keys.ncol - 1], mixed = last >> 3;
+  for (Py_ssize_t j = 0; j < p->keys.ncol; j++) /* the rest, and the high bits, moved far */
+    mixed ^= (j + 1 < p->keys.ncol ? q->word[j] : last >> 32) * 0x9E3779B97F4A7C15u;
+  uint64_t *word = &p->seen[mixed & (uint64_t)p->seen_mask];
+  uint64_t bits = (uint64_t)1 << (q->hash >> 58) | (uint64_t)1 << (q->hash >> 52 & 63) |
+                  (uint64_t)1 << (q->hash >> 46 & 63);
+  int before = (*word & bits) == bits;
+  *word |= bits;
+  if (!before) return 0;
+  Py_ssize_t h = table_slot(&p->twice, &p->keys, q);
+  return p->twice.slots[h].row >= 0 ? 0 : table_set(&p->twice, h, q->hash, s);
+}
+
+/* The lookups of the begin at position i, slot s, of pairing k. */
+static void look_up(Py_ssize_t k, Py_ssize_t s, Py_ssize_t i, const pairing *g, lookup *lk,
+                    Py_ssize_t nlk) {
+  key q;
+  for (Py_ssize_t l = 0; l < nlk; l++) {
+    if (lk[l].of != k) continue;
+    key_read(&lk[l].keys, i, &q);
+    const pairing *in = &g[lk[l].in];
+    if (q.missing) {
+      lk[l].found[s] = -1;
+    } else if (in->twice.slots[table_slot(&in->twice, &in->keys, &q)].row >= 0) {
+      lk[l].found[s] = LOOK_AGAIN;
+    } else {
+      Py_ssize_t e = in->st.open.slots[table_slot(&in->st.open, &in->keys, &q)].row;
+      lk[l].found[s] = e >= 0 ? e : LOOK_AGAIN;
+    }
+  }
+}
+
+/* pair_events(order, events, endpoints, pairings[, as_rows, lookups]): several
+ * pairings of the records in one pass over them in time order, each as pair()
+ * pairs (no tags), for the tables and the exports.  The columns (see above; no
+ * rows of their own) are of the records: `events` and `endpoints` their event
+ * numbers and endpoints; `order` (int64) the records in time order, through
+ * which the pass reads every column.  A pairing is (roles, keys): roles, bytes,
+ * 4 per event number e: what a record of e does (PAIR_*) at roles[4 e +
+ * endpoint], the endpoint 1 to 3, 0 for any other (event numbers beyond:
+ * nothing); keys, a list of columns.  A lookup is (pairing, in, keys): for each
+ * begin of the pairing, the pair of pairing `in` whose begin is the first with
+ * the keys (of `in`) that its own record has in `keys` (as find() finds it among
+ * the closed pairs; a missing key finds none).  It is looked up as the pair
+ * begins, in the begins open then, the one of the key when no other of the key
+ * had begun (a Bloom filter of the keys begun, 16 bits a begin, says which may
+ * have): no table of every begin, whose rows would be far in memory.  Returns
+ * (per pairing (begins, ends, ends closing nothing), per lookup found): bytes of
+ * int64, the begins' positions in `order` (with as_rows, their rows), those
+ * closed first, then those never closed, each in order, and the ends'
+ * positions (rows) of those closed; found, per closed begin, the index of the
+ * pair found among the closed ones, -1 for none, LOOK_AGAIN (-2) where it was
+ * not open or another of its key may have begun before (find() those). */
+PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *order_obj, *events_spec, *endpoints_spec, *list, *result = NULL;
+  PyObject *lookup_list = NULL;
+  int as_rows = 0;
+  if (!PyArg_ParseTuple(args, "OOOO!|pO!", &order_obj, &events_spec, &endpoints_spec,
+                        &PyList_Type, &list, &as_rows, &PyList_Type, &lookup_list))
+    return NULL;
+  Py_ssize_t records = -1, npairings = PyList_GET_SIZE(list);
+  Py_ssize_t nlk = lookup_list ? PyList_GET_SIZE(lookup_list) : 0;
+  uint32_t *opens = NULL, *closes = NULL;
+  Py_ssize_t *there = NULL;
+  column events = {0}, endpoints = {0};
+  Py_buffer order_buf = {0};
+  pairing g[MAX_PAIRINGS];
+  lookup lk[MAX_PAIRINGS];
+  memset(g, 0, sizeof g);
+  memset(lk, 0, sizeof lk);
+  if (npairings > MAX_PAIRINGS || nlk > MAX_PAIRINGS) {
+    PyErr_Format(PyExc_ValueError, "pair_events: at most %d pairings and lookups",
+                 (int)MAX_PAIRINGS);
+    return NULL;
+  }
+  if (column_get(&events, events_spec, &records) < 0 ||
+      column_get(&endpoints, endpoints_spec, &records) < 0 ||
+      PyObject_GetBuffer(order_obj, &order_buf, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+    goto done;
+  const int64_t *order = order_buf.buf;
+  Py_ssize_t n = order_buf.len / 8;
+  const char *bad = is_int64(&order_buf) ? NULL : "pair_events: order, an array of int64";
+  for (Py_ssize_t i = 0; i < n && !bad; i++)
+    if (order[i] < 0 || order[i] >= records) bad = "pair_events: order names rows not there";
+  if (events.at || endpoints.at) bad = "pair_events: events read through order, not rows";
+  if (bad) {
+    PyErr_SetString(PyExc_ValueError, bad);
+    goto done;
+  }
+  for (Py_ssize_t k = 0; k < npairings; k++) {
+    PyObject *roles, *keys;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(list, k), "OO", &roles, &keys) ||
+        PyObject_GetBuffer(roles, &g[k].roles, PyBUF_SIMPLE) < 0 ||
+        keys_through(&g[k].keys, keys, &records, order) < 0)
+      goto done;
+  }
+  for (Py_ssize_t l = 0; l < nlk && !bad; l++) {
+    PyObject *keys;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(lookup_list, l), "nnO", &lk[l].of, &lk[l].in, &keys) ||
+        keys_through(&lk[l].keys, keys, &records, order) < 0)
+      goto done;
+    int same = lk[l].of >= 0 && lk[l].of < npairings && lk[l].in >= 0 && lk[l].in < npairings &&
+               lk[l].keys.ncol == g[lk[l].in].keys.ncol;
+    for (Py_ssize_t j = 0; same && j < lk[l].keys.ncol; j++)
+      same = lk[l].keys.col[j].size == g[lk[l].in].keys.col[j].size;
+    if (!same) bad = "pair_events: a lookup of no pairing, or of keys of other sizes";
+  }
+  if (bad) {
+    PyErr_SetString(PyExc_ValueError, bad);
+    goto done;
+  }
+  /* Per role index, the pairings a record there opens and closes (bit k: pairing k),
+   * and how many records are there; the records beyond every pairing's roles are
+   * counted at the last index, which opens and closes nothing. */
+  Py_ssize_t nroles = 1;
+  for (Py_ssize_t k = 0; k < npairings; k++)
+    if (g[k].roles.len + 1 > nroles) nroles = g[k].roles.len + 1;
+  opens = PyMem_Calloc((size_t)nroles, sizeof *opens);
+  closes = PyMem_Calloc((size_t)nroles, sizeof *closes);
+  there = PyMem_Calloc((size_t)nroles, sizeof *there);
+  if (!opens || !closes || !there) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t k = 0; k < npairings; k++)
+    for (Py_ssize_t at = 0; at < g[k].roles.len; at++) {
+      int role = ((const uint8_t *)g[k].roles.buf)[at];
+      if (role == PAIR_OPEN) opens[at] |= 1u << k;
+      if (role == PAIR_CLOSE) closes[at] |= 1u << k;
+    }
+  for (Py_ssize_t r = 0; r < records; r++) {
+    Py_ssize_t at = role_index(column_read(&events, r), column_read(&endpoints, r));
+    there[at < nroles ? at : nroles - 1]++;
+  }
+  /* The begins of each pairing, counted: its outputs are made that long. */
+  Py_ssize_t counts[MAX_PAIRINGS] = {0};
+  for (Py_ssize_t at = 0; at < nroles; at++)
+    for (Py_ssize_t k = 0; k < npairings; k++)
+      if (opens[at] >> k & 1) counts[k] += there[at];
+  events.at = endpoints.at = order;
+  for (Py_ssize_t k = 0; k < npairings; k++) {
+    g[k].begins = PyBytes_FromStringAndSize(NULL, 8 * counts[k]);
+    g[k].ends = PyBytes_FromStringAndSize(NULL, 8 * counts[k]);
+    if (!g[k].begins || !g[k].ends || table_init(&g[k].st.open, 512) < 0) {
+      if (!PyErr_Occurred()) PyErr_NoMemory();
+      goto done;
+    }
+    g[k].st.open.rows = (const int64_t *)PyBytes_AS_STRING(g[k].begins);
+    g[k].st.keys = &g[k].keys;
+    g[k].st.link = (Py_ssize_t *)PyBytes_AS_STRING(g[k].ends);
+  }
+  for (Py_ssize_t l = 0; l < nlk; l++) {
+    pairing *in = &g[lk[l].in];
+    if (!(lk[l].found = malloc(8 * (size_t)counts[lk[l].of] + 1))) {
+      PyErr_NoMemory();
+      goto done;
+    }
+    if (in->seen) continue;
+    in->seen_mask = 0; /* words: a power of two, 16 bits a begin */
+    while (64 * (in->seen_mask + 1) < 16 * counts[lk[l].in]) in->seen_mask = 2 * in->seen_mask + 1;
+    in->seen = calloc((size_t)in->seen_mask + 1, 8);
+    if (!in->seen || table_init(&in->twice, 512) < 0) {
+      PyErr_NoMemory();
+      goto done;
+    }
+    in->twice.rows = in->st.open.rows;
+  }
+  int failed = 0;
+  Py_BEGIN_ALLOW_THREADS
+  key q;
+  for (Py_ssize_t i = 0; i < n && !failed; i++) {
+    Py_ssize_t at = role_index(column_read(&events, i), column_read(&endpoints, i));
+    if (at >= nroles) continue;
+    for (uint32_t mine = opens[at] | closes[at]; mine; mine &= mine - 1) {
+      Py_ssize_t k = __builtin_ctz(mine);
+      pairing *p = &g[k];
+      key_read(&p->keys, i, &q);
+      if (opens[at] >> k & 1) {
+        if (8 * p->count == PyBytes_GET_SIZE(p->begins)) { /* order names a row twice */
+          failed = 2;
+          break;
+        }
+        ((int64_t *)PyBytes_AS_STRING(p->begins))[p->count] = i;
+        if (stacks_open(&p->st, &q, p->count) == -2 || (p->seen && see(p, &q, p->count) < 0)) {
+          failed = 1;
+          break;
+        }
+        look_up(k, p->count++, i, g, lk, nlk);
+      } else if (stacks_close(&p->st, &q, i) < 0) {
+        p->unmatched_ends++;
+      }
+    }
+  }
+  /* Each pairing looked into, its closed begins numbered; each lookup's found, per
+   * closed begin, as the index of a closed pair. */
+  for (Py_ssize_t k = 0; k < npairings && !failed; k++) {
+    pairing *p = &g[k];
+    if (!p->seen) continue;
+    if (!(p->rank = malloc(8 * (size_t)p->count + 1))) {
+      failed = 1;
+      break;
+    }
+    for (Py_ssize_t s = 0, closed = 0; s < p->count; s++)
+      p->rank[s] = p->st.link[s] >= 0 ? closed++ : -1;
+  }
+  for (Py_ssize_t l = 0; l < nlk && !failed; l++) {
+    const pairing *p = &g[lk[l].of], *in = &g[lk[l].in];
+    int64_t *found = lk[l].found, closed = 0; /* written over as it is read: closed <= s */
+    for (Py_ssize_t s = 0; s < p->count; s++) {
+      if (p->st.link[s] < 0) continue;
+      int64_t e = found[s];
+      found[closed++] = e < 0 ? e : in->rank[e] >= 0 ? in->rank[e] : LOOK_AGAIN;
+    }
+  }
+  /* The closed pairs first, then the begins never closed (each in begin order), as
+   * positions in order or, with as_rows, as rows. */
+  for (Py_ssize_t k = 0; k < npairings && !failed; k++) {
+    int64_t *begins = (int64_t *)PyBytes_AS_STRING(g[k].begins), *open_begins;
+    Py_ssize_t *link = g[k].st.link, closed = 0, open = 0;
+    for (Py_ssize_t s = 0; s < g[k].count; s++) open += link[s] < 0;
+    if (!(open_begins = malloc((size_t)open * sizeof *open_begins + 1))) {
+      failed = 1;
+      break;
+    }
+    open = 0;
+    for (Py_ssize_t s = 0; s < g[k].count; s++) { /* closed <= s: read before written */
+      int64_t begin = as_rows ? order[begins[s]] : begins[s];
+      if (link[s] < 0) {
+        open_begins[open++] = begin;
+        continue;
+      }
+      link[closed] = as_rows ? order[link[s]] : link[s];
+      begins[closed++] = begin;
+    }
+    memcpy(begins + closed, open_begins, (size_t)open * sizeof *begins);
+    free(open_begins);
+    g[k].closed = closed;
+  }
+  Py_END_ALLOW_THREADS
+  if (failed) {
+    if (failed == 1) PyErr_NoMemory();
+    else PyErr_SetString(PyExc_ValueError, "pair_events: order names a row twice");
+    goto done;
+  }
+  for (Py_ssize_t k = 0; k < npairings; k++) /* rows order leaves out: fewer begins */
+    if (_PyBytes_Resize(&g[k].begins, 8 * g[k].count) < 0 ||
+        _PyBytes_Resize(&g[k].ends, 8 * g[k].closed) < 0)
+      goto done;
+  for (Py_ssize_t l = 0; l < nlk; l++)
+    if (!(lk[l].out = PyBytes_FromStringAndSize((const char *)lk[l].found,
+                                                8 * g[lk[l].of].closed)))
+      goto done;
+  PyObject *paired = PyList_New(npairings), *looked = PyList_New(nlk);
+  result = paired && looked ? Py_BuildValue("NN", paired, looked) : NULL;
+  if (!result) {
+    Py_XDECREF(paired);
+    Py_XDECREF(looked);
+    goto done;
+  }
+  for (Py_ssize_t k = 0; k < npairings; k++) {
+    PyObject *found = Py_BuildValue("NNn", g[k].begins, g[k].ends, g[k].unmatched_ends);
+    g[k].begins = g[k].ends = NULL;
+    if (!found) {
+      Py_CLEAR(result);
+      goto done;
+    }
+    PyList_SET_ITEM(paired, k, found);
+  }
+  for (Py_ssize_t l = 0; l < nlk; l++) {
+    PyList_SET_ITEM(looked, l, lk[l].out);
+    lk[l].out = NULL;
+  }
+done:
+  for (Py_ssize_t l = 0; l < nlk; l++) {
+    Py_XDECREF(lk[l].out);
+    free(lk[l].found);
+    keyset_release(&lk[l].keys);
+  }
+  PyMem_Free(there);
+  PyMem_Free(closes);
+  PyMem_Free(opens);
+  for (Py_ssize_t k = 0; k < npairings; k++) pairing_release(&g[k]);
+  if (order_buf.obj) PyBuffer_Release(&order_buf);
+  column_release(&endpoints);
+  column_release(&events);
+  return result;
+}
+
+/* ---- find ----------------------------------------------------------------------------- */
+
+/* find(table_keys, query_keys, out[, table_times, query_times, first]): for each
+ * query row, the first table row with the same keys (lists of as many columns, of
+ * the same sizes); with times (columns of int64, each side in ascending order),
+ * the last table row with the same keys at or before the query's time; with
+ * times and `first`, the first table row with the same keys, as without times,
+ * but found with the table filled up to each query's time (the rows of a key a
+ * query looks for lie in the cache while the rows are in time order), and the
+ * queries without one looked up again once it is full.  -1 where there is none,
+ * or where a row is missing (a missing_if_zero column reads 0).  out: intp per
+ * query row. */
 PyObject *omptpy_py_find(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *tk, *qk, *out_obj, *tt = Py_None, *qt = Py_None, *result = NULL;
-  if (!PyArg_ParseTuple(args, "OOO|OO", &tk, &qk, &out_obj, &tt, &qt)) return NULL;
+  int first = 0;
+  if (!PyArg_ParseTuple(args, "OOO|OOp", &tk, &qk, &out_obj, &tt, &qt, &first)) return NULL;
   keyset tkeys, qkeys = {0};
   column ttime = {0}, qtime = {0};
   Py_buffer o = {0};
@@ -315,22 +747,22 @@ PyObject *omptpy_py_find(PyObject *m, PyObject *args) {
   if (timed && (column_get(&ttime, tt, &nt) < 0 || column_get(&qtime, qt, &nq) < 0)) goto done;
   if (PyObject_GetBuffer(out_obj, &o, PyBUF_WRITABLE) < 0) goto done;
   int same = qkeys.ncol == tkeys.ncol &&
-             (!timed || (ttime.data.itemsize == 8 && qtime.data.itemsize == 8));
+             (!timed || (ttime.size == 8 && qtime.size == 8));
   for (Py_ssize_t j = 0; same && j < tkeys.ncol; j++)
-    same = tkeys.col[j].data.itemsize == qkeys.col[j].data.itemsize;
+    same = tkeys.col[j].size == qkeys.col[j].size;
   if (!same || o.len != nq * (Py_ssize_t)sizeof(Py_ssize_t)) {
     PyErr_SetString(PyExc_ValueError, "find: keys of other sizes, or out of another length");
     goto done;
   }
-  if (table_init(&t, timed ? 512 : nt) < 0) {
+  if (table_init(&t, timed && !first ? 512 : nt) < 0) { /* first: every row goes in */
     PyErr_NoMemory();
     goto done;
   }
   Py_ssize_t *out = o.buf;
-  int failed = 0;
+  int failed = 0, keep_first = !timed || first;
   Py_BEGIN_ALLOW_THREADS
-  /* Untimed: every table row first (the first of equal ones stays); timed: the
-   * rows up to each query's time (the last of equal ones stays). */
+  /* Untimed: every table row first; timed: the rows up to each query's time (the
+   * last of equal ones stays, or with `first` the first). */
   Py_ssize_t next = 0;
   key q;
   for (Py_ssize_t i = 0; i < nq || (!timed && next < nt); i++) {
@@ -340,7 +772,7 @@ PyObject *omptpy_py_find(PyObject *m, PyObject *args) {
       key_read(&tkeys, next, &q);
       if (q.missing) continue;
       Py_ssize_t s = table_slot(&t, &tkeys, &q);
-      if (!timed && t.slots[s].row >= 0) continue; /* the first of equal rows stays */
+      if (keep_first && t.slots[s].row >= 0) continue;
       if (table_set(&t, s, q.hash, next) < 0) {
         failed = 1;
         break;
@@ -349,6 +781,19 @@ PyObject *omptpy_py_find(PyObject *m, PyObject *args) {
     if (failed || i >= nq) break;
     key_read(&qkeys, i, &q);
     out[i] = q.missing ? -1 : t.slots[table_slot(&t, &tkeys, &q)].row;
+  }
+  if (timed && first && !failed) { /* the rest of the table, then the queries not found */
+    for (; next < nt && !failed; next++) {
+      key_read(&tkeys, next, &q);
+      if (q.missing) continue;
+      Py_ssize_t s = table_slot(&t, &tkeys, &q);
+      if (t.slots[s].row < 0) failed = table_set(&t, s, q.hash, next) < 0;
+    }
+    for (Py_ssize_t i = 0; i < nq && !failed; i++) {
+      if (out[i] >= 0) continue;
+      key_read(&qkeys, i, &q);
+      if (!q.missing) out[i] = t.slots[table_slot(&t, &tkeys, &q)].row;
+    }
   }
   Py_END_ALLOW_THREADS
   result = failed ? PyErr_NoMemory() : omptpy_py_none();
@@ -361,4 +806,3 @@ done:
   keyset_release(&tkeys);
   return result;
 }
-

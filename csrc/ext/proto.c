@@ -254,48 +254,76 @@ static int push(track_stack *s, int64_t slice) {
   return 0;
 }
 
-/* proto_nest(track, begin, end, ntracks, query_track, query_time, query_slice, seq):
+/* An item of an array of 4 or 8-byte integers, written. */
+static inline void put_item(void *array, Py_ssize_t itemsize, Py_ssize_t i, int64_t value) {
+  if (itemsize == 4)
+    ((uint32_t *)array)[i] = (uint32_t)value;
+  else
+    ((int64_t *)array)[i] = value;
+}
+
+/* proto_nest(track, begin, end, runs, ntracks, query_track, query_time, query_slice, seq):
  * the order of the begins and ends of slices on their tracks (0 <= track <
- * ntracks), the slices in the order of their begins (at one time, parents
- * first, as in the JSON file): seq (int64, 2 per slice, written) lists slice
- * i's begin as 2i and its end as 2i + 1, each track's in the order a stack
- * of slices has them (a slice ends before the next begins on its track at or
- * after its end).  A slice that ends after the slice it begins in (they
- * overlap) is cut at that end (end is written): their number is returned.
- * Per query (a track and a time; the times in order), the innermost slice
- * on that track holding the time, begin <= time < end or a slice of no
- * length at it (-1: none), into query_slice. */
+ * ntracks).  The slices come in runs (runs: int64, the first slice of each and
+ * then their number, ascending), each in the order of its begins; taken in the
+ * order of their begins, at one time the earlier run first (the order of the
+ * JSON file: at one time, parents first), they go on their track's stack: seq
+ * (2 per slice, 4 or 8-byte items, written) lists slice i's begin as 2i and its
+ * end as 2i + 1, each track's in the order a stack of slices has them (a slice
+ * ends before the next begins on its track at or after its end).  A slice that
+ * ends after the slice it begins in (they overlap) is cut at that end (end is
+ * written): their number is returned.  Per query (a track and a time; the
+ * times in order), the innermost slice on that track holding the time, begin
+ * <= time < end or a slice of no length at it (-1: none), into query_slice. */
 PyObject *omptpy_py_proto_nest(PyObject *m, PyObject *args) {
   (void)m;
-  PyObject *track_obj, *begin_obj, *end_obj, *qtrack_obj, *qtime_obj, *qslice_obj, *seq_obj;
-  Py_ssize_t ntracks, n = -1, nq = -1, cut = 0;
-  Py_buffer bufs[7] = {{0}};
+  PyObject *track_obj, *begin_obj, *end_obj, *runs_obj, *qtrack_obj, *qtime_obj, *qslice_obj;
+  PyObject *seq_obj;
+  Py_ssize_t ntracks, n = -1, nq = -1, nruns = -1, cut = 0;
+  Py_buffer bufs[8] = {{0}};
   omptpy_ints track, qtrack;
   track_stack *stacks = NULL;
+  Py_ssize_t *next = NULL;
   PyObject *result = NULL;
-  if (!PyArg_ParseTuple(args, "OOOnOOOO", &track_obj, &begin_obj, &end_obj, &ntracks,
-                        &qtrack_obj, &qtime_obj, &qslice_obj, &seq_obj))
+  if (!PyArg_ParseTuple(args, "OOOOnOOOO", &track_obj, &begin_obj, &end_obj, &runs_obj,
+                        &ntracks, &qtrack_obj, &qtime_obj, &qslice_obj, &seq_obj))
     return NULL;
   if (get_ints(track_obj, &bufs[0], &track, &n, "proto_nest track") < 0) goto done;
   const int64_t *begin = get_in(begin_obj, &bufs[1], n, "proto_nest begin");
   int64_t *end = begin ? get_out(end_obj, &bufs[2], n, "proto_nest end") : NULL;
-  if (!end || get_ints(qtrack_obj, &bufs[3], &qtrack, &nq, "proto_nest query_track") < 0)
+  const int64_t *runs = end ? get_int64(runs_obj, &bufs[7], &nruns, 0, "proto_nest runs") : NULL;
+  if (!runs || get_ints(qtrack_obj, &bufs[3], &qtrack, &nq, "proto_nest query_track") < 0)
     goto done;
   const int64_t *qtime = get_in(qtime_obj, &bufs[4], nq, "proto_nest query_time");
   int64_t *qslice = qtime ? get_out(qslice_obj, &bufs[5], nq, "proto_nest query_slice") : NULL;
-  int64_t *seq = qslice ? get_out(seq_obj, &bufs[6], 2 * n, "proto_nest seq") : NULL;
-  if (!seq) goto done;
-  for (Py_ssize_t i = 0; i < n + nq; i++) {
+  if (!qslice ||
+      PyObject_GetBuffer(seq_obj, &bufs[6], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+    goto done;
+  void *seq = bufs[6].buf;
+  Py_ssize_t width = bufs[6].itemsize;
+  const char *bad = NULL;
+  if ((width != 4 && width != 8) || bufs[6].len != 2 * n * width ||
+      (width == 4 && 2 * n > (Py_ssize_t)UINT32_MAX))
+    bad = "proto_nest: seq, 2 items per slice, of 4 bytes (fewer than 2^31 slices) or 8";
+  for (Py_ssize_t r = 0; r + 1 < nruns && !bad; r++)
+    if (runs[r] > runs[r + 1]) bad = "proto_nest: runs out of order";
+  if (nruns < 1 || runs[0] != 0 || runs[nruns - 1] != n) bad = "proto_nest: runs from 0 to n";
+  for (Py_ssize_t r = 0; r + 1 < nruns && !bad; r++)
+    for (Py_ssize_t i = runs[r] + 1; i < runs[r + 1] && !bad; i++)
+      if (begin[i] < begin[i - 1]) bad = "proto_nest: a run's begins out of order";
+  for (Py_ssize_t i = 0; i < n + nq && !bad; i++) {
     int negative;
     uint64_t t = i < n ? omptpy_ints_get(&track, i, &negative)
                        : omptpy_ints_get(&qtrack, i - n, &negative);
-    if (negative || t >= (uint64_t)ntracks) {
-      PyErr_SetString(PyExc_ValueError, "proto_nest: a track outside 0 .. ntracks - 1");
-      goto done;
-    }
+    if (negative || t >= (uint64_t)ntracks) bad = "proto_nest: a track outside 0 .. ntracks - 1";
+  }
+  if (bad) {
+    PyErr_SetString(PyExc_ValueError, bad);
+    goto done;
   }
   stacks = calloc((size_t)ntracks + 1, sizeof *stacks);
-  if (!stacks) {
+  next = malloc((size_t)nruns * sizeof *next);
+  if (!stacks || !next) {
     PyErr_NoMemory();
     goto done;
   }
@@ -303,31 +331,38 @@ PyObject *omptpy_py_proto_nest(PyObject *m, PyObject *args) {
   Py_BEGIN_ALLOW_THREADS;
   Py_ssize_t out = 0, q = 0;
   int negative;
-  for (Py_ssize_t i = 0; i <= n && !failed; i++) {
+  for (Py_ssize_t r = 0; r + 1 < nruns; r++) next[r] = runs[r];
+  for (Py_ssize_t taken = 0; taken <= n && !failed; taken++) {
+    /* The next slice: the earliest begin of the runs' next ones (the first run at a tie). */
+    Py_ssize_t i = -1, run = -1;
+    for (Py_ssize_t r = 0; r + 1 < nruns; r++)
+      if (next[r] < runs[r + 1] && (i < 0 || begin[next[r]] < begin[i])) i = next[run = r];
     /* The queries before this begin (all of them after the last slice). */
-    for (; q < nq && (i == n || qtime[q] < begin[i]); q++) {
+    for (; q < nq && (i < 0 || qtime[q] < begin[i]); q++) {
       track_stack *s = &stacks[omptpy_ints_get(&qtrack, q, &negative)];
       int64_t t = qtime[q];
       while (s->depth) {
         int64_t top = s->at[s->depth - 1];
         if (end[top] > t || (end[top] == t && begin[top] == t)) break;
-        seq[out++] = 2 * top + 1;
+        put_item(seq, width, out++, 2 * top + 1);
         s->depth--;
       }
       qslice[q] = s->depth ? s->at[s->depth - 1] : -1;
     }
-    if (i == n) break;
+    if (i < 0) break;
+    next[run]++;
     track_stack *s = &stacks[omptpy_ints_get(&track, i, &negative)];
-    while (s->depth && end[s->at[s->depth - 1]] <= begin[i]) seq[out++] = 2 * s->at[--s->depth] + 1;
+    while (s->depth && end[s->at[s->depth - 1]] <= begin[i])
+      put_item(seq, width, out++, 2 * s->at[--s->depth] + 1);
     if (s->depth && end[i] > end[s->at[s->depth - 1]]) {
       end[i] = end[s->at[s->depth - 1]];
       cut++;
     }
-    seq[out++] = 2 * (int64_t)i;
+    put_item(seq, width, out++, 2 * (int64_t)i);
     failed = push(s, i) < 0;
   }
   for (Py_ssize_t k = 0; k < ntracks; k++)
-    while (stacks[k].depth) seq[out++] = 2 * stacks[k].at[--stacks[k].depth] + 1;
+    while (stacks[k].depth) put_item(seq, width, out++, 2 * stacks[k].at[--stacks[k].depth] + 1);
   Py_END_ALLOW_THREADS;
   if (failed) {
     PyErr_NoMemory();
@@ -337,7 +372,8 @@ PyObject *omptpy_py_proto_nest(PyObject *m, PyObject *args) {
 done:
   for (Py_ssize_t k = 0; stacks && k < ntracks; k++) free(stacks[k].at);
   free(stacks);
-  for (int b = 0; b < 7; b++)
+  free(next);
+  for (int b = 0; b < 8; b++)
     if (bufs[b].obj) PyBuffer_Release(&bufs[b]);
   return result;
 }
@@ -407,21 +443,18 @@ PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args) {
   const int64_t *end = begin ? get_in(objs[2], &bufs[2], n, "proto_packets end") : NULL;
   if (!end) goto done;
   Py_ssize_t nbegins = 0;
-  for (Py_ssize_t k = 0; k < nseq; k++) {
+  for (Py_ssize_t k = 0; k < nseq; k++) { /* the slices seq names, and their tracks */
     int negative;
     uint64_t e = omptpy_ints_get(&seqs, k, &negative);
     if (negative || e / 2 >= (uint64_t)n) {
       PyErr_SetString(PyExc_ValueError, "proto_packets: seq names a slice that is not there");
       goto done;
     }
-    nbegins += !(e & 1);
-  }
-  for (Py_ssize_t i = 0; i < n; i++) {
-    int negative;
-    if (omptpy_ints_get(&track, i, &negative) >= (uint64_t)ntracks || negative) {
+    if (omptpy_ints_get(&track, (Py_ssize_t)(e / 2), &negative) >= (uint64_t)ntracks || negative) {
       PyErr_SetString(PyExc_ValueError, "proto_packets: a track without a uuid");
       goto done;
     }
+    nbegins += !(e & 1);
   }
   nslots = nbegins;
   const int64_t *offsets = get_in(objs[5], &bufs[5], nbegins + 1, "proto_packets offsets");

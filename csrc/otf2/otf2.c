@@ -26,17 +26,32 @@ static OTF2_TimeStamp post_flush(void *user, OTF2_FileType file, OTF2_LocationRe
 
 static OTF2_FlushCallbacks flush_callbacks = {pre_flush, post_flush};
 
-/* A contiguous array of `n` items of `itemsize` bytes (n < 0: any, set). */
+/* A contiguous array of `n` items of `itemsize` bytes (n < 0: any, set); an
+ * itemsize of 0: of 2 or 4 bytes (the buffer's), or of 8 bytes with -8. */
 static const void *get_array(PyObject *obj, Py_buffer *buf, Py_ssize_t itemsize, Py_ssize_t *n,
                              const char *what) {
-  if (PyObject_GetBuffer(obj, buf, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-  if (buf->len % itemsize || (*n >= 0 && buf->len != *n * itemsize)) {
-    PyErr_Format(PyExc_ValueError, "_otf2.write: %s: %zd items of %zd bytes", what, *n,
-                 itemsize);
+  if (PyObject_GetBuffer(obj, buf, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  Py_ssize_t size = buf->itemsize;
+  int fits = itemsize > 0    ? size == itemsize
+             : itemsize == 0 ? size == 2 || size == 4
+                             : size == 4 || size == 8;
+  if (!fits || (*n >= 0 && buf->len != *n * size)) {
+    PyErr_Format(PyExc_ValueError, "_otf2.write: %s: %zd items of %s bytes", what, *n,
+                 itemsize > 0 ? (itemsize == 8 ? "8" : "4") : itemsize == 0 ? "2 or 4" : "4 or 8");
     return NULL;
   }
-  *n = buf->len / itemsize;
+  *n = buf->len / size;
   return buf->buf;
+}
+
+/* Item i of an array of `size`-byte unsigned (4, 8: seq) or signed (2, 4: track) items. */
+static inline int64_t item(const void *array, Py_ssize_t size, int is_signed, Py_ssize_t i) {
+  switch (size) {
+    case 2: return ((const int16_t *)array)[i];
+    case 4: return is_signed ? (int64_t)((const int32_t *)array)[i]
+                             : (int64_t)((const uint32_t *)array)[i];
+    default: return ((const int64_t *)array)[i];
+  }
 }
 
 /* OSError for a libotf2 error; returns -1. */
@@ -131,9 +146,9 @@ PyDoc_STRVAR(write_doc,
              "StringRef is the index; 0 and 1 name the system tree node and its class), "
              "regions [(name, role, paradigm)], location groups [(name, type, creating group "
              "or -1)], locations [(name, type, group)]; the Enter (seq 2i) and Leave (2i + 1) "
-             "events of slice i of region region[i] (int32) on location track[i] (int32) at "
-             "begin[i] and end[i] (int64 ns) in the order of seq (int64: each location's "
-             "in time order); metric members [(name, unit)] and per series (location, times, "
+             "events of slice i of region region[i] (int32) on location track[i] (int16 or "
+             "int32) at begin[i] and end[i] (int64 ns) in the order of seq (uint32 or int64: "
+             "each location's in time order); metric members [(name, unit)] and per series (location, times, "
              "[values per member]) a Metric event per time; the clock from offset, length ns; "
              "the archive's properties [(name, value)] (names NAMESPACE::NAME).");
 
@@ -155,24 +170,28 @@ static PyObject *py_write(PyObject *m, PyObject *args) {
                         &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &PyList_Type, &members,
                         &PyList_Type, &metrics, &offset, &length, &PyList_Type, &properties))
     return NULL;
-  const int64_t *seq = get_array(objs[0], &bufs[0], 8, &nseq, "seq");
+  const void *seq = get_array(objs[0], &bufs[0], -8, &nseq, "seq");
   const int64_t *begin = seq ? get_array(objs[1], &bufs[1], 8, &n, "begin") : NULL;
   const int64_t *end = begin ? get_array(objs[2], &bufs[2], 8, &n, "end") : NULL;
-  const int32_t *track = end ? get_array(objs[3], &bufs[3], 4, &n, "track") : NULL;
+  const void *track = end ? get_array(objs[3], &bufs[3], 0, &n, "track") : NULL;
   const int32_t *region = track ? get_array(objs[4], &bufs[4], 4, &n, "region") : NULL;
   if (!region) goto done;
+  Py_ssize_t seq_size = bufs[0].itemsize, track_size = bufs[3].itemsize;
   nlocations = PyList_GET_SIZE(locations);
-  for (Py_ssize_t i = 0; i < n; i++)
-    if (track[i] < 0 || track[i] >= nlocations || region[i] < 0 ||
-        region[i] >= PyList_GET_SIZE(regions)) {
+  for (Py_ssize_t i = 0; i < n; i++) {
+    int64_t at = item(track, track_size, 1, i);
+    if (at < 0 || at >= nlocations || region[i] < 0 || region[i] >= PyList_GET_SIZE(regions)) {
       PyErr_SetString(PyExc_ValueError, "_otf2.write: a slice's location or region is not defined");
       goto done;
     }
-  for (Py_ssize_t k = 0; k < nseq; k++)
-    if (seq[k] < 0 || seq[k] / 2 >= n) {
+  }
+  for (Py_ssize_t k = 0; k < nseq; k++) {
+    int64_t e = item(seq, seq_size, 0, k);
+    if (e < 0 || e / 2 >= n) {
       PyErr_SetString(PyExc_ValueError, "_otf2.write: seq names a slice that is not there");
       goto done;
     }
+  }
   nseries = PyList_GET_SIZE(metrics);
   Py_ssize_t nmembers = PyList_GET_SIZE(members);
   if (nmembers > 255 || PyList_GET_SIZE(strings) < 2) {
@@ -236,13 +255,12 @@ static PyObject *py_write(PyObject *m, PyObject *args) {
   OTF2_ErrorCode rc = OTF2_SUCCESS;
   Py_BEGIN_ALLOW_THREADS;
   for (Py_ssize_t k = 0; k < nseq && rc == OTF2_SUCCESS; k++) {
-    int64_t i = seq[k] / 2;
-    int32_t at = track[i];
+    int64_t e = item(seq, seq_size, 0, k), i = e / 2, at = item(track, track_size, 1, i);
     counts[at]++;
-    rc = seq[k] & 1 ? OTF2_EvtWriter_Leave(writers[at], NULL, (OTF2_TimeStamp)end[i],
-                                           (OTF2_RegionRef)region[i])
-                    : OTF2_EvtWriter_Enter(writers[at], NULL, (OTF2_TimeStamp)begin[i],
-                                           (OTF2_RegionRef)region[i]);
+    rc = e & 1 ? OTF2_EvtWriter_Leave(writers[at], NULL, (OTF2_TimeStamp)end[i],
+                                      (OTF2_RegionRef)region[i])
+               : OTF2_EvtWriter_Enter(writers[at], NULL, (OTF2_TimeStamp)begin[i],
+                                      (OTF2_RegionRef)region[i]);
   }
   OTF2_Type types[256];
   OTF2_MetricValue values[256];

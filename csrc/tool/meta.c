@@ -227,6 +227,37 @@ static int finish_document(omptpy_str *s, int rc) {
   return rc;
 }
 
+/* ,"start_tool_calls":N,"declined":N,"runtimes":[...]: the runtimes that asked
+ * for the tool and what each registered.  In the META document (as they were
+ * when the trace started) and in every STATS document (as they are now: under
+ * ompt-py run --mpi the MPI library may start the trace before the runtime). */
+static int put_runtimes(omptpy_str *s) {
+  int rc = omptpy_put(s, ",\"start_tool_calls\":%d,\"declined\":%d,\"runtimes\":[",
+                      omptpy_g.start_tool_calls, omptpy_g.declined);
+  int nrt = atomic_load(&omptpy_g.nruntimes);
+  if (nrt > OMPTPY_MAX_RUNTIMES) nrt = OMPTPY_MAX_RUNTIMES;
+  for (int i = 0; rc == 0 && i < nrt; i++) {
+    const omptpy_runtime *rt = &omptpy_g.runtimes[i];
+    /* levels and path are written before initialized (release), and only then. */
+    bool initialized = atomic_load_explicit(&rt->initialized, memory_order_acquire);
+    bool finalized = atomic_load_explicit(&rt->finalized, memory_order_acquire);
+    rc = omptpy_put(s, "%s{\"omp_version\":%u,\"version\":", i ? "," : "", rt->omp_version);
+    rc = rc ? rc : omptpy_put_string(s, rt->version, strlen(rt->version));
+    rc = rc ? rc : omptpy_put(s, ",\"path\":");
+    rc = rc ? rc : omptpy_put_string(s, initialized ? rt->path : "", initialized ? strlen(rt->path) : 0);
+    rc = rc ? rc : omptpy_put(s, ",\"initialized\":%s,\"finalized\":%s,\"callbacks\":{",
+                       initialized ? "true" : "false", finalized ? "true" : "false");
+    for (int ev = 0, first = 1; rc == 0 && initialized && ev < OMPTPY_MAX_EVENTS; ev++) {
+      if (rt->levels[ev] < 0 || !omptpy_event_name(ev)) continue;
+      rc = omptpy_put(s, "%s\"%s\":\"%s\"", first ? "" : ",", omptpy_event_name(ev),
+               level_name(rt->levels[ev]));
+      first = 0;
+    }
+    rc = rc ? rc : omptpy_put(s, "}}");
+  }
+  return rc ? rc : omptpy_put(s, "]");
+}
+
 int omptpy_meta_json(omptpy_str *s) {
   const omptpy_tool *g = &omptpy_g;
   char exe[4096] = "";
@@ -281,30 +312,9 @@ int omptpy_meta_json(omptpy_str *s) {
                             g->cfg.profile ? "true" : "false", g->cfg.profile_entries);
   rc = rc ? rc : omptpy_put(s, ",\"sample_signal\":%d,\"sample_error\":", g->cfg.sample_signal);
   rc = rc ? rc : omptpy_put_string(s, g->cfg.sample_error, strlen(g->cfg.sample_error));
-  rc = rc ? rc : omptpy_put(s, "},\"start_tool_calls\":%d,\"declined\":%d,\"runtimes\":[",
-                     g->start_tool_calls, g->declined);
-  int nrt = atomic_load(&g->nruntimes);
-  if (nrt > OMPTPY_MAX_RUNTIMES) nrt = OMPTPY_MAX_RUNTIMES;
-  for (int i = 0; rc == 0 && i < nrt; i++) {
-    const omptpy_runtime *rt = &g->runtimes[i];
-    /* levels and path are written before initialized (release), and only then. */
-    bool initialized = atomic_load_explicit(&rt->initialized, memory_order_acquire);
-    bool finalized = atomic_load_explicit(&rt->finalized, memory_order_acquire);
-    rc = omptpy_put(s, "%s{\"omp_version\":%u,\"version\":", i ? "," : "", rt->omp_version);
-    rc = rc ? rc : omptpy_put_string(s, rt->version, strlen(rt->version));
-    rc = rc ? rc : omptpy_put(s, ",\"path\":");
-    rc = rc ? rc : omptpy_put_string(s, initialized ? rt->path : "", initialized ? strlen(rt->path) : 0);
-    rc = rc ? rc : omptpy_put(s, ",\"initialized\":%s,\"finalized\":%s,\"callbacks\":{",
-                       initialized ? "true" : "false", finalized ? "true" : "false");
-    for (int ev = 0, first = 1; rc == 0 && initialized && ev < OMPTPY_MAX_EVENTS; ev++) {
-      if (rt->levels[ev] < 0 || !omptpy_event_name(ev)) continue;
-      rc = omptpy_put(s, "%s\"%s\":\"%s\"", first ? "" : ",", omptpy_event_name(ev),
-               level_name(rt->levels[ev]));
-      first = 0;
-    }
-    rc = rc ? rc : omptpy_put(s, "}}");
-  }
-  rc = rc ? rc : omptpy_put(s, "],\"devices\":");
+  rc = rc ? rc : omptpy_put(s, "}");
+  rc = rc ? rc : put_runtimes(s);
+  rc = rc ? rc : omptpy_put(s, ",\"devices\":");
   rc = rc ? rc : omptpy_devices_json(s, -1);
   return finish_document(s, rc);
 }
@@ -390,15 +400,9 @@ int omptpy_stats_json(omptpy_str *s, bool final) {
   visit_ctx v = {s, rc, true};
   if (rc == 0) omptpy_visit_threads(visit, &v);
   rc = v.rc ? v.rc : omptpy_put(s, "]");
-  /* The runtimes' state now (the meta block is written once, early). */
-  rc = rc ? rc : omptpy_put(s, ",\"runtime_states\":[");
-  int nrt = atomic_load(&omptpy_g.nruntimes);
-  for (int i = 0; rc == 0 && i < nrt && i < OMPTPY_MAX_RUNTIMES; i++)
-    rc = omptpy_put(s, "%s{\"initialized\":%s,\"finalized\":%s}", i ? "," : "",
-             atomic_load_explicit(&omptpy_g.runtimes[i].initialized, memory_order_acquire) ? "true" : "false",
-             atomic_load_explicit(&omptpy_g.runtimes[i].finalized, memory_order_acquire) ? "true" : "false");
+  rc = rc ? rc : put_runtimes(s);
   /* The devices' counters now (device tracing goes on after the meta). */
-  rc = rc ? rc : omptpy_put(s, "],\"devices\":");
+  rc = rc ? rc : omptpy_put(s, ",\"devices\":");
   rc = rc ? rc : omptpy_devices_json(s, -1);
   /* The in-place file route: writers that found the file's region full and
    * made the next one themselves, and how long that held them. */

@@ -1,7 +1,8 @@
 """Analysis: what a trace means.
 
 * ``pairing``: begin/end pairing and the relations between paired tables, in C
-  (``_core.pair``, ``_core.find``), shared with the Perfetto export.
+  (``_core.pair``, ``_core.find``; ``_core.pair_events``: every kind of
+  construct in one pass over the records), shared with the slice exports.
 * ``tables``: one row per construct instance (``Trace.parallel_regions()``,
   ``tasks()``, ``sync()``, ``mutex()``, ``user_regions()`` ...) and the
   symbols of code addresses (``symbols``).

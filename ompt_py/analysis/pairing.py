@@ -1,13 +1,15 @@
 """Begin/end pairing, and the relations between paired tables: one
-implementation (C, ``_core.pair`` and ``_core.find``) for the tables
-(``tables``), the Perfetto export (``ompt_py.io.perfetto``, on record fields)
-and the regions of user code.
+implementation (C, ``_core.pair``, ``_core.pair_events`` and ``_core.find``)
+for the tables (``tables``), the slice exports (``ompt_py.io.perfetto``, on
+record fields) and the regions of user code.
 
 Scoped OMPT events nest per thread.  Pairing keeps that order: within one
 key (process, thread, event, kind ...) an end closes the latest open begin.
 An end with no begin before it (its begin came before the trace window) and
 a begin with no end (its end comes after the window) are kept and counted
-as unmatched, never paired wrongly or dropped silently.
+as unmatched, never paired wrongly or dropped silently.  The constructs of
+the tables are paired from the records, every kind in one pass over them in
+time order (``pair_events``, ``PAIRINGS``: the events and key of each).
 
 libomp reports a worker's implicit-barrier end and implicit-task end only
 when the worker is released for the next parallel region; those intervals
@@ -21,12 +23,13 @@ made from a pandas frame and a slice made from raw records pair alike.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from .. import _core
+from ..records import EVENT_CODES, KIND_RAW_CATEGORIES, kind_keys
 
 
 @dataclass
@@ -64,11 +67,17 @@ def group_ids(keys: pd.DataFrame) -> tuple[np.ndarray, int]:
     return ids, count
 
 
-def column(values: np.ndarray, missing_if_zero: bool = False, table: Any = None) -> tuple:
-    """A key column of _core.pair and _core.find: the integers ``values`` (bytes:
-    read through ``table``, bytes too, when given); ``missing_if_zero``: rows
-    where it is 0 have no key (find)."""
-    return np.ascontiguousarray(values), missing_if_zero, table
+def column(values: np.ndarray, missing_if_zero: bool = False, table: Any = None,
+           rows: np.ndarray | None = None) -> tuple:
+    """A key column of _core.pair, pair_events and find: the integers ``values``, an
+    array of one dimension of any stride (a field of the records is read in place;
+    bytes: read through ``table``, bytes too, when given), or, with ``rows``
+    (int64), ``values[rows]`` without making it; ``missing_if_zero``: rows where it
+    is 0 have no key (find)."""
+    values = np.asarray(values)
+    if rows is None:
+        return values, missing_if_zero, table
+    return values, missing_if_zero, table, np.asarray(rows, np.int64)
 
 
 
@@ -104,24 +113,158 @@ def pair(keys: list[tuple], is_begin: np.ndarray, tags: tuple | None = None,
                  int(np.count_nonzero(~is_begin & ~matched)), outer)
 
 
+class EventPairing(NamedTuple):
+    """How the records of a kind of construct pair: what each event does
+    (``roles``: "scoped", its begins open and its ends close; "endpoint", its
+    begins open and every other endpoint closes; "open" or "close", whatever the
+    endpoint), and the record fields of the key after the process (``kind_raw``:
+    the kind byte as to_pandas() names it for the event)."""
+
+    roles: dict[str, str]
+    key: tuple[str, ...]
+
+
+#: The pairings of the tables (tables.py) and of the slice exports (io/perfetto.py).
+PAIRINGS: dict[str, EventPairing] = {
+    "parallel": EventPairing({"parallel_begin": "endpoint", "parallel_end": "endpoint"},
+                             ("parallel_id",)),
+    "implicit_task": EventPairing({"implicit_task": "scoped"}, ("task_id",)),
+    "work": EventPairing({"work": "scoped"}, ("thread", "kind_raw")),
+    "sync_region": EventPairing({"sync_region": "scoped"}, ("thread", "kind_raw")),
+    "sync_region_wait": EventPairing({"sync_region_wait": "scoped"}, ("thread", "kind_raw")),
+    "masked": EventPairing({"masked": "scoped"}, ("thread",)),
+    "mutex_wait": EventPairing({"mutex_acquire": "open", "mutex_acquired": "close"},
+                               ("thread", "u64a")),  # u64a: the wait id
+    "mutex_hold": EventPairing({"mutex_acquired": "open", "mutex_released": "close"},
+                               ("thread", "u64a")),
+}
+
+# What a row does, by endpoint (0: any but 1 to 3; SCOPE_BEGIN 1, SCOPE_END 2,
+# SCOPE_BEGINEND 3), for each role of an event.
+_ROLES = {"scoped": (_core.PAIR_NONE, _core.PAIR_OPEN, _core.PAIR_CLOSE, _core.PAIR_NONE),
+          "endpoint": (_core.PAIR_CLOSE, _core.PAIR_OPEN, _core.PAIR_CLOSE, _core.PAIR_CLOSE),
+          "open": (_core.PAIR_OPEN,) * 4, "close": (_core.PAIR_CLOSE,) * 4}
+
+
+def _key_column(events: np.ndarray, field: str, pairing: EventPairing) -> tuple:
+    if field != "kind_raw":
+        return column(events[field])
+    (event,) = pairing.roles  # a kind names one event's enumeration
+    names = KIND_RAW_CATEGORIES.codes(kind_keys(np.full(256, EVENT_CODES[event]),
+                                                np.arange(256)))
+    return column(events["kind"], table=names)
+
+
+class Lookup(NamedTuple):
+    """For each pair of pairing ``of``, the first pair of pairing ``into`` (in the
+    order of their begins) whose begin record has the process and, in ``field``
+    (the key of ``into``), the value that the pair's begin record has in
+    ``query_field`` (a value of 0 matches nothing): a find() on the records of
+    the begins, made in the pass (among the pairs of ``into`` open as the pair
+    begins; the others are found after it)."""
+
+    of: str
+    into: str
+    field: str
+    query_field: str
+
+
+class Paired(NamedTuple):
+    """What pair_events found: per pairing its pairs, per lookup the pair found for
+    each pair (a position among the pairs of its ``into``, -1 for none)."""
+
+    pairs: dict[str, Pairs]
+    found: dict[str, np.ndarray]
+
+
+def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray,
+                names: list[str], as_rows: bool = False,
+                lookups: dict[str, Lookup] | None = None) -> Paired:
+    """The pairings ``names`` (of PAIRINGS) of the records ``events`` (their
+    processes ``pids``; None: all of one), in one pass over them in time order
+    (``order``: records.time_order of their times): per pairing, its begins and
+    ends as positions in ``order`` (the rows of to_pandas()), or with ``as_rows``
+    as rows of ``events``, as ``pair`` pairs; and the ``lookups`` (among the
+    pairings ``names``), looked up in the pass as each pair begins."""
+    lookups = lookups or {}
+    for lk in lookups.values():
+        if PAIRINGS[lk.into].key != (lk.field,):
+            raise ValueError(f"a lookup in {lk.into} is by its key, not {lk.field}")
+    pid = [] if pids is None else [column(pids)]
+    specs = []
+    for name in names:
+        pairing = PAIRINGS[name]
+        roles = np.zeros((max(EVENT_CODES.values()) + 1, 4), np.uint8)
+        for event, role in pairing.roles.items():
+            roles[EVENT_CODES[event]] = _ROLES[role]
+        specs.append((roles.tobytes(),
+                      pid + [_key_column(events, field, pairing) for field in pairing.key]))
+    found = _core.pair_events(
+        np.asarray(order, np.int64), column(events["event"]), column(events["endpoint"]), specs,
+        as_rows, [(names.index(lk.of), names.index(lk.into),
+                   [*pid, column(events[lk.query_field], True)]) for lk in lookups.values()])
+    pairs = {}
+    for name, (begins, ends, unmatched) in zip(names, found[0]):
+        begins, ends = np.frombuffer(begins, np.int64), np.frombuffer(ends, np.int64)
+        pairs[name] = Pairs(begins[:len(ends)], ends, begins[len(ends):], unmatched)
+    out = {}
+    for (name, lk), at in zip(lookups.items(), found[1]):
+        at = np.frombuffer(at, np.int64)
+        again = np.flatnonzero(at == _LOOK_AGAIN)
+        if len(again):  # not open as they began, or their key began twice: find them
+            at = at.copy()
+            rows = (pairs[lk.into].begins, pairs[lk.of].begins[again])
+            if not as_rows:
+                rows = tuple(np.asarray(order)[r] for r in rows)
+            at[again] = _first(events, pids, *rows, lk.field, lk.query_field)
+        out[name] = at
+    return Paired(pairs, out)
+
+
+#: What _core.pair_events finds for a begin whose pair it could not tell.
+_LOOK_AGAIN = -2
+
+
+def _first(events: np.ndarray, pids: np.ndarray | None, table: np.ndarray, query: np.ndarray,
+           field: str, query_field: str) -> np.ndarray:
+    """For each record of ``query`` (rows, a few), the first of ``table`` (rows)
+    with its process and ``field`` (0: none); -1 for none."""
+    # Only the rows of the table with a value asked for: few.
+    at = np.flatnonzero(np.isin(events[field][table], events[query_field][query]))
+    table = table[at]
+    found = np.empty(len(query), np.intp)
+    _core.find(([] if pids is None else [column(pids, rows=table)])
+               + [column(events[field], True, rows=table)],
+               ([] if pids is None else [column(pids, rows=query)])
+               + [column(events[query_field], True, rows=query)], found)
+    return np.where(found >= 0, at[np.maximum(found, 0)] if len(at) else -1, -1)
+
+
 def pair_rows(rows: pd.DataFrame, keys: list[str]) -> Intervals:
     """Pairs begin/end rows of a frame (time-ordered, an ``endpoint`` column) that
     nest within each key; the begin's columns stand for the pair, in the order of
     the begins; the other columns are gathered once, at the rows of the pairs."""
     is_begin = (rows["endpoint"] == "begin").to_numpy()
     found = pair([column(group_ids(rows[keys])[0])], is_begin)
-    times = rows["time_ns"].to_numpy()
-    table = _begin_rows(rows, found.begins)
+    return intervals(rows, found, [c for c in rows.columns if c not in ("time_ns", "endpoint")])
+
+
+def intervals(frame: pd.DataFrame, found: Pairs, columns: list[str]) -> Intervals:
+    """The pairs ``found`` of rows of ``frame`` (positions; a time_ns column) as a
+    table: begin_ns, the begin's ``columns``, end_ns and duration_ns."""
+    times = frame["time_ns"].to_numpy()
+    table = _begin_rows(frame, ["time_ns", *columns], found.begins)
     table["end_ns"] = times[found.ends]
     table["duration_ns"] = table["end_ns"] - table["begin_ns"]
     return Intervals(table, unmatched_begins=len(found.open),
-                     unmatched_ends=found.unmatched_ends, open=_begin_rows(rows, found.open))
+                     unmatched_ends=found.unmatched_ends,
+                     open=_begin_rows(frame, ["time_ns", *columns], found.open))
 
 
-def _begin_rows(rows: pd.DataFrame, at: np.ndarray) -> pd.DataFrame:
-    """The rows at positions ``at``, without their endpoint, time_ns as begin_ns."""
-    out = rows.drop(columns="endpoint").take(at).rename(columns={"time_ns": "begin_ns"})
-    return out.set_axis(pd.RangeIndex(len(out)))
+def _begin_rows(frame: pd.DataFrame, columns: list[str], at: np.ndarray) -> pd.DataFrame:
+    """The ``columns`` of the rows at positions ``at``, time_ns as begin_ns."""
+    return pd.DataFrame({"begin_ns" if c == "time_ns" else c: frame[c].array.take(at)
+                         for c in columns}, index=pd.RangeIndex(len(at)))
 
 
 def find(table: pd.DataFrame, query: pd.DataFrame) -> np.ndarray:

@@ -3,7 +3,9 @@
 ``Trace.parallel_regions()``, ``implicit_tasks()``, ``tasks()``, ``work()``,
 ``sync()``, ``mutex()``, ``task_graph()``, ``user_regions()`` and ``mpi_calls()`` are these
 functions.  Each is made from the trace's events frame (``frame``), once per
-trace (``cache.per_trace``), and pairs begins and ends with ``pairing``.
+trace (``cache.per_trace``); the begins and ends of every kind of construct
+are paired at once, in one pass over the records (``paired``:
+``pairing.pair_events``, as the slice exports pair them).
 Begins or ends that could not be paired (outside the trace window) are counted
 in the table's ``attrs``.
 """
@@ -27,10 +29,11 @@ from ..records import (
     SCOPE_BEGIN,
     Names,
     python_stack_ids,
+    time_order,
 )
 from . import pairing, pystacks, symbols
 from .cache import per_trace
-from .pairing import Intervals, clamp_to_region, column, find, pair, pair_rows
+from .pairing import Intervals, clamp_to_region, column, find, pair
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -47,21 +50,25 @@ def frame(trace: Trace) -> pd.DataFrame:
 # ---- pairing the events of a frame ---------------------------------------------------------
 
 
-def _scoped(df: pd.DataFrame, event: str, keys: list[str], columns: list[str]) -> Intervals:
-    chosen = (df["event"] == event).to_numpy() & df["endpoint"].isin(["begin", "end"]).to_numpy()
-    return pair_rows(df.loc[chosen, ["time_ns", "endpoint", *keys, *columns]], keys)
+@per_trace
+def paired(trace: Trace) -> dict[str, pairing.Pairs]:
+    """Every pairing of the tables (pairing.PAIRINGS), made in one pass over the
+    records: positions in frame(trace)."""
+    ev = trace.events
+    return pairing.pair_events(ev, None if trace.single_pid is not None else trace.pids,
+                               time_order(ev["time_ns"]), list(pairing.PAIRINGS)).pairs
+
+
+def _scoped(trace: Trace, name: str, columns: list[str]) -> Intervals:
+    """The intervals of a pairing of ``paired``: its begins' ``columns`` of the frame."""
+    return pairing.intervals(frame(trace), paired(trace)[name], columns)
 
 
 @per_trace
 def region_intervals(trace: Trace) -> Intervals:
     """parallel_begin/parallel_end pairs, one per region."""
-    df = frame(trace)
-    rows = df.loc[
-        df["event"].isin(["parallel_begin", "parallel_end"]),
-        ["time_ns", "endpoint", "pid", "parallel_id", "thread", "task_id", "codeptr",
-         "team_size", "flags", "py_stack"],
-    ]
-    out = pair_rows(rows, ["pid", "parallel_id"])
+    out = _scoped(trace, "parallel", ["pid", "parallel_id", "thread", "task_id", "codeptr",
+                                      "team_size", "flags", "py_stack"])
     t = out.table.rename(columns={"team_size": "requested_team_size"})
     # Who started the region: the program's own code (gcc-built code on libomp
     # calls GOMP_parallel) or the runtime on its behalf (clang-built code).
@@ -76,8 +83,8 @@ def region_intervals(trace: Trace) -> Intervals:
 @per_trace
 def implicit_intervals(trace: Trace) -> Intervals:
     """Implicit tasks, their late ends clamped to their region's end."""
-    out = _scoped(frame(trace), "implicit_task", ["pid", "task_id"],
-                  ["thread", "parallel_id", "team_size", "thread_num", "flags"])
+    out = _scoped(trace, "implicit_task",
+                  ["pid", "task_id", "thread", "parallel_id", "team_size", "thread_num", "flags"])
     clamp_to_region(out, region_intervals(trace).table)
     return out
 
@@ -85,8 +92,8 @@ def implicit_intervals(trace: Trace) -> Intervals:
 @per_trace
 def wait_intervals(trace: Trace) -> Intervals:
     """Time threads spent waiting in barriers, taskwait and taskgroup (sync_region_wait)."""
-    out = _scoped(frame(trace), "sync_region_wait", [*_BASE, "kind_raw"],
-                  ["kind", "parallel_id", "task_id"])
+    out = _scoped(trace, "sync_region_wait",
+                  [*_BASE, "kind_raw", "kind", "parallel_id", "task_id"])
     clamp_to_region(out, region_intervals(trace).table)
     return out
 
@@ -95,8 +102,8 @@ def wait_intervals(trace: Trace) -> Intervals:
 def sync_intervals(trace: Trace) -> Intervals:
     """Barriers, taskwait, taskgroup per thread (sync_region), with the time spent
     waiting inside each (sync_region_wait) as ``wait_ns``."""
-    out = _scoped(frame(trace), "sync_region", [*_BASE, "kind_raw"],
-                  ["kind", "parallel_id", "task_id", "codeptr"])
+    out = _scoped(trace, "sync_region",
+                  [*_BASE, "kind_raw", "kind", "parallel_id", "task_id", "codeptr"])
     waits = wait_intervals(trace).table
     clamp_to_region(out, region_intervals(trace).table)
     t = out.table
@@ -117,32 +124,28 @@ def sync_intervals(trace: Trace) -> Intervals:
 
 @per_trace
 def work_intervals(trace: Trace) -> Intervals:
-    return _scoped(frame(trace), "work", [*_BASE, "kind_raw"],
-                   ["kind", "parallel_id", "codeptr", "count"])
+    return _scoped(trace, "work", [*_BASE, "kind_raw", "kind", "parallel_id", "codeptr", "count"])
 
 
 @per_trace
 def masked_intervals(trace: Trace) -> Intervals:
-    return _scoped(frame(trace), "masked", _BASE, ["parallel_id", "codeptr"])
+    return _scoped(trace, "masked", [*_BASE, "parallel_id", "codeptr"])
 
 
-def _mutex_intervals(df: pd.DataFrame, opening: str, closing: str) -> pd.DataFrame:
+def _mutex_intervals(trace: Trace, name: str) -> pd.DataFrame:
     """From one mutex event to the next (per thread and wait id), as intervals."""
-    rows = df.loc[df["event"].isin([opening, closing]),
-                  ["time_ns", "event", "pid", "thread", "kind", "wait_id", "codeptr"]].copy()
-    rows["endpoint"] = np.where(rows["event"] == opening, "begin", "end")
-    return pair_rows(rows.drop(columns="event"), [*_BASE, "wait_id"]).table
+    return _scoped(trace, name, [*_BASE, "kind", "wait_id", "codeptr"]).table
 
 
 @per_trace
 def mutex_waits(trace: Trace) -> pd.DataFrame:
     """acquire -> acquired per thread and wait id: how long each lock/critical was waited for."""
-    return _mutex_intervals(frame(trace), "mutex_acquire", "mutex_acquired")
+    return _mutex_intervals(trace, "mutex_wait")
 
 
 def _mutex_holds(trace: Trace) -> pd.DataFrame:
     """acquired -> released per thread and wait id: how long each lock/critical was held."""
-    return _mutex_intervals(frame(trace), "mutex_acquired", "mutex_released")
+    return _mutex_intervals(trace, "mutex_hold")
 
 
 @per_trace

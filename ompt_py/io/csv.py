@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from ..records import time_order
 from .filters import ExportFilter
 from .streaming import Column, Progress, batches, in_order, named, number, output, render_rows
 
@@ -66,7 +67,7 @@ def write_all(traces: Iterable[Trace], path: str | os.PathLike, ranked: bool = F
     traces has a process with a rank."""
     with output(path) as out, Progress(0, "csv") as progress:
         for i, trace in enumerate(traces):
-            order = np.argsort(trace.events["time_ns"], kind="stable")
+            order = time_order(trace.events["time_ns"])
             trace.pids_at(order[:0])  # the pid column, if it needs one, made before the
             progress.grow(len(order))  # threads read it
             jobs = (lambda p=part, t=trace, o=order, h=i == 0: _csv_text(t, o[p], h and

@@ -50,7 +50,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .filters import ExportFilter
-from .perfetto import Counter, Slices, Source, tracks
+from .perfetto import Slices, Source, tracks
 from .perfetto_proto import SliceOrder
 from .streaming import Progress, batches, in_order
 
@@ -123,13 +123,11 @@ class _Names:
 
 
 def _regions(source: Source, names: _Names) -> np.ndarray:
-    """The region of each slice of ``source`` (made a batch at a time)."""
-    def names_of(part: slice) -> tuple[str, object]:
-        batch = source.make(part)
-        return batch.cat, batch.name
+    """The region of each slice of ``source`` (its labels made a batch at a time)."""
     out = np.empty(source.count, np.int32)
     parts = list(batches(source.count))
-    for part, (cat, name) in zip(parts, in_order(lambda p=p: names_of(p) for p in parts)):
+    cat, label = source.cat, source.label
+    for part, (name, _) in zip(parts, in_order(lambda p=p: label(p) for p in parts)):
         if isinstance(name, str):
             out[part] = names.region(cat, name)
         else:  # a column of JSON names: the regions of the names it uses
@@ -166,9 +164,7 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
     sources = list(made.sources)
     if made.frames is not None:
         sources.insert(0, made.frames())
-    kinds = [type(s.make(slice(0, 0))) for s in sources]
-    slices = [s for s, kind in zip(sources, kinds) if kind is Slices]
-    counters = [s for s, kind in zip(sources, kinds) if kind is Counter]
+    slices = [s for s in sources if isinstance(s.make(slice(0, 0)), Slices)]
     del sources
     names = _Names()
     # Groups and locations, from the metadata's processes and tracks.
@@ -195,19 +191,21 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
                               _ACCELERATOR_STREAM if tid >= DEVICE_TID else _CPU_THREAD, group))
     with Progress(sum(s.count for s in slices), "otf2") as progress:
         order = SliceOrder(slices, index)
-        region = np.concatenate([_regions(s, names) for s in slices]
-                                or [np.zeros(0, np.int32)])[order.order]
+        region = np.concatenate([order.arranged(perm, _regions(s, names))
+                                 for s, perm in zip(slices, order.perm)]
+                                or [np.zeros(0, np.int32)])
         order.nest(len(index), np.zeros(0, np.int32), np.zeros(0, np.int64))
         progress.update(len(region))
+    del slices
     members, metrics = [], []
-    for source in counters:
-        batch = source.make(slice(None))
-        members = [(names.ref(name), names.ref("threads")) for name, _ in batch.series]
-        for pid in np.unique(batch.pid).tolist():
-            mine = np.flatnonzero(batch.pid == pid)
-            locations.append((names.ref("threads waiting"), _METRIC, group_of[pid]))
-            metrics.append((len(locations) - 1, np.ascontiguousarray(batch.time[mine], np.int64),
-                            [np.ascontiguousarray(v[mine], np.int64) for _, v in batch.series]))
+    batch = made.counter().make(slice(None))
+    members = [(names.ref(name), names.ref("threads")) for name, _ in batch.series]
+    for pid in np.unique(batch.pid).tolist():
+        mine = np.flatnonzero(batch.pid == pid)
+        locations.append((names.ref("threads waiting"), _METRIC, group_of[pid]))
+        metrics.append((len(locations) - 1, np.ascontiguousarray(batch.time[mine], np.int64),
+                        [np.ascontiguousarray(v[mine], np.int64) for _, v in batch.series]))
+    del batch
     other = made.other()
     properties = [(f"OMPT_PY::{key.upper()}", value if isinstance(value, str)
                    else json.dumps(value)) for key, value in other.items() if value is not None]

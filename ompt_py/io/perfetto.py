@@ -82,11 +82,10 @@ from ..records import (
     PARALLEL_INVOKER_PROGRAM,
     PARALLEL_INVOKER_RUNTIME,
     PARALLEL_LEAGUE,
-    SCOPE_BEGIN,
-    SCOPE_END,
     TASK_INITIAL,
     kind_keys,
     python_stack_ids,
+    time_order,
 )
 from .filters import ExportFilter
 from .streaming import (
@@ -110,53 +109,71 @@ if TYPE_CHECKING:
     from ..trace import Trace
 
 class _Records:
-    """The records a Perfetto file is made of (``trace.events``), with the event
-    number of each (one contiguous copy, to select by)."""
+    """The records a Perfetto file is made of (``trace.events``), the count of each
+    event, and the pairings of their constructs (``paired``, made in one pass)."""
 
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.ev = np.ascontiguousarray(trace.events)
-        self.codes = np.ascontiguousarray(self.ev["event"])
+        self.bytes = self.ev.view(np.uint8).reshape(len(self.ev), self.ev.itemsize)
         # One process: no pid column (nor key: it would be the same for all).
         self.pids = None if trace.single_pid is not None else trace.pids
+        self.counts = np.zeros(max(EVENT_CODES.values()) + 1, np.int64)
+        for part in batches(len(self.ev), 1 << 20):
+            self.counts += np.bincount(self.ev["event"][part],
+                                       minlength=len(self.counts))[:len(self.counts)]
 
-    def select(self, *events: str, scoped: bool = True) -> np.ndarray:
-        """The rows of these events (``scoped``: only their begins and ends) in time
-        order (stable: at equal times, in the order of the records)."""
-        wanted = self.codes == EVENT_CODES[events[0]]
+    def has(self, codes: Iterable[int]) -> bool:
+        """Whether any record is of these events."""
+        return bool(self.counts[[c for c in codes if c < len(self.counts)]].any())
+
+    def pairs(self, names: list[str], lookups: dict[str, pairing.Lookup]
+              ) -> tuple[dict[str, _Pairs], dict[str, np.ndarray]]:
+        """The pairings ``names`` (pairing.PAIRINGS), as the tables pair them, and the
+        ``lookups`` among them, in one pass over the records."""
+        found = pairing.pair_events(self.ev, self.pids, time_order(self.ev["time_ns"]), names,
+                                    True, lookups)
+        return ({name: _Pairs(f.begins, self.time(f.ends)) for name, f in found.pairs.items()},
+                found.found)
+
+    def select(self, *events: str) -> np.ndarray:
+        """The rows of these events in time order (stable: at equal times, in the order
+        of the records)."""
+        if not self.has(EVENT_CODES[e] for e in events):
+            return np.zeros(0, np.int64)
+        codes = self.ev["event"]
+        wanted = codes == EVENT_CODES[events[0]]
         for event in events[1:]:
-            wanted |= self.codes == EVENT_CODES[event]
+            wanted |= codes == EVENT_CODES[event]
         rows = np.flatnonzero(wanted)
         del wanted
-        if scoped:
-            endpoint = self.ev["endpoint"][rows]
-            rows = rows[(endpoint == SCOPE_BEGIN) | (endpoint == SCOPE_END)]
-            del endpoint
-        time = self.time(rows)
-        order = np.argsort(time, kind="stable")
-        del time
-        return rows[order]
+        return rows[time_order(self.time(rows))]
 
     def time(self, rows: np.ndarray) -> np.ndarray:
         return self.ev["time_ns"][rows]
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The records at ``rows``: taken as bytes, twenty times faster than numpy
+        takes records of a structured type."""
+        return np.take(self.bytes, rows, axis=0).view(self.ev.dtype).reshape(len(rows))
 
     def pid(self, rows: np.ndarray | slice) -> np.ndarray:
         return self.trace.pids_at(rows)
 
     def field(self, name: str, rows: np.ndarray, missing_if_zero: bool = False,
               event: str | None = None) -> tuple:
-        """A record field at ``rows`` as a key column (pairing.column); "kind_raw":
-        the kind byte of ``event``, as to_pandas() names it."""
+        """A record field at ``rows`` as a key column (pairing.column, read in place);
+        "kind_raw": the kind byte of ``event``, as to_pandas() names it."""
         if name != "kind_raw":
-            return pairing.column(self.ev[name][rows], missing_if_zero)
+            return pairing.column(self.ev[name], missing_if_zero, rows=rows)
         names = KIND_RAW_CATEGORIES.codes(kind_keys(np.full(256, EVENT_CODES[event]),
                                                     np.arange(256)))
-        return pairing.column(self.ev["kind"][rows], table=names)
+        return pairing.column(self.ev["kind"], table=names, rows=rows)
 
     def keys(self, rows: np.ndarray, *fields: str, missing_if_zero: bool = False,
              event: str | None = None) -> list[tuple]:
         """Key columns of the records at ``rows``: their pid, then ``fields``."""
-        pid = [] if self.pids is None else [pairing.column(self.pids[rows])]
+        pid = [] if self.pids is None else [pairing.column(self.pids, rows=rows)]
         return pid + [self.field(name, rows, missing_if_zero, event) for name in fields]
 
     def find(self, table: np.ndarray, query: np.ndarray, field: str,
@@ -164,10 +181,12 @@ class _Records:
         """For each record of ``query`` (rows), the first of ``table`` with its pid and
         ``field`` (``query_field`` in the query's records), an id (0: none, which
         matches nothing); -1 where there is none (as pairing.find on to_pandas()
-        columns)."""
+        columns).  Found in time order (find's first mode): the rows of both are
+        mostly in time order, and the table's rows a query finds were added lately."""
         found = np.empty(len(query), np.intp)
         _core.find(self.keys(table, field, missing_if_zero=True),
-                   self.keys(query, query_field or field, missing_if_zero=True), found)
+                   self.keys(query, query_field or field, missing_if_zero=True), found,
+                   self.field("time_ns", table), self.field("time_ns", query), True)
         return found
 
 
@@ -186,25 +205,11 @@ class _Pairs:
         return _Pairs(self.rows[at], self.end[at])
 
 
-def _pair(rec: _Records, rows: np.ndarray, keys: list[tuple], is_begin: np.ndarray) -> _Pairs:
-    """``rows`` (in time order) paired per key, as the tables pair them."""
-    found = pairing.pair(keys, is_begin)
-    return _Pairs(rows[found.begins], rec.time(rows[found.ends]))
-
-
-def _scoped(rec: _Records, event: str, *keys: str) -> _Pairs:
-    rows = rec.select(event)
-    return _pair(rec, rows, rec.keys(rows, *keys, event=event),
-                 rec.ev["endpoint"][rows] == SCOPE_BEGIN)
-
-
-def _clamp(rec: _Records, pairs: _Pairs, regions: _Pairs) -> np.ndarray:
-    """Moves ends reported after the end of their parallel region to it; returns
-    the region of each pair (a row of ``regions``, -1 for none)."""
-    region = rec.find(regions.rows, pairs.rows, "parallel_id")
+def _clamp(pairs: _Pairs, region: np.ndarray, regions: _Pairs) -> None:
+    """Moves ends reported after the end of their parallel ``region`` (a pair of
+    ``regions``, -1 for none) to it."""
     if len(regions):
         pairs.end = pairing.clamped_ends(pairs.end, region, regions.end)
-    return region
 
 
 def _optional(values: Any) -> Column:
@@ -285,15 +290,22 @@ class Counter(NamedTuple):
 Batch = Union[Slices, Flows, Counter]
 
 
+#: The name and args of a batch of slices (Slices.name, Slices.args).
+Label = tuple[Union[str, Column], _Args]
+
+
 class Source(NamedTuple):
     """``count`` rows of a table, whose events ``make(part)`` makes a batch at a
-    time; for slices, their ``cat`` and ``spans()`` (``device``: on the devices'
-    tracks), for flows their ``points()``."""
+    time; for slices, their ``cat``, ``spans()`` (``device``: on the devices'
+    tracks) and ``label(part)``: the name and args of a batch, what make adds to
+    the spans (made without the ends: a writer that took the spans and keeps
+    the labels does not keep the ends twice); for flows their ``points()``."""
 
     count: int
     make: Callable[[Part], Batch]
     cat: str = ""
     spans: Callable[[], _Spans] | None = None
+    label: Callable[[Part], Label] | None = None
     points: Callable[[], tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]] | None = None
     device: bool = False
     begins: np.ndarray | None = None  # filtered: the slices' begins before clipping
@@ -339,37 +351,42 @@ def _json_text(batch: Batch) -> bytes:
 
 
 def _slices(rec: _Records, cat: str, pairs: _Pairs,
-            make: Callable[[np.ndarray, Part], tuple[str | Column, _Args]]) -> Source:
+            make: Callable[[np.ndarray, Part], Label]) -> Source:
     """Slices of paired records, from the process, thread and time of the begin's
     record: ``make(records of the begins, part)`` gives the name and args of a batch."""
+    rows, end = pairs.rows, pairs.end
+
     def batch(part: Part) -> Slices:
-        rows = pairs.rows[part]
-        records = rec.ev[rows]
-        return _complete(cat, rec.pid(rows), records["thread"], records["time_ns"],
-                         pairs.end[part], *make(records, part))
+        at = rows[part]
+        records = rec.take(at)
+        return _complete(cat, rec.pid(at), records["thread"], records["time_ns"], end[part],
+                         *make(records, part))
 
     def spans() -> _Spans:
-        return _Spans(pairs.rows, rec.pid(pairs.rows), rec.ev["thread"][pairs.rows],
-                      rec.time(pairs.rows), pairs.end)
-    return Source(len(pairs), batch, cat, spans)
+        return _Spans(rows, rec.pid(rows), rec.ev["thread"][rows], rec.time(rows), end)
+    return Source(len(rows), batch, cat, spans, lambda part: make(rec.take(rows[part]), part))
 
 
 def _user_slices(trace: Trace) -> Source:
     """ompt_py.region markers, paired by Trace.user_regions."""
     user = tables.user_regions(trace)
 
-    def batch(part: Part) -> Slices:
+    def label(part: Part) -> Label:
         rows = user.iloc[part]
         codes, names = pd.factorize(rows["name"].fillna("(unnamed)"))
+        return named(codes, json_names(names)), [
+            ("id", number(rows["id"])), ("level", number(rows["level"])),
+            ("codeptr", hexadecimal(rows["codeptr"]))]
+
+    def batch(part: Part) -> Slices:
+        rows = user.iloc[part]
         return _complete("user_region", rows["pid"], rows["thread"], rows["begin_ns"],
-                         rows["end_ns"], named(codes, json_names(names)),
-                         [("id", number(rows["id"])), ("level", number(rows["level"])),
-                          ("codeptr", hexadecimal(rows["codeptr"]))])
+                         rows["end_ns"], *label(part))
 
     def spans() -> _Spans:
         return _Spans(None, *(user[c].to_numpy(np.int64)
                               for c in ("pid", "thread", "begin_ns", "end_ns")))
-    return Source(len(user), batch, "user_region", spans)
+    return Source(len(user), batch, "user_region", spans, label)
 
 
 def _codeptr(records: np.ndarray) -> Column:
@@ -387,21 +404,32 @@ def _kind_raw(records: np.ndarray) -> Column:
     return named(names, json_names(KIND_RAW_CATEGORIES.categories))
 
 
-def _regions(rec: _Records) -> _Pairs:
-    rows = rec.select("parallel_begin", "parallel_end", scoped=False)
-    return _pair(rec, rows, rec.keys(rows, "parallel_id"),
-                 rec.ev["endpoint"][rows] == SCOPE_BEGIN)
+#: The pairings (analysis.pairing.PAIRINGS) the slices are made of.
+_PAIRINGS = ["parallel", "implicit_task", "work", "sync_region", "sync_region_wait",
+             "mutex_wait", "mutex_hold"]
+#: What is looked up as they are paired: the region of each implicit task and sync
+#: region and wait (its parallel_id), the implicit task that encountered each region
+#: (the region's task_id) and the first region of each region's parallel_id.
+_LOOKUPS = {
+    "implicit region": pairing.Lookup("implicit_task", "parallel", "parallel_id", "parallel_id"),
+    "sync region": pairing.Lookup("sync_region", "parallel", "parallel_id", "parallel_id"),
+    "wait region": pairing.Lookup("sync_region_wait", "parallel", "parallel_id", "parallel_id"),
+    "encountering task": pairing.Lookup("parallel", "implicit_task", "task_id", "task_id"),
+    "same region": pairing.Lookup("parallel", "parallel", "parallel_id", "parallel_id"),
+}
 
 
-def _region_tree(rec: _Records, regions: _Pairs) -> tuple[_Pairs, Any, np.ndarray, np.ndarray]:
-    """The implicit tasks (ends clamped to their region's) and, per region of
-    ``regions``, its parent_id, level and team size (pairing.region_links)."""
+def _region_tree(rec: _Records, regions: _Pairs, implicit: _Pairs, found: dict[str, np.ndarray]
+                 ) -> tuple[_Pairs, Any, np.ndarray, np.ndarray]:
+    """The ``implicit`` tasks (ends clamped to their region's) and, per region of
+    ``regions``, its parent_id, level and team size (pairing.region_links);
+    ``found``: _LOOKUPS'."""
     ev = rec.ev
-    implicit = _scoped(rec, "implicit_task", "task_id")
-    region_of = _clamp(rec, implicit, regions)
+    region_of = found["implicit region"]
+    _clamp(implicit, region_of, regions)
     parent, level, team = pairing.region_links(
-        rec.find(implicit.rows, regions.rows, "task_id"), region_of,
-        rec.find(regions.rows, regions.rows, "parallel_id"), ev["parallel_id"][regions.rows],
+        found["encountering task"], region_of, found["same region"],
+        ev["parallel_id"][regions.rows],
         pd.arrays.IntegerArray(ev["u32a"][implicit.rows], np.zeros(len(implicit), bool)))
     return implicit, parent, level, team
 
@@ -437,8 +465,7 @@ def _parallel(rec: _Records, regions: _Pairs,
                       ("thread_num", number(r["u64a"])), ("team_size", number(r["u32a"]))]))
 
 
-def _work(rec: _Records) -> Source:
-    work = _scoped(rec, "work", "thread", "kind_raw")
+def _work(rec: _Records, work: _Pairs) -> Source:
     locations = _Locations(rec, work.rows)
     return _slices(rec, "work", work, lambda r, part: (_kind(r), [
         ("kind_raw", _kind_raw(r)), ("count", number(r["u64a"])),
@@ -446,13 +473,13 @@ def _work(rec: _Records) -> Source:
         ("location", locations.column(rec.pid(work.rows[part]), r["codeptr"]))]))
 
 
-def _sync(rec: _Records, regions: _Pairs) -> tuple[_Pairs, Source, Source]:
-    """The waits in barriers, taskwait and taskgroup (the counter counts them too),
-    and the slices of those sync regions and of the waits."""
-    waits = _scoped(rec, "sync_region_wait", "thread", "kind_raw")
-    _clamp(rec, waits, regions)
-    sync = _scoped(rec, "sync_region", "thread", "kind_raw")
-    _clamp(rec, sync, regions)
+def _sync(rec: _Records, regions: _Pairs, sync: _Pairs, waits: _Pairs,
+          found: dict[str, np.ndarray]) -> tuple[_Pairs, Source, Source]:
+    """The ``waits`` in barriers, taskwait and taskgroup (the counter counts them
+    too), and the slices of those ``sync`` regions and of the waits (their ends
+    clamped to their ``regions``': ``found``, _LOOKUPS')."""
+    _clamp(waits, found["wait region"], regions)
+    _clamp(sync, found["sync region"], regions)
     wait_ns = pairing.waits_per_region(
         len(sync), rec.keys(sync.rows, "thread", "kind_raw", event="sync_region"),
         rec.field("time_ns", sync.rows),
@@ -472,8 +499,8 @@ def _tasks(rec: _Records, first_flow: int = 1) -> tuple[Source, Source]:
     its last piece there (what nests on a thread's stack), and the flows: from each
     task's creation to its first start (ids from ``first_flow``)."""
     ev = rec.ev
-    rows = rec.select("task_schedule", scoped=False)
-    created = rec.select("task_create", scoped=False)
+    rows = rec.select("task_schedule")
+    created = rec.select("task_create")
     explicit = ev["task_id"][created]
     run, nxt = pairing.task_runs(
         pd.DataFrame({"pid": rec.pid(rows), "thread": ev["thread"][rows]}, copy=False),
@@ -510,18 +537,11 @@ def _tasks(rec: _Records, first_flow: int = 1) -> tuple[Source, Source]:
             Source(len(creation), flows, points=lambda: ends(slice(None))))
 
 
-def _mutex(rec: _Records) -> tuple[_Pairs, Source, Source]:
-    """Lock, critical and ordered acquisitions as Trace.mutex() has them: the waits
-    (acquire -> acquired; the counter counts them too), and the slices of the
-    waits and of the holds (acquired -> released)."""
+def _mutex(rec: _Records, waits: _Pairs, holds: _Pairs) -> tuple[_Pairs, Source, Source]:
+    """Lock, critical and ordered acquisitions as Trace.mutex() has them: the
+    ``waits`` (acquire -> acquired; the counter counts them too), and the slices
+    of the waits and of the ``holds`` (acquired -> released)."""
     ev = rec.ev
-
-    def paired(opening: str, closing: str) -> _Pairs:
-        rows = rec.select(opening, closing, scoped=False)
-        return _pair(rec, rows, rec.keys(rows, "thread", "u64a"),  # u64a: the wait id
-                     ev["event"][rows] == EVENT_CODES[opening])
-    waits = paired("mutex_acquire", "mutex_acquired")
-    holds = paired("mutex_acquired", "mutex_released")
     w, h = pairing.acquisitions(
         [rec.pid(waits.rows), ev["thread"][waits.rows], ev["u64a"][waits.rows], waits.end],
         [rec.pid(holds.rows), ev["thread"][holds.rows], ev["u64a"][holds.rows],
@@ -626,7 +646,7 @@ DEVICE_TID = 1 << 30
 
 
 def _table_slices(table: pd.DataFrame, cat: str,
-                  make: Callable[[pd.DataFrame], tuple[str | Column, _Args]]) -> Source:
+                  make: Callable[[pd.DataFrame], Label]) -> Source:
     """Slices of the rows of an offload table (pid, thread, begin_ns, end_ns; a
     row without an end is zero long): ``make(rows of a batch)`` gives the name
     and args of a batch."""
@@ -640,7 +660,7 @@ def _table_slices(table: pd.DataFrame, cat: str,
     def spans() -> _Spans:
         return _Spans(None, table["pid"].to_numpy(np.int64), table["thread"].to_numpy(np.int64),
                       table["begin_ns"].to_numpy(np.int64), end)
-    return Source(len(table), batch, cat, spans)
+    return Source(len(table), batch, cat, spans, lambda part: make(table.iloc[part]))
 
 
 def _names(values: pd.Series) -> Column:
@@ -714,18 +734,21 @@ def _device_slices(devices: _DeviceTracks) -> Source:
     """The kernels and transfers on the devices' tracks (cat "device")."""
     table = devices.table
 
+    def label(part: Part) -> Label:
+        rows = table.iloc[part]
+        return _names(rows["name"]), [
+            ("device", number(rows["device"])), ("source", _names(rows["source"])),
+            ("bytes", _optional(rows["bytes"])), ("host_op_id", number(rows["host_op_id"]))]
+
     def batch(part: Part) -> Slices:
         rows = table.iloc[part]
         return _complete("device", rows["pid"], devices.tid[part], rows["begin_ns"],
-                         rows["end_ns"], _names(rows["name"]),
-                         [("device", number(rows["device"])), ("source", _names(rows["source"])),
-                          ("bytes", _optional(rows["bytes"])),
-                          ("host_op_id", number(rows["host_op_id"]))])
+                         rows["end_ns"], *label(part))
 
     def spans() -> _Spans:
         return _Spans(None, table["pid"].to_numpy(np.int64), devices.tid,
                       table["begin_ns"].to_numpy(np.int64), table["end_ns"].to_numpy(np.int64))
-    return Source(len(table), batch, "device", spans, device=True)
+    return Source(len(table), batch, "device", spans, label, device=True)
 
 
 def _device_flows(devices: _DeviceTracks, first_id: int) -> Source:
@@ -848,7 +871,7 @@ def _python_items(rec: _Records, stacks: _Stacks, regions: _Pairs, parent: Any) 
                            "begin": user["begin_ns"], "end": user["end_ns"],
                            "py_stack": user["py_stack"], "inherited": user["py_inherited"]})]
     del own, tree
-    created = rec.select("task_create", scoped=False)
+    created = rec.select("task_create")
     task_stack = python_stack_ids(ev[created]).astype(np.int64)
     created, task_stack = created[task_stack > 0], task_stack[task_stack > 0]
     if len(created):  # a task's span on a thread: u64a of its first piece, the task
@@ -962,38 +985,43 @@ def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> S
     location, file, function = json_names(location), json_names(file), json_names(function)
     line, user, native = line.to_numpy(np.int64), user.to_numpy(bool), native.to_numpy(bool)
 
-    def batch(part: Part) -> Slices:
+    def label(part: Part) -> Label:
         c = code[part]
+        return named(c, location), [
+            ("file", named(c, file)), ("line", number(line[c])), ("function", named(c, function)),
+            ("user", named(user[c], ["false", "true"])),
+            ("native", named(native[c], ["false", "true"])), ("level", number(level[part])),
+            ("inherited", named(inherited[part], ["false", "true"]))]
+
+    def batch(part: Part) -> Slices:
         return _complete("python", pid[part], thread[part], slice_begin[part], slice_end[part],
-                         named(c, location),
-                         [("file", named(c, file)), ("line", number(line[c])),
-                          ("function", named(c, function)),
-                          ("user", named(user[c], ["false", "true"])),
-                          ("native", named(native[c], ["false", "true"])),
-                          ("level", number(level[part])),
-                          ("inherited", named(inherited[part], ["false", "true"]))])
+                         *label(part))
+
     def spans() -> _Spans:
         return _Spans(None, pid, thread, slice_begin, slice_end)
-    return Source(len(code), batch, "python", spans)
+    return Source(len(code), batch, "python", spans, label)
 
 
-def _track_sources(rec: _Records, regions: _Pairs,
+def _track_sources(rec: _Records, paired: dict[str, _Pairs], found: dict[str, np.ndarray],
                    tree: tuple[_Pairs, Any, np.ndarray, np.ndarray],
-                   devices: _DeviceTracks | None, flt: ExportFilter, first_flow: int
+                   devices: _DeviceTracks | None, waits: list[_Pairs], first_flow: int
                    ) -> Iterator[Source]:
-    """The file's events after the metadata and the Python frames, in file order:
-    the slices of every track, parents before children (the order that keeps
-    slices starting at the same nanosecond nested the right way), the flows,
-    the counter (of what ``flt`` keeps: the other sources are filtered by
-    ``filtered``).  ``regions``: _regions, ``tree``: _region_tree of them,
-    ``devices``: _device_tracks (None: the trace has no offload events);
-    ``first_flow``: the first flow's id."""
+    """The file's events after the metadata and the Python frames, in file order
+    (filtered by ``filtered``): the slices of every track, parents before children
+    (the order that keeps slices starting at the same nanosecond nested the right
+    way), the flows (ids from ``first_flow``); last into ``waits``, the waits the
+    counter counts (sync, mutex).  ``paired``: the pairings of _PAIRINGS but the
+    implicit tasks (each dropped once its slices are made), ``found``: _LOOKUPS',
+    ``tree``: _region_tree of the regions,
+    ``devices``: _device_tracks (None: the trace has no offload events)."""
     trace = rec.trace
+    regions = paired.pop("parallel")
     yield _user_slices(trace)
     yield from _parallel(rec, regions, tree)
     del tree
-    yield _work(rec)
-    waits, sync, sync_waits = _sync(rec, regions)
+    yield _work(rec, paired.pop("work"))
+    sync_wait_pairs, sync, sync_waits = _sync(rec, regions, paired.pop("sync_region"),
+                                              paired.pop("sync_region_wait"), found)
     del regions
     yield sync
     yield sync_waits
@@ -1002,19 +1030,20 @@ def _track_sources(rec: _Records, regions: _Pairs,
     if devices is not None:
         yield from _host_offload(trace)
         yield _device_slices(devices)
-    mutex_waits, mutex_wait_slices, mutex_hold_slices = _mutex(rec)
+    mutex_waits, mutex_wait_slices, mutex_hold_slices = _mutex(rec, paired.pop("mutex_wait"),
+                                                               paired.pop("mutex_hold"))
     yield mutex_wait_slices
     yield mutex_hold_slices
     yield _mpi(trace)
     yield flows
     if devices is not None:
         yield _device_flows(devices, flows.count + 1)
-    yield _waiting(rec, waits, mutex_waits, flt)
+    waits += [sync_wait_pairs, mutex_waits]
 
 
 def filtered(source: Source, flt: ExportFilter) -> Source:
     """``source`` with what ``flt`` keeps: its slices on the tracks kept that
-    overlap the window, clipped to it, or its flows whose both ends are kept (a
+    overlap the window, clipped to it, or its flows whose both ends are kept (the
     counter is filtered as it is made: _waiting)."""
     if not flt.active or (source.spans is None and source.points is None):
         return source
@@ -1022,17 +1051,18 @@ def filtered(source: Source, flt: ExportFilter) -> Source:
         keep = flt.flows(*source.points())
         return source._replace(count=len(keep), make=lambda part: source.make(keep[part]),
                                points=None)
-    spans = source.spans()
+    spans, make, label = source.spans(), source.make, source.label
     keep, begin, end = flt.clip(spans.pid, None if source.device else spans.thread,
                                 spans.begin, spans.end)
 
     def batch(part: Part) -> Batch:
-        return source.make(keep[part])._replace(begin=begin[part], end=end[part])
+        return make(keep[part])._replace(begin=begin[part], end=end[part])
 
     def kept() -> _Spans:
         return _Spans(None if spans.rows is None else spans.rows[keep], spans.pid[keep],
                       spans.thread[keep], begin, end)
-    return source._replace(count=len(keep), make=batch, spans=kept, begins=spans.begin[keep])
+    return source._replace(count=len(keep), make=batch, spans=kept,
+                           label=lambda part: label(keep[part]), begins=spans.begin[keep])
 
 
 def _subset(source: Source, at: np.ndarray) -> Source:
@@ -1042,7 +1072,7 @@ def _subset(source: Source, at: np.ndarray) -> Source:
         return _Spans(None if spans.rows is None else spans.rows[at], spans.pid[at],
                       spans.thread[at], spans.begin[at], spans.end[at])
     return source._replace(count=len(at), make=lambda part: source.make(at[part]), spans=kept,
-                           begins=source.begins[at])
+                           label=lambda part: source.label(at[part]), begins=source.begins[at])
 
 
 def _window_first(sources: Iterable[Source], start: int) -> list[Source]:
@@ -1066,8 +1096,10 @@ def _window_first(sources: Iterable[Source], start: int) -> list[Source]:
 
 class Tracks(NamedTuple):
     """What the Perfetto writers make a trace's file of: the metadata (processes,
-    threads, devices: _metadata, _device_metadata), the sources of the slices,
-    flows and counter, filtered, in file order, the source of the Python frames
+    threads, devices: _metadata, _device_metadata), the sources of the slices and
+    flows, filtered, in file order, the source of the counter (``counter()``,
+    filtered, the last in the file: made once the sources are consumed, so
+    that it is never held with them), the source of the Python frames
     (``frames()``, None without Python stacks: made from the slices of the
     other sources, so only once they are all consumed, though the JSON file
     has the frames first), and the file's otherData (``other()``: once the
@@ -1075,6 +1107,7 @@ class Tracks(NamedTuple):
 
     metadata: list[dict]
     sources: Iterator[Source]
+    counter: Callable[[], Source]
     frames: Callable[[], Source] | None
     other: Callable[[], dict]
 
@@ -1087,30 +1120,37 @@ def tracks(trace: Trace, flt: ExportFilter, first_flow: int = 1) -> Tracks:
                              "clock": "CLOCK_MONOTONIC, from origin_mono_ns",
                              "origin_mono_ns": trace.meta.get("origin_mono_ns")}
     rec = _Records(trace)
-    regions = _regions(rec)
-    tree = _region_tree(rec, regions)
+    paired, found = rec.pairs(_PAIRINGS, _LOOKUPS)
+    regions = paired["parallel"]
+    tree = _region_tree(rec, regions, paired.pop("implicit_task"), found)
     frames = pystacks.python_stacks(trace) if metrics.has_python_stacks(trace) else []
     stacks = _Stacks(frames) if len(frames) else None
     items = _python_items(rec, stacks, regions, tree[1]) if stacks is not None else None
-    devices = (_device_tracks(trace) if np.isin(rec.codes, offload.OFFLOAD_CODES).any()
-               else None)
+    devices = _device_tracks(trace) if rec.has(offload.OFFLOAD_CODES) else None
     if devices is not None and any(devices.table.attrs["unplaced"].values()):
         other["device_operations_not_drawn"] = devices.table.attrs["unplaced"]
-    raw = _track_sources(rec, regions, tree, devices, flt, first_flow)
-    del regions, tree
+    waits: list[_Pairs] = []
+    raw = _track_sources(rec, paired, found, tree, devices, waits, first_flow)
+    del paired, found, regions, tree
     metadata = _metadata(trace, flt) + ([] if devices is None else _device_metadata(devices, flt))
 
     def made_other() -> dict:
         return {**other, "export_filter": flt.meta()} if flt.active else other
+
+    def counter() -> Source:
+        if not waits:
+            raise RuntimeError("the counter is made of the waits of the sources: consume "
+                               "the sources first")
+        return _waiting(rec, *waits, flt)
     holders = None if items is None or items.empty else _Holders(items)
     sources: Iterable[Source] = (filtered(s, flt)
                                   for s in (raw if holders is None else holders.watch(raw)))
     if flt.start_ns is not None:
         sources = _window_first(sources, flt.start_ns)
     if holders is None:
-        return Tracks(metadata, iter(sources), None, made_other)
+        return Tracks(metadata, iter(sources), counter, None, made_other)
     # the frames lie on the slices of the sources: made once those have passed
-    return Tracks(metadata, iter(sources),
+    return Tracks(metadata, iter(sources), counter,
                   lambda: filtered(_python_frames(stacks, items, holders), flt), made_other)
 
 
@@ -1159,9 +1199,12 @@ def write_all(traces: Iterable[Trace], path: str | os.PathLike,
             writer.write("".join(SEP + json.dumps(m) for m in made.metadata).encode())
             if made.frames is None:
                 _write_sources(writer, made.sources, progress)
+                _write_sources(writer, [made.counter()], progress)
             else:
                 with tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(path))) as rest:
-                    _write_sources(ArrayWriter(rest), made.sources, progress)
+                    rest_writer = ArrayWriter(rest)
+                    _write_sources(rest_writer, made.sources, progress)
+                    _write_sources(rest_writer, [made.counter()], progress)
                     _write_sources(writer, [made.frames()], progress)
                     if rest.tell():
                         writer.write(SEP.encode())  # a separator, if anything came before

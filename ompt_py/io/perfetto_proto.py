@@ -53,7 +53,7 @@ import numpy as np
 
 from .. import _core
 from .filters import ExportFilter
-from .perfetto import Counter, Flows, Slices, Source, Tracks, tracks
+from .perfetto import Flows, Label, Slices, Source, Tracks, tracks
 from .streaming import HEX, NUMBER, TEXT, Column, Progress, batches, in_order, output
 
 if TYPE_CHECKING:
@@ -61,8 +61,10 @@ if TYPE_CHECKING:
 
 #: The trusted packet sequence of every packet that uses interned data.
 SEQUENCE = 1
-#: Begins and ends made into packets at a time (a few MB of payloads each).
-PACKETS_AT_ONCE = 1 << 18
+#: Begins and ends made into packets at a time (a few MB of records, payloads
+#: and packets each; with 2^18, the batches in flight added 0.2x the records to
+#: the peak memory of bench/export.py's protobuf export, for no less CPU time).
+PACKETS_AT_ONCE = 1 << 16
 
 # Field numbers of Perfetto's protos (protos/perfetto/trace/...).
 _PACKET, _SEQUENCE_FLAGS, _SEQUENCE_ID, _TIMESTAMP = 1, 13, 10, 8
@@ -165,18 +167,19 @@ def _table(column: Column, encode: Callable[[bytes], bytes]) -> tuple[bytes, ...
     return tuple(encode(t) if u else b"" for t, u in zip(column.table, used.tolist()))
 
 
-def _columns(batch: Slices, strings: _Strings) -> list[tuple]:
-    """proto_payloads' columns of a batch of slices: name, category, args."""
-    n = len(batch.begin)
-    if isinstance(batch.name, str):
-        name = (_core.PROTO_FIELD, _NAME_IID, np.full(n, strings.names(batch.name)), None, None)
+def _columns(cat: str, n: int, label: Label, strings: _Strings) -> list[tuple]:
+    """proto_payloads' columns of a batch of ``n`` slices of category ``cat``: name,
+    category, args (``label``: Source.label's)."""
+    name_of, args = label
+    if isinstance(name_of, str):
+        name = (_core.PROTO_FIELD, _NAME_IID, np.full(n, strings.names(name_of)), None, None)
     else:
-        table = _table(batch.name, lambda t: b"" if t == b"null"
+        table = _table(name_of, lambda t: b"" if t == b"null"
                        else _int(_NAME_IID, strings.names(json.loads(t))))
-        name = (_core.PROTO_TABLE, 0, batch.name.values, None, table)
+        name = (_core.PROTO_TABLE, 0, name_of.values, None, table)
     columns = [name, (_core.PROTO_FIELD, _CATEGORY_IIDS,
-                      np.full(n, strings.categories(batch.cat)), None, None)]
-    for key, column in batch.args:
+                      np.full(n, strings.categories(cat)), None, None)]
+    for key, column in args:
         iid = strings.keys(key)
         if column.kind == TEXT:
             table = _table(column, lambda t: strings.value(t.decode()))
@@ -188,9 +191,9 @@ def _columns(batch: Slices, strings: _Strings) -> list[tuple]:
     return columns
 
 
-def _payloads(batch: Slices, strings: _Strings) -> tuple[bytes, np.ndarray]:
-    offsets = np.empty(len(batch.begin) + 1, np.int64)
-    return _core.proto_payloads(_columns(batch, strings), offsets), offsets
+def _payloads(cat: str, n: int, label: Label, strings: _Strings) -> tuple[bytes, np.ndarray]:
+    offsets = np.empty(n + 1, np.int64)
+    return _core.proto_payloads(_columns(cat, n, label, strings), offsets), offsets
 
 
 class _TrackUuids:
@@ -269,54 +272,67 @@ def track_index(index: dict[tuple[int, int], int], pid: np.ndarray, tid: np.ndar
 
 
 class SliceOrder:
-    """Every slice of the sources in file order (source by source: a slice's
-    position), the positions in the order of their begins (stable: file order
-    at one time), their begins, ends (cut by proto_nest) and tracks (by
-    ``index``: (pid, tid) -> track) in that order, and the sequence of begins
-    and ends (``nest``).  The OTF2 export orders its events by it too."""
+    """Every slice of the sources, source by source (a slice's position), each
+    source's in the order of its begins (stable; ``perm``: of a source whose
+    slices do not come so, the order taken, else None): their begins, ends (cut
+    by proto_nest) and tracks (by ``index``: (pid, tid) -> track); and the
+    sequence of their begins and ends (``nest``: the sources' slices merged in
+    the order of their begins, at one time in file order, onto each track's
+    stack).  The OTF2 export orders its events by it too.  26 bytes a slice:
+    begin, end, a track of 2 bytes (fewer than 2^15 tracks) and 2 items of
+    sequence of 4 (fewer than 2^31 slices)."""
 
     def __init__(self, sources: list, index: dict[tuple[int, int], int]) -> None:
-        self.sources = sources
         self.starts = np.cumsum([0] + [s.count for s in sources])
-        # Filled source by source, then put in order: a copy of each, no more.
-        begin, end = np.empty(self.starts[-1], np.int64), np.empty(self.starts[-1], np.int64)
-        track = np.empty(self.starts[-1], np.int32)
+        n = int(self.starts[-1])
+        self.begin, self.end = np.empty(n, np.int64), np.empty(n, np.int64)
+        self.track = np.empty(n, np.int16 if len(index) < 1 << 15 else np.int32)
+        self.perm: list[np.ndarray | None] = []
         for source, start, stop in zip(sources, self.starts[:-1], self.starts[1:]):
             spans = source.spans()
-            begin[start:stop], end[start:stop] = spans.begin, spans.end
-            track[start:stop] = track_index(index, spans.pid, spans.thread)
-            del spans
-            if (track[start:stop] < 0).any():
+            begin = np.asarray(spans.begin, np.int64)
+            perm = (np.argsort(begin, kind="stable")
+                    if len(begin) > 1 and (begin[1:] < begin[:-1]).any() else None)
+            track = track_index(index, spans.pid, spans.thread)
+            if (track < 0).any():
                 raise ValueError(f"{source.cat} slices on a track the metadata does not name")
-        self.order = np.argsort(begin, kind="stable")
-        self.begin = begin[self.order]
-        del begin
-        self.end = end[self.order]
-        del end
-        self.track = track[self.order]
+            self.begin[start:stop] = self.arranged(perm, begin)
+            self.end[start:stop] = self.arranged(perm, spans.end)
+            self.track[start:stop] = self.arranged(perm, track)
+            self.perm.append(perm)
+            del spans, begin, track
+
+    @staticmethod
+    def arranged(perm: np.ndarray | None, values: np.ndarray) -> np.ndarray:
+        """A source's ``values`` (one per slice, in its order) in the order taken."""
+        return values if perm is None else np.asarray(values)[perm]
 
     def nest(self, ntracks: int, query_track: np.ndarray, query_time: np.ndarray
              ) -> tuple[int, np.ndarray]:
-        """proto_nest over the slices; per query, the slice (a position in begin
-        order) holding it, or -1; returns how many ends were cut."""
-        self.seq = np.empty(2 * len(self.begin), np.int64)
+        """proto_nest over the slices; per query, the slice (a position) holding it,
+        or -1; returns how many ends were cut."""
+        n = len(self.begin)
+        self.seq = np.empty(2 * n, np.uint32 if 2 * n < 1 << 32 else np.int64)
         held = np.empty(len(query_time), np.int64)
-        cut = _core.proto_nest(self.track, self.begin, self.end, ntracks,
-                               np.ascontiguousarray(query_track, np.int32),
+        cut = _core.proto_nest(self.track, self.begin, self.end, self.starts.astype(np.int64),
+                               ntracks, np.ascontiguousarray(query_track, np.int32),
                                np.ascontiguousarray(query_time, np.int64), held, self.seq)
         return cut, held
 
-    def payloads(self, sorted_at: np.ndarray, strings: _Strings
-                 ) -> tuple[bytes, np.ndarray, np.ndarray]:
-        """The payloads of the slices at these positions of begin order, made source
-        by source: the bytes, their offsets, and the slot of each position's."""
-        at = self.order[sorted_at]
+    def payloads(self, labels: list[tuple[str, Callable[[np.ndarray], Label]]], at: np.ndarray,
+                 strings: _Strings) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """The payloads of the slices at these positions (``labels``: the category and
+        Source.label of the sources the order was made of), made source by source:
+        the bytes, their offsets, and the slot of each position's."""
         which = np.searchsorted(self.starts, at, "right") - 1
         by_source = np.argsort(which, kind="stable")
         data, offsets, base = [], [], 0
         for i, first, stop in _runs(which[by_source]):
             rows = at[by_source[first:stop]] - self.starts[i]
-            made, own = _payloads(self.sources[i].make(rows), strings)
+            if self.perm[i] is not None:
+                rows = self.perm[i][rows]
+            cat, label = labels[i]
+            made, own = _payloads(cat, len(rows), label(rows), strings)
             data.append(made)
             offsets.append(own[:-1] + base)
             base += len(made)
@@ -365,22 +381,18 @@ def _write_counters(out: BinaryIO, source: Source, uuids: _TrackUuids) -> None:
                                        np.asarray(values, np.int64)[changed], SEQUENCE))
 
 
-def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None) -> None:
-    """Writes ``trace`` as a Perfetto protobuf trace, of what ``flt`` keeps
-    (default: everything)."""
-    made = tracks(trace, flt or ExportFilter())
-    uuids, strings = _TrackUuids(), _Strings()
-    descriptors, index = _descriptors(made, uuids)
-    sources = list(made.sources)
-    if made.frames is not None:
-        sources.insert(0, made.frames())  # as in the JSON: the outermost slices first
-    kinds = [type(s.make(slice(0, 0))) for s in sources]
-    slices = [s for s, kind in zip(sources, kinds) if kind is Slices]
-    flow_ids, from_track, from_time, to_track, to_time = _flows(
-        [s for s, kind in zip(sources, kinds) if kind is Flows], index)
-    counters = [s for s, kind in zip(sources, kinds) if kind is Counter]
-    del sources
+def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source],
+                  index: dict[tuple[int, int], int], uuids: _TrackUuids, strings: _Strings,
+                  progress: Progress) -> tuple[int, int, int]:
+    """The begins and ends of ``slices`` (a list it empties once it has their
+    spans, keeping their labels), with the flows of ``flow_sources`` bound to the
+    slices holding their ends, in the order of their begins (SliceOrder), made a
+    batch at a time in parallel and written in order; returns how many slices
+    were cut, how many flows were bound to no slice, and the first begin."""
+    flow_ids, from_track, from_time, to_track, to_time = _flows(flow_sources, index)
     order = SliceOrder(slices, index)
+    labels = [(s.cat, s.label) for s in slices]
+    slices.clear()
     # The flows' ends: the slices holding them (proto_nest's queries, in time order).
     on = (from_track >= 0) & (to_track >= 0)
     ids, n_on = flow_ids[on], int(on.sum())
@@ -400,22 +412,41 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
                             for p, t in index], np.uint64)
 
     def batch(part: slice) -> tuple[int, bytes]:
-        seq = order.seq[part]
-        payload, offsets, slots = order.payloads(seq[seq % 2 == 0] // 2, strings)
+        seq = order.seq[part].astype(np.int64)
+        payload, offsets, slots = order.payloads(labels, seq[seq % 2 == 0] // 2, strings)
         return len(seq), _core.proto_packets(seq, order.begin, order.end, order.track,
                                              track_uuids, payload, offsets, slots, *flows,
                                              SEQUENCE)
-    with output(path) as out, Progress(len(order.seq), "perfetto-proto") as progress:
+    progress.grow(len(order.seq))
+    for count, packets in in_order(lambda p=part: batch(p)
+                                   for part in batches(len(order.seq), PACKETS_AT_ONCE)):
+        # every string the batch uses is interned by now: written before it
+        out.write(strings.packet() + packets)
+        progress.update(count)
+    return cut, unbound, int(order.begin.min()) if len(order.begin) else 0
+
+
+def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None) -> None:
+    """Writes ``trace`` as a Perfetto protobuf trace, of what ``flt`` keeps
+    (default: everything): the slices and flows, then the counter (made once the
+    slices are written, so never held with them)."""
+    made = tracks(trace, flt or ExportFilter())
+    uuids, strings = _TrackUuids(), _Strings()
+    descriptors, index = _descriptors(made, uuids)
+    sources = list(made.sources)
+    if made.frames is not None:
+        sources.insert(0, made.frames())  # as in the JSON: the outermost slices first
+    kinds = [type(s.make(slice(0, 0))) for s in sources]
+    slices = [s for s, kind in zip(sources, kinds) if kind is Slices]
+    flow_sources = [s for s, kind in zip(sources, kinds) if kind is Flows]
+    del sources
+    with output(path) as out, Progress(0, "perfetto-proto") as progress:
         out.write(strings.packet() + descriptors)
-        for count, packets in in_order(lambda p=part: batch(p)
-                                       for part in batches(len(order.seq), PACKETS_AT_ONCE)):
-            # every string the batch uses is interned by now: written before it
-            out.write(strings.packet() + packets)
-            progress.update(count)
-        for source in counters:
-            _write_counters(out, source, uuids)
+        cut, unbound, first = _write_slices(out, slices, flow_sources, index, uuids, strings,
+                                            progress)
+        del slices, flow_sources
+        _write_counters(out, made.counter(), uuids)
         other = made.other()
         if cut or unbound:
             other = {**other, "slices_cut": cut, "flows_unbound": unbound}
-        first = int(order.begin[0]) if len(order.begin) else 0
         out.write(_metadata_packet(other, first, uuids, strings))

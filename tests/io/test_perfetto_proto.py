@@ -17,11 +17,14 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 
+import numpy as np
 import pytest
 from conftest import cli, load_stored, no_traceback, ok, stored_path
 from test_export import ns
 
-from ompt_py.io import export
+from ompt_py.io import export, perfetto_proto
+from ompt_py.io.filters import ExportFilter
+from ompt_py.io.perfetto import tracks
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
                          reason="the perfetto package (pip install -e '.[test]')")
@@ -268,3 +271,45 @@ def test_empty_trace(tmp_path):
     ompt_py.Trace().to_perfetto(tmp_path / "e.pftrace")
     proto = ProtoTrace(tmp_path / "e.pftrace")
     assert not proto.slices and len(proto.instants) == 1
+
+
+@pytest.mark.parametrize("name,filters", [
+    ("export-mixed", {}), ("pystacks-inprocess", {}), ("offload.omptraw", {}),
+    ("regions-prog", {}), ("export-mixed", {"start": "20ms", "end": "52ms", "threads": [1]}),
+])
+def test_slice_labels_are_what_the_batches_carry(name, filters):
+    """Source.label (what the protobuf and OTF2 writers take, without the spans)
+    gives, for any rows, the name and args Source.make gives them."""
+    trace = load_stored(name)
+    sources = list(tracks(trace, ExportFilter.of(trace, **filters)).sources)
+    labelled = [s for s in sources if s.label is not None]
+    assert {s.cat for s in labelled} >= {"parallel", "task", "sync"}
+    for source in labelled:
+        rows = np.arange(source.count)[::-2]  # every other row, backwards
+        made = source.make(rows)
+        name_of, args = source.label(rows)
+        same_column(name_of, made.name)
+        assert [key for key, _ in args] == [key for key, _ in made.args], source.cat
+        for (_, got), (_, want) in zip(args, made.args):
+            same_column(got, want)
+
+
+def same_column(got, want) -> None:
+    if isinstance(want, str):
+        assert got == want
+        return
+    assert got.kind == want.kind and got.table == want.table
+    np.testing.assert_array_equal(got.values, want.values)
+    np.testing.assert_array_equal(got.missing, want.missing)
+
+
+def test_packets_made_in_many_batches(monkeypatch, tmp_path):
+    """Packets made a few at a time (each batch interning its new strings) read
+    back as when made at once."""
+    monkeypatch.setattr(perfetto_proto, "PACKETS_AT_ONCE", 64)
+    trace = load_stored("export-mixed")
+    proto, doc = both(trace, tmp_path)
+    events = doc["traceEvents"]
+    assert same_slices(proto, events) > 64
+    same_flows(proto, events)
+    same_counters(proto, events)

@@ -113,6 +113,10 @@ def test_each_rank_writes_its_part_of_one_dataset(per_rank):
     assert all(p["mpi"] == {"rank": p["rank"], "size": RANKS, "source": "pmpi"} for p in procs)
     assert procs[0]["clock_alignment"]["pairs"] == 0  # the reference
     assert all(p["clock_alignment"]["pairs"] > 0 for p in procs[1:])
+    # The runtime, though MPI_Init started the trace before it (the counters say it).
+    for p in procs:
+        assert [rt["initialized"] for rt in p["runtimes"]] == [True], p["runtimes"]
+        assert p["runtimes"][0]["callbacks"] and p["tool"]["start_tool_calls"] == 1
     # 2 OpenMP threads per rank
     tasks = t.implicit_tasks()
     assert set(tasks.groupby("pid")["thread"].nunique()) == {2}
