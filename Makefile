@@ -240,6 +240,7 @@ bench: setup
 	$(BIN)/python bench/merge_memory.py
 	$(BIN)/python bench/apps.py
 	$(BIN)/python bench/clock_align.py
+	$(BIN)/python bench/dataset.py
 
 setup: system-deps $(STAMP)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from importlib import metadata
 from typing import TYPE_CHECKING
 
+from .dataset import Dataset, open_dataset
 from .errors import (
     AttachError,
     ConfigError,
@@ -49,6 +50,7 @@ except metadata.PackageNotFoundError:  # built in place (setup.py build_ext), no
 __all__ = [
     "AttachError",
     "ConfigError",
+    "Dataset",
     "DeviceInfo",
     "Handler",
     "HandlerWarning",
@@ -76,6 +78,7 @@ __all__ = [
     "ns_per_tick",
     "off",
     "on",
+    "open_dataset",
     "region",
     "region_names",
     "runtime_info",

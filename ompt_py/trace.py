@@ -24,9 +24,7 @@ import atexit
 import concurrent.futures.thread  # noqa: F401
 import contextlib
 import functools
-import glob
 import os
-import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -934,54 +932,24 @@ def _merge(parts: list[Trace], sources: list[str], skipped: list[dict], path: st
     """One trace of several (the parts of the directory ``path``), on one time axis:
     each part's times are from its own origin (a CLOCK_MONOTONIC time, or the MPI
     reference rank's where the part's clock was fitted to it); the merged origin
-    is the earliest (a part without one is left out, with a TraceWarning).  Parts
-    of an MPI job are checked (io/mpi.py check_job: those of another job are left
-    out).  Its ``skipped``: the parts', these and those left out here."""
-    from .io import mpi, warn_skipped
+    is the earliest.  The parts are checked first (io.plan_merge: a part without
+    an origin, or of another MPI job, is left out, with a TraceWarning).  Its
+    ``skipped``: the parts', these and those left out here."""
+    from .io import plan_merge
 
-    skipped = [s for part in parts for s in part.meta.get("skipped", [])] + skipped
-    if len(parts) > 1 and any(p.meta.get("origin_mono_ns") is not None for p in parts):
-        unaligned = [s for p, s in zip(parts, sources) if p.meta.get("origin_mono_ns") is None]
-        for source in unaligned:
-            skipped.append({"source": source, "reason": "it has no clock origin "
-                            "(origin_mono_ns in its metadata), so it cannot be aligned with "
-                            "the other parts: load it alone"})
-        warn_skipped(skipped[len(skipped) - len(unaligned):], stacklevel=4)
-        parts, sources = zip(*[(p, s) for p, s in zip(parts, sources) if s not in unaligned])
-    if len(parts) == 1:
-        parts[0].meta = {**parts[0].meta, "skipped": trace_meta([], None, skipped)["skipped"]}
-        return parts[0]
-    origins = [p.meta.get("origin_mono_ns") for p in parts]
-    if None in origins:
-        raise TraceFileError(f"none of {', '.join(sources)} has a clock origin (origin_mono_ns "
-                             "in its metadata), so they cannot be aligned: load them one by one")
-    left_out, said = mpi.check_job([p for part in parts for p in part.meta["processes"]], path)
-    warn_skipped(said, stacklevel=4)
-    skipped += said
-    if left_out:
-        kept = [(p, s, o) for p, s, o in zip(parts, sources, origins)
-                if not {q["pid"] for q in p.meta["processes"]} <= left_out]
-        parts, sources, origins = map(list, zip(*kept))
-    first = min(origins)
-    owner: dict[int, str] = {}
-    for part, source in zip(parts, sources):
-        for proc in part.meta["processes"]:
-            if proc["pid"] in owner:
-                raise TraceFileError(
-                    f"process {proc['pid']} is in both {owner[proc['pid']]} and {source}; "
-                    "load them separately or keep one of them in the directory")
-            owner[proc["pid"]] = source
-    for part, origin in zip(parts, origins):
-        if origin != first:
-            shift_times(part.events, origin - first)
+    plan = plan_merge([p.meta for p in parts], sources, skipped, path, stacklevel=4)
+    if len(plan.kept) == 1:
+        part = parts[plan.kept[0]]
+        part.meta = {**part.meta, "skipped": trace_meta([], None, plan.skipped)["skipped"]}
+        return part
+    parts = [parts[i] for i in plan.kept]
+    for part in parts:
+        if part.meta["origin_mono_ns"] != plan.origin:
+            shift_times(part.events, part.meta["origin_mono_ns"] - plan.origin)
     procs = [proc for part in parts for proc in part.meta["processes"]]
-    hosts = sorted({proc["hostname"] for proc in procs})
-    if len(hosts) > 1 and not all(proc.get("clock_alignment") for proc in procs):
-        warnings.warn(f"the processes ran on several machines ({', '.join(hosts)}): their "
-                      "clocks are not aligned with each other (ompt-py run --mpi aligns an "
-                      "MPI job's: docs/mpi.md)", stacklevel=4)
-    return Trace._from_parts([part.events for part in parts], trace_meta(procs, first, skipped),
-                             [], np.concatenate([part.pids for part in parts]))
+    return Trace._from_parts([part.events for part in parts],
+                             trace_meta(procs, plan.origin, plan.skipped), [],
+                             np.concatenate([part.pids for part in parts]))
 
 
 def _from_directory(path: str) -> Trace:
@@ -989,12 +957,11 @@ def _from_directory(path: str) -> Trace:
     and dataset partitions (pid=N/*.parquet), merged into one trace.  Each part that
     cannot be read (or is not a regular file) is left out with a TraceWarning and
     listed in ``meta["skipped"]``; TraceFileError when no part can be read."""
+    from .io import parquet as parquet_io
     from .io import rawfile, regular_files, warn_skipped
 
     raw = rawfile.list_dir(path)
-    parquet, skipped = regular_files(
-        sorted(glob.glob(os.path.join(glob.escape(path), "*.parquet")))
-        + sorted(glob.glob(os.path.join(glob.escape(path), "pid=*", "*.parquet"))))
+    parquet, skipped = regular_files(parquet_io.trace_files(path))
     if not parquet and not skipped:
         return Trace._from(rawfile.load(raw, path))
     parts, sources = [], []

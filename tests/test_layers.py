@@ -4,8 +4,8 @@ another layer's underscore names.
 
 The graph is read from the sources (``ast``): an edge for every ``import`` at
 module level, outside ``if TYPE_CHECKING:``; imports inside functions are
-checked against the same rules, except the facades' methods (trace.py and
-profile.py import their layers when a method is called) and the few lazy
+checked against the same rules, except the facades' methods (trace.py,
+profile.py and dataset.py import their layers when a method is called) and the few lazy
 imports named in LAZY.
 """
 
@@ -28,6 +28,7 @@ LAYERS = [
     ("ompt_py.presentation.", "presentation"), ("ompt_py.live", "live"), ("ompt_py.io", "io"),
     ("ompt_py.analysis", "analysis"), ("ompt_py.presentation", "presentation"),
     ("ompt_py.trace", "trace"), ("ompt_py.profile", "trace"),  # the facades
+    ("ompt_py.dataset", "trace"),
     ("ompt_py.__init__", "package"), ("ompt_py.__main__", "package"),
     ("ompt_py", "base"),  # _core, errors, records, meta, schema, units, elf
 ]

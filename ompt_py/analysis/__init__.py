@@ -17,6 +17,10 @@
 * ``flame``: the threads' time per Python stack, location and thread state
   (the flame view, the speedscope export).
 * ``cache``: the derived tables of each trace, made once.
+* ``profile``: the answers of a profile's aggregates (quantiles from log2
+  histograms); ``dataset``: a dataset's answers, the per-trace analysis run
+  per partition and merged (counts, totals, extremes exact; quantiles from
+  merged log2 histograms).
 
 Modules here take a Trace (``ompt_py.trace``, imported only for type
 checking) and import only the base modules (``records``, ``meta``,

@@ -342,11 +342,17 @@ def constructs(trace: Trace, by: str = "construct", raw: bool = False) -> pd.Dat
     out = out.merge(_python_time(trace), on=["pid", "py_location"], how="left")
     out["py_time_ns"] = out["py_time_ns"].where(out["py_location"] == NO_PYTHON,
                                                 out["py_time_ns"].fillna(0))
-    out = out.sort_values(["py_time_ns", "pid", "py_location", "total_ns"],
-                          ascending=[False, True, True, False], na_position="last",
-                          kind="stable").reset_index(drop=True)
-    return ns_columns(out[["pid", "py_location", "py_time_ns", "construct", "kind", "location",
-                           "function", "name", *_STAT_COLUMNS]])
+    return ns_columns(python_order(out)[["pid", "py_location", "py_time_ns", "construct",
+                                         "kind", "location", "function", "name",
+                                         *_STAT_COLUMNS]])
+
+
+def python_order(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of constructs(by="python") in its order: by py_time_ns (the most
+    first, no Python stack last), pid, py_location, then by total time."""
+    return table.sort_values(["py_time_ns", "pid", "py_location", "total_ns"],
+                             ascending=[False, True, True, False], na_position="last",
+                             kind="stable").reset_index(drop=True)
 
 
 # ---- load imbalance per parallel region --------------------------------------------------------
@@ -620,6 +626,56 @@ def task_sites(trace: Trace, by: str = "source") -> pd.DataFrame:
     return ns_columns(out)
 
 
+def task_edges(lo: float, hi: float, bins: int | Sequence[float] | None) -> np.ndarray:
+    """The edges (ns) of task_granularity's histogram for tasks whose busy times go
+    from ``lo`` to ``hi`` (NaN: no task) and its ``bins`` (see task_granularity)."""
+    if bins is None or isinstance(bins, (int, np.integer)):
+        if math.isnan(lo):
+            return np.empty(1)  # no tasks, no bins
+        if bins is None:
+            return log_edges(lo, hi)
+        return np.unique(np.round(np.geomspace(max(lo, 1), max(hi, lo + 1, 2) + 1,
+                                               int(bins) + 1)))
+    edges = np.round(np.asarray(bins, dtype=np.float64))
+    if edges.ndim != 1 or len(edges) < 2 or (np.diff(edges) <= 0).any():
+        raise ValueError("bins: give increasing edges in nanoseconds (at least two, "
+                         "at least 1 ns apart)")
+    return edges
+
+
+def task_counts(busy: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per bin of ``edges``: the tasks of these busy times and their busy time (ns,
+    float); and how many fall outside every bin."""
+    which = np.searchsorted(edges, busy, side="right") - 1
+    inside = (which >= 0) & (which < len(edges) - 1)
+    counts = np.bincount(which[inside], minlength=len(edges) - 1)
+    times = np.bincount(which[inside], weights=busy[inside], minlength=len(edges) - 1)
+    return counts, times, int((~inside).sum())
+
+
+def task_table(edges: np.ndarray, counts: np.ndarray, times: np.ndarray, ran: int,
+               total: float) -> pd.DataFrame:
+    """task_granularity's table of the tasks ``counts`` and their busy ``times`` per
+    bin of ``edges``, of ``ran`` tasks that ran for ``total`` ns in all."""
+    return pd.DataFrame({
+        "lo_ns": edges[:-1].astype(np.int64), "hi_ns": edges[1:].astype(np.int64),
+        "label": [f"{format_ns(a)} - {format_ns(b)}"
+                  for a, b in zip(edges[:-1], edges[1:])],
+        "tasks": counts,
+        "task_share": counts / ran if ran else np.zeros(len(counts)),
+        "busy_ns": np.round(times).astype(np.int64),
+        "time_share": times / total if total > 0 else np.zeros(len(counts)),
+    })
+
+
+def overhead_share(created: int, create_ns: float, busy_ns: float) -> float:
+    """task_granularity's creation_overhead_share: created x create_ns over that plus
+    the tasks' busy time (NaN without tasks or without a creation cost)."""
+    overhead = created * create_ns
+    return float(overhead / (overhead + busy_ns)) if created and not math.isnan(create_ns) \
+        else float("nan")
+
+
 def task_granularity(trace: Trace, bins: int | Sequence[float] | None = None) -> pd.DataFrame:
     """Histogram of explicit task durations (each task's own work: busy_ns of
     task_runs) on log bins: lo_ns, hi_ns, label, tasks, task_share, busy_ns,
@@ -633,43 +689,17 @@ def task_granularity(trace: Trace, bins: int | Sequence[float] | None = None) ->
     near 1 when tasks are too small for what creating them costs.
     """
     busy = task_runs(trace)["busy_ns"].to_numpy(np.float64)
-    if bins is None or isinstance(bins, (int, np.integer)):
-        lo, hi = (float(busy.min()), float(busy.max())) if len(busy) else (1.0, 1.0)
-        if not len(busy):
-            edges = np.empty(1)  # no tasks, no bins
-        elif bins is None:
-            edges = log_edges(lo, hi)
-        else:
-            edges = np.unique(np.round(np.geomspace(max(lo, 1), max(hi, lo + 1, 2) + 1,
-                                                    int(bins) + 1)))
-    else:
-        edges = np.round(np.asarray(bins, dtype=np.float64))
-        if edges.ndim != 1 or len(edges) < 2 or (np.diff(edges) <= 0).any():
-            raise ValueError("bins: give increasing edges in nanoseconds (at least two, "
-                             "at least 1 ns apart)")
-    which = np.searchsorted(edges, busy, side="right") - 1
-    inside = (which >= 0) & (which < len(edges) - 1)
-    counts = np.bincount(which[inside], minlength=len(edges) - 1)
-    times = np.bincount(which[inside], weights=busy[inside], minlength=len(edges) - 1)
-    total = busy.sum()
-    out = pd.DataFrame({
-        "lo_ns": edges[:-1].astype(np.int64), "hi_ns": edges[1:].astype(np.int64),
-        "label": [f"{format_ns(a)} - {format_ns(b)}"
-                  for a, b in zip(edges[:-1], edges[1:])],
-        "tasks": counts,
-        "task_share": counts / len(busy) if len(busy) else np.zeros(len(counts)),
-        "busy_ns": np.round(times).astype(np.int64),
-        "time_share": times / total if total > 0 else np.zeros(len(counts)),
-    })
+    edges = task_edges(float(busy.min()) if len(busy) else math.nan,
+                       float(busy.max()) if len(busy) else math.nan, bins)
+    counts, times, outside = task_counts(busy, edges)
+    out = task_table(edges, counts, times, len(busy), float(busy.sum()))
     create = creation_cost(trace)
     n_created = len(tables.created(trace))
-    overhead = n_created * create
     out.attrs.update({
-        "tasks": n_created, "ran": len(busy), "outside_bins": int((~inside).sum()),
+        "tasks": n_created, "ran": len(busy), "outside_bins": outside,
         "median_busy_ns": float(np.median(busy)) if len(busy) else float("nan"),
         "create_ns": create,
-        "creation_overhead_share": float(overhead / (overhead + total))
-        if n_created and not math.isnan(create) else float("nan"),
+        "creation_overhead_share": overhead_share(n_created, create, float(busy.sum())),
     })
     return out
 

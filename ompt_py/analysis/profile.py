@@ -68,6 +68,19 @@ def quantile(hist: np.ndarray, q: float, lo: np.ndarray, hi: np.ndarray) -> np.n
     return np.where(n > 0, np.clip(value, lo, np.maximum(lo, hi)), np.nan)
 
 
+def histograms(values: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
+    """Per group (0 .. n - 1), the log2 histogram of its ``values`` (durations in
+    ns) as a profile keeps one: bucket b counts those in [_LO[b], _HI[b]); NaN
+    values are not counted.  An array of n rows of PROFILE_BUCKETS counts."""
+    values = np.asarray(values, np.float64)
+    kept = ~np.isnan(values)
+    exponent = np.frexp(values[kept])[1]  # v = m 2^e, 0.5 <= m < 1: v in [2^(e-1), 2^e)
+    bucket = np.clip(np.where(values[kept] >= 1, exponent, 0), 0, PROFILE_BUCKETS - 1)
+    out = np.zeros((n, PROFILE_BUCKETS), np.int64)
+    np.add.at(out, (np.asarray(groups)[kept], bucket), 1)
+    return out
+
+
 def _sources(prof: Profile) -> pd.DataFrame:
     """pid, codeptr, function, name, location of every code address of the profile
     (symbols.resolve with each process's modules), made once per profile."""
@@ -97,9 +110,11 @@ def _with_source(prof: Profile, table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _stats(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+def stats(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """Count, total, mean, p50, p95 and max per group of ``keys`` of rows with
-    count, total_ns, min_ns, max_ns and hist; sorted by total time."""
+    count, total_ns, min_ns, max_ns and hist (a profile's, or the per-partition
+    statistics of a dataset merged: analysis.dataset); p50 and p95 estimated from
+    the histograms (quantile).  Sorted by total time."""
     g = rows.groupby(keys, sort=False, dropna=False)
     out = g.agg(count=("count", "sum"), total_ns=("total_ns", "sum"), min_ns=("min_ns", "min"),
                 max_ns=("max_ns", "max"))
@@ -149,11 +164,11 @@ def constructs(prof: Profile, by: str = "construct", raw: bool = False) -> pd.Da
     _no_instances("Python stacks", by, ("construct", "source"))
     rows = _construct_rows(prof, raw)
     if by == "construct":
-        return ns_columns(_stats(rows, ["construct", "kind"]))
+        return ns_columns(stats(rows, ["construct", "kind"]))
     keys = ["construct", "kind", "pid", "location"]
     located = _with_source(prof, rows)
     func = located[["pid", "location", "function", "name"]].drop_duplicates(["pid", "location"])
-    out = _stats(located, keys).merge(func, on=["pid", "location"], how="left")
+    out = stats(located, keys).merge(func, on=["pid", "location"], how="left")
     return ns_columns(out[[*keys, "function", "name", *_STAT_COLUMNS]])
 
 

@@ -5,6 +5,9 @@
 * ``parquet``: ``Trace.save`` and its reader, one file or a dataset
   partitioned by process.
 * ``profile``: profile mode's aggregates (``load_profile``) and profile files.
+* ``dataset``: a dataset's partitions found from their footers alone
+  (``ompt_py.open_dataset``), read one at a time on the dataset's time axis,
+  and exported one after the other into one file.
 * exports (``export``): ``perfetto`` (JSON) and ``csv``, streamed in batches
   whose text is written in C (``streaming``); ``perfetto_proto`` (Perfetto's
   protobuf trace, its packets written in C from the JSON export's slices);
@@ -32,8 +35,8 @@ import numpy as np
 
 from ..errors import TraceFileError, TraceWarning
 
-__all__ = ["EXPORT_FORMATS", "Parts", "export", "format_of", "load_profile", "open_regular",
-           "regular_files", "warn_skipped"]
+__all__ = ["EXPORT_FORMATS", "MergePlan", "Parts", "export", "format_of", "load_profile",
+           "open_regular", "plan_merge", "regular_files", "warn_skipped"]
 
 #: The formats of ``ompt-py export`` and ``export()``, each written by the module
 #: of its name (a dash an underscore).
@@ -150,3 +153,63 @@ def load_profile(path: str | os.PathLike) -> Any:
     from .profile import load_profile as load
 
     return load(path)
+
+
+@dataclass
+class MergePlan:
+    """Which parts of a directory make one trace (``plan_merge``): the indices of
+    the parts kept, in order, the trace's origin (the earliest of theirs; None for
+    one part without one) and what was left out (``meta["skipped"]`` entries: the
+    parts' own and those left out here)."""
+
+    kept: list[int]
+    origin: int | None
+    skipped: list[dict]
+
+
+def plan_merge(metas: list[dict], sources: list[str], skipped: list[dict], path: str,
+               stacklevel: int) -> MergePlan:
+    """The checks of parts (their trace metadata ``metas``, read from ``sources``) to
+    be put on one time axis, made on their metadata alone (``ompt_py.load`` of a
+    directory, ``ompt_py.open_dataset``): a part without a clock origin is left
+    out when others have one; the parts of an MPI job are checked (mpi.check_job:
+    those of another job are left out, missing ranks and poor clock fits said);
+    each is said with a TraceWarning (``stacklevel``: as warnings.warn's, from the
+    caller).  TraceFileError when none has a clock
+    origin, or a process is in two parts."""
+    from .mpi import check_job
+
+    skipped = [s for meta in metas for s in meta.get("skipped", [])] + skipped
+    kept = list(range(len(metas)))
+    origins = [meta.get("origin_mono_ns") for meta in metas]
+    if len(kept) > 1 and any(o is not None for o in origins):
+        unaligned = [{"source": sources[i], "reason": "it has no clock origin (origin_mono_ns in "
+                      "its metadata), so it cannot be aligned with the other parts: load it "
+                      "alone"} for i in kept if origins[i] is None]
+        warn_skipped(unaligned, stacklevel=stacklevel + 1)
+        skipped += unaligned
+        kept = [i for i in kept if origins[i] is not None]
+    if len(kept) == 1:
+        return MergePlan(kept, origins[kept[0]], skipped)
+    if any(origins[i] is None for i in kept):
+        raise TraceFileError(f"none of {', '.join(sources)} has a clock origin (origin_mono_ns "
+                             "in its metadata), so they cannot be aligned: load them one by one")
+    left_out, said = check_job([p for i in kept for p in metas[i]["processes"]], path)
+    warn_skipped(said, stacklevel=stacklevel + 1)
+    skipped += said
+    kept = [i for i in kept if not {p["pid"] for p in metas[i]["processes"]} <= left_out]
+    owner: dict[int, str] = {}
+    for i in kept:
+        for proc in metas[i]["processes"]:
+            if proc["pid"] in owner:
+                raise TraceFileError(
+                    f"process {proc['pid']} is in both {owner[proc['pid']]} and {sources[i]}; "
+                    "load them separately or keep one of them in the directory")
+            owner[proc["pid"]] = sources[i]
+    procs = [proc for i in kept for proc in metas[i]["processes"]]
+    hosts = sorted({proc["hostname"] for proc in procs})
+    if len(hosts) > 1 and not all(proc.get("clock_alignment") for proc in procs):
+        warnings.warn(f"the processes ran on several machines ({', '.join(hosts)}): their "
+                      "clocks are not aligned with each other (ompt-py run --mpi aligns an "
+                      "MPI job's: docs/mpi.md)", stacklevel=stacklevel + 1)
+    return MergePlan(kept, min(origins[i] for i in kept), skipped)

@@ -15,6 +15,7 @@ against both before it reads a row.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import math
 import os
@@ -318,6 +319,24 @@ def open_file(path: str) -> pq.ParquetFile:
     except (pa.ArrowException, OSError, ValueError) as e:
         raise TraceFileError(f"{path} cannot be read as a Parquet file ({type(e).__name__}: "
                              f"{e}); it may be truncated or not an ompt-py file") from e
+
+
+def trace_files(path: str) -> list[str]:
+    """The Parquet files of a directory: its own (``*.parquet``), then its dataset
+    partitions' (``pid=N/*.parquet``), each sorted."""
+    escaped = glob.escape(path)
+    return (sorted(glob.glob(os.path.join(escaped, "*.parquet")))
+            + sorted(glob.glob(os.path.join(escaped, "pid=*", "*.parquet"))))
+
+
+def read_meta(path: str) -> tuple[dict, int]:
+    """The trace metadata and the number of rows of a Parquet trace file, from its
+    footer alone (no row is read), checked as ``read`` checks them; TraceFileError
+    when it is not a trace file (truncated: no footer)."""
+    parquet_file = open_file(path)
+    meta = _meta(path, (parquet_file.metadata.metadata or {}).get(PARQUET_KEY))
+    _columns(path, parquet_file.schema_arrow, one_process=len(meta["processes"]) == 1)
+    return meta, parquet_file.metadata.num_rows
 
 
 def read(path: str) -> Parts:

@@ -494,10 +494,10 @@ def _sync(rec: _Records, regions: _Pairs, sync: _Pairs, waits: _Pairs,
                 _kind(r, " wait"), [("parallel_id", ident(r["parallel_id"]))])))
 
 
-def _tasks(rec: _Records) -> tuple[Source, Source]:
+def _tasks(rec: _Records, first_flow: int = 1) -> tuple[Source, Source]:
     """Per thread that ran it, each explicit task from its first start to the end of
     its last piece there (what nests on a thread's stack), and the flows: from each
-    task's creation to its first start."""
+    task's creation to its first start (ids from ``first_flow``)."""
     ev = rec.ev
     rows = rec.select("task_schedule")
     created = rec.select("task_create")
@@ -529,8 +529,9 @@ def _tasks(rec: _Records) -> tuple[Source, Source]:
                 (pid, ev["thread"][span], rec.time(span)))
 
     def flows(part: Part) -> Flows:
-        """A flow per task (ids 1, 2, ...): from its creation to its first start."""
-        return Flows("task", np.arange(len(creation))[part] + 1, *ends(part))
+        """A flow per task (ids first_flow, first_flow + 1, ...): from its creation to
+        its first start."""
+        return Flows("task", np.arange(len(creation))[part] + first_flow, *ends(part))
     return (_slices(rec, "task", spans, lambda r, part: (
                 "task", [("task_id", number(r["u64a"])), ("pieces", number(pieces[part]))])),
             Source(len(creation), flows, points=lambda: ends(slice(None))))
@@ -1003,14 +1004,15 @@ def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> S
 
 def _track_sources(rec: _Records, paired: dict[str, _Pairs], found: dict[str, np.ndarray],
                    tree: tuple[_Pairs, Any, np.ndarray, np.ndarray],
-                   devices: _DeviceTracks | None, waits: list[_Pairs]) -> Iterator[Source]:
+                   devices: _DeviceTracks | None, waits: list[_Pairs], first_flow: int
+                   ) -> Iterator[Source]:
     """The file's events after the metadata and the Python frames, in file order
     (filtered by ``filtered``): the slices of every track, parents before children
     (the order that keeps slices starting at the same nanosecond nested the right
-    way), the flows; last into ``waits``, the waits the counter counts (sync,
-    mutex).  ``paired``: the pairings of _PAIRINGS but the implicit tasks (each
-    dropped once its slices are made), ``found``: _LOOKUPS', ``tree``:
-    _region_tree of the regions,
+    way), the flows (ids from ``first_flow``); last into ``waits``, the waits the
+    counter counts (sync, mutex).  ``paired``: the pairings of _PAIRINGS but the
+    implicit tasks (each dropped once its slices are made), ``found``: _LOOKUPS',
+    ``tree``: _region_tree of the regions,
     ``devices``: _device_tracks (None: the trace has no offload events)."""
     trace = rec.trace
     regions = paired.pop("parallel")
@@ -1023,7 +1025,7 @@ def _track_sources(rec: _Records, paired: dict[str, _Pairs], found: dict[str, np
     del regions
     yield sync
     yield sync_waits
-    spans, flows = _tasks(rec)
+    spans, flows = _tasks(rec, first_flow)
     yield spans
     if devices is not None:
         yield from _host_offload(trace)
@@ -1110,9 +1112,10 @@ class Tracks(NamedTuple):
     other: Callable[[], dict]
 
 
-def tracks(trace: Trace, flt: ExportFilter) -> Tracks:
+def tracks(trace: Trace, flt: ExportFilter, first_flow: int = 1) -> Tracks:
     """The sources of both Perfetto writers (JSON: write; protobuf: perfetto_proto),
-    each filtered by ``flt``."""
+    each filtered by ``flt``; the flows' ids from ``first_flow`` (one per explicit
+    task created, at most)."""
     other: dict[str, Any] = {"producer": "ompt-py",
                              "clock": "CLOCK_MONOTONIC, from origin_mono_ns",
                              "origin_mono_ns": trace.meta.get("origin_mono_ns")}
@@ -1127,7 +1130,7 @@ def tracks(trace: Trace, flt: ExportFilter) -> Tracks:
     if devices is not None and any(devices.table.attrs["unplaced"].values()):
         other["device_operations_not_drawn"] = devices.table.attrs["unplaced"]
     waits: list[_Pairs] = []
-    raw = _track_sources(rec, paired, found, tree, devices, waits)
+    raw = _track_sources(rec, paired, found, tree, devices, waits, first_flow)
     del paired, found, regions, tree
     metadata = _metadata(trace, flt) + ([] if devices is None else _device_metadata(devices, flt))
 
@@ -1173,22 +1176,45 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
     written to a temporary file beside ``path`` first, then copied after the
     frames (each slice is made once: no second pass over the records).  The
     otherData come last: they hold what the filter clipped."""
-    made = tracks(trace, flt or ExportFilter())
+    write_all([trace], path, flt)
+
+
+def write_all(traces: Iterable[Trace], path: str | os.PathLike,
+              flt: ExportFilter | None = None) -> None:
+    """Writes several traces of one time axis (a dataset's partitions, each made
+    when its turn comes and dropped after) into one file, as ``write`` writes one:
+    each trace's processes, tracks and slices one after the other, the flows'
+    ids of each after those of the ones before (as many as their task_create
+    records); otherData from the first, with the device operations not drawn
+    summed over them."""
     with output(path) as out, Progress(0, "perfetto") as progress:
         out.write(b'{"traceEvents":[\n')
         writer = ArrayWriter(out)
-        writer.write("".join(SEP + json.dumps(m) for m in made.metadata).encode())
-        if made.frames is None:
-            _write_sources(writer, made.sources, progress)
-            _write_sources(writer, [made.counter()], progress)
-        else:
-            with tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(path))) as rest:
-                rest_writer = ArrayWriter(rest)
-                _write_sources(rest_writer, made.sources, progress)
-                _write_sources(rest_writer, [made.counter()], progress)
-                _write_sources(writer, [made.frames()], progress)
-                if rest.tell():
-                    writer.write(SEP.encode())  # a separator, if anything came before
-                    rest.seek(0)
-                    shutil.copyfileobj(rest, out, 1 << 24)
-        out.write(f'\n],"otherData":{json.dumps(made.other())}}}\n'.encode())
+        other: dict[str, Any] = {}
+        first_flow = 1
+        for trace in traces:
+            made = tracks(trace, flt or ExportFilter(), first_flow)
+            first_flow += int(np.count_nonzero(trace.events["event"]
+                                               == EVENT_CODES["task_create"]))
+            writer.write("".join(SEP + json.dumps(m) for m in made.metadata).encode())
+            if made.frames is None:
+                _write_sources(writer, made.sources, progress)
+                _write_sources(writer, [made.counter()], progress)
+            else:
+                with tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(path))) as rest:
+                    rest_writer = ArrayWriter(rest)
+                    _write_sources(rest_writer, made.sources, progress)
+                    _write_sources(rest_writer, [made.counter()], progress)
+                    _write_sources(writer, [made.frames()], progress)
+                    if rest.tell():
+                        writer.write(SEP.encode())  # a separator, if anything came before
+                        rest.seek(0)
+                        shutil.copyfileobj(rest, out, 1 << 24)
+            mine = made.other()
+            undrawn = dict(other.get("device_operations_not_drawn", {}))
+            for kind, n in mine.get("device_operations_not_drawn", {}).items():
+                undrawn[kind] = undrawn.get(kind, 0) + n
+            other = {**mine, **other}
+            if undrawn:
+                other["device_operations_not_drawn"] = undrawn
+        out.write(f'\n],"otherData":{json.dumps(other)}}}\n'.encode())
