@@ -176,10 +176,11 @@ class Dataset:
         """Trace.summary() of the whole dataset, computed per partition (on Dask with
         a ``client``) and merged: see ompt_py.analysis.dataset for what is exact
         and what estimated; ``notes`` name the partition each note is of."""
-        from .analysis import dataset
+        from .analysis import dataset, ranks
 
         python = any((p.get("python") or {}).get("stacks") for p in self.meta["processes"])
-        parts = self.map(lambda t: dataset.partial_summary(t, top, python), client)
+        job = ranks.several(self.meta)
+        parts = self.map(lambda t: dataset.partial_summary(t, top, python, job), client)
         labels = [f"rank {p.rank} (pid {p.pid})" if p.rank is not None else f"pid {p.pid}"
                   for p in self._partitions]
         return dataset.merge_summary(parts, self.meta, self._mapper(client), top, labels)
@@ -205,6 +206,19 @@ class Dataset:
         from .analysis import dataset
 
         return dataset.lock_contention(self._mapper(client), by=by)
+
+    def ranks(self, client: Any = None) -> pd.DataFrame:
+        """Trace.ranks() of the whole dataset: each rank's row from its partition."""
+        from .analysis import dataset
+
+        return dataset.rank_table(self._mapper(client))
+
+    def rank_imbalance(self, by: str = "phase", client: Any = None) -> pd.DataFrame:
+        """Trace.rank_imbalance() of the whole dataset: each partition's arrivals at
+        the phases' synchronisations, compared."""
+        from .analysis import dataset
+
+        return dataset.rank_imbalance(self._mapper(client), len(self.meta["processes"]), by)
 
     def task_granularity(self, bins: Any = None, client: Any = None) -> pd.DataFrame:
         """Trace.task_granularity() of the whole dataset: the bins' counts exact (a

@@ -237,7 +237,7 @@ def advice(trace: Trace, regions: pd.DataFrame | None = None,
         else None
     if locks is None and {"mutex_acquire", "mutex_acquired", "mutex_released"} <= present:
         locks = metrics.lock_contention(trace)
-    if late is None and ranks.several(trace):
+    if late is None and ranks.several(trace.meta):
         late = ranks.compare(ranks.arrivals(trace), "rank", len(ranks.processes(trace)))
     base = float(metrics.region_threads(trace)["busy_ns"].sum())
     return advise(base, regions, sites, locks, late)

@@ -21,6 +21,10 @@ What is exact after the merge and what is estimated:
   most a factor of 2 off it, kept between the minimum and maximum).
 * advice: its rules run on the merged tables; a task site without back-to-back
   creations of its own takes its partition's creation cost, not the dataset's.
+* ranks() and rank_imbalance() (a job of several ranks): a rank's row and its
+  arrivals at the phases' synchronisations are each of its own partition
+  (ranks.rank_rows, ranks.arrivals); concatenated, they are the whole trace's,
+  and the phases are compared from them as in one process: exact.
 
 The partitions are given by a ``mapper``: a function that runs ``fn(trace)`` on
 every partition (in this process or on Dask: Dataset.map) and returns the
@@ -41,7 +45,7 @@ from ..errors import MissingEventsError
 from ..meta import why_empty
 from ..records import CONSTRUCTS
 from ..units import ns_columns
-from . import advice, metrics, offload, profile, summary, tables
+from . import advice, metrics, offload, profile, ranks, summary, tables
 from .states import thread_totals
 from .states import threads as thread_keys
 
@@ -112,6 +116,20 @@ def lock_contention(mapper: Mapper, by: str = "lock") -> pd.DataFrame:
     """metrics.lock_contention of the dataset: its rows are each of one process
     (exact); most wait first."""
     return _sorted(_concat(mapper(lambda t: metrics.lock_contention(t, by=by))), "wait_total_ns")
+
+
+# ---- ranks -------------------------------------------------------------------------------------
+
+
+def rank_table(mapper: Mapper) -> pd.DataFrame:
+    """ranks.ranks of the dataset: each partition's rows (exact)."""
+    return ranks.rank_table(_concat(mapper(ranks.rank_rows)))
+
+
+def rank_imbalance(mapper: Mapper, processes: int, by: str = "phase") -> pd.DataFrame:
+    """ranks.rank_imbalance of a dataset of ``processes`` processes: the partitions'
+    arrivals compared (exact)."""
+    return ranks.compare(_concat(mapper(ranks.arrivals)), by, processes)
 
 
 # ---- tasks ------------------------------------------------------------------------------------
@@ -214,13 +232,16 @@ class PartialSummary:
     offload: pd.DataFrame | None = None
     sites: pd.DataFrame | None = None
     busy_ns: float | None = None
+    rank_rows: pd.DataFrame | None = None
+    arrivals: pd.DataFrame | None = None
     notes: list[str] = field(default_factory=list)
 
 
-def partial_summary(trace: Trace, top: int, python: bool) -> PartialSummary:
+def partial_summary(trace: Trace, top: int, python: bool, job: bool) -> PartialSummary:
     """A partition's part of the dataset's summary: summary.summary's analyses of
     its trace, as tables to merge (``python``: the dataset has Python stacks,
-    so its tables are per Python location)."""
+    so its tables are per Python location; ``job``: it holds several ranks, so
+    each partition gives its rank's row and arrivals)."""
     notes: list[str] = []
 
     def attempt(build: Callable[[], R]) -> R | None:
@@ -255,6 +276,9 @@ def partial_summary(trace: Trace, top: int, python: bool) -> PartialSummary:
         out.busy_ns = attempt(lambda: float(metrics.region_threads(trace)["busy_ns"].sum()))
         if {"task_create", "task_schedule"} <= present:
             out.sites = attempt(lambda: metrics.task_sites(trace, by=by))
+    if job:
+        out.rank_rows = attempt(lambda: ranks.rank_rows(trace))
+        out.arrivals = ranks.arrivals(trace)
     notes += [n for n in [summary.window_note(trace)] if n]
     return out
 
@@ -328,13 +352,20 @@ def merge_summary(parts: Sequence[PartialSummary], meta: dict, mapper: Mapper, t
             notes.append("offload records not paired (counted, left out of the tables where "
                          "they have no partner): " + ", ".join(f"{k} {v}" for k, v in lost.items()))
     sources = _sorted(_concat([p.sources for p in parts]), "total_ns").head(top)
+    per_rank = phases = late = None
+    if any(p.arrivals is not None for p in parts):
+        rows = _concat([p.rank_rows for p in parts])
+        per_rank, phases, late = summary.job_answers(
+            _concat([p.arrivals for p in parts]), len(meta["processes"]),
+            None if rows is None else ranks.rank_table(rows), top, notes)
     what_to_do = None
     if threads is not None:
         base = sum(p.busy_ns for p in parts if p.busy_ns is not None)
-        what_to_do = advice.advise(base, by_location, sites, all_locks)
+        what_to_do = advice.advise(base, by_location, sites, all_locks, late)
     regions = (summary.regions_per_location(ns_columns(by_location)).head(top)
                if by_location is not None else None)
     return summary.Summary(overview, merge_constructs([p.constructs for p in parts]),
                            ns_columns(sources.drop(columns="pid")), threads=threads,
                            regions=regions, tasks=tasks, locks=locks, python=python,
-                           offload=totals, notes=notes, advice=what_to_do)
+                           offload=totals, notes=notes, advice=what_to_do, ranks=per_rank,
+                           phases=phases)

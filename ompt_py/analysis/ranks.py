@@ -139,9 +139,10 @@ def processes(trace: Trace) -> np.ndarray:
     return np.union1d(np.unique(trace.pids) if len(trace) else known[:0], known).astype(np.int64)
 
 
-def several(trace: Trace) -> bool:
-    """Whether the trace holds more than one rank of a job (processes with a rank)."""
-    return len({p.get("rank") for p in trace.meta.get("processes", [])} - {None}) > 1
+def several(meta: dict) -> bool:
+    """Whether a trace's (or dataset's) metadata holds more than one rank of a job
+    (processes with a rank)."""
+    return len({p.get("rank") for p in meta.get("processes", [])} - {None}) > 1
 
 
 def _fill(values: pd.Series, pids: np.ndarray, default: int) -> np.ndarray:
@@ -161,9 +162,16 @@ def _parallel_ns(trace: Trace) -> pd.Series:
 
 
 def ranks(trace: Trace) -> pd.DataFrame:
-    """Per rank (per process), its OpenMP figures side by side: rank_rows, by rank
-    (then pid); the mpi columns left out when no process made MPI calls."""
-    out = rank_rows(trace).sort_values(["rank", "pid"], kind="stable").reset_index(drop=True)
+    """Per rank (per process), its OpenMP figures side by side: rank_table of the
+    trace's rank_rows."""
+    return rank_table(rank_rows(trace))
+
+
+def rank_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """The ranks' table from rank_rows (of a trace, or of a dataset's partitions
+    concatenated): by rank (then pid); the mpi columns left out when no process
+    made MPI calls."""
+    out = rows.sort_values(["rank", "pid"], kind="stable").reset_index(drop=True)
     mpi = [c for c in out.columns if c.startswith("mpi_")]
     return out.drop(columns=mpi) if out[mpi].isna().all().all() else out
 

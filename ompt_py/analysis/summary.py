@@ -328,14 +328,21 @@ def job_tables(trace: Trace, top: int, notes: list[str],
     (``top``, most time lost first; ``attrs["phases"]``: how many there are) and
     the ranks' lateness (for the advice; None without phases); Nones otherwise.
     The phases' notes go into ``notes``."""
-    if not ranks.several(trace):
+    if not ranks.several(trace.meta):
         return None, None, None
-    arrived = ranks.arrivals(trace)
-    count = len(ranks.processes(trace))
+    return job_answers(ranks.arrivals(trace), len(ranks.processes(trace)),
+                       attempt(lambda: ranks.ranks(trace)), top, notes)
+
+
+def job_answers(arrived: pd.DataFrame, count: int, per_rank: pd.DataFrame | None, top: int,
+                notes: list[str]
+                ) -> tuple[pd.DataFrame | None, pd.DataFrame | None, pd.DataFrame | None]:
+    """job_tables from a job's arrivals (ranks.arrivals), its number of processes
+    and its ranks' table (ranks.ranks; None: it could not be made): of a trace, or
+    of a dataset's partitions concatenated."""
     late = ranks.compare(arrived, "rank", count)
     phases = ranks.compare(arrived, "phase", count)
     notes += phases.attrs["notes"]
-    per_rank = attempt(lambda: ranks.ranks(trace))
     if per_rank is not None:
         per_rank = per_rank.merge(late[["pid", "late", "caused_ns", "waited_ns"]], on="pid",
                                   how="left")

@@ -312,3 +312,29 @@ def test_perfetto_export_partition_by_partition_has_every_rank_as_a_process(smal
         assert len(set(ids)) == len(ids) == len([e for e in theirs if e["ph"] == phase])
     names = {e["pid"]: e["args"]["name"] for e in mine if e.get("name") == "process_name"}
     assert sorted(names) == [FIRST_PID + r for r in range(RANKS)]
+
+
+# The hand-made job's hosts have no clock fits (said on loading).
+@pytest.mark.filterwarnings("ignore:the processes ran on several machines")
+def test_a_job_s_ranks_and_late_rank_merged_equal_loads(tmp_path):
+    """A hand-made job (tests/mpi_records.py: rank 2 late at four of six barriers)
+    saved as a dataset: its ranks' table, its phases and the summary's Ranks
+    section and late-rank advice, merged from the partitions, are the whole
+    trace's."""
+    from mpi_records import RANKS, barriers, job
+
+    arrive = [[100_000_000 * k + 10 * r + (50_000_000 if k % 3 != 1 and r == 2 else 0)
+               for r in range(RANKS)] for k in range(6)]
+    job(barriers(arrive)).save(tmp_path / "run1")
+    t = ompt_py.load(tmp_path / "run1")
+    d = ompt_py.open_dataset(tmp_path / "run1")
+    pd.testing.assert_frame_equal(d.ranks(), t.ranks())
+    for by in ("phase", "rank", "arrival"):
+        pd.testing.assert_frame_equal(d.rank_imbalance(by), t.rank_imbalance(by))
+    merged, whole = d.summary(), t.summary()
+    assert merged.ranks["late"].tolist() == [0, 0, 4, 2]
+    pd.testing.assert_frame_equal(merged.ranks, whole.ranks)
+    pd.testing.assert_frame_equal(merged.phases, whole.phases)
+    assert merged.phases.attrs["phases"] == whole.phases.attrs["phases"] == 6
+    assert "late rank" in set(merged.advice["rule"])
+    assert "Ranks (late" in merged.document(100).text()
