@@ -39,7 +39,7 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMP_NUM_THREADS": "2", "KMP_BLOCKTIME": "0"}
 MPIRUN = ["mpirun", "-n", str(RANKS), "--oversubscribe"]
 #: The rank hybrid.c makes late (per_rank: it sleeps LATE_MS before each barrier).
-LATE, LATE_MS = 2, 5
+LATE, LATE_MS = 2, 20
 #: Injected clocks (OMPTPY_TEST_CLOCK_SKEW): rank r's offset (ns) and drift (ppm).
 SKEW = [(0, 0), (2_500_000_000, 150), (-1_700_000_000, -80), (900_000_000, 40)]
 
@@ -191,15 +191,21 @@ def test_the_delayed_rank_is_late_at_the_barriers_and_the_others_wait_for_it(per
     barriers = phases[phases["call"] == "barrier"]
     # slept LATE_MS before each barrier: last there in most steps (the 2 cores are shared)
     assert (barriers["late_rank"] == LATE).mean() > 0.5, barriers["late_rank"].tolist()
-    late = t.rank_imbalance(by="rank")
-    assert late["rank"].iat[0] == LATE  # the others lost the most waiting for it
-    assert late["caused_ns"].iat[0] == phases.loc[phases["late_rank"] == LATE, "lost_ns"].sum()
+    # At the barriers the others lost the most waiting for it (at the other phases
+    # whoever the loaded CPUs held back last: 8 threads on 2 shared cores).
+    caused = barriers.groupby("late_rank")["lost_ns"].sum()
+    assert caused.idxmax() == LATE, caused
+    late = t.rank_imbalance(by="rank").set_index("rank")
+    for rank in range(RANKS):
+        assert late.at[rank, "caused_ns"] == phases.loc[phases["late_rank"] == rank,
+                                                        "lost_ns"].sum()
+    first = late["caused_ns"].idxmax()  # the answer names who caused the most
     report = ok(cli("report", cwd / "run1", env={"COLUMNS": "120"}))
     ranks_listed = re.findall(r"^  rank (\d+) \(pid \d+\): ", report.stdout, re.M)
     assert ranks_listed == [str(rank) for rank in range(RANKS)]  # in rank order
     assert report.stdout.count("clock: offset ") == RANKS - 1
     assert "Ranks (late: phases it arrived last in" in report.stdout
-    assert f"across {RANKS} ranks and {3 * steps:,} phases: rank {LATE} arrived last" in (
+    assert f"across {RANKS} ranks and {3 * steps:,} phases: rank {first} arrived last" in (
         " ".join(report.stdout.split()))
 
 
