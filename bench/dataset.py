@@ -10,7 +10,7 @@ keeps it, and reuses it when it is already there).  Then, for each number of
 workers (``--workers``), a LocalCluster of that many worker processes of one
 thread each (no memory limit) is started, each worker imports ompt_py's
 analysis (its own memory then: ``own``, its RSS), and ``d.summary(client=c)``
-is timed.  Each worker's peak (getrusage's ru_maxrss, through ``client.run``)
+is timed.  Each worker's peak (VmHWM, through ``client.run``)
 less ``own`` is what the analysis took; it is printed against a partition's
 size in memory (its events: 64 bytes each, as a Trace holds them; the
 largest partition) and on disk (its Parquet file).  Target: at most two
@@ -43,12 +43,13 @@ from ompt_py.records import EVENT_DTYPE  # noqa: E402
 
 def _memory() -> dict[str, int]:
     """This process's RSS now and at its peak (bytes): run on each worker."""
-    import resource
-
     import psutil
 
+    # VmHWM: the worker's own peak (getrusage's ru_maxrss starts from its parent's).
+    with open("/proc/self/status") as f:
+        fields = dict(line.split(":", 1) for line in f)
     return {"rss": psutil.Process().memory_info().rss,
-            "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10}
+            "peak": int(fields["VmHWM"].split()[0]) << 10}
 
 
 def _prepare() -> None:
