@@ -77,7 +77,7 @@ PYTEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist l
 PYTHONS_DIR := .cache/pythons
 # What the `pythons` tests need besides ompt-py and its dependencies (Cython: the
 # Python-stack tests build a prange ... nogil module on every version).
-PYTHONS_TEST_DEPS := 'pytest>=7.4' 'cython>=3.0'
+PYTHONS_TEST_DEPS := 'pytest>=7.4' 'pytest-xdist>=3.5' 'cython>=3.0'
 PACKAGE_FILES := $(SOURCES) MANIFEST.in $(wildcard runtime/*.py ompt_py/*.py ompt_py/*/*.py) \
   ompt_py/_core.pyi ompt_py/py.typed ompt_py/presentation/view.js
 
@@ -140,7 +140,7 @@ test-pythons: system-deps
 	  full=$$($$py -c 'import platform; print(platform.python_version())'); \
 	  echo "Python $$full ($$py): pytest -m pythons in $$dir"; \
 	  if $(MAKE) -s --no-print-directory $$dir/.ompt-py-installed PYTHONS_INTERPRETER=$$py \
-	     && (cd $$dir && OMPTPY_TEST_INSTALLED=1 bin/python -m pytest -q -p no:cacheprovider \
+	     && (cd $$dir && OMPTPY_TEST_INSTALLED=1 bin/python -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) \
 	         -m pythons $(CURDIR)/tests); then \
 	    tested="$$tested $$full"; \
 	  else \
