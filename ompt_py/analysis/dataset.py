@@ -328,29 +328,16 @@ def merge_summary(parts: Sequence[PartialSummary], meta: dict, mapper: Mapper, t
         for p in parts])
     tasks = None
     if any(p.tasks is not None for p in parts):
-        tasks = merge_tasks([p.tasks for p in parts], mapper, None)
-        attrs = tasks.attrs
-        tasks = tasks[tasks["tasks"] > 0].drop(columns=["lo_ns", "hi_ns"])
-        tasks.attrs = attrs
+        tasks = summary.task_table(merge_tasks([p.tasks for p in parts], mapper, None))
     all_locks = _concat([p.locks for p in parts])
     all_locks = None if all_locks is None else ns_columns(_sorted(all_locks, "wait_total_ns"))
-    locks = all_locks.head(top)[
-        ["kind", "py_location", "location", "acquisitions", "threads", "wait_total_ns",
-         "wait_p95_ns", "hold_total_ns", "hold_mean_ns", "top_holder", "top_holder_share"]] \
-        if all_locks is not None else None
+    locks = summary.lock_table(all_locks, top)
     python = None
     if stacks:
-        by_line = metrics.python_order(_concat([p.python for p in parts]))
-        lines = by_line["py_location"].drop_duplicates().head(top)
-        python = by_line[by_line["py_location"].isin(lines)][
-            ["pid", "py_location", "py_time_ns", "construct", "kind", "location", "count",
-             "total_ns", "mean_ns", "max_ns"]].reset_index(drop=True)
+        python = summary.python_table(metrics.python_order(_concat([p.python for p in parts])),
+                                      top)
     totals = _merge_offload([p.offload for p in parts if p.offload is not None])
-    if totals is not None:
-        lost = {k: v for k, v in totals.attrs.items() if v}
-        if lost:
-            notes.append("offload records not paired (counted, left out of the tables where "
-                         "they have no partner): " + ", ".join(f"{k} {v}" for k, v in lost.items()))
+    notes += summary.offload_notes(totals)
     sources = _sorted(_concat([p.sources for p in parts]), "total_ns").head(top)
     per_rank = phases = late = None
     if any(p.arrivals is not None for p in parts):

@@ -465,30 +465,16 @@ def summary(trace: Trace, top: int = 10) -> Summary:
         if "parallel_begin" in present else None)
     regions = regions_per_location(by_location).head(top) if by_location is not None else None
     tasks = attempt(lambda: metrics.task_granularity(trace) if "task_create" in present else None)
-    if tasks is not None:
-        attrs = tasks.attrs
-        tasks = tasks[tasks["tasks"] > 0].drop(columns=["lo_ns", "hi_ns"])
-        tasks.attrs = attrs
+    tasks = None if tasks is None else task_table(tasks)
     all_locks = attempt(lambda: metrics.lock_contention(trace)
                         if present & {"mutex_acquire", "mutex_acquired"} else None)
-    locks = all_locks.head(top)[
-        ["kind", "py_location", "location", "acquisitions", "threads", "wait_total_ns",
-         "wait_p95_ns", "hold_total_ns", "hold_mean_ns", "top_holder", "top_holder_share"]] \
-        if all_locks is not None else None
+    locks = lock_table(all_locks, top)
     python = None
     if python_stacks:
         by_line = metrics.constructs(trace, by="python")
-        by_line = by_line[by_line["construct"] != CONSTRUCTS["implicit_task"]]
-        lines = by_line["py_location"].drop_duplicates().head(top)
-        python = by_line[by_line["py_location"].isin(lines)][
-            ["pid", "py_location", "py_time_ns", "construct", "kind", "location", "count",
-             "total_ns", "mean_ns", "max_ns"]].reset_index(drop=True)
+        python = python_table(by_line[by_line["construct"] != CONSTRUCTS["implicit_task"]], top)
     totals = offload.offload_totals(trace) if offload.has_offload(trace) else None
-    if totals is not None:
-        lost = {k: v for k, v in totals.attrs.items() if v}
-        if lost:
-            notes.append("offload records not paired (counted, left out of the tables where "
-                         "they have no partner): " + ", ".join(f"{k} {v}" for k, v in lost.items()))
+    notes += offload_notes(totals)
     sources = metrics.constructs(trace, by="source")
     sources = sources[sources["construct"] != CONSTRUCTS["implicit_task"]].head(top)
     notes += [n for n in [window_note(trace)] if n]
@@ -499,6 +485,40 @@ def summary(trace: Trace, top: int = 10) -> Summary:
                    threads=threads, regions=regions, tasks=tasks, locks=locks, python=python,
                    offload=totals, notes=notes, advice=what_to_do, ranks=per_rank,
                    phases=phases)
+
+
+def task_table(tasks: pd.DataFrame) -> pd.DataFrame:
+    """The summary's tasks: metrics.task_granularity's bins that hold tasks, without
+    their bounds (its attrs kept)."""
+    attrs = tasks.attrs
+    out = tasks[tasks["tasks"] > 0].drop(columns=["lo_ns", "hi_ns"])
+    out.attrs = attrs
+    return out
+
+
+def lock_table(all_locks: pd.DataFrame | None, top: int) -> pd.DataFrame | None:
+    """The summary's locks: the first ``top`` of metrics.lock_contention, its columns."""
+    if all_locks is None:
+        return None
+    return all_locks.head(top)[
+        ["kind", "py_location", "location", "acquisitions", "threads", "wait_total_ns",
+         "wait_p95_ns", "hold_total_ns", "hold_mean_ns", "top_holder", "top_holder_share"]]
+
+
+def python_table(by_line: pd.DataFrame, top: int) -> pd.DataFrame:
+    """The summary's Python lines: of metrics.constructs by="python" (implicit tasks
+    left out, most Python time first), the constructs under its first ``top`` lines."""
+    lines = by_line["py_location"].drop_duplicates().head(top)
+    return by_line[by_line["py_location"].isin(lines)][
+        ["pid", "py_location", "py_time_ns", "construct", "kind", "location", "count",
+         "total_ns", "mean_ns", "max_ns"]].reset_index(drop=True)
+
+
+def offload_notes(totals: pd.DataFrame | None) -> list[str]:
+    """What offload.offload_totals could not pair, as a note (none: nothing)."""
+    lost = {k: v for k, v in (totals.attrs.items() if totals is not None else ()) if v}
+    return ["offload records not paired (counted, left out of the tables where they have no "
+            "partner): " + ", ".join(f"{k} {v}" for k, v in lost.items())] if lost else []
 
 
 def processes(trace: Trace) -> pd.DataFrame:
