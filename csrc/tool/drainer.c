@@ -24,6 +24,8 @@ static struct {
   unsigned drain_ms;             /* longest sleep (OMPTPY_DRAIN_MS) */
   bool idle;                     /* runs only on otherwise idle CPUs (SCHED_IDLE) */
   pthread_t thread;
+  _Atomic int tid;               /* the drainer's kernel thread id (0: none) */
+  _Atomic int boosted;           /* raised to normal priority by a waiting ending */
   _Atomic uint32_t wake;         /* futex word the drainer sleeps on */
   _Atomic int wake_pending;      /* a writer already woke the drainer */
   _Atomic int run;
@@ -91,10 +93,24 @@ bool omptpy_flush_try(void) {
 /* For the endings the preload hook sees (_exit, abort, exec), which may come
  * from a signal handler that interrupted this very thread's drain pass: the
  * lock is only tried, for at most `ns`, never waited for. */
+/* An idle-priority drainer that holds the drain lock while other processes
+ * take every CPU gets next to no CPU (SCHED_IDLE): an ending that waits for
+ * it (exec, _exit) raises it to normal priority, by a system call (this may
+ * run in a signal handler), so that it finishes its pass; it goes back to
+ * idle once it lets the lock go.  Where the process may not raise it (no
+ * RLIMIT_NICE), the wait is as before. */
+static void boost_drainer(void) {
+  int tid = atomic_load_explicit(&D.tid, memory_order_acquire);
+  if (!D.idle || !tid || atomic_exchange_explicit(&D.boosted, 1, memory_order_acq_rel)) return;
+  struct sched_param none = {0};
+  syscall(SYS_sched_setscheduler, tid, SCHED_OTHER, &none);
+}
+
 bool omptpy_flush_within(uint64_t ns) {
   if (!omptpy_buf.ready) return false;
   uint64_t until = omptpy_monotonic_ns() + ns;
   while (pthread_mutex_trylock(&omptpy_buf.drain_lock) != 0) {
+    boost_drainer();
     if (omptpy_monotonic_ns() >= until) return false;
     struct timespec ms = {0, 1000000};
     nanosleep(&ms, NULL);
@@ -150,6 +166,7 @@ static void populate_ahead(void) {
 static void *drainer_main(void *arg) {
   (void)arg;
   if (D.idle) set_idle(true);
+  atomic_store_explicit(&D.tid, (int)syscall(SYS_gettid), memory_order_release);
   unsigned sleep_ms = 1;
   uint64_t last_stats = 0;
   while (atomic_load_explicit(&D.run, memory_order_acquire)) {
@@ -164,6 +181,7 @@ static void *drainer_main(void *arg) {
       nfull = drain_all(false);
       omptpy_stacks_to_sink(); /* the stacks of the records just written */
       pthread_mutex_unlock(&omptpy_buf.drain_lock);
+      if (atomic_exchange_explicit(&D.boosted, 0, memory_order_acq_rel)) set_idle(true);
     }
     if (omptpy_buf.zc) populate_ahead();
     /* Poll fast while chunks arrive, back off to drain_ms when idle. */
@@ -209,6 +227,7 @@ void omptpy_drainer_stop(void) {
   atomic_fetch_add(&D.wake, 1);
   omptpy_futex_wake(&D.wake);
   if (join) pthread_join(D.thread, NULL);
+  atomic_store(&D.tid, 0);
 }
 
 void omptpy_drainer_init(const omptpy_config *cfg) {
@@ -226,4 +245,6 @@ void omptpy_drainer_init(const omptpy_config *cfg) {
 void omptpy_drainer_after_fork_child(void) {
   D.started = false;
   atomic_store(&D.run, 0);
+  atomic_store(&D.tid, 0); /* the parent's drainer's */
+  atomic_store(&D.boosted, 0);
 }
