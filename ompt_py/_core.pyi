@@ -1,7 +1,7 @@
 """Binding of the ompt-py C tool (libomptpy.so): csrc/ext/.
 
 Every function takes its arguments by position only.  Arrays are anything with
-the buffer protocol (numpy arrays); the kernels (scan, columns, pair, find,
+the buffer protocol (numpy arrays); the kernels (columns, pair, find,
 format_rows, ticks_to_ns) run without the GIL and write their outputs in place.
 """
 
@@ -186,9 +186,6 @@ def record_layout() -> _RecordLayout:
     """Version, size and field offsets of a record."""
 
 # ---- kernels over records ---------------------------------------------------------
-
-def scan(records: Buffer, times: Buffer, counts: Buffer, /) -> None:
-    """The records' times into times, their events counted."""
 
 def columns(
     records: Buffer,

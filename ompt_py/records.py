@@ -451,14 +451,15 @@ def time_order(times: np.ndarray) -> np.ndarray:
     return np.argsort(np.ascontiguousarray(times), kind="stable")
 
 
-def python_stack_ids(events: np.ndarray) -> np.ndarray:
-    """The Python stack id of each record (uint32; 0: none)."""
-    out = np.zeros(len(events), np.uint32)
-    codes = events["event"]
+def python_stack_ids(events: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """The Python stack id of each record (uint32; 0: none); ``rows``: of the
+    records at those positions only, in that order."""
+    codes = events["event"] if rows is None else events["event"][rows]
+    out = np.zeros(len(codes), np.uint32)
     for name, (field, shift) in PY_STACK_FIELDS.items():
-        rows = np.flatnonzero(codes == EVENT_CODES[name])
-        if len(rows):
-            out[rows] = (events[field][rows] >> shift) & 0xFFFF_FFFF
+        at = np.flatnonzero(codes == EVENT_CODES[name])
+        if len(at):
+            out[at] = (events[field][at if rows is None else rows[at]] >> shift) & 0xFFFF_FFFF
     return out
 
 

@@ -320,9 +320,13 @@ class Trace:
             f"written={self.written}, dropped={self.dropped}>"
         )
 
-    @_small_pages()
-    def to_pandas(self) -> pd.DataFrame:
+    def to_pandas(self, events: Any = None, columns: Any = None) -> pd.DataFrame:
         """One row per event, in time order, with names for events, endpoints and kinds.
+
+        ``events`` (event names: "task_create", ["mutex_acquire",
+        "mutex_acquired"]) keeps the rows of those events only, and ``columns``
+        (column names) makes only those columns, in that order: a frame of a
+        few columns of a few events costs memory for those alone.
 
         Columns: time_ns, pid, rank (only when a process had a job rank: the
         OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK or SLURM_PROCID it was started
@@ -355,16 +359,40 @@ class Trace:
         one of their cells raises ValueError; ``df.copy()`` gives a frame to
         edit in place.  Adding columns works.
         """
-        ev, pids = np.ascontiguousarray(self.events), self.pids
-        n = len(ev)
-        # One pass gives the sort key and which events the trace has (the last
-        # count: events beyond EVENTS).
-        times, counts = np.empty(n, np.int64), np.zeros(max(EVENTS) + 2, np.int64)
-        _core.scan(ev, times, counts)
-        order = time_order(times)
+        ev = self.events
+        order = time_order(ev["time_ns"])
+        if events is not None:
+            wanted = [events] if isinstance(events, str) else list(events)
+            unknown = sorted(set(wanted) - set(EVENT_CODES))
+            if unknown:
+                raise ValueError(f"to_pandas(events=...): {unknown} are not event names; the "
+                                 f"names are {sorted(EVENT_CODES)}")
+            order = order[np.isin(ev["event"][order], [EVENT_CODES[e] for e in wanted])]
+        return self.frame_at(order, columns)
+
+    @_small_pages()
+    def frame_at(self, order: np.ndarray, columns: Any = None) -> pd.DataFrame:
+        """``to_pandas()``'s frame of the records at positions ``order`` of
+        ``events``, in that order (``columns``: those only, in that order).  The
+        analysis gathers the rows it needs this way, in time order
+        (records.time_order), without making the whole frame."""
+        ev = np.ascontiguousarray(self.events)
+        order = np.ascontiguousarray(order, np.intp)
+        n = len(order)
+        every = self._column_names()
+        wanted_columns = every if columns is None else (
+            [columns] if isinstance(columns, str) else list(columns))
+        unknown = [c for c in wanted_columns if c not in every]
+        if unknown:
+            raise ValueError(f"{unknown} are not columns of this trace's frame; its columns are "
+                             f"{every}")
+        want = set(wanted_columns)
+        # Which events the rows have (the last count: events beyond EVENTS).
+        kinds = ev["event"] if n == len(ev) else ev["event"][order]  # (in any order)
+        counts = np.bincount(np.minimum(kinds, max(EVENTS) + 1), minlength=max(EVENTS) + 2)
         present = set(np.flatnonzero(counts[:-1]).tolist())
         place_info = any(p["config"].get("place_info") for p in self.meta.get("processes", []))
-        # A second pass, over the records in time order, fills every column: the
+        # One pass over the records in ``order`` fills every column asked for: the
         # fields, and bytes looked up by each record's event, endpoint or kind
         # (category codes, masks of the rows without a value).
         lookups: list[tuple] = []
@@ -374,15 +402,20 @@ class Trace:
             lookups.append((out, table, key))
             return out
 
+        # The event's codes: the ``event`` column, and the other columns' masks.
         codes = {name: lookup(names.lookup, key, np.int8)
-                 for name, (names, key) in _CATEGORICALS.items()}
-        missing = {name: lookup(table, _core.KEY_EVENT) for name, table in _ID_MISSING.items()}
-        # The argument columns with values: those of events the trace has, each
+                 for name, (names, key) in _CATEGORICALS.items()
+                 if name in want or name == "event"}
+        missing = {name: lookup(table, _core.KEY_EVENT) for name, table in _ID_MISSING.items()
+                   if name in want}
+        # The argument columns with values: those of events the rows have, each
         # with the mask of the rows whose event lacks it (shared by the columns
         # of one set of events).
         plan: list[tuple[str, str, np.ndarray | None]] = []
         masks: dict[tuple[tuple[str, ...], bool], np.ndarray] = {}
         for name, (source, users) in ARGUMENT_COLUMNS.items():
+            if name not in want:
+                continue
             place = source in _PLACE_HALVES  # processor and place: implicit-task begins,
             if present.isdisjoint(EVENT_CODES[u] for u in users) or (place and not place_info):
                 plan.append((name, source, None))  # and only with OMPTPY_PLACE_INFO
@@ -390,18 +423,20 @@ class Trace:
             if (users, place) not in masks:
                 masks[users, place] = lookup(*_lacks(users, place))
             plan.append((name, source, masks[users, place]))
-        frames = not present.isdisjoint(EVENT_CODES[e] for e in FRAME_EVENTS)
+        frames = (not want.isdisjoint(FRAME_COLUMNS)
+                  and not present.isdisjoint(EVENT_CODES[e] for e in FRAME_EVENTS))
         frame_out = ((np.empty(n, np.uint64), np.empty(n, np.uint64), np.empty(n, np.uint8),
                       np.empty(n, np.uint8), *(np.empty(n, bool) for _ in range(4)))
                      if frames else None)
-        errors = EVENT_CODES["error"] in present
-        wanted = {"time_ns", "thread", *_ID_COLUMNS, *([MESSAGE_FIELD] if errors else []),
+        errors = MESSAGE_COLUMN in want and EVENT_CODES["error"] in present
+        needed = {*(c for c in ("time_ns", "thread", *_ID_COLUMNS) if c in want),
+                  *([MESSAGE_FIELD] if errors else []),
                   *(_PART_OF.get(source, source) for _, source, mask in plan if mask is not None)}
         field = {name: np.empty(n, dtype) for name, (_, dtype) in _FIELDS.items()
-                 if name in wanted}
+                 if name in needed}
         _core.columns(ev, order, [(field[name], _FIELDS[name][0], _FIELDS[name][1].itemsize)
                                   for name in field], lookups, frame_out)
-        sorted_pids = pids[order] if self.single_pid is None else pids  # one process: all equal
+        sorted_pids = self.pids_at(order)
         # Records of older versions lack some columns (records.SINCE): <NA> there.
         versions = record_versions(self.meta, sorted_pids)
 
@@ -414,16 +449,24 @@ class Trace:
                 rows |= (codes["event"] == _EVENT_INDEX[event]) & (versions < since)
             return rows if rows.any() else None
 
-        cols: dict[str, Any] = {
-            "time_ns": field["time_ns"],
-            "pid": sorted_pids,
-            "thread": field["thread"],
-            "event": EVENT_CATEGORIES.from_codes(codes["event"]),
-            "endpoint": ENDPOINT_CATEGORIES.from_codes(codes["endpoint"]),
-            **{name: pd.arrays.IntegerArray(field[name], missing[name]) for name in _ID_COLUMNS},
-            "kind": KIND_CATEGORIES.from_codes(codes["kind"]),
-            "kind_raw": KIND_RAW_CATEGORIES.from_codes(codes["kind_raw"]),
-        }
+        cols: dict[str, Any] = {}
+        if "time_ns" in want:
+            cols["time_ns"] = field["time_ns"]
+        if "pid" in want:
+            cols["pid"] = sorted_pids
+        if "rank" in want:
+            cols["rank"] = ranks(self.meta, sorted_pids)
+        if "thread" in want:
+            cols["thread"] = field["thread"]
+        for name, categories in (("event", EVENT_CATEGORIES), ("endpoint", ENDPOINT_CATEGORIES)):
+            if name in want:
+                cols[name] = categories.from_codes(codes[name])
+        for name in _ID_COLUMNS:
+            if name in want:
+                cols[name] = pd.arrays.IntegerArray(field[name], missing[name])
+        for name, categories in (("kind", KIND_CATEGORIES), ("kind_raw", KIND_RAW_CATEGORIES)):
+            if name in want:
+                cols[name] = categories.from_codes(codes[name])
         absent: dict[np.dtype, pd.arrays.IntegerArray] = {}  # one all-NA array per dtype
 
         def no_values(dtype: np.dtype) -> pd.arrays.IntegerArray:
@@ -453,33 +496,41 @@ class Trace:
                 if null.any():
                     values = np.where(null, NULL_NEXT_TASK, values)
             cols[name] = pd.arrays.IntegerArray(values, mask)
-        cols[MESSAGE_COLUMN] = self._messages(codes["event"], sorted_pids,
-                                              field.get(MESSAGE_FIELD))
+        if MESSAGE_COLUMN in want:
+            cols[MESSAGE_COLUMN] = self._messages(codes["event"], sorted_pids,
+                                                  field.get(MESSAGE_FIELD))
         if frame_out is not None:
             exit_, enter, exit_flags, enter_flags, none, no_enter, no_exit_flags, no_enter_flags = (
                 frame_out)
             if (old := older("frames")) is not None:
                 for mask in (none, no_enter, no_exit_flags, no_enter_flags):
                     mask |= old
-            cols["exit_frame"] = pd.arrays.IntegerArray(exit_, none)
-            cols["enter_frame"] = pd.arrays.IntegerArray(enter, no_enter)
-            cols["exit_frame_flags"] = pd.arrays.IntegerArray(exit_flags, no_exit_flags | none)
-            cols["enter_frame_flags"] = pd.arrays.IntegerArray(enter_flags, no_enter_flags | none)
+            made = {"exit_frame": (exit_, none), "enter_frame": (enter, no_enter),
+                    "exit_frame_flags": (exit_flags, no_exit_flags | none),
+                    "enter_frame_flags": (enter_flags, no_enter_flags | none)}
+            for name, (values, mask) in made.items():
+                if name in want:
+                    cols[name] = pd.arrays.IntegerArray(values, mask)
         else:
             for name in FRAME_COLUMNS:
-                cols[name] = no_values(np.dtype(np.uint8 if name.endswith("_flags")
-                                                else np.uint64))
-        stacks = (python_stack_ids(ev)[order]
-                  if any("python" in p for p in self.meta.get("processes", []))
-                  else np.zeros(n, np.uint32))
-        cols["py_stack"] = pd.arrays.IntegerArray(stacks, stacks == 0)
-        frame = pd.DataFrame(cols, copy=False)
-        ranks_ = ranks(self.meta, frame["pid"].to_numpy())
-        if ranks_ is not None:
-            frame.insert(2, "rank", ranks_)
+                if name in want:
+                    cols[name] = no_values(np.dtype(np.uint8 if name.endswith("_flags")
+                                                    else np.uint64))
+        if "py_stack" in want:
+            stacks = (python_stack_ids(ev, order)
+                      if any("python" in p for p in self.meta.get("processes", []))
+                      else np.zeros(n, np.uint32))
+            cols["py_stack"] = pd.arrays.IntegerArray(stacks, stacks == 0)
+        frame = pd.DataFrame({name: cols[name] for name in wanted_columns}, copy=False)
         _read_only(frame)
         return frame
 
+    def _column_names(self) -> list[str]:
+        """The columns of to_pandas(), in its order (``rank``: in a job's trace)."""
+        job = ranks(self.meta, np.empty(0, np.int32)) is not None
+        return ["time_ns", "pid", *(["rank"] if job else []), "thread", "event", "endpoint",
+                *_ID_COLUMNS, "kind", "kind_raw", *ARGUMENT_COLUMNS, MESSAGE_COLUMN,
+                *FRAME_COLUMNS, "py_stack"]
 
     # ---- tables (ompt_py.analysis.tables) -----------------------------------------
     # One row per instance of a construct.  Begins or ends that could not be

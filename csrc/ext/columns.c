@@ -1,7 +1,7 @@
 /*
- * Record columns in bulk, each pass over the records without the GIL: scan()
- * (times and event counts), columns() (the columns of Trace.to_pandas() in
- * one pass), ticks_to_ns() (times in place).
+ * Record columns in bulk, each pass over the records without the GIL:
+ * columns() (the columns of Trace.to_pandas() in one pass), ticks_to_ns()
+ * (times in place).
  */
 #include "ext.h"
 
@@ -32,45 +32,6 @@ static char *output(PyObject *obj, Py_ssize_t len, Py_buffer *bufs, int *nbuf) {
   }
   populate(b->buf, len);
   return b->buf;
-}
-
-/* scan(records, times, counts): times[i] = the time of record i (8 bytes);
- * counts[e] += 1 (int64) for each record of event e, the last entry for
- * events beyond the array.  One pass: the sort key and which events a trace
- * has, for columns(). */
-PyObject *omptpy_py_scan(PyObject *m, PyObject *args) {
-  (void)m;
-  PyObject *records, *times, *counts;
-  if (!PyArg_ParseTuple(args, "OOO", &records, &times, &counts)) return NULL;
-  Py_buffer src, t, c;
-  PyObject *result = NULL;
-  if (PyObject_GetBuffer(records, &src, PyBUF_SIMPLE) < 0) return NULL;
-  if (PyObject_GetBuffer(times, &t, PyBUF_WRITABLE) < 0) goto release_src;
-  if (PyObject_GetBuffer(counts, &c, PyBUF_WRITABLE) < 0) goto release_t;
-  Py_ssize_t n = src.len / (Py_ssize_t)sizeof(omptpy_record);
-  Py_ssize_t ncount = c.len / (Py_ssize_t)sizeof(int64_t);
-  if (t.len < n * (Py_ssize_t)sizeof(uint64_t) || ncount < 1) {
-    PyErr_SetString(PyExc_ValueError, "scan: times too short or counts empty");
-    goto done;
-  }
-  const omptpy_record *r = src.buf;
-  uint64_t *time = t.buf;
-  int64_t *count = c.buf;
-  populate(time, n * (Py_ssize_t)sizeof *time);
-  Py_BEGIN_ALLOW_THREADS
-  for (Py_ssize_t i = 0; i < n; i++) {
-    time[i] = r[i].time;
-    count[r[i].event < ncount ? r[i].event : ncount - 1]++;
-  }
-  Py_END_ALLOW_THREADS
-  result = omptpy_py_none();
-done:
-  PyBuffer_Release(&c);
-release_t:
-  PyBuffer_Release(&t);
-release_src:
-  PyBuffer_Release(&src);
-  return result;
 }
 
 typedef struct {

@@ -43,7 +43,6 @@ enum {
   KEYS
 };
 
-PyObject *omptpy_py_scan(PyObject *m, PyObject *args);
 PyObject *omptpy_py_columns(PyObject *m, PyObject *args);
 PyObject *omptpy_py_tick_scale(PyObject *m, PyObject *args);
 PyObject *omptpy_py_ticks_to_ns(PyObject *m, PyObject *args);

@@ -374,9 +374,6 @@ static PyMethodDef methods[] = {
      DOC("tool_path($module, /)", "Absolute path of libomptpy.so.")},
     {"record_layout", py_record_layout, METH_NOARGS,
      DOC("record_layout($module, /)", "Version, size and field offsets of a record.")},
-    {"scan", omptpy_py_scan, METH_VARARGS,
-     DOC("scan($module, records, times, counts, /)",
-         "The records' times into times, their events counted.")},
     {"columns", omptpy_py_columns, METH_VARARGS,
      DOC("columns($module, records, order, fields, lookups, frames, /)",
          "The columns of Trace.to_pandas() in one pass over the records: fields as "

@@ -22,6 +22,7 @@ made from a pandas frame and a slice made from raw records pair alike.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -246,25 +247,38 @@ def pair_rows(rows: pd.DataFrame, keys: list[str]) -> Intervals:
     the begins; the other columns are gathered once, at the rows of the pairs."""
     is_begin = (rows["endpoint"] == "begin").to_numpy()
     found = pair([column(group_ids(rows[keys])[0])], is_begin)
-    return intervals(rows, found, [c for c in rows.columns if c not in ("time_ns", "endpoint")])
+    times = rows["time_ns"].to_numpy()
+    return intervals(lambda at, columns: _begin_rows(rows, columns, at),
+                     lambda at: times[at], found,
+                     [c for c in rows.columns if c not in ("time_ns", "endpoint")])
 
 
-def intervals(frame: pd.DataFrame, found: Pairs, columns: list[str]) -> Intervals:
-    """The pairs ``found`` of rows of ``frame`` (positions; a time_ns column) as a
-    table: begin_ns, the begin's ``columns``, end_ns and duration_ns."""
-    times = frame["time_ns"].to_numpy()
-    table = _begin_rows(frame, ["time_ns", *columns], found.begins)
-    table["end_ns"] = times[found.ends]
+#: The columns of the rows at some positions, as a frame (positions, columns).
+Rows = Callable[[np.ndarray, list[str]], pd.DataFrame]
+
+
+def intervals(rows: Rows, times: Callable[[np.ndarray], np.ndarray], found: Pairs,
+              columns: list[str]) -> Intervals:
+    """The pairs ``found`` (positions of rows; ``times``: their times) as a table:
+    begin_ns, the begin's ``columns`` (``rows``), end_ns and duration_ns; the
+    begins left open as ``open``."""
+
+    def begins(at: np.ndarray) -> pd.DataFrame:
+        table = rows(at, columns)
+        table.insert(0, "begin_ns", times(at))
+        return table
+
+    table = begins(found.begins)
+    table["end_ns"] = times(found.ends)
     table["duration_ns"] = table["end_ns"] - table["begin_ns"]
     return Intervals(table, unmatched_begins=len(found.open),
-                     unmatched_ends=found.unmatched_ends,
-                     open=_begin_rows(frame, ["time_ns", *columns], found.open))
+                     unmatched_ends=found.unmatched_ends, open=begins(found.open))
 
 
 def _begin_rows(frame: pd.DataFrame, columns: list[str], at: np.ndarray) -> pd.DataFrame:
-    """The ``columns`` of the rows at positions ``at``, time_ns as begin_ns."""
-    return pd.DataFrame({"begin_ns" if c == "time_ns" else c: frame[c].array.take(at)
-                         for c in columns}, index=pd.RangeIndex(len(at)))
+    """The ``columns`` of the rows of ``frame`` at positions ``at``."""
+    return pd.DataFrame({c: frame[c].array.take(at) for c in columns},
+                        index=pd.RangeIndex(len(at)))
 
 
 def find(table: pd.DataFrame, query: pd.DataFrame) -> np.ndarray:

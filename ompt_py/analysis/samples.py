@@ -33,10 +33,9 @@ def samples(trace: Trace) -> pd.DataFrame:
     one task invocation share its exit frame; a task run inside another task's
     runtime call on the same thread (at a taskwait or barrier, or undeferred)
     has its exit frame below that task's."""
-    df = tables.frame(trace)
-    s = df.loc[df["event"] == "sample",
-               ["time_ns", "pid", "thread", "state", "missed", "wait_id", "parallel_id",
-                "task_id", "codeptr", "exit_frame", "enter_frame"]].reset_index(drop=True)
+    s = tables.event_rows(trace, ["sample"],
+                          ["time_ns", "pid", "thread", "state", "missed", "wait_id",
+                           "parallel_id", "task_id", "codeptr", "exit_frame", "enter_frame"])
     codes = s["state"].to_numpy(np.int64, na_value=np.iinfo(np.int64).max)  # <NA>: none
     s["state"] = STATE_CATEGORIES.categorical(codes)
     s.insert(4, "state_raw", STATE_RAW_CATEGORIES.categorical(codes))

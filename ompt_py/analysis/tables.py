@@ -42,9 +42,25 @@ _BASE = ["pid", "thread"]
 
 
 @per_trace
-def frame(trace: Trace) -> pd.DataFrame:
-    """``trace.to_pandas()``, made once for every table and analysis of the trace."""
-    return trace.to_pandas()
+def order(trace: Trace) -> np.ndarray:
+    """The records' positions in time order (records.time_order): the rows of
+    ``trace.to_pandas()``, the positions the pairings give."""
+    return time_order(trace.events["time_ns"])
+
+
+def select(trace: Trace, at: np.ndarray, columns: list[str]) -> pd.DataFrame:
+    """``columns`` of the frame's rows at positions ``at`` (of ``order``), made
+    from the records for those rows alone (Trace.frame_at): no table needs the
+    whole frame."""
+    return trace.frame_at(order(trace)[at], columns)
+
+
+def event_rows(trace: Trace, events: list[str], columns: list[str]) -> pd.DataFrame:
+    """``columns`` of the rows of ``events``, in time order."""
+    ev = trace.events
+    at = order(trace)
+    return trace.frame_at(at[np.isin(ev["event"][at], [EVENT_CODES[e] for e in events])],
+                          columns)
 
 
 # ---- pairing the events of a frame ---------------------------------------------------------
@@ -53,15 +69,18 @@ def frame(trace: Trace) -> pd.DataFrame:
 @per_trace
 def paired(trace: Trace) -> dict[str, pairing.Pairs]:
     """Every pairing of the tables (pairing.PAIRINGS), made in one pass over the
-    records: positions in frame(trace)."""
-    ev = trace.events
-    return pairing.pair_events(ev, None if trace.single_pid is not None else trace.pids,
-                               time_order(ev["time_ns"]), list(pairing.PAIRINGS)).pairs
+    records: positions in time order (``order``)."""
+    return pairing.pair_events(trace.events,
+                               None if trace.single_pid is not None else trace.pids,
+                               order(trace), list(pairing.PAIRINGS)).pairs
 
 
 def _scoped(trace: Trace, name: str, columns: list[str]) -> Intervals:
-    """The intervals of a pairing of ``paired``: its begins' ``columns`` of the frame."""
-    return pairing.intervals(frame(trace), paired(trace)[name], columns)
+    """The intervals of a pairing of ``paired``: its begins' ``columns``."""
+    found = paired(trace)[name]
+    ev, at = trace.events, order(trace)
+    return pairing.intervals(lambda rows, cols: select(trace, rows, cols),
+                             lambda rows: ev["time_ns"][at[rows]], found, columns)
 
 
 @per_trace
@@ -155,13 +174,12 @@ def task_pieces(trace: Trace) -> pd.DataFrame:
     After task_schedule(prior, status, next) the thread runs `next` until its
     next task_schedule; a task that yields runs in several pieces.
     """
-    df = frame(trace)
-    sched = df.loc[df["event"] == "task_schedule",
-                   ["time_ns", "pid", "thread", "task_id", "other_task_id", "kind"]]
+    sched = event_rows(trace, ["task_schedule"],
+                       ["time_ns", "pid", "thread", "task_id", "other_task_id", "kind"])
     if sched.empty:
         return pd.DataFrame(columns=["pid", "thread", "task_id", "begin_ns", "end_ns",
                                      "duration_ns", "status"])
-    explicit = df.loc[df["event"] == "task_create", "task_id"].dropna()
+    explicit = event_rows(trace, ["task_create"], ["task_id"])["task_id"].dropna()
     switched_to = sched["other_task_id"].to_numpy(np.int64, na_value=0)  # -1: no next task
     run, nxt = pairing.task_runs(sched[_BASE], sched["task_id"].to_numpy(np.uint64, na_value=0),
                                  np.maximum(switched_to, 0).view(np.uint64),
@@ -179,10 +197,8 @@ def task_pieces(trace: Trace) -> pd.DataFrame:
 @per_trace
 def created(trace: Trace) -> pd.DataFrame:
     """task_create rows: pid, creator thread, time, task, parent, code address."""
-    df = frame(trace)
-    return df.loc[df["event"] == "task_create",
-                  ["pid", "thread", "time_ns", "task_id", "other_task_id", "codeptr"]
-                  ].reset_index(drop=True)
+    return event_rows(trace, ["task_create"],
+                      ["pid", "thread", "time_ns", "task_id", "other_task_id", "codeptr"])
 
 
 # ---- the tables of Trace ------------------------------------------------------------------------
@@ -297,20 +313,20 @@ def tasks(trace: Trace) -> pd.DataFrame:
     """One row per explicit task: creation, first start, completion, run time,
     dependences, and the Python code that created it (pystacks.COLUMNS): a task
     created inside a region inherits the region's, or its parent task's."""
-    df = frame(trace)
-    made = df.loc[df["event"] == "task_create",
-                  ["pid", "task_id", "other_task_id", "thread", "time_ns", "flags",
-                   "has_dependences", "codeptr", "py_stack"]].rename(
+    made = event_rows(trace, ["task_create"],
+                      ["pid", "task_id", "other_task_id", "thread", "time_ns", "flags",
+                       "has_dependences", "codeptr", "py_stack"]).rename(
         columns={"other_task_id": "parent_id", "thread": "creator_thread",
                  "time_ns": "created_ns"}).astype({"parent_id": "UInt64"})  # a task id
     runs = task_pieces(trace)
     agg = runs.groupby(["pid", "task_id"]).agg(
         first_start_ns=("begin_ns", "min"), end_ns=("end_ns", "max"),
-        run_ns=("duration_ns", "sum"), pieces=("duration_ns", "size"),
-        threads=("thread", lambda s: sorted(set(s.tolist()))))
-    done = df.loc[(df["event"] == "task_schedule") & (df["kind_raw"] == "complete"),
-                  ["pid", "task_id", "time_ns"]].rename(columns={"time_ns": "completed_ns"})
-    deps = df.loc[df["event"] == "dependences", ["pid", "task_id", "variable", "kind"]]
+        run_ns=("duration_ns", "sum"), pieces=("duration_ns", "size"))
+    agg["threads"] = _thread_lists(runs, agg.index)
+    switches = event_rows(trace, ["task_schedule"], ["pid", "task_id", "time_ns", "kind_raw"])
+    done = switches.loc[switches["kind_raw"] == "complete", ["pid", "task_id", "time_ns"]
+                          ].rename(columns={"time_ns": "completed_ns"})
+    deps = event_rows(trace, ["dependences"], ["pid", "task_id", "variable", "kind"])
     dep_lists = deps.groupby(["pid", "task_id"]).apply(
         lambda g: list(zip(g["variable"].tolist(), g["kind"].astype(str).tolist())),
         include_groups=False).rename("dependences") if not deps.empty else None
@@ -333,10 +349,24 @@ def tasks(trace: Trace) -> pd.DataFrame:
     return out
 
 
+def _thread_lists(runs: pd.DataFrame, tasks: pd.MultiIndex) -> list[list[int]]:
+    """For each (pid, task_id) of ``tasks`` (sorted, as groupby makes them), the
+    threads its pieces ran on, sorted (groupby leaves out a task id of <NA>, and so
+    does this)."""
+    distinct = runs[["pid", "task_id", "thread"]].dropna().drop_duplicates().sort_values(
+        ["pid", "task_id", "thread"], kind="stable")
+    pid, task = distinct["pid"].to_numpy(), distinct["task_id"].to_numpy(np.uint64, na_value=0)
+    starts = np.flatnonzero(np.r_[True, (pid[1:] != pid[:-1]) | (task[1:] != task[:-1])])
+    threads = distinct["thread"].to_numpy().tolist()
+    bounds = [*starts.tolist(), len(threads)] if len(threads) else [0]
+    lists = [threads[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    assert len(lists) == len(tasks)  # the same groups, in the same order
+    return lists
+
+
 def task_graph(trace: Trace) -> pd.DataFrame:
     """The task dependence graph as edges (task_dependence events): source -> sink."""
-    df = frame(trace)
-    e = df.loc[df["event"] == "task_dependence", ["pid", "task_id", "other_task_id", "time_ns"]]
+    e = event_rows(trace, ["task_dependence"], ["pid", "task_id", "other_task_id", "time_ns"])
     return e.rename(columns={"task_id": "source_id", "other_task_id": "sink_id"}).astype(
         {"sink_id": "UInt64"}).reset_index(drop=True)
 
@@ -475,8 +505,16 @@ def mpi_calls(trace: Trace) -> pd.DataFrame:
 
 
 @per_trace
-def present_events(trace: Trace) -> set[str]:
-    """Names of the events the trace holds at least once."""
+def event_counts(trace: Trace) -> pd.Series:
+    """How many records of each event the trace holds (the events it has, by name,
+    the most first)."""
     counts = np.bincount(trace.events["event"]) if len(trace) else np.zeros(0, np.int64)
     names = {code: name for name, code in EVENT_CODES.items()}
-    return {names[c] for c in np.flatnonzero(counts).tolist() if c in names}
+    known = [c for c in np.flatnonzero(counts).tolist() if c in names]
+    return pd.Series(counts[known], index=[names[c] for c in known], name="count",
+                     dtype=np.int64).sort_values(ascending=False, kind="stable")
+
+
+def present_events(trace: Trace) -> set[str]:
+    """Names of the events the trace holds at least once."""
+    return set(event_counts(trace).index)

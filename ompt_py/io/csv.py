@@ -38,8 +38,7 @@ def _csv_text(trace: Trace, rows: np.ndarray, header: bool, ranked: bool = False
     """The CSV text of some rows of ``trace.events`` (in time order), as they are
     in ``trace.to_pandas()``; ``ranked``: with a ``rank`` column even when no
     process of the trace has a rank (empty: another trace of the file has one)."""
-    frame = type(trace).from_records(trace.events[rows], trace.meta,
-                                     trace.pids_at(rows)).to_pandas()
+    frame = trace.frame_at(rows)
     if ranked and "rank" not in frame:
         frame.insert(2, "rank", pd.array([pd.NA] * len(frame), dtype="Int32"))
     head = (",".join(f'"{name}"' for name in frame.columns) + "\n").encode() if header else b""

@@ -85,12 +85,12 @@ def document(trace: Trace, top: int = 10, width: int | None = None) -> Document:
     the processes, the summary's answers, advice and tables (Trace.summary(): one
     vocabulary), the events and each thread's records."""
     doc = Document(width or terminal_width())
-    df = tables.frame(trace)  # the frame and pairings summary() below uses too
-    span = (df["time_ns"].max() - df["time_ns"].min()) if len(df) else 0
-    doc.heading(f"ompt-py trace: {len(df):,} events over {format_ns(span)}, "
+    times = trace.events["time_ns"]
+    span = int(times.max() - times.min()) if len(times) else 0
+    doc.heading(f"ompt-py trace: {len(times):,} events over {format_ns(span)}, "
                 f"{len(trace.meta['processes'])} process(es)")
     _processes(doc, trace)
-    if len(df):
+    if len(times):
         answers = summary.summary(trace, top=top)
         if answers.threads is not None:
             answers = replace(answers, threads=_threads(trace, answers.threads))
@@ -98,9 +98,9 @@ def document(trace: Trace, top: int = 10, width: int | None = None) -> Document:
     else:
         doc.prose(why_empty(trace.meta), style="warning")
     doc.heading("Events")
-    counts = df["event"].value_counts()
-    doc.table(pd.DataFrame({"event": [str(e) for e, c in counts.items() if c],
-                            "count": [f"{int(c):,}" for c in counts if c]}), names=["event"])
+    counts = tables.event_counts(trace)
+    doc.table(pd.DataFrame({"event": counts.index.tolist(),
+                            "count": [f"{c:,}" for c in counts.tolist()]}), names=["event"])
     return doc
 
 

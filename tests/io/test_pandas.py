@@ -86,6 +86,27 @@ def test_to_pandas_frame_is_read_only(mixed):
     df["time_s"] = df["time_ns"] / 1e9  # new columns are fine
 
 
+def test_to_pandas_of_some_events_and_columns(mixed):
+    """events= and columns= give the rows and columns of the whole frame, made alone."""
+    whole = mixed.to_pandas()
+    some = ["task_create", "mutex_acquired", "sample"]
+    rows = whole["event"].isin(some).to_numpy()
+    assert rows.any()
+    picked = ["codeptr", "time_ns", "event", "wait_id", "other_task_id", "exit_frame",
+              "py_stack", "message"]
+    part = mixed.to_pandas(events=some, columns=picked)
+    assert list(part.columns) == picked
+    pd.testing.assert_frame_equal(part, whole.loc[rows, picked].reset_index(drop=True))
+    pd.testing.assert_frame_equal(mixed.to_pandas(columns="thread"), whole[["thread"]])
+    pd.testing.assert_frame_equal(mixed.to_pandas(events="task_create"),
+                                  whole[whole["event"] == "task_create"].reset_index(drop=True))
+    assert list(mixed.to_pandas(events=[], columns=["pid", "kind"]).columns) == ["pid", "kind"]
+    with pytest.raises(ValueError, match=r"\['tsk_create'\] are not event names"):
+        mixed.to_pandas(events=["tsk_create"])
+    with pytest.raises(ValueError, match=r"\['rank'\] are not columns.*'time_ns'"):
+        mixed.to_pandas(columns=["time_ns", "rank"])  # a trace of no job has no rank
+
+
 def test_to_pandas_names_and_nulls(mixed, runtime):
     df = mixed.to_pandas()
     ev = mixed.events

@@ -18,10 +18,9 @@ from collections import defaultdict
 import numpy as np
 import pytest
 from conftest import app_location, load_stored
-from test_export import nested, ns
+from test_export import nested, ns, whole_frame_refused
 
 import ompt_py
-from ompt_py.analysis import cache, tables
 from ompt_py.records import EVENT_CODES
 
 
@@ -237,8 +236,8 @@ def test_no_frames_without_python_stacks(tmp_path):
     assert not [e for e in plain if e.get("cat") == "python"]
 
 
-def test_frames_are_made_from_the_records(tmp_path):
+def test_frames_are_made_from_the_records(tmp_path, monkeypatch):
     """As the other slices: to_pandas() of the whole trace is not made."""
     app = load_stored("pystacks-inprocess")
+    monkeypatch.setattr(ompt_py.Trace, "to_pandas", whole_frame_refused)
     assert [e for e in exported(app, tmp_path / "again.json") if e.get("cat") == "python"]
-    assert not cache.made(app, tables.frame)
