@@ -285,14 +285,47 @@ def find(table: pd.DataFrame, query: pd.DataFrame) -> np.ndarray:
     """For each row of ``query``, the position of the first row of ``table`` with
     the same values (columns in the same order); -1 where there is none or where
     a value is missing."""
-    both = pd.concat([table.set_axis(query.columns, axis=1), query], ignore_index=True)
-    ids = group_ids(both)[0] + 1
-    ids[both.isna().any(axis=1).to_numpy()] = 0  # no key
+    sides: tuple[list[tuple], list[tuple]] = ([], [])
+    missing = np.zeros(len(table), bool), np.zeros(len(query), bool)
+    for (_, a), (_, b) in zip(table.items(), query.items()):
+        values = _key_values(a, b)
+        for lacks, side in zip(missing, (a, b)):
+            lacks |= np.asarray(side.isna())
+        both = np.concatenate(values)
+        if len(both) and both.min() == both.max() and not a.hasnans and not b.hasnans:
+            continue  # one value everywhere (the pid of a trace of one process): no key
+        for keys, v in zip(sides, values):
+            keys.append(column(v))
+    if not sides[0] or missing[0].any() or missing[1].any():  # missing: none of its row
+        for keys, lacks in zip(sides, missing):
+            keys.append(column((~lacks).astype(np.uint8), missing_if_zero=True))
+    if len(sides[0]) == 1:
+        return _first_equal(sides[0][0][0], sides[1][0][0])
     found = np.empty(len(query), np.intp)
-    n = len(table)
-    _core.find([column(ids[:n], missing_if_zero=True)], [column(ids[n:], missing_if_zero=True)],
-               found)
+    _core.find(*sides, found)
     return found
+
+
+def _first_equal(table: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """find() of a key of one column without missing values, by a binary search in
+    the table's values in order (no sort where they are in order already, as ids
+    mostly are): the hash table's random accesses cost more."""
+    if not len(table):
+        return np.full(len(query), -1, np.intp)
+    order = None if (table[1:] >= table[:-1]).all() else np.argsort(table, kind="stable")
+    ordered = table if order is None else table[order]
+    at = np.minimum(np.searchsorted(ordered, query), len(table) - 1)
+    return np.where(ordered[at] == query, at if order is None else order[at], -1).astype(np.intp)
+
+
+def _key_values(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Two columns of a key as 8-byte integers that are equal where the values are
+    (integers as they are; other values numbered together); missing values read 0."""
+    if all(pd.api.types.is_integer_dtype(s.dtype) for s in (a, b)):
+        return tuple(s.to_numpy(np.uint64 if s.dtype.kind == "u" else np.int64, na_value=0
+                                ).view(np.int64) for s in (a, b))  # type: ignore[return-value]
+    codes = pd.factorize(pd.concat([a, b], ignore_index=True).astype(object))[0]
+    return codes[:len(a)], codes[len(a):]
 
 
 def clamped_ends(end: np.ndarray, region: np.ndarray, region_end: np.ndarray) -> np.ndarray:

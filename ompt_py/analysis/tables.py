@@ -55,12 +55,18 @@ def select(trace: Trace, at: np.ndarray, columns: list[str]) -> pd.DataFrame:
     return trace.frame_at(order(trace)[at], columns)
 
 
+@per_trace
+def kinds(trace: Trace) -> np.ndarray:
+    """The records' event codes in time order (``order``)."""
+    return trace.events["event"][order(trace)]
+
+
 def event_rows(trace: Trace, events: list[str], columns: list[str]) -> pd.DataFrame:
     """``columns`` of the rows of ``events``, in time order."""
-    ev = trace.events
-    at = order(trace)
-    return trace.frame_at(at[np.isin(ev["event"][at], [EVENT_CODES[e] for e in events])],
-                          columns)
+    codes = kinds(trace)
+    at = (np.flatnonzero(codes == EVENT_CODES[events[0]]) if len(events) == 1
+          else np.flatnonzero(np.isin(codes, [EVENT_CODES[e] for e in events])))
+    return select(trace, at, columns)
 
 
 # ---- pairing the events of a frame ---------------------------------------------------------
@@ -508,7 +514,7 @@ def mpi_calls(trace: Trace) -> pd.DataFrame:
 def event_counts(trace: Trace) -> pd.Series:
     """How many records of each event the trace holds (the events it has, by name,
     the most first)."""
-    counts = np.bincount(trace.events["event"]) if len(trace) else np.zeros(0, np.int64)
+    counts = np.bincount(kinds(trace)) if len(trace) else np.zeros(0, np.int64)
     names = {code: name for name, code in EVENT_CODES.items()}
     known = [c for c in np.flatnonzero(counts).tolist() if c in names]
     return pd.Series(counts[known], index=[names[c] for c in known], name="count",

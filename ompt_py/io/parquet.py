@@ -349,7 +349,16 @@ def read(path: str) -> Parts:
         # The file's key-value metadata: Trace.save's schema metadata is there too.
         meta = _meta(path, (parquet_file.metadata.metadata or {}).get(PARQUET_KEY))
         wanted = _columns(path, arrow_schema, one_process=len(meta["processes"]) == 1)
-        table = parquet_file.read(columns=wanted)
+        rows = parquet_file.metadata.num_rows
+        # Column by column into the records: the memory of the records and one
+        # column, not of the whole table besides them.
+        events, pids = np.empty(rows, EVENT_DTYPE), None
+        for name in wanted:
+            values = _column(path, parquet_file, name, rows)
+            if name == "pid":
+                pids = values
+            else:
+                events[name] = values
     except (pa.ArrowException, OSError, ValueError) as e:
         if isinstance(e, TraceFileError):
             raise
@@ -357,23 +366,29 @@ def read(path: str) -> Parts:
             f"{path} cannot be read as a Parquet trace ({type(e).__name__}: {e}); it may be "
             "truncated or not a trace file"
         ) from e
-    columns = {}
-    for name in wanted:
-        kind = pa.from_numpy_dtype(PARQUET_COLUMNS[name])
-        try:
-            columns[name] = table.column(name).cast(kind)
-        except pa.ArrowInvalid as e:
-            raise TraceFileError(f"{path}: its column {name} has values that are not {kind} "
-                                 "values; it is not an ompt-py trace (Trace.save writes them)"
-                                 ) from e
-    nulls = [name for name, column in columns.items() if column.null_count]
-    if nulls:
-        raise TraceFileError(f"{path}: its columns {nulls} have null values; it is not an "
-                             "ompt-py trace (Trace.save writes none)")
-    events = np.empty(table.num_rows, EVENT_DTYPE)
-    for name in EVENT_DTYPE.names:
-        events[name] = columns[name].to_numpy()
-    if "pid" in columns:
-        return Parts([events], meta, [], columns["pid"].to_numpy())
+    finally:
+        pa.default_memory_pool().release_unused()
+    if pids is not None:
+        return Parts([events], meta, [], pids)
     # A dataset partition: the pid is its process's.
-    return Parts([events], meta, [(meta["processes"][0]["pid"], table.num_rows)])
+    return Parts([events], meta, [(meta["processes"][0]["pid"], rows)])
+
+
+def _column(path: str, parquet_file: pq.ParquetFile, name: str, rows: int) -> np.ndarray:
+    """One column of a trace file as the records' type (schema.PARQUET_COLUMNS);
+    TraceFileError when its values do not fit that type, are null or too few."""
+    kind = pa.from_numpy_dtype(PARQUET_COLUMNS[name])
+    column = parquet_file.read(columns=[name]).column(name)
+    try:
+        column = column.cast(kind)
+    except pa.ArrowInvalid as e:
+        raise TraceFileError(f"{path}: its column {name} has values that are not {kind} "
+                             "values; it is not an ompt-py trace (Trace.save writes them)"
+                             ) from e
+    if column.null_count:
+        raise TraceFileError(f"{path}: its column {name} has null values; it is not an "
+                             "ompt-py trace (Trace.save writes none)")
+    if len(column) != rows:
+        raise TraceFileError(f"{path}: its column {name} has {len(column):,} values, not the "
+                             f"{rows:,} rows its footer says; the file is damaged")
+    return column.to_numpy()
