@@ -103,6 +103,7 @@ from .streaming import (
     number,
     output,
     render_rows,
+    texts,
 )
 
 if TYPE_CHECKING:
@@ -227,8 +228,8 @@ class _Locations:
         found = tables.symbolize(rec.trace, codeptrs[codeptrs != 0])
         self.keys = [pairing.column(found["pid"].to_numpy(np.int32)),
                      pairing.column(found["codeptr"].to_numpy(np.uint64))]
-        self.table = ["null" if pd.isna(loc) else json.dumps(str(loc))
-                      for loc in found["location"]]
+        self.table = texts("null" if pd.isna(loc) else json.dumps(str(loc))
+                           for loc in found["location"])
 
     def column(self, pid: np.ndarray, codeptr: np.ndarray) -> Column:
         at = np.empty(len(codeptr), np.intp)
@@ -393,15 +394,25 @@ def _codeptr(records: np.ndarray) -> Column:
     return hexadecimal(records["codeptr"], records["codeptr"] == 0)
 
 
+#: The names of the kinds (to_pandas()'s ``kind``, alone and with " wait") and of
+#: the raw kinds, as JSON strings: made once, every batch names its rows by them.
+_KIND_NAMES = {suffix: texts(json_names(KIND_CATEGORIES.categories, suffix))
+               for suffix in ("", " wait")}
+_KIND_RAW_NAMES = texts(json_names(KIND_RAW_CATEGORIES.categories))
+_BOOLEANS = texts(["false", "true"])
+_REGION_NAMES = texts(json_names(["parallel region", "teams"]))
+_INVOKERS = texts(json_names(["program", "runtime", "unknown"]))
+
+
 def _kind(records: np.ndarray, suffix: str = "") -> Column:
-    """to_pandas()'s ``kind`` of each record (and ``suffix``)."""
+    """to_pandas()'s ``kind`` of each record (and ``suffix``: "" or " wait")."""
     names = KIND_CATEGORIES.codes(kind_keys(records["event"], records["kind"]))
-    return named(names, json_names(KIND_CATEGORIES.categories, suffix))
+    return named(names, _KIND_NAMES[suffix])
 
 
 def _kind_raw(records: np.ndarray) -> Column:
     names = KIND_RAW_CATEGORIES.codes(kind_keys(records["event"], records["kind"]))
-    return named(names, json_names(KIND_RAW_CATEGORIES.categories))
+    return named(names, _KIND_RAW_NAMES)
 
 
 #: The pairings (analysis.pairing.PAIRINGS) the slices are made of.
@@ -444,18 +455,21 @@ def _parallel(rec: _Records, regions: _Pairs,
     locations = _Locations(rec, regions.rows)
     yield _slices(rec, "implicit_task", implicit.take(np.flatnonzero(initial)),
                   lambda r, part: ("initial task", [("task_id", ident(r["task_id"]))]))
+    # The regions' figures that are not in their records, as columns once (not per batch).
+    parent_id = number(parent.to_numpy(np.uint64, na_value=0), parent.isna())
+    team_size = _optional(team)
 
     def region(r: np.ndarray, part: slice) -> tuple[Column, _Args]:
         flags = r["u32b"]
         invoker = np.where(flags & PARALLEL_INVOKER_PROGRAM, 0,
                            np.where(flags & PARALLEL_INVOKER_RUNTIME, 1, 2))
-        return (named((flags & PARALLEL_LEAGUE) != 0, json_names(["parallel region", "teams"])),
+        return (named((flags & PARALLEL_LEAGUE) != 0, _REGION_NAMES),
                 [("parallel_id", ident(r["parallel_id"])),
-                 ("parent_id", number(parent[part].to_numpy(np.uint64, na_value=0),
-                                     parent[part].isna())),
-                 ("level", number(level[part])), ("team_size", _optional(team[part])),
+                 ("parent_id", number(parent_id.values[part], parent_id.missing[part])),
+                 ("level", number(level[part])),
+                 ("team_size", number(team_size.values[part], team_size.missing[part])),
                  ("requested_team_size", number(r["u32a"])),
-                 ("invoker", named(invoker, json_names(["program", "runtime", "unknown"]))),
+                 ("invoker", named(invoker, _INVOKERS)),
                  ("codeptr", _codeptr(r)),
                  ("location", locations.column(rec.pid(regions.rows[part]), r["codeptr"]))])
     yield _slices(rec, "parallel", regions, region)
@@ -561,7 +575,7 @@ def _mutex(rec: _Records, waits: _Pairs, holds: _Pairs) -> tuple[_Pairs, Source,
             _slices(rec, "mutex_wait", waited, lambda r, part: (_kind(r, " wait"), [
                 ("wait_id", hexadecimal(r["u64a"])), ("codeptr", _codeptr(r))])),
             _slices(rec, "mutex", held, lambda r, part: (
-                named(kind[part], json_names(KIND_CATEGORIES.categories)),
+                named(kind[part], _KIND_NAMES[""]),
                 [("wait_id", hexadecimal(r["u64a"])),
                  ("codeptr", hexadecimal(codeptr[part], codeptr[part] == 0))])))
 
@@ -674,7 +688,7 @@ def _host_offload(trace: Trace) -> Iterator[Source]:
     operations in them (by kind) and the kernel submissions."""
     yield _table_slices(offload.target_regions(trace), "target", lambda r: (_names(r["kind"]), [
         ("target_id", number(r["target_id"])), ("device", number(r["device"])),
-        ("nowait", named(r["nowait"].to_numpy(bool), ["false", "true"])),
+        ("nowait", named(r["nowait"].to_numpy(bool), _BOOLEANS)),
         ("codeptr", hexadecimal(r["codeptr"], r["codeptr"] == 0)),
         ("location", _names(r["location"]))]))
     yield _table_slices(offload.data_ops(trace), "target_data_op", lambda r: (
@@ -982,16 +996,16 @@ def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> S
         a[order] for a in (code, pid, thread, slice_begin, slice_end, level, inherited))
     location, file, line, function, user, native = (
         stacks.frames.get_level_values(i) for i in range(6))
-    location, file, function = json_names(location), json_names(file), json_names(function)
+    location, file, function = (texts(json_names(names)) for names in (location, file, function))
     line, user, native = line.to_numpy(np.int64), user.to_numpy(bool), native.to_numpy(bool)
 
     def label(part: Part) -> Label:
         c = code[part]
         return named(c, location), [
             ("file", named(c, file)), ("line", number(line[c])), ("function", named(c, function)),
-            ("user", named(user[c], ["false", "true"])),
-            ("native", named(native[c], ["false", "true"])), ("level", number(level[part])),
-            ("inherited", named(inherited[part], ["false", "true"]))]
+            ("user", named(user[c], _BOOLEANS)),
+            ("native", named(native[c], _BOOLEANS)), ("level", number(level[part])),
+            ("inherited", named(inherited[part], _BOOLEANS))]
 
     def batch(part: Part) -> Slices:
         return _complete("python", pid[part], thread[part], slice_begin[part], slice_end[part],

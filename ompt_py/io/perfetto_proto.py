@@ -133,6 +133,9 @@ class _Strings:
         self.categories, self.names = _Interned(1), _Interned(2)
         self.keys, self.values = _Interned(3), _Interned(29)
         self.first = True
+        # The fields of the JSON texts encoded so far (each interned at its first use).
+        self.name_fields: dict[bytes, bytes] = {}
+        self.value_fields: dict[bytes, bytes] = {}
 
     def packet(self) -> bytes:
         """The InternedData of the strings not written yet (none: b"")."""
@@ -145,10 +148,24 @@ class _Strings:
         return _packet(_int(_SEQUENCE_ID, SEQUENCE), _int(_SEQUENCE_FLAGS, flags),
                        _len(_INTERNED_DATA, data))
 
-    def value(self, text: str) -> bytes:
+    def name(self, text: bytes) -> bytes:
+        """A JSON string (a table entry of the JSON export's names) as a TrackEvent's
+        name_iid field; b"" for null."""
+        field = self.name_fields.get(text)
+        if field is None:
+            field = self.name_fields[text] = (
+                b"" if text == b"null" else _int(_NAME_IID, self.names(json.loads(text))))
+        return field
+
+    def value(self, text: bytes) -> bytes:
         """A JSON value (a table entry of the JSON export's columns) as a debug
         annotation's value field; b"" for null."""
-        value = json.loads(text)
+        field = self.value_fields.get(text)
+        if field is None:
+            field = self.value_fields[text] = self._value(json.loads(text))
+        return field
+
+    def _value(self, value: Any) -> bytes:
         if value is None:
             return b""
         if isinstance(value, bool):
@@ -161,10 +178,17 @@ class _Strings:
 def _table(column: Column, encode: Callable[[bytes], bytes]) -> tuple[bytes, ...]:
     """A TEXT column's table encoded, the entries its rows use (others: b"", so that
     only the strings used are interned)."""
-    used = np.zeros(len(column.table), bool)
-    codes = np.unique(column.values).astype(np.int64)
-    used[codes[(codes >= 0) & (codes < len(used))]] = True
-    return tuple(encode(t) if u else b"" for t, u in zip(column.table, used.tolist()))
+    table, codes = column.table, column.values
+    if codes.dtype == bool:
+        codes = codes.view(np.uint8)
+    inside = codes < len(table)
+    if codes.dtype.kind == "i":
+        inside &= codes >= 0
+    used = np.bincount(codes[inside].astype(np.intp, copy=False), minlength=len(table))
+    out = [b""] * len(table)
+    for code in np.flatnonzero(used).tolist():
+        out[code] = encode(table[code])
+    return tuple(out)
 
 
 def _columns(cat: str, n: int, label: Label, strings: _Strings) -> list[tuple]:
@@ -174,15 +198,14 @@ def _columns(cat: str, n: int, label: Label, strings: _Strings) -> list[tuple]:
     if isinstance(name_of, str):
         name = (_core.PROTO_FIELD, _NAME_IID, np.full(n, strings.names(name_of)), None, None)
     else:
-        table = _table(name_of, lambda t: b"" if t == b"null"
-                       else _int(_NAME_IID, strings.names(json.loads(t))))
+        table = _table(name_of, strings.name)
         name = (_core.PROTO_TABLE, 0, name_of.values, None, table)
     columns = [name, (_core.PROTO_FIELD, _CATEGORY_IIDS,
                       np.full(n, strings.categories(cat)), None, None)]
     for key, column in args:
         iid = strings.keys(key)
         if column.kind == TEXT:
-            table = _table(column, lambda t: strings.value(t.decode()))
+            table = _table(column, strings.value)
             columns.append((_core.PROTO_TABLE, iid, column.values, column.missing, table))
         else:
             assert column.kind in (NUMBER, HEX), column.kind
@@ -325,7 +348,8 @@ class SliceOrder:
         Source.label of the sources the order was made of), made source by source:
         the bytes, their offsets, and the slot of each position's."""
         which = np.searchsorted(self.starts, at, "right") - 1
-        by_source = np.argsort(which, kind="stable")
+        # a radix sort, in one pass (a few sources: fewer than 2^15)
+        by_source = np.argsort(which.astype(np.int16), kind="stable")
         data, offsets, base = [], [], 0
         for i, first, stop in _runs(which[by_source]):
             rows = at[by_source[first:stop]] - self.starts[i]
@@ -412,16 +436,18 @@ def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source
                             for p, t in index], np.uint64)
 
     def batch(part: slice) -> tuple[int, bytes]:
-        seq = order.seq[part].astype(np.int64)
-        payload, offsets, slots = order.payloads(labels, seq[seq % 2 == 0] // 2, strings)
+        seq = order.seq[part]
+        payload, offsets, slots = order.payloads(labels, seq[(seq & 1) == 0] >> 1, strings)
         return len(seq), _core.proto_packets(seq, order.begin, order.end, order.track,
                                              track_uuids, payload, offsets, slots, *flows,
                                              SEQUENCE)
     progress.grow(len(order.seq))
     for count, packets in in_order(lambda p=part: batch(p)
                                    for part in batches(len(order.seq), PACKETS_AT_ONCE)):
-        # every string the batch uses is interned by now: written before it
-        out.write(strings.packet() + packets)
+        # every string the batch uses is interned by now: written before it (apart:
+        # no copy of the batch's packets)
+        out.write(strings.packet())
+        out.write(packets)
         progress.update(count)
     return cut, unbound, int(order.begin.min()) if len(order.begin) else 0
 

@@ -129,9 +129,19 @@ def hexadecimal(values: Any, missing: Any = None) -> Column:
     return Column(HEX, np.ascontiguousarray(values), _flags(missing))
 
 
-def named(codes: Any, table: Iterable[str]) -> Column:
+class Texts(tuple):
+    """A table of texts, encoded (``texts``): made once for a table that every batch
+    of a source names its rows by."""
+
+
+def texts(table: Iterable[str]) -> Texts:
+    return Texts(text.encode() for text in table)
+
+
+def named(codes: Any, table: Iterable[str] | Texts) -> Column:
     """``table[code]``, written as it is; null for a code outside the table (-1)."""
-    return Column(TEXT, np.ascontiguousarray(codes), None, tuple(text.encode() for text in table))
+    return Column(TEXT, np.ascontiguousarray(codes), None,
+                  table if isinstance(table, Texts) else texts(table))
 
 
 def render_rows(template: Sequence[str | Column], null: bytes = b"null") -> bytes:
