@@ -84,8 +84,9 @@ static int column_get(column *c, PyObject *spec, Py_ssize_t *n) {
   return 0;
 }
 
-static inline uint64_t column_read(const column *c, Py_ssize_t i) {
-  const char *p = c->base + (c->at ? c->at[i] : i) * c->stride;
+/* The value of a column at the item `row` of its data (not through its rows). */
+static inline uint64_t column_at(const column *c, Py_ssize_t row) {
+  const char *p = c->base + row * c->stride;
   switch (c->size) {
     case 1: {
       uint8_t v = *(const uint8_t *)p;
@@ -98,8 +99,16 @@ static inline uint64_t column_read(const column *c, Py_ssize_t i) {
   }
 }
 
+static inline uint64_t column_read(const column *c, Py_ssize_t i) {
+  return column_at(c, c->at ? c->at[i] : i);
+}
+
+/* Columns of a key; `packed`: their values fit in one word together (at most 8
+ * bytes, a column read through a table of bytes counting 1), so that the key is
+ * that word, and its hash (a bijection) tells it from every other. */
 typedef struct {
   Py_ssize_t ncol, n;
+  int packed;
   column col[MAX_KEYS];
 } keyset;
 
@@ -123,6 +132,9 @@ static int keyset_get(keyset *k, PyObject *list, Py_ssize_t *n) {
     k->ncol = j + 1;
   }
   k->n = *n;
+  Py_ssize_t bytes = 0;
+  for (Py_ssize_t j = 0; j < k->ncol; j++) bytes += k->col[j].size;
+  k->packed = bytes <= 8;
   return 0;
 }
 
@@ -132,17 +144,41 @@ typedef struct {
   int missing;
 } key;
 
-static void key_read(const keyset *k, Py_ssize_t i, key *out) {
-  uint64_t h = 0x9E3779B97F4A7C15u;
-  out->missing = 0;
+/* A word's hash: a bijection (xor, a multiplication by an odd number, an xorshift). */
+static inline uint64_t mix(uint64_t h, uint64_t v) {
+  h = (h ^ v) * 0xBF58476D1CE4E5B9u;
+  return h ^ h >> 31;
+}
+
+/* The key's missing flag and hash, from its words. */
+static inline void key_hash(const keyset *k, key *q) {
+  uint64_t h = 0x9E3779B97F4A7C15u, packed = 0;
+  int shift = 0;
+  q->missing = 0;
   for (Py_ssize_t j = 0; j < k->ncol; j++) {
-    uint64_t v = column_read(&k->col[j], i);
-    out->word[j] = v;
-    out->missing |= k->col[j].zero_missing && v == 0;
-    h = (h ^ v) * 0xBF58476D1CE4E5B9u;
-    h ^= h >> 31;
+    uint64_t v = q->word[j];
+    q->missing |= k->col[j].zero_missing && v == 0;
+    if (k->packed) {
+      packed |= shift < 64 ? v << shift : 0;
+      shift += 8 * (int)k->col[j].size;
+    } else {
+      h = mix(h, v);
+    }
   }
-  out->hash = h;
+  q->hash = k->packed ? mix(h, packed) : h;
+}
+
+/* The key of row i (each column through its own rows). */
+static inline void key_read(const keyset *k, Py_ssize_t i, key *out) {
+  for (Py_ssize_t j = 0; j < k->ncol; j++) out->word[j] = column_read(&k->col[j], i);
+  key_hash(k, out);
+}
+
+/* The key of the item `row` of every column's data (columns read through the same
+ * rows, as pair_events' are: the row read once). */
+static inline void key_at(const keyset *k, Py_ssize_t row, key *out) {
+  for (Py_ssize_t j = 0; j < k->ncol; j++) out->word[j] = column_at(&k->col[j], row);
+  key_hash(k, out);
 }
 
 static int key_matches(const keyset *k, Py_ssize_t row, const key *q) {
@@ -180,15 +216,14 @@ static int table_init(table *t, Py_ssize_t rows) {
 static void table_free(table *t) { free(t->slots); }
 
 /* The slot holding an entry of `keys` with the key q, or the empty slot where it
- * would go.  A key of one column is its hash: key_read's hash of one value is a
- * bijection (xor, a multiplication by an odd number, an xorshift), so the entry's
- * own value, far in memory, is not read again. */
+ * would go.  A packed key is its hash (key_at), so the entry's own values, far in
+ * memory, are not read again. */
 static Py_ssize_t table_slot(const table *t, const keyset *keys, const key *q) {
   Py_ssize_t s = (Py_ssize_t)(q->hash & (uint64_t)t->mask);
   for (;;) {
     Py_ssize_t e = t->slots[s].row;
     if (e < 0 || (t->slots[s].hash == q->hash &&
-                  (keys->ncol == 1 ||
+                  (keys->packed ||
                    key_matches(keys, t->rows ? (Py_ssize_t)t->rows[e] : e, q))))
       return s;
     s = (s + 1) & t->mask;
@@ -387,8 +422,8 @@ typedef struct {
 typedef struct {
   Py_ssize_t of, in;
   keyset keys;
-  int64_t *found;
-  PyObject *out; /* bytes: int64 per closed begin */
+  int64_t *found; /* out's bytes */
+  PyObject *out;  /* bytes: int64 per begin, then per closed begin (resized) */
 } lookup;
 
 enum { LOOK_AGAIN = -2 };
@@ -443,13 +478,13 @@ static int see(pairing *p, const key *q, Py_ssize_t s) {
   return p->twice.slots[h].row >= 0 ? 0 : table_set(&p->twice, h, q->hash, s);
 }
 
-/* The lookups of the begin at position i, slot s, of pairing k. */
-static void look_up(Py_ssize_t k, Py_ssize_t s, Py_ssize_t i, const pairing *g, lookup *lk,
+/* The lookups of the begin at record `row`, slot s, of pairing k. */
+static void look_up(Py_ssize_t k, Py_ssize_t s, Py_ssize_t row, const pairing *g, lookup *lk,
                     Py_ssize_t nlk) {
   key q;
   for (Py_ssize_t l = 0; l < nlk; l++) {
     if (lk[l].of != k) continue;
-    key_read(&lk[l].keys, i, &q);
+    key_at(&lk[l].keys, row, &q);
     const pairing *in = &g[lk[l].in];
     if (q.missing) {
       lk[l].found[s] = -1;
@@ -584,10 +619,8 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   }
   for (Py_ssize_t l = 0; l < nlk; l++) {
     pairing *in = &g[lk[l].in];
-    if (!(lk[l].found = malloc(8 * (size_t)counts[lk[l].of] + 1))) {
-      PyErr_NoMemory();
-      goto done;
-    }
+    if (!(lk[l].out = PyBytes_FromStringAndSize(NULL, 8 * counts[lk[l].of]))) goto done;
+    lk[l].found = (int64_t *)PyBytes_AS_STRING(lk[l].out);
     if (in->seen) continue;
     in->seen_mask = 0; /* words: a power of two, 16 bits a begin */
     while (64 * (in->seen_mask + 1) < 16 * counts[lk[l].in]) in->seen_mask = 2 * in->seen_mask + 1;
@@ -602,12 +635,13 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   Py_BEGIN_ALLOW_THREADS
   key q;
   for (Py_ssize_t i = 0; i < n && !failed; i++) {
-    Py_ssize_t at = role_index(column_read(&events, i), column_read(&endpoints, i));
+    Py_ssize_t row = order[i];
+    Py_ssize_t at = role_index(column_at(&events, row), column_at(&endpoints, row));
     if (at >= nroles) continue;
     for (uint32_t mine = opens[at] | closes[at]; mine; mine &= mine - 1) {
       Py_ssize_t k = __builtin_ctz(mine);
       pairing *p = &g[k];
-      key_read(&p->keys, i, &q);
+      key_at(&p->keys, row, &q);
       if (opens[at] >> k & 1) {
         if (8 * p->count == PyBytes_GET_SIZE(p->begins)) { /* order names a row twice */
           failed = 2;
@@ -618,7 +652,7 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
           failed = 1;
           break;
         }
-        look_up(k, p->count++, i, g, lk, nlk);
+        look_up(k, p->count++, row, g, lk, nlk);
       } else if (stacks_close(&p->st, &q, i) < 0) {
         p->unmatched_ends++;
       }
@@ -680,9 +714,7 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
         _PyBytes_Resize(&g[k].ends, 8 * g[k].closed) < 0)
       goto done;
   for (Py_ssize_t l = 0; l < nlk; l++)
-    if (!(lk[l].out = PyBytes_FromStringAndSize((const char *)lk[l].found,
-                                                8 * g[lk[l].of].closed)))
-      goto done;
+    if (_PyBytes_Resize(&lk[l].out, 8 * g[lk[l].of].closed) < 0) goto done;
   PyObject *paired = PyList_New(npairings), *looked = PyList_New(nlk);
   result = paired && looked ? Py_BuildValue("NN", paired, looked) : NULL;
   if (!result) {
@@ -706,7 +738,6 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
 done:
   for (Py_ssize_t l = 0; l < nlk; l++) {
     Py_XDECREF(lk[l].out);
-    free(lk[l].found);
     keyset_release(&lk[l].keys);
   }
   PyMem_Free(there);
