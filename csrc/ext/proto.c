@@ -36,12 +36,7 @@ enum { TYPE_SLICE_BEGIN = 1, TYPE_SLICE_END = 2, TYPE_COUNTER = 4 };
 #define VARINT_MAX 10
 
 static inline size_t varint_size(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
+  return v ? (size_t)(63 - __builtin_clzll(v)) / 7 + 1 : 1; /* 7 bits a byte */
 }
 
 static inline unsigned char *put_varint(unsigned char *p, uint64_t v) {
@@ -443,15 +438,11 @@ PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args) {
   const int64_t *end = begin ? get_in(objs[2], &bufs[2], n, "proto_packets end") : NULL;
   if (!end) goto done;
   Py_ssize_t nbegins = 0;
-  for (Py_ssize_t k = 0; k < nseq; k++) { /* the slices seq names, and their tracks */
+  for (Py_ssize_t k = 0; k < nseq; k++) { /* the slices seq names (their tracks: below) */
     int negative;
     uint64_t e = omptpy_ints_get(&seqs, k, &negative);
     if (negative || e / 2 >= (uint64_t)n) {
       PyErr_SetString(PyExc_ValueError, "proto_packets: seq names a slice that is not there");
-      goto done;
-    }
-    if (omptpy_ints_get(&track, (Py_ssize_t)(e / 2), &negative) >= (uint64_t)ntracks || negative) {
-      PyErr_SetString(PyExc_ValueError, "proto_packets: a track without a uuid");
       goto done;
     }
     nbegins += !(e & 1);
@@ -479,13 +470,19 @@ PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args) {
   result = PyBytes_FromStringAndSize(NULL, bound);
   if (!result) goto done;
   unsigned char *start = (unsigned char *)PyBytes_AS_STRING(result), *p = start;
+  int no_uuid = 0;
   Py_BEGIN_ALLOW_THREADS;
   Py_ssize_t k = 0;
   for (Py_ssize_t j = 0; j < nseq; j++) {
     int negative;
     uint64_t e = omptpy_ints_get(&seqs, j, &negative);
     int64_t i = (int64_t)(e / 2);
-    uint64_t uuid = omptpy_ints_bits(&uuids, (Py_ssize_t)omptpy_ints_get(&track, i, &negative));
+    uint64_t t = omptpy_ints_get(&track, i, &negative);
+    if (negative || t >= (uint64_t)ntracks) { /* read here, where it is used */
+      no_uuid = 1;
+      break;
+    }
+    uint64_t uuid = omptpy_ints_bits(&uuids, (Py_ssize_t)t);
     size_t event_len = 2 + 1 + varint_size(uuid);
     if (e & 1) {
       p = put_packet_head(p, (uint64_t)end[i], sequence, 0, event_len);
@@ -517,7 +514,12 @@ PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args) {
     p = put_varint(p, uuid);
   }
   Py_END_ALLOW_THREADS;
-  if (_PyBytes_Resize(&result, p - start) < 0) result = NULL;
+  if (no_uuid) {
+    PyErr_SetString(PyExc_ValueError, "proto_packets: a track without a uuid");
+    Py_CLEAR(result);
+  } else if (_PyBytes_Resize(&result, p - start) < 0) {
+    result = NULL;
+  }
 done:
   for (int b = 0; b < 11; b++)
     if (bufs[b].obj) PyBuffer_Release(&bufs[b]);
