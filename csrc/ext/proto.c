@@ -278,7 +278,7 @@ PyObject *omptpy_py_proto_nest(PyObject *m, PyObject *args) {
   Py_buffer bufs[8] = {{0}};
   omptpy_ints track, qtrack;
   track_stack *stacks = NULL;
-  Py_ssize_t *next = NULL;
+  Py_ssize_t *next = NULL, *live = NULL;
   PyObject *result = NULL;
   if (!PyArg_ParseTuple(args, "OOOOnOOOO", &track_obj, &begin_obj, &end_obj, &runs_obj,
                         &ntracks, &qtrack_obj, &qtime_obj, &qslice_obj, &seq_obj))
@@ -318,7 +318,8 @@ PyObject *omptpy_py_proto_nest(PyObject *m, PyObject *args) {
   }
   stacks = calloc((size_t)ntracks + 1, sizeof *stacks);
   next = malloc((size_t)nruns * sizeof *next);
-  if (!stacks || !next) {
+  live = malloc((size_t)nruns * sizeof *live);
+  if (!stacks || !next || !live) {
     PyErr_NoMemory();
     goto done;
   }
@@ -326,12 +327,23 @@ PyObject *omptpy_py_proto_nest(PyObject *m, PyObject *args) {
   Py_BEGIN_ALLOW_THREADS;
   Py_ssize_t out = 0, q = 0;
   int negative;
-  for (Py_ssize_t r = 0; r + 1 < nruns; r++) next[r] = runs[r];
+  /* The runs with slices left, in order (those taken whole leave it). */
+  Py_ssize_t nlive = 0;
+  for (Py_ssize_t r = 0; r + 1 < nruns; r++) {
+    next[r] = runs[r];
+    if (runs[r] < runs[r + 1]) live[nlive++] = r;
+  }
   for (Py_ssize_t taken = 0; taken <= n && !failed; taken++) {
     /* The next slice: the earliest begin of the runs' next ones (the first run at a tie). */
-    Py_ssize_t i = -1, run = -1;
-    for (Py_ssize_t r = 0; r + 1 < nruns; r++)
-      if (next[r] < runs[r + 1] && (i < 0 || begin[next[r]] < begin[i])) i = next[run = r];
+    Py_ssize_t i = -1, run = -1, at = -1;
+    for (Py_ssize_t l = 0; l < nlive; l++) {
+      Py_ssize_t r = live[l];
+      if (i < 0 || begin[next[r]] < begin[i]) {
+        i = next[r];
+        run = r;
+        at = l;
+      }
+    }
     /* The queries before this begin (all of them after the last slice). */
     for (; q < nq && (i < 0 || qtime[q] < begin[i]); q++) {
       track_stack *s = &stacks[omptpy_ints_get(&qtrack, q, &negative)];
@@ -345,7 +357,10 @@ PyObject *omptpy_py_proto_nest(PyObject *m, PyObject *args) {
       qslice[q] = s->depth ? s->at[s->depth - 1] : -1;
     }
     if (i < 0) break;
-    next[run]++;
+    if (++next[run] == runs[run + 1]) { /* the run taken whole */
+      nlive--;
+      memmove(&live[at], &live[at + 1], (size_t)(nlive - at) * sizeof *live);
+    }
     track_stack *s = &stacks[omptpy_ints_get(&track, i, &negative)];
     while (s->depth && end[s->at[s->depth - 1]] <= begin[i])
       put_item(seq, width, out++, 2 * s->at[--s->depth] + 1);
@@ -368,6 +383,7 @@ done:
   for (Py_ssize_t k = 0; stacks && k < ntracks; k++) free(stacks[k].at);
   free(stacks);
   free(next);
+  free(live);
   for (int b = 0; b < 8; b++)
     if (bufs[b].obj) PyBuffer_Release(&bufs[b]);
   return result;
