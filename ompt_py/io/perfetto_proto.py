@@ -392,17 +392,20 @@ def _write_counters(out: BinaryIO, source: Source, uuids: _TrackUuids) -> None:
     """The counter's tracks (per process and series) and a packet per change of a
     series (the first value of each process's series, then each new one)."""
     batch = source.make(slice(None))
-    pids = np.unique(batch.pid).tolist()
+    pid, time = np.asarray(batch.pid, np.int64), np.asarray(batch.time, np.int64)
+    new_process = np.ones(len(pid), bool)  # the first row of each process's run of rows
+    new_process[1:] = pid[1:] != pid[:-1]
+    pids = np.unique(pid[new_process]).tolist()
     for name, values in batch.series:
-        out.write(b"".join(_counter_descriptor(uuids, pid, name) for pid in pids))
-        pid = np.asarray(batch.pid, np.int64)
-        changed = np.ones(len(values), bool)
-        changed[1:] = (values[1:] != values[:-1]) | (pid[1:] != pid[:-1])
+        out.write(b"".join(_counter_descriptor(uuids, p, name) for p in pids))
+        changed = new_process.copy()
+        changed[1:] |= values[1:] != values[:-1]
         uuid_of = {p: uuids("counter", p, name) for p in pids}
-        uuid = np.array([uuid_of[p] for p in pids], np.uint64)[
-            np.searchsorted(pids, pid[changed])]
-        out.write(_core.proto_counters(np.asarray(batch.time, np.int64)[changed], uuid,
-                                       np.asarray(values, np.int64)[changed], SEQUENCE))
+        uuid = np.array([uuid_of[p] for p in pids], np.uint64)
+        uuid = (np.full(int(changed.sum()), uuid[0]) if len(pids) == 1
+                else uuid[np.searchsorted(pids, pid[changed])])
+        out.write(_core.proto_counters(time[changed], uuid, np.asarray(values, np.int64)[changed],
+                                       SEQUENCE))
 
 
 def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source],
