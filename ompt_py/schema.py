@@ -57,7 +57,7 @@ PROFILE_FORMAT = 1
 RAW_FORMAT = 1
 #: The record versions this ompt_py reads: all of them 64-byte records of the
 #: same fields (a new version gave a field a new meaning, never a new place).
-RECORD_VERSIONS = range(1, 8)
+RECORD_VERSIONS = range(1, 9)
 
 # ---- the validator ------------------------------------------------------------------------
 
