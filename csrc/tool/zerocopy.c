@@ -269,8 +269,10 @@ static omptpy_region *file_next(omptpy_region *r, zc_stall *st) {
     }
     pthread_mutex_unlock(&F.grow);
     st->end = omptpy_now();
-    atomic_fetch_add_explicit(&F.stalls, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&F.stall_ns, omptpy_monotonic_ns() - t0, memory_order_relaxed);
+    if (st->why) { /* as many as tool_stall records */
+      atomic_fetch_add_explicit(&F.stalls, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&F.stall_ns, omptpy_monotonic_ns() - t0, memory_order_relaxed);
+    }
   }
   if (s) atomic_compare_exchange_strong(&R, &r, s);
   return s;
