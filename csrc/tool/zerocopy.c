@@ -223,11 +223,6 @@ static size_t count_kept(const omptpy_region *r, const omptpy_record *recs, size
   return k;
 }
 
-/* Lease order: slow path of a thread whose chunk is full, whose limit was
- * lowered by take(), or that has none.  No lock: an atomic bump, and a
- * re-check of the region after publishing the limit (a take() that installed
- * a new region meanwhile either sees this thread in_tool or has lowered the
- * limit after it was raised). */
 static bool may_grow(void) {
   return !F.error || omptpy_monotonic_ns() >= atomic_load(&F.retry_ns);
 }
@@ -288,6 +283,12 @@ static void write_stall(omptpy_thread *t, zc_stall *st) {
   st->why = 0;
 }
 
+/* Lease order: slow path of a thread whose chunk is full, whose limit was
+ * lowered by take(), or that has none.  No lock: an atomic bump, and a
+ * re-check of the region after publishing the limit (a take() that installed
+ * a new region meanwhile either sees this thread in_tool or has lowered the
+ * limit after it was raised).  A stall on the way (file_next) is the first
+ * record of the chunk leased after it. */
 omptpy_record *omptpy_zc_slot_slow(omptpy_thread *t) {
   zc_stall st = {0};
   for (;;) {

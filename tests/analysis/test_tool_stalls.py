@@ -10,44 +10,20 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 from conftest import load_stored
+from stall_records import REGION, STALL_BYTES, stalled
 
 import ompt_py
-from ompt_py import _core
 from ompt_py.analysis import metrics, states
-from ompt_py.records import EVENT_CODES, EVENT_DTYPE, SCOPE_BEGINEND
-
-STALL_BYTES = 64 << 20
-REGION = 3
-
-
-def with_stall(base: ompt_py.Trace, thread: int, begin: int, end: int) -> ompt_py.Trace:
-    """``base`` with a tool_stall record of ``thread`` from begin to end (ns)."""
-    stall = np.zeros(1, EVENT_DTYPE)
-    stall["event"], stall["endpoint"] = EVENT_CODES["tool_stall"], SCOPE_BEGINEND
-    stall["kind"], stall["thread"] = _core.STALL_POPULATE, thread
-    stall["time_ns"], stall["u64b"] = begin, end
-    stall["u64a"], stall["u32a"] = STALL_BYTES, REGION
-    events = np.concatenate([base.events, stall])
-    order = np.argsort(events["time_ns"], kind="stable")
-    pids = np.full(len(events), base.meta["processes"][0]["pid"], np.int32)
-    return ompt_py.Trace.from_records(events[order], base.meta, pids=pids)
 
 
 @pytest.fixture(scope="module")
 def traces() -> tuple[ompt_py.Trace, ompt_py.Trace, int, int, int]:
-    """The stored trace, the same with a stall, the stalled thread and the stall's
-    begin and end: the middle third of the longest busy segment of any thread."""
+    """The stored trace, the same with a stall (stall_records.stalled), the stalled
+    thread and the stall's begin and end."""
     base = load_stored("known-skewed-static")
-    seg = states.thread_states(base)
-    busy = np.flatnonzero(seg.state == states.THREAD_STATES.index("busy"))
-    longest = busy[np.argmax(seg.end[busy] - seg.begin[busy])]
-    third = int(seg.end[longest] - seg.begin[longest]) // 3
-    begin = int(seg.begin[longest]) + third
-    thread = int(seg.group[longest] & 0xFFFF_FFFF)
-    return base, with_stall(base, thread, begin, begin + third), thread, begin, begin + third
+    return (base, *stalled(base))
 
 
 def test_the_stall_is_a_row_of_tool_stalls(traces):
