@@ -215,7 +215,7 @@ class Summary:
             t = self.threads[[c for c in STATE_COLUMNS if c in self.threads]].sum()
             stalled = t.get("tool_stall_ns", 0)
             if stalled > 0:
-                lines.append(stall_answer(o.get("stalls"), stalled, t.sum()))
+                lines.append(stall_answer(o["stalls"], stalled, t.sum()))
             inside = t.sum() - t.get("idle_ns", 0) - stalled
             if inside > 0:
                 lines.append(f"threads were busy {format_share(t['busy_ns'] / inside)} of the "
@@ -365,12 +365,11 @@ STALLS_EXCLUDED = ("the thread states, busy shares, imbalance and time lost leav
                    "of the program's time; construct durations that contain a stall include it")
 
 
-def stall_answer(count: int | None, stalled_ns: int, thread_ns: int) -> str:
-    """The tool's stalls in words: how many (None: not known, a dataset's), their
-    time, its share of the threads' time (``thread_ns``: every thread's trace span
-    added up), what the figures leave out."""
-    many = f"{count:,} time(s), " if count is not None else ""
-    return (f"ompt-py stalled the threads {many}{format_ns(stalled_ns)} in all "
+def stall_answer(count: int, stalled_ns: int, thread_ns: int) -> str:
+    """The tool's stalls in words: how many, their time, its share of the threads'
+    time (``thread_ns``: every thread's trace span added up), what the figures leave
+    out."""
+    return (f"ompt-py stalled the threads {count:,} time(s), {format_ns(stalled_ns)} in all "
             f"({format_share(stalled_ns / thread_ns if thread_ns else math.nan)} of the "
             f"threads' time), making room for the trace in its file: {STALLS_EXCLUDED}")
 
