@@ -261,7 +261,7 @@ MPI_CALL_KINDS = {
 #: Why a ``tool_stall`` record's thread stalled (its kind; csrc/include/omptpy.h
 #: OMPTPY_STALL_*): it made the trace file's next region and made it resident; it
 #: made the rest of a region the drainer had made resident; it waited for another
-#: thread doing either.
+#: thread (a writer, or the drainer's last step) doing either.
 STALL_REASONS = {_core.STALL_REGION: "region", _core.STALL_POPULATE: "populate",
                  _core.STALL_WAIT: "wait"}
 #: An ``mpi`` record's bytes when they are not known (u64a).

@@ -226,7 +226,8 @@ _Static_assert(sizeof(omptpy_record) == 64, "a record is one cache line");
 /* Why a tool_stall record's thread stalled (its kind; ompt_py/records.py
  * STALL_REASONS names them): it made the file's next region and made it
  * resident; the drainer had made it, the thread made the rest of it resident;
- * another thread was doing either, and this one waited for it. */
+ * another thread (a writer, or the drainer's last step) was doing either, and
+ * this one waited for it. */
 enum { OMPTPY_STALL_REGION = 1, OMPTPY_STALL_POPULATE = 2, OMPTPY_STALL_WAIT = 3 };
 
 /* The MPI calls of an mpi record's kind (ompt_py/records.py MPI_CALLS names

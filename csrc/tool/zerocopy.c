@@ -255,6 +255,8 @@ static omptpy_region *file_next(omptpy_region *r, zc_stall *st) {
       st->why = s ? OMPTPY_STALL_POPULATE : OMPTPY_STALL_REGION;
       if (!s && (s = region_new())) atomic_store(&r->succ, s);
       if (s) st->bytes = region_populate(s, s->bytes);
+      /* the drainer's last step made it resident while this writer waited */
+      if (s && !st->bytes) st->why = OMPTPY_STALL_WAIT;
     }
     if (s) {
       st->region = s->number;

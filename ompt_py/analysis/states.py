@@ -283,8 +283,8 @@ def tool_stalls(trace: Trace) -> pd.DataFrame:
     next region resident in time).  One row each, in time order: pid, thread,
     begin_ns, end_ns, duration_ns, reason (records.STALL_REASONS: ``region`` made
     the region and made it resident, ``populate`` made the rest of it resident,
-    ``wait`` waited for another thread doing either), bytes (made resident) and
-    region (the file's region it made room in, from 1)."""
+    ``wait`` waited for another thread, or the drainer, doing either), bytes (made
+    resident) and region (the file's region it made room in, from 1)."""
     ev = trace.events
     rows = np.flatnonzero(ev["event"] == EVENT_CODES["tool_stall"])
     begin = ev["time_ns"][rows]
