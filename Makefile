@@ -44,7 +44,8 @@
 # make test-sanitize (part of make test): tests/tool/test_tool_c.py,
 # tests/tool/test_sanitized.py (deep nesting, thread churn, sampling) and the
 # device tracing tests (the emulated runtime: tests/tool/test_device_*.py) and profile mode
-# (tests/tool/test_profile_tool.py) with the tool
+# (tests/tool/test_profile_tool.py), the overflow policies and the in-place route's stalls
+# (tests/tool/test_overflow.py, test_stalls.py) with the tool
 # built with AddressSanitizer and UBSan (gcc, -O1 -g) into build/sanitize/ and
 # their runtime preloaded into the traced programs (OMPTPY_TEST_TOOL and
 # OMPTPY_TEST_PRELOAD, see tests/conftest.py); any error fails the program, and
@@ -179,7 +180,7 @@ test-sanitize: setup
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	$(BIN)/python -m pytest -q tests/tool/test_tool_c.py tests/tool/test_sanitized.py \
 	  tests/tool/test_device_trace.py tests/tool/test_device_pool.py \
-	  tests/tool/test_profile_tool.py tests/tool/test_overflow.py
+	  tests/tool/test_profile_tool.py tests/tool/test_overflow.py tests/tool/test_stalls.py
 	@# The Python-stack capture (csrc/ext/pystack.c, csrc/tool/stacks.c) runs only in
 	@# Python: a copy of the package with both libraries sanitized runs the program of
 	@# known lines (tests/programs/pystacks_app.py) with native frames on.

@@ -18,7 +18,10 @@ under these configurations, interleaved, R repetitions each:
 and prints, per configuration, the minimum and median time, the cost per event
 over no tool, the ratio to the in-memory min recorder (the 1.25 target of
 overhead.py), dropped records, and the time spent writing at exit (which the
-timed call does not include: it happens at finalize).  See bench/README.md.
+timed call does not include: it happens at finalize).  For ompt-py's in-place
+configurations (e, eR) it prints the tool's stalls per run (tool_stall records,
+docs/stalls.md) and the same figures with their recorded wall time discounted
+(rows e~, eR~).  See bench/README.md.
 
 Usage: python bench/file_route.py [--quick] [--reps R] [--n N] [--only CFG ...]
        [--workload regions|tasks]
@@ -49,6 +52,7 @@ CONFIGS = {
     "e0": "ompt-py to a file, write() (OMPTPY_ZERO_COPY=off)",
 }
 OMPT_PY = ("e", "eR", "e0")
+IN_PLACE = ("e", "eR")  # may stall (docs/stalls.md)
 MINREC_SINKS = {"c": "mem", "cw": "write", "cr": "reserve", "cm": "map", "ct": "consumer"}
 FLUSH_RE = re.compile(r"minrec flush_ms=([\d.]+) flushes=(\d+)")
 
@@ -59,6 +63,8 @@ class Figures:
     dropped: int = 0
     flush_ms: list[float] = field(default_factory=list)
     failed: int = 0  # runs that failed (reported as they happen)
+    stalls: list[int] = field(default_factory=list)  # the tool's stalls per run
+    stall_s: list[float] = field(default_factory=list)  # and the wall time in them
 
 
 def config_env(wl: str, cfg: str, n: int, outdir: Path, omptpy: overhead.OmptPy
@@ -87,6 +93,9 @@ def one_run(wl: str, cfg: str, n: int, omptpy: overhead.OmptPy, fig: Figures) ->
         if cfg in OMPT_PY:
             load = overhead.load_trace(omptpy, outdir, False)
             fig.dropped += load.dropped or 0
+            if cfg in IN_PLACE and load.stalls is not None and load.stall_s is not None:
+                fig.stalls.append(load.stalls)
+                fig.stall_s.append(load.stall_s)
     fig.times.append(run.seconds)
     fig.dropped += run.minrec_dropped or 0
     m = FLUSH_RE.search(run.stderr)
@@ -117,14 +126,27 @@ def report(wl: str, n: int, events: int, figs: dict[str, Figures]) -> None:
         if not fig.times:
             print(f"| {cfg} | {CONFIGS[cfg]} | failed {fig.failed}x | | | | | |")
             continue
-        lo = min(fig.times)
-        per = (lo - a) / events * overhead.NS
-        ratio = (lo - a) / (c - a) if c is not None and c > a and cfg != "a" else None
-        flush = statistics.median(fig.flush_ms) if fig.flush_ms else None
         failed = f" ({fig.failed} failed)" if fig.failed else ""
-        print(f"| {cfg} | {CONFIGS[cfg]}{failed} | {lo:.3f} | {statistics.median(fig.times):.3f} "
-              f"| {per:.1f} | {overhead.fmt(ratio)} | {fig.dropped} "
-              f"| {overhead.fmt(flush, '.0f')} |")
+        report_row(a, c, events, cfg, CONFIGS[cfg] + failed, fig.times, fig)
+        if fig.stalls:
+            report_row(a, c, events, f"{cfg}~", f"{CONFIGS[cfg]}, the stalls discounted",
+                       [t - s for t, s in zip(fig.times, fig.stall_s)], fig)
+    for cfg, fig in figs.items():
+        if fig.stalls:
+            print(f"{cfg}: the tool's stalls per run (the wall time a thread was in one): "
+                  + ", ".join(f"{k} ({1e3 * t:.1f} ms)" for k, t in zip(fig.stalls, fig.stall_s)))
+
+
+def report_row(a: float, c: float | None, events: int, cfg: str, label: str, times: list[float],
+               fig: Figures) -> None:
+    """A row of the table: ``times``, the runs of ``cfg`` (``fig``: its figures)."""
+    lo = min(times)
+    per = (lo - a) / events * overhead.NS
+    ratio = (lo - a) / (c - a) if c is not None and c > a and cfg != "a" else None
+    flush = statistics.median(fig.flush_ms) if fig.flush_ms else None
+    print(f"| {cfg} | {label} | {lo:.3f} | {statistics.median(times):.3f} "
+          f"| {per:.1f} | {overhead.fmt(ratio)} | {fig.dropped} "
+          f"| {overhead.fmt(flush, '.0f')} |")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,11 @@ PARALLEL_LEAGUE: Final[int]
 EVENT_SAMPLE: Final[int]
 EVENT_REGION: Final[int]
 EVENT_MPI: Final[int]
+EVENT_TOOL_STALL: Final[int]
+# why a tool_stall record's thread stalled (its kind)
+STALL_REGION: Final[int]
+STALL_POPULATE: Final[int]
+STALL_WAIT: Final[int]
 # the MPI calls of an mpi record's kind, and the clock measurements kept per phase
 MPI_INIT: Final[int]
 MPI_FINALIZE: Final[int]

@@ -117,6 +117,11 @@ def process_entry(meta: dict, last_stats: dict | None, threads: list[dict],
     for refused in ("region_unnamed", "error_messages_unkept"):
         if (last_stats or meta).get(refused):
             entry[refused] = (last_stats or meta)[refused]
+    # The in-place route's stalls (as many as the tool_stall records; the keys are
+    # there only when there were some).
+    for counter in ("region_stalls", "region_stall_ns"):
+        if (last_stats or {}).get(counter):
+            entry[counter] = last_stats[counter]
     # Devices and their tracing counters, as the latest document has them (the key
     # is there from record version 6 on: a trace of an older tool reads as before).
     # Kept per process only, as threads are (a trace saved by process keeps them).

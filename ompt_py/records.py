@@ -17,7 +17,7 @@ import pandas as pd
 
 from . import _core
 
-RECORD_VERSION = 7
+RECORD_VERSION = 8
 RECORD_SIZE = 64
 
 # (field, numpy type) in the order of struct omptpy_record.
@@ -120,6 +120,8 @@ EVENTS: dict[int, str] = {
     103: "device",
     104: "device_clock",
     _core.EVENT_MPI: "mpi",  # ompt-py's own: an MPI call (ompt-py run --mpi, ompt_py.mpi)
+    # ompt-py's own: a thread stopped to make room for the trace (record version 8)
+    _core.EVENT_TOOL_STALL: "tool_stall",
 }
 
 #: ompt_state_t (OpenMP 5.2, 19.4.4.27): what a sampled thread was doing (the
@@ -256,6 +258,12 @@ MPI_CALL_KINDS = {
                                  "scatter", "alltoall")},
     **{c: "point_to_point" for c in ("send", "recv", "isend", "irecv", "sendrecv")},
     "wait": "wait", "waitall": "wait"}
+#: Why a ``tool_stall`` record's thread stalled (its kind; csrc/include/omptpy.h
+#: OMPTPY_STALL_*): it made the trace file's next region and made it resident; it
+#: made the rest of a region the drainer had made resident; it waited for another
+#: thread (a writer, or the drainer's last step) doing either.
+STALL_REASONS = {_core.STALL_REGION: "region", _core.STALL_POPULATE: "populate",
+                 _core.STALL_WAIT: "wait"}
 #: An ``mpi`` record's bytes when they are not known (u64a).
 MPI_BYTES_UNKNOWN = 2**64 - 1
 
@@ -332,6 +340,7 @@ KIND_NAMES: dict[str, dict[int, str]] = {
     "target": TARGET_KINDS,
     "target_data_op": TARGET_DATA_OPS,
     "mpi": MPI_CALLS,
+    "tool_stall": STALL_REASONS,
 }
 
 #: The constructs, by the event that begins each (a mutex's wait by its acquire,
@@ -392,7 +401,8 @@ ARGUMENT_COLUMNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "target_id": ("u64a", ("target_emi", "target")),
     "target_region_id": ("u64b", ("target_data_op_emi", "target_submit_emi", "target_data_op",
                                   "target_submit")),
-    "bytes": ("u64a", ("target_data_op_emi", "device_load", "target_data_op", "mpi")),
+    "bytes": ("u64a", ("target_data_op_emi", "device_load", "target_data_op", "mpi",
+                       "tool_stall")),
     "peer": ("u32a", ("mpi",)),  # point-to-point peer, or a collective's root; -1: none
     "comm_size": ("u32b", ("mpi",)),
     "src_device": ("u32a", ("target_data_op_emi", "target_data_op")),
@@ -594,8 +604,10 @@ def tick_scale(first: dict, last: dict | None, tick_ns_estimate: float) -> float
 
 
 #: The events whose u64b is a second time in ticks (converted as ``time`` is): a
-#: device_clock pair's host time after the device's, an MPI call's return.
-SECOND_TIME_EVENTS = (EVENT_CODES["device_clock"], EVENT_CODES["mpi"])
+#: device_clock pair's host time after the device's, an MPI call's return, a
+#: tool stall's end.
+SECOND_TIME_EVENTS = (EVENT_CODES["device_clock"], EVENT_CODES["mpi"],
+                      EVENT_CODES["tool_stall"])
 
 
 def shift_times(events: np.ndarray, delta: int) -> None:

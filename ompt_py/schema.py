@@ -57,7 +57,7 @@ PROFILE_FORMAT = 1
 RAW_FORMAT = 1
 #: The record versions this ompt_py reads: all of them 64-byte records of the
 #: same fields (a new version gave a field a new meaning, never a new place).
-RECORD_VERSIONS = range(1, 8)
+RECORD_VERSIONS = range(1, 9)
 
 # ---- the validator ------------------------------------------------------------------------
 
@@ -347,7 +347,9 @@ STATS_DOC = Obj(
      "runtime_states": List(Obj({}, {"initialized": Bool(), "finalized": Bool()})),
      "modules": List(MODULE), "region_names": List(Str()), "region_unnamed": _COUNT,
      "error_messages_unkept": _COUNT, "devices": List(DEVICE), "mpi": MPI_DOC,
-     "profile_unmapped": _COUNT})  # profile mode: threads whose tables could not be mapped
+     "profile_unmapped": _COUNT,  # profile mode: threads whose tables could not be mapped
+     # the in-place route's stalls: how many, how long (as the tool_stall records)
+     "region_stalls": _COUNT, "region_stall_ns": _COUNT})
 #: A STACKS document: the Python stacks' codes and stacks from ids ``*_from`` on.
 STACKS_DOC = Obj(
     {"interpreter": Maybe(Obj({}, INTERPRETER)),
@@ -416,6 +418,7 @@ PROCESS_ENTRY = Obj(
      "mpi": Obj({"rank": Int(0, I32), "size": Int(0, I32)}, {"source": Str()}),
      "clock_alignment": CLOCK_FIT,
      "error_messages_unkept": _COUNT, "devices": List(DEVICE),
+     "region_stalls": _COUNT, "region_stall_ns": _COUNT,  # the tool's stalls (docs/stalls.md)
      # what the process lost, and why (io/ledger.py; meta.with_losses for older files)
      "lost": _COUNT, "ending": Str(), "lost_reasons": Dict(_COUNT),
      "unaccounted_threads": _COUNT,

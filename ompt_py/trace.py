@@ -772,10 +772,21 @@ class Trace:
 
     def thread_states(self) -> pd.DataFrame:
         """Per thread over the whole trace: time busy, waiting (barrier,
-        taskwait/taskgroup, lock) and idle, and the busy share of the time not idle."""
+        taskwait/taskgroup, lock), stalled by the tool (tool_stall: see tool_stalls)
+        and idle, and the busy share of the time neither idle nor stalled."""
         from .analysis import states
 
         return ns_columns(states.thread_totals(self))
+
+    def tool_stalls(self) -> pd.DataFrame:
+        """When the tool stopped a thread to make room for the trace (the in-place
+        file route of ``ompt-py run``, when the program held every CPU), one row
+        each: pid, thread, begin_ns, end_ns, duration_ns, reason (region, populate,
+        wait), bytes made resident, region (see docs/stalls.md).  The thread states
+        and the imbalance leave this time out of the program's."""
+        from .analysis import states
+
+        return ns_columns(states.tool_stalls(self).copy())
 
     def _messages(self, events: np.ndarray, pids: np.ndarray, ids: np.ndarray | None
                   ) -> pd.Categorical:

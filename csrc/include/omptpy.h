@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define OMPTPY_RECORD_VERSION 7
+#define OMPTPY_RECORD_VERSION 8
 
 /*
  * Field use per event (event = OMPT callback number, see omptpy_ompt.h):
@@ -165,6 +165,14 @@ extern "C" {
  *                   not known); u32a = peer (point-to-point) or root
  *                   (rooted collectives) as int32, -1 where none; u32b =
  *                   the communicator's size; codeptr = caller
+ *   tool_stall (106, record version 8; ompt-py's own): the thread stopped
+ *                   recording the program to make room for the trace (the
+ *                   in-place file route, csrc/tool/zerocopy.c: its region was
+ *                   full and the next one not resident yet).  time = ticks
+ *                   when it began, u64b = ticks when it ended; endpoint =
+ *                   beginend; kind = why (OMPTPY_STALL_* below); u64a = bytes
+ *                   this thread made resident (0 for a wait); u32a = the
+ *                   number of the region it made room in (the first is 1)
  * Stack ids (record version 4; 0 in version 3): the interpreter call stack
  * (Python's) of the thread that started the construct, when it runs one and
  * capture is on (0: none); the stacks are in the trace's STACKS documents
@@ -212,6 +220,15 @@ _Static_assert(sizeof(omptpy_record) == 64, "a record is one cache line");
 #define OMPTPY_EVENT_DEVICE_CLOCK 104
 /* Record version 7: an MPI call (see above). */
 #define OMPTPY_EVENT_MPI 105
+/* Record version 8: a stall of a writer making room for the trace (see above). */
+#define OMPTPY_EVENT_TOOL_STALL 106
+
+/* Why a tool_stall record's thread stalled (its kind; ompt_py/records.py
+ * STALL_REASONS names them): it made the file's next region and made it
+ * resident; the drainer had made it, the thread made the rest of it resident;
+ * another thread (a writer, or the drainer's last step) was doing either, and
+ * this one waited for it. */
+enum { OMPTPY_STALL_REGION = 1, OMPTPY_STALL_POPULATE = 2, OMPTPY_STALL_WAIT = 3 };
 
 /* The MPI calls of an mpi record's kind (ompt_py/records.py MPI_CALLS names
  * them): setup, barrier, collectives, point-to-point and its waits, and the

@@ -156,11 +156,25 @@ static void set_idle(bool idle) {
  * other processes on every CPU, that took 27 s (a team's first region waited
  * to create its threads).  So the drainer populates at normal priority where
  * the process may raise its own (root, or RLIMIT_NICE; else it stays idle, as
- * before): the page faults it takes off the writers cost what they would pay. */
+ * before), a step at a time: between steps it goes back to idle priority and
+ * yields, and takes the next step at once only if it got its CPU back within
+ * YIELD_BUSY_NS (no other thread wanted it), else at its next pass.  Where the
+ * program holds every CPU, the steps stop and a writer makes the rest of the
+ * file's next region resident in one recorded stall (zerocopy.c), rather than
+ * the drainer taking CPU time from the program's threads unseen. */
+#define YIELD_BUSY_NS 1000000u
+
 static void populate_ahead(void) {
-  if (D.idle) set_idle(false);
-  omptpy_zc_populate_ahead();
-  if (D.idle) set_idle(true);
+  for (;;) {
+    if (D.idle) set_idle(false);
+    bool more = omptpy_zc_populate_ahead();
+    if (!D.idle) return;
+    set_idle(true);
+    if (!more || !atomic_load_explicit(&D.run, memory_order_acquire)) return;
+    uint64_t t0 = omptpy_monotonic_ns();
+    sched_yield();
+    if (omptpy_monotonic_ns() - t0 > YIELD_BUSY_NS) return; /* a CPU was wanted: leave it */
+  }
 }
 
 static void *drainer_main(void *arg) {

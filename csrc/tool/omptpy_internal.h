@@ -461,7 +461,9 @@ uint32_t omptpy_zc_drain(bool partial);
 void omptpy_zc_retire(omptpy_thread *t);
 /* Under drain_lock: the sink window opened or closed at `now` (ticks). */
 void omptpy_zc_set_window(bool open, uint64_t now);
-void omptpy_zc_populate_ahead(void);
+/* The drainer: populates ahead of the leases, and makes the file's next region
+ * and a step of it resident; whether that region has more steps to go. */
+bool omptpy_zc_populate_ahead(void);
 void omptpy_zc_after_fork_child(void);
 /* The in-place file route (the file sink's zero-copy regions): its first
  * region (a thread attaches), its end (finalize) and its writers' stalls. */

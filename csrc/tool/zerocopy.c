@@ -29,13 +29,23 @@
  * wrote stays in the file.  The first region is made when the first thread
  * attaches (OMPTPY_RESERVE of it made resident then, before the program's
  * work); the drainer appends the next one when the current one is seven
- * eighths leased, and a writer that finds the region full before that makes it
- * itself (counted and timed in the stats: a stall, not a loss; with
- * OMPTPY_OVERFLOW=drop it drops instead).  The current region moves on by a
- * compare-and-swap; older regions stay until the drainer has seen all their
- * chunks done, then are unmapped (the kernel writes the pages back).  Windows
- * go into the file too (ledger.c): the loader discards what lies outside
- * them.  take() does not apply: the trace is the file.
+ * eighths leased and makes it resident a step at a time, each step only once
+ * it got a CPU at idle priority (a CPU no thread of the program wanted).  A
+ * region is the current one only once it is wholly resident: a writer that
+ * finds the current one full while the next is not (the program holds every
+ * CPU, or the region filled before the drainer could make the next) makes it,
+ * or the rest of it, resident itself in one go (MADV_POPULATE_WRITE), and
+ * writers that find it doing so wait for it.  Each such interval is a stall,
+ * not a loss: written into the trace as a tool_stall record of the thread
+ * (why, bytes, the region), first in the chunk it leases next, and counted
+ * and timed in the stats; the analysis shows stalls and leaves them out of
+ * the program's time.  So the writers never take the scattered page faults of
+ * a region being made resident under them.  (OMPTPY_OVERFLOW=drop: a writer
+ * never stalls; without a next region it drops.)  The current region moves on
+ * by a compare-and-swap; older regions stay until the drainer has seen all
+ * their chunks done, then are unmapped (the kernel writes the pages back).
+ * Windows go into the file too (ledger.c): the loader discards what lies
+ * outside them.  take() does not apply: the trace is the file.
  */
 #define _GNU_SOURCE
 #include <linux/membarrier.h>
@@ -68,7 +78,11 @@ typedef struct omptpy_region {
   uint32_t cap; /* chunks */
   _Atomic uint32_t next;
   uint64_t epoch;
-  size_t populated; /* bytes of base known to be faulted in (under drain_lock) */
+  uint32_t number;  /* the in-place route: the file's regions from 1 */
+  /* Bytes of base known to be faulted in: under drain_lock, and for a file's
+   * region not yet the current one, under F.grow; read without either by
+   * writers and by file_next. */
+  _Atomic size_t populated;
   uint32_t cursor;  /* chunks before it are wholly done (drain_lock) */
   zc_window *win;   /* sink windows that overlap this region's life (drain_lock) */
   size_t nwin, capwin;
@@ -93,8 +107,9 @@ static struct {
   _Atomic uint64_t retry_ns; /* after a failure, no new try before then (monotonic) */
   _Atomic uint64_t lost;    /* records with no region to go to for that reason */
   omptpy_region *oldest;    /* the oldest region not yet done (drain_lock) */
-  pthread_mutex_t grow;     /* making a region */
-  _Atomic uint64_t stalls, stall_ns; /* writers that made the next region themselves */
+  pthread_mutex_t grow;     /* making a region, or making the next one resident */
+  uint32_t nregions;        /* regions made (under grow) */
+  _Atomic uint64_t stalls, stall_ns; /* writers that made room themselves, or waited */
 } F = {.grow = PTHREAD_MUTEX_INITIALIZER};
 
 /* Chunks left allocated past the leased ones at a clean end: records still
@@ -126,6 +141,7 @@ static bool region_in_file(omptpy_region *r) {
   r->base = (omptpy_record *)((char *)r->span.map + r->span.desc_bytes);
   r->cap = F.chunks;
   r->bytes = (size_t)F.chunks * OMPTPY_CHUNK_BYTES;
+  r->number = ++F.nregions;
   return true;
 }
 
@@ -169,18 +185,26 @@ static void region_free_meta(omptpy_region *r) {
   free(r);
 }
 
-static void region_populate(omptpy_region *r, size_t upto) {
+/* Makes base resident up to `upto` bytes; returns the bytes it faulted in. */
+static size_t region_populate(omptpy_region *r, size_t upto) {
   if (upto > r->bytes) upto = r->bytes;
-  if (r->populated >= upto) return;
-  madvise((char *)r->base + r->populated, upto - r->populated, MADV_POPULATE_WRITE);
-  r->populated = upto;
+  size_t from = atomic_load_explicit(&r->populated, memory_order_relaxed);
+  if (from >= upto) return 0;
+  madvise((char *)r->base + from, upto - from, MADV_POPULATE_WRITE);
+  atomic_store_explicit(&r->populated, upto, memory_order_release);
+  return upto - from;
+}
+
+static bool resident(omptpy_region *r) {
+  return atomic_load_explicit(&r->populated, memory_order_acquire) >= r->bytes;
 }
 
 /* Keeps ZC_PREFAULT_AHEAD bytes past the leased chunks populated (drainer). */
 static void region_populate_ahead(omptpy_region *r) {
   uint32_t next = atomic_load_explicit(&r->next, memory_order_relaxed);
   size_t used = (size_t)(next < r->cap ? next : r->cap) * OMPTPY_CHUNK_BYTES;
-  if (r->populated < used + ZC_PREFAULT_AHEAD / 2) region_populate(r, used + ZC_PREFAULT_AHEAD);
+  if (atomic_load_explicit(&r->populated, memory_order_relaxed) < used + ZC_PREFAULT_AHEAD / 2)
+    region_populate(r, used + ZC_PREFAULT_AHEAD);
 }
 
 static bool in_windows(const omptpy_region *r, uint64_t time) {
@@ -199,33 +223,76 @@ static size_t count_kept(const omptpy_region *r, const omptpy_record *recs, size
   return k;
 }
 
-/* Lease order: slow path of a thread whose chunk is full, whose limit was
- * lowered by take(), or that has none.  No lock: an atomic bump, and a
- * re-check of the region after publishing the limit (a take() that installed
- * a new region meanwhile either sees this thread in_tool or has lowered the
- * limit after it was raised). */
-/* The in-place route: the region after full region r, made now if the
- * drainer has not yet (a stall, counted), and installed as the current one
- * unless another writer did; NULL when there is none (dropped). */
 static bool may_grow(void) {
   return !F.error || omptpy_monotonic_ns() >= atomic_load(&F.retry_ns);
 }
 
-static omptpy_region *file_next(omptpy_region *r) {
+/* A writer's stall (file_next), written as a tool_stall record first in the
+ * chunk it leases next.  why: OMPTPY_STALL_*, 0 for none. */
+typedef struct zc_stall {
+  uint64_t begin, end; /* ticks */
+  uint64_t bytes;
+  uint32_t region;
+  int why;
+} zc_stall;
+
+/* The in-place route: the region after full region r, once wholly resident,
+ * installed as the current one.  If the drainer has not made it resident, the
+ * calling writer does (makes it first, if need be) or, finding another writer
+ * at it, waits for it: a stall, told in *st and counted.  NULL when there is
+ * none (dropped). */
+static omptpy_region *file_next(omptpy_region *r, zc_stall *st) {
   omptpy_region *s = atomic_load(&r->succ);
-  if (!s && !F.drop && may_grow()) {
+  if (s ? !resident(s) && !F.drop : !F.drop && may_grow()) {
     uint64_t t0 = omptpy_monotonic_ns();
+    st->begin = omptpy_now();
+    st->bytes = 0;
     pthread_mutex_lock(&F.grow);
-    if (!(s = atomic_load(&r->succ)) && (s = region_new())) atomic_store(&r->succ, s);
+    s = atomic_load(&r->succ);
+    if (atomic_load(&R) != r) {
+      st->why = OMPTPY_STALL_WAIT; /* another writer made room meanwhile */
+    } else {
+      st->why = s ? OMPTPY_STALL_POPULATE : OMPTPY_STALL_REGION;
+      if (!s && (s = region_new())) atomic_store(&r->succ, s);
+      if (s) st->bytes = region_populate(s, s->bytes);
+      /* the drainer's last step made it resident while this writer waited */
+      if (s && !st->bytes) st->why = OMPTPY_STALL_WAIT;
+    }
+    if (s) {
+      st->region = s->number;
+      atomic_compare_exchange_strong(&R, &(omptpy_region *){r}, s);
+    } else {
+      st->why = 0; /* no region: the records are lost, counted */
+    }
     pthread_mutex_unlock(&F.grow);
-    atomic_fetch_add_explicit(&F.stalls, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&F.stall_ns, omptpy_monotonic_ns() - t0, memory_order_relaxed);
+    st->end = omptpy_now();
+    if (st->why) { /* as many as tool_stall records */
+      atomic_fetch_add_explicit(&F.stalls, 1, memory_order_relaxed);
+      atomic_fetch_add_explicit(&F.stall_ns, omptpy_monotonic_ns() - t0, memory_order_relaxed);
+    }
   }
   if (s) atomic_compare_exchange_strong(&R, &r, s);
   return s;
 }
 
+/* The stall as the first record of t's new chunk. */
+static void write_stall(omptpy_thread *t, zc_stall *st) {
+  omptpy_record *x = &t->recs[0];
+  omptpy_fill(x, t, OMPTPY_EVENT_TOOL_STALL, ompt_scope_beginend, st->why, 0, 0, 0, st->bytes,
+              st->end, st->region, 0);
+  x->time = st->begin;
+  omptpy_commit(t);
+  st->why = 0;
+}
+
+/* Lease order: slow path of a thread whose chunk is full, whose limit was
+ * lowered by take(), or that has none.  No lock: an atomic bump, and a
+ * re-check of the region after publishing the limit (a take() that installed
+ * a new region meanwhile either sees this thread in_tool or has lowered the
+ * limit after it was raised).  A stall on the way (file_next) is the first
+ * record of the chunk leased after it. */
 omptpy_record *omptpy_zc_slot_slow(omptpy_thread *t) {
+  zc_stall st = {0};
   for (;;) {
     atomic_thread_fence(memory_order_acquire);
     omptpy_region *r = atomic_load(&R);
@@ -248,7 +315,7 @@ omptpy_record *omptpy_zc_slot_slow(omptpy_thread *t) {
     if (atomic_load_explicit(&r->next, memory_order_relaxed) < r->cap)
       i = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed);
     if (i >= r->cap) {
-      if (F.on && file_next(r)) continue;
+      if (F.on && file_next(r, &st)) continue;
       break;
     }
     omptpy_chunk *c = &r->desc[i];
@@ -267,9 +334,11 @@ omptpy_record *omptpy_zc_slot_slow(omptpy_thread *t) {
     atomic_store_explicit(&t->cur_pub, c, memory_order_release);
     atomic_store(&t->limit, OMPTPY_CHUNK_RECORDS);
     if (atomic_load(&R) != r) continue; /* leased from a region take() retired: leave it */
-    if ((size_t)(i + 1) * OMPTPY_CHUNK_BYTES + ZC_PREFAULT_AHEAD / 2 > r->populated)
+    if ((size_t)(i + 1) * OMPTPY_CHUNK_BYTES + ZC_PREFAULT_AHEAD / 2 >
+        atomic_load_explicit(&r->populated, memory_order_relaxed))
       omptpy_drainer_wake();
-    return &t->recs[0];
+    if (st.why) write_stall(t, &st);
+    return &t->recs[t->pos];
   }
   /* No region, or it is full: drop and count (the in-place route's loss when
    * the file could not grow). */
@@ -491,22 +560,27 @@ uint32_t omptpy_zc_drain(bool partial) {
  * In the file, the next region is made once seven eighths of the current one
  * are leased: late enough that a trace which fits its reserve never pays for
  * one while the program runs, early enough (an eighth of a region: 8 MiB at
- * the least) that a drainer with a CPU has it ready in time. */
-void omptpy_zc_populate_ahead(void) {
+ * the least) that a drainer with a CPU has it ready in time.  It is made
+ * resident ZC_PREFAULT_AHEAD at a call, under F.grow (not drain_lock: a flush
+ * need not wait for it), unless a writer took it over.  Returns whether the
+ * next region has more to make resident. */
+bool omptpy_zc_populate_ahead(void) {
   pthread_mutex_lock(&omptpy_buf.drain_lock);
   omptpy_region *r = atomic_load(&R);
   if (r) region_populate_ahead(r);
-  if (r && F.on && !atomic_load(&r->succ) && atomic_load(&r->next) >= r->cap / 8 * 7 &&
-      may_grow()) {
-    pthread_mutex_lock(&F.grow);
-    omptpy_region *s = atomic_load(&r->succ) ? NULL : region_new();
-    if (s) {
-      region_populate(s, ZC_PREFAULT_AHEAD);
-      atomic_store(&r->succ, s);
-    }
-    pthread_mutex_unlock(&F.grow);
-  }
   pthread_mutex_unlock(&omptpy_buf.drain_lock);
+  if (!r || !F.on || atomic_load(&r->next) < r->cap / 8 * 7) return false;
+  pthread_mutex_lock(&F.grow);
+  omptpy_region *s = atomic_load(&r->succ);
+  if (!s && may_grow() && (s = region_new())) atomic_store(&r->succ, s);
+  bool more = false;
+  if (s && atomic_load(&R) == r) { /* else a writer installed it: resident */
+    size_t done = atomic_load(&s->populated);
+    region_populate(s, done + ZC_PREFAULT_AHEAD);
+    more = !resident(s);
+  }
+  pthread_mutex_unlock(&F.grow);
+  return more;
 }
 
 /* The in-place route's first region, when a thread attaches (buffer.c) and

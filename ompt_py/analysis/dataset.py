@@ -46,7 +46,7 @@ from ..meta import why_empty
 from ..records import CONSTRUCTS
 from ..units import ns_columns
 from . import advice, metrics, offload, profile, ranks, summary, tables
-from .states import thread_totals
+from .states import thread_totals, tool_stalls
 from .states import threads as thread_keys
 
 if TYPE_CHECKING:
@@ -234,6 +234,7 @@ class PartialSummary:
     busy_ns: float | None = None
     rank_rows: pd.DataFrame | None = None
     arrivals: pd.DataFrame | None = None
+    stalls: int = 0  # the tool's stalls (states.tool_stalls)
     notes: list[str] = field(default_factory=list)
 
 
@@ -261,6 +262,7 @@ def partial_summary(trace: Trace, top: int, python: bool, job: bool) -> PartialS
         sources[sources["construct"] != CONSTRUCTS["implicit_task"]].head(top),
         metrics.has_python_stacks(trace), notes=notes)
     out.thread_states = attempt(lambda: thread_totals(trace))
+    out.stalls = len(tool_stalls(trace))
     if "parallel_begin" in present:
         out.by_location = attempt(lambda: metrics.imbalance(trace, by=by))
     if "task_create" in present:
@@ -315,6 +317,7 @@ def merge_summary(parts: Sequence[PartialSummary], meta: dict, mapper: Mapper, t
     overview = {"events": events, "processes": len(meta["processes"]),
                 "threads": sum(p.threads for p in parts), "span_ns": span,
                 "written": meta["written"], "dropped": meta["dropped"], "lost": meta["lost"],
+                "stalls": sum(p.stalls for p in parts),
                 "why_empty": None if events else why_empty(meta)}
     notes = list(dict.fromkeys(f"{label}: {n}" for p, label in zip(parts, labels)
                                for n in p.notes))

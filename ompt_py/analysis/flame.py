@@ -31,14 +31,15 @@ from ..errors import MissingEventsError
 from . import metrics, pystacks, tables
 from .cache import per_trace
 from .pairing import find
-from .states import THREAD_STATES, closed, in_regions, to_int
+from .states import STALL_LABEL, THREAD_STATES, closed, in_regions, to_int
 
 if TYPE_CHECKING:
     from ..trace import Trace
 
 #: The names of the state frames (the leaves), by THREAD_STATES.
 STATE_NAMES = {"busy": "busy", "barrier_wait": "barrier wait",
-               "sync_wait": "taskwait/taskgroup wait", "lock_wait": "lock wait"}
+               "sync_wait": "taskwait/taskgroup wait", "lock_wait": "lock wait",
+               "tool_stall": STALL_LABEL}
 IN_REGION, TASK = "in region", "task"
 
 

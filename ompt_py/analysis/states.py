@@ -7,6 +7,10 @@ that every analysis, the report and the plots use.
 * ``barrier_wait``: waiting in a barrier (any kind);
 * ``sync_wait``: waiting in taskwait, taskgroup or a reduction;
 * ``lock_wait``: waiting for a lock, critical section or ordered region;
+* ``tool_stall``: stopped by the tool itself, making room for the trace
+  (``tool_stalls``: the in-place file route's stalls, docs/stalls.md); this
+  overrides every other state: that time is neither the program's work nor a
+  wait of OpenMP's, and no answer counts it as either;
 * ``idle``: none of these (a worker in the runtime's pool, or the initial
   thread running serial code).
 
@@ -27,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import MissingEventsError
-from ..records import EVENT_CODES, SCOPE_BEGIN, TASK_INITIAL
+from ..records import EVENT_CODES, SCOPE_BEGIN, STALL_REASONS, TASK_INITIAL, Names
 from . import tables
 from .cache import per_trace
 from .pairing import Intervals, clamp_to_region
@@ -36,9 +40,9 @@ if TYPE_CHECKING:
     from ..trace import Trace
 
 #: ompt-py's thread states other than idle, in the order of the state columns.
-THREAD_STATES = ("busy", "barrier_wait", "sync_wait", "lock_wait")
+THREAD_STATES = ("busy", "barrier_wait", "sync_wait", "lock_wait", "tool_stall")
 STATE_COLUMNS = [f"{s}_ns" for s in THREAD_STATES] + ["idle_ns"]
-_BUSY, _BARRIER, _SYNC, _LOCK = range(len(THREAD_STATES))
+_BUSY, _BARRIER, _SYNC, _LOCK, _STALL = range(len(THREAD_STATES))
 
 _USABLE_LEVELS = ("always", "sometimes", "sometimes_paired")
 
@@ -265,6 +269,35 @@ def in_regions(implicit: pd.DataFrame) -> pd.DataFrame:
 # ---- the states ------------------------------------------------------------------------------
 
 
+_STALL_REASON_NAMES = Names(STALL_REASONS)
+#: What the views and exports call a tool stall (a slice on its thread, as Score-P
+#: marks its buffer flushes).
+STALL_LABEL = "ompt-py: stall"
+
+
+@per_trace
+def tool_stalls(trace: Trace) -> pd.DataFrame:
+    """The tool's stalls (``tool_stall`` records, record version 8): when a thread
+    stopped recording the program to make room for the trace (the in-place file
+    route, when the program held every CPU and the drainer could not make the file's
+    next region resident in time).  One row each, in time order: pid, thread,
+    begin_ns, end_ns, duration_ns, reason (records.STALL_REASONS: ``region`` made
+    the region and made it resident, ``populate`` made the rest of it resident,
+    ``wait`` waited for another thread, or the drainer, doing either), bytes (made
+    resident) and region (the file's region it made room in, from 1)."""
+    ev = trace.events
+    rows = np.flatnonzero(ev["event"] == EVENT_CODES["tool_stall"])
+    begin = ev["time_ns"][rows]
+    end = ev["u64b"][rows].view(np.int64)
+    out = pd.DataFrame({
+        "pid": trace.pids_at(rows).astype(np.int64), "thread": ev["thread"][rows].astype(np.int64),
+        "begin_ns": begin, "end_ns": end, "duration_ns": end - begin,
+        "reason": _STALL_REASON_NAMES.categorical(ev["kind"][rows]),
+        "bytes": ev["u64a"][rows].astype(np.int64), "region": ev["u32a"][rows].astype(np.int64)})
+    return out.iloc[np.argsort(begin, kind="stable")].reset_index(drop=True)
+
+
+
 def _explicit_owned(trace: Trace) -> np.ndarray:
     """Which rows of closed(trace, wait_intervals) belong to explicit tasks (taskwait in a task)."""
     waits = closed(trace, tables.wait_intervals)
@@ -312,8 +345,9 @@ def thread_states(trace: Trace) -> Segments:
     barrier = is_barrier(waits["kind"])
     tw = task_waits(trace)
 
+    stalls = tool_stalls(trace)
     locked = mutex.dropna(subset=["acquire_ns", "acquired_ns"]) if len(mutex) else mutex
-    region, piece, bar, sync, xwait, lock = range(6)
+    region, piece, bar, sync, xwait, lock, stall = range(7)
     parts = [
         (region, implicit["pid"], implicit["thread"], implicit["begin_ns"], implicit["end_ns"]),
         (piece, pieces["pid"], pieces["thread"], pieces["begin_ns"], pieces["end_ns"]),
@@ -323,6 +357,7 @@ def thread_states(trace: Trace) -> Segments:
                                                             "end_ns"))),
         (xwait, tw["pid"], tw["thread"], tw["begin_ns"], tw["end_ns"]),
         (lock, locked["pid"], locked["thread"], locked["acquire_ns"], locked["acquired_ns"]),
+        (stall, stalls["pid"], stalls["thread"], stalls["begin_ns"], stalls["end_ns"]),
     ]
     group = np.concatenate([thread_key(p[1], p[2]) for p in parts])
     begin = np.concatenate([np.asarray(p[3], dtype=np.int64) for p in parts])
@@ -338,6 +373,7 @@ def thread_states(trace: Trace) -> Segments:
         state[running] = _BUSY
         state[running & (depth(xwait) > 0)] = _SYNC
         state[depth(lock) > 0] = _LOCK
+        state[depth(stall) > 0] = _STALL
         return state
 
     return sweep(group, begin, end, layer, classify)
@@ -345,8 +381,8 @@ def thread_states(trace: Trace) -> Segments:
 
 def thread_totals(trace: Trace) -> pd.DataFrame:
     """Per thread over the whole trace: time in each state (busy_ns, barrier_wait_ns,
-    sync_wait_ns, lock_wait_ns, idle_ns) and busy_share, the busy part of the
-    time not idle."""
+    sync_wait_ns, lock_wait_ns, tool_stall_ns, idle_ns) and busy_share, the busy
+    part of the time neither idle nor stalled by the tool."""
     require_states(trace, "thread_totals()")
     keys = threads(trace)
     seg = thread_states(trace)
@@ -359,6 +395,6 @@ def thread_totals(trace: Trace) -> pd.DataFrame:
         out[f"{s}_ns"] = totals[:, i]
     t = trace.events["time_ns"]
     out["idle_ns"] = (int(t.max() - t.min()) if len(t) else 0) - totals.sum(axis=1)
-    working = totals.sum(axis=1)
+    working = totals.sum(axis=1) - totals[:, _STALL]
     out["busy_share"] = out["busy_ns"] / np.where(working > 0, working, np.nan)
     return out

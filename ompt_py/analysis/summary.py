@@ -30,7 +30,7 @@ from ..units import (
 from . import advice, metrics, offload, ranks, tables
 from .advice import where
 from .names import short
-from .states import STATE_COLUMNS, thread_totals
+from .states import STATE_COLUMNS, thread_totals, tool_stalls
 from .states import threads as thread_keys
 
 if TYPE_CHECKING:
@@ -213,7 +213,10 @@ class Summary:
                          f"({format_ns(mine['py_time_ns'].iloc[0])} in {', '.join(what)})")
         if self.threads is not None and len(self.threads):
             t = self.threads[[c for c in STATE_COLUMNS if c in self.threads]].sum()
-            inside = t.sum() - t.get("idle_ns", 0)
+            stalled = t.get("tool_stall_ns", 0)
+            if stalled > 0:
+                lines.append(stall_answer(o["stalls"], stalled, t.sum()))
+            inside = t.sum() - t.get("idle_ns", 0) - stalled
             if inside > 0:
                 lines.append(f"threads were busy {format_share(t['busy_ns'] / inside)} of the "
                              f"time they spent in parallel regions and tasks; waiting at "
@@ -356,6 +359,21 @@ def job_answers(arrived: pd.DataFrame, count: int, per_rank: pd.DataFrame | None
     return per_rank, worst, late
 
 
+#: What the answers leave the tool's stalls out of, and what they are in
+#: (docs/stalls.md).
+STALLS_EXCLUDED = ("the thread states, busy shares, imbalance and time lost leave this out "
+                   "of the program's time; construct durations that contain a stall include it")
+
+
+def stall_answer(count: int, stalled_ns: int, thread_ns: int) -> str:
+    """The tool's stalls in words: how many, their time, its share of the threads'
+    time (``thread_ns``: every thread's trace span added up), what the figures leave
+    out."""
+    return (f"ompt-py stalled the threads {count:,} time(s), {format_ns(stalled_ns)} in all "
+            f"({format_share(stalled_ns / thread_ns if thread_ns else math.nan)} of the "
+            f"threads' time), making room for the trace in its file: {STALLS_EXCLUDED}")
+
+
 def region_answer(r: pd.Series) -> str:
     """A row of the regions per location, in words: how many regions of what length
     on how many threads, where, the share waiting at barriers, fork/join, imbalance."""
@@ -426,12 +444,13 @@ def regions_per_location(table: pd.DataFrame) -> pd.DataFrame:
 
 def overview(trace: Trace) -> dict:
     """Counts of the trace: events, processes, threads, span, written, dropped, lost,
-    and, when it has no events, why (``why_empty``; else None)."""
+    the tool's stalls, and, when it has no events, why (``why_empty``; else None)."""
     t = trace.events["time_ns"]
     threads = len(thread_keys(trace))
     return {"events": len(t), "processes": len(trace.meta.get("processes", [])),
             "threads": threads, "span_ns": int(t.max() - t.min()) if len(t) else 0,
             "written": trace.written, "dropped": trace.dropped, "lost": trace.lost,
+            "stalls": len(tool_stalls(trace)),
             "why_empty": None if len(t) else why_empty(trace.meta)}
 
 

@@ -17,7 +17,9 @@ as every export is):
   name), its location (ACCELERATOR_STREAM) per device track ("device N
   (type)");
 * a region per slice name (OTF2_PARADIGM_OPENMP for the constructs, USER for
-  user regions and Python frames, MPI for MPI calls), its role from the
+  user regions and Python frames, MPI for MPI calls, MEASUREMENT_SYSTEM with
+  role ARTIFICIAL for the tool's stalls, "ompt-py: stall", as Score-P marks
+  its buffer flushes), its role from the
   construct: PARALLEL for parallel regions, TASK for implicit, initial and
   explicit tasks, LOOP, SECTIONS or SINGLE for worksharing, BARRIER, IMPLICIT_BARRIER or
   TASK_WAIT for sync regions and their waits ("barrier_implicit wait"...),
@@ -55,7 +57,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..records import MPI_CALL_KINDS
 from .filters import ExportFilter
-from .perfetto import Slices, Source, tracks
+from .perfetto import STALL_CAT, Slices, Source, tracks
 from .perfetto_proto import SliceOrder
 from .streaming import Progress, batches, in_order
 
@@ -67,13 +69,14 @@ ANCHOR = "traces.otf2"
 DEVICE_TID = 1 << 30  # perfetto.DEVICE_TID: the devices' tracks
 
 # OTF2's enums (otf2/OTF2_Definitions.h, OTF2_GeneralDefinitions.h)
-_OPENMP, _USER, _MPI = 3, 1, 4
+_OPENMP, _USER, _MPI, _MEASUREMENT = 3, 1, 4, 6
 _GROUP_PROCESS, _GROUP_ACCELERATOR = 1, 2
 _CPU_THREAD, _ACCELERATOR_STREAM, _METRIC = 1, 2, 3
 (_FUNCTION, _LOOP, _CODE, _PARALLEL, _SECTIONS, _SINGLE, _CRITICAL, _ATOMIC, _BARRIER,
  _IMPLICIT_BARRIER, _ORDERED, _TASK, _TASK_WAIT, _DATA_TRANSFER) = (
     1, 3, 4, 5, 6, 9, 12, 14, 15, 16, 18, 20, 22, 30)
 _COLL_ONE2ALL, _COLL_ALL2ONE, _COLL_ALL2ALL, _POINT2POINT = 23, 24, 25, 28
+_ARTIFICIAL = 31
 #: The role of each MPI call's region ("MPI barrier"...: records.MPI_CALLS); setup
 #: calls (MPI_Init, MPI_Finalize, ompt-py's clock measurement) have none: CODE.
 _MPI_ROLES = {
@@ -88,6 +91,8 @@ def _role(cat: str, name: str) -> int:
     """The OTF2 region role of a slice of category ``cat`` named ``name``."""
     if cat in ("python", "user_region"):
         return _FUNCTION
+    if cat == STALL_CAT:  # as Score-P's buffer flushes: the measurement system's
+        return _ARTIFICIAL
     if cat == "mpi":
         return _MPI_ROLES.get(name.removeprefix("MPI "), _CODE)
     if cat == "parallel":
@@ -131,7 +136,8 @@ class _Names:
         return self.refs[text]
 
     def region(self, cat: str, name: str) -> int:
-        paradigm = {"python": _USER, "user_region": _USER, "mpi": _MPI}.get(cat, _OPENMP)
+        paradigm = {"python": _USER, "user_region": _USER, "mpi": _MPI,
+                    STALL_CAT: _MEASUREMENT}.get(cat, _OPENMP)
         key = (name, _role(cat, name), paradigm)
         if key not in self.region_ids:
             self.region_ids[key] = len(self.regions)

@@ -13,7 +13,9 @@ inside them ("barrier_implicit wait", ...), explicit tasks (from their first
 start to their last piece on each thread that ran them: a task's children and
 waits nest inside it), lock/critical/ordered waits ("critical wait") and
 holds ("critical"), MPI calls ("MPI barrier", "MPI allreduce"...: cat "mpi",
-with bytes, peer and communicator size).  Args carry ids, kinds, counts and,
+with bytes, peer and communicator size), and the tool's own stalls ("ompt-py:
+stall", cat "ompt-py": states.tool_stalls, with reason, bytes and region, as
+Score-P marks its buffer flushes).  Args carry ids, kinds, counts and,
 where the table has it, the source location.  A flow arrow ("ph": "s" then "f"
 with "bp": "e", one id per task) goes from each task's creation to its first
 execution, and a counter ("ph": "C") per process gives the number of threads
@@ -73,7 +75,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _core
-from ..analysis import metrics, offload, pairing, pystacks, tables
+from ..analysis import metrics, offload, pairing, pystacks, states, tables
 from ..analysis.states import thread_key, to_int
 from ..records import (
     EVENT_CODES,
@@ -710,6 +712,18 @@ def _mpi(trace: Trace) -> Source:
             ("peer", _optional(r["peer"])), ("comm_size", _optional(r["comm_size"]))]))
 
 
+#: The category of the tool's stalls.
+STALL_CAT = "ompt-py"
+
+
+def _stalls(trace: Trace) -> Source:
+    """The tool's stalls (states.tool_stalls), on the threads they stopped."""
+    return _table_slices(states.tool_stalls(trace), STALL_CAT, lambda r: (
+        states.STALL_LABEL, [
+            ("reason", _names(r["reason"])), ("bytes", number(r["bytes"])),
+            ("region", number(r["region"]))]))
+
+
 class _DeviceTracks(NamedTuple):
     """offload.device_track, each row's tid, and per track its pid, tid and name."""
 
@@ -1049,6 +1063,7 @@ def _track_sources(rec: _Records, paired: dict[str, _Pairs], found: dict[str, np
     yield mutex_wait_slices
     yield mutex_hold_slices
     yield _mpi(trace)
+    yield _stalls(trace)
     yield flows
     if devices is not None:
         yield _device_flows(devices, flows.count + 1)

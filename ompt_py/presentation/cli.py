@@ -779,14 +779,17 @@ def parser() -> argparse.ArgumentParser:
                      help="trace file space made resident before the program's work, and the "
                           "size of each region of the file the threads write into in place, "
                           "e.g. 1G (default: OMPTPY_RESERVE, else an eighth of the available "
-                          "memory, at most 256M)")
+                          "memory, at most 256M); a trace beyond it may stall the threads while "
+                          "the next region is made resident, recorded in the trace "
+                          "(docs/stalls.md)")
     run.add_argument("--buffer-size", metavar="SIZE",
                      help="per-thread buffer bound when the file is written with write() "
                           "(OMPTPY_ZERO_COPY=off, or a file system that cannot map it), e.g. "
                           "8M (default), 64M")
     run.add_argument("--overflow", choices=["flush", "drop", "grow"],
                      help="when a thread finds no room: it makes room itself (default: the "
-                          "next region of the file, or it writes its full buffer), drops and "
+                          "next region of the file, a recorded stall, or it writes its full "
+                          "buffer), drops and "
                           "counts records, or grows its buffer (write() route)")
     run.add_argument("--runtime", choices=["auto", "bundled", "system", "off"],
                      help="run libgomp-built code on LLVM libomp (preloaded): auto (default: "

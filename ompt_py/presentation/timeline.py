@@ -49,7 +49,7 @@ class Kind:
 
 #: Colours of the thread states (also used for the timeline's waits).
 STATE_COLOURS = {"busy": "#55a868", "barrier_wait": "#c44e52", "sync_wait": "#e377c2",
-                 "lock_wait": "#8172b2", "idle": "#dddddd"}
+                 "lock_wait": "#8172b2", "tool_stall": "#000000", "idle": "#dddddd"}
 _WORK_COLOURS = {"loop_static": "#4c72b0", "loop_dynamic": "#64b5cd", "loop_guided": "#2a4d80",
                  "loop": "#4c72b0", "sections": "#8c8cd9", "single_executor": "#ccb974",
                  "single_other": "#e8dcae"}

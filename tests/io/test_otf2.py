@@ -22,9 +22,11 @@ from collections import Counter, defaultdict
 import pytest
 from conftest import cli, load_stored, no_traceback, ok, stored_path
 from mpi_records import RANKS, barriers, job, mpi
+from stall_records import stalled
 from test_export import ns
 
 from ompt_py import _core
+from ompt_py.analysis.states import STALL_LABEL
 from ompt_py.errors import ConfigError
 from ompt_py.io import export
 
@@ -153,6 +155,17 @@ def test_what_the_archives_hold(tmp_path):
     assert {"parallel region", "implicit task", "initial task", "task", "loop", "taskwait",
             "barrier_implicit wait", "critical", "lock", "critical wait"} <= set(seen)
     assert kinds["CPU_THREAD"] and kinds["ACCELERATOR_STREAM"] and kinds["METRIC"]
+
+
+def test_a_stall_is_a_region_of_the_measurement_system(tmp_path):
+    """The tool's stall (docs/stalls.md) on its thread, as Score-P marks its flushes."""
+    trace, *_ = stalled(load_stored("known-skewed-static"))
+    archive, doc = exported(trace, tmp_path)
+    assert check(archive, doc)[STALL_LABEL] == 1
+    defs = otf2_print("-G", tmp_path / "t.otf2" / "traces.otf2")
+    (region,) = (line for line in defs.splitlines()
+                 if line.startswith("REGION") and f'"{STALL_LABEL}"' in line)
+    assert "Role: ARTIFICIAL" in region and "Paradigm: MEASUREMENT_SYSTEM" in region
 
 
 def test_filtered_archive(tmp_path):

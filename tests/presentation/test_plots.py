@@ -21,7 +21,7 @@ from ompt_py.analysis import metrics, states, tables
 from ompt_py.presentation import plots, timeline
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-STATES = ["busy", "barrier wait", "sync wait", "lock wait", "idle"]
+STATES = ["busy", "barrier wait", "sync wait", "lock wait", "tool stall", "idle"]
 
 
 @pytest.fixture(scope="module")
@@ -107,12 +107,12 @@ def test_imbalance_view(skewed):
     fig = skewed.plot_imbalance()
     (ax,) = fig.axes
     regions = skewed.imbalance()
-    assert len(ax.patches) == 2 * 2 * 4  # 2 regions x 2 threads x 4 states
+    assert len(ax.patches) == 2 * 2 * 5  # 2 regions x 2 threads x 5 states
     notes = [t.get_text() for t in ax.texts]
     assert len(notes) == 2
     worst = regions.sort_values("lost_ns").iloc[-1]
     assert f"{worst['imbalance']:.2f}x" in notes[0]
-    assert legend(ax) == ["busy", "barrier wait", "sync wait", "lock wait"]
+    assert legend(ax) == ["busy", "barrier wait", "sync wait", "lock wait", "tool stall"]
 
 
 @pytest.mark.pythons
