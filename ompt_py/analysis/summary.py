@@ -157,7 +157,10 @@ class Summary:
         out = [("Time per construct", self.constructs), ("Time per source location",
                                                           self.sources)]
         if self.threads is not None:
-            out.append(("Threads: time per state", self.threads))
+            threads = self.threads
+            if "tool_stall_ns" in threads and not threads["tool_stall_ns"].any():
+                threads = threads.drop(columns="tool_stall_ns")  # no stall: no column of zeros
+            out.append(("Threads: time per state", threads))
         if self.ranks is not None:
             out.append((RANKS_HEADING, self.ranks))
         if self.phases is not None:
