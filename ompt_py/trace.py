@@ -320,6 +320,7 @@ class Trace:
             f"written={self.written}, dropped={self.dropped}>"
         )
 
+    @_small_pages()
     def to_pandas(self, events: Any = None, columns: Any = None) -> pd.DataFrame:
         """One row per event, in time order, with names for events, endpoints and kinds.
 

@@ -345,6 +345,7 @@ def tasks(trace: Trace) -> pd.DataFrame:
     out["dependences"] = [d if isinstance(d, list) else [] for d in out["dependences"]]
     # Created by an implicit task: the stack of its region.
     implicit = implicit_intervals(trace).table[["pid", "task_id", "parallel_id"]]
+    implicit = implicit[implicit["task_id"].isin(out["parent_id"].dropna().unique())]  # parents
     regions = linked_regions(trace).table[["pid", "parallel_id", "py_stack"]]
     in_region = out[["pid", "parent_id"]].merge(
         implicit.merge(regions, on=["pid", "parallel_id"]).drop_duplicates(["pid", "task_id"])
