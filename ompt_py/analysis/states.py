@@ -297,7 +297,6 @@ def tool_stalls(trace: Trace) -> pd.DataFrame:
     return out.iloc[np.argsort(begin, kind="stable")].reset_index(drop=True)
 
 
-
 def _explicit_owned(trace: Trace) -> np.ndarray:
     """Which rows of closed(trace, wait_intervals) belong to explicit tasks (taskwait in a task)."""
     waits = closed(trace, tables.wait_intervals)
