@@ -109,7 +109,8 @@ def test_profile_answers_as_the_trace(programs, tmp_path, name, args):
     # summary(): the overview's counts and the same sections where the data exists
     ts, ps = trace.summary(), prof.summary()
     assert (ps.overview["processes"], ps.overview["overflow"]) == (ts.overview["processes"], 0)
-    if name != "nested":  # libomp starts a varying number of threads for nested teams
+    if name not in ("nested", "mixed"):  # both run nested teams (work_nested): an inner
+        # team takes a new thread or one that an inner team before it gave back to the pool
         assert ps.overview["threads"] == ts.overview["threads"]
     assert {title for title, _ in ps.sections()} == {title for title, _ in ts.sections()}
     assert _counts(_constructs(ps.constructs), ["construct", "kind"]) == \
