@@ -11,9 +11,7 @@
 
 #include "tool/omptpy_frames.h"
 
-/* Faults in the whole pages of [p, p + len) in one call: fresh output pages
- * cost much less this way than one trap per page (on virtual machines). */
-static void populate(void *p, Py_ssize_t len) {
+void omptpy_populate(void *p, Py_ssize_t len) {
   uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
   uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
   uintptr_t hi = ((uintptr_t)p + (uintptr_t)len) & ~(page - 1);
@@ -21,7 +19,7 @@ static void populate(void *p, Py_ssize_t len) {
 }
 
 /* The writable buffer of `obj`, of at least `len` bytes, its pages faulted in
- * (see populate), held in bufs[*nbuf]; NULL with an exception if it cannot be. */
+ * (see omptpy_populate), held in bufs[*nbuf]; NULL with an exception if it cannot be. */
 static char *output(PyObject *obj, Py_ssize_t len, Py_buffer *bufs, int *nbuf) {
   Py_buffer *b = &bufs[*nbuf];
   if (PyObject_GetBuffer(obj, b, PyBUF_WRITABLE) < 0) return NULL;
@@ -30,7 +28,7 @@ static char *output(PyObject *obj, Py_ssize_t len, Py_buffer *bufs, int *nbuf) {
     PyErr_SetString(PyExc_ValueError, "an output array is too short");
     return NULL;
   }
-  populate(b->buf, len);
+  omptpy_populate(b->buf, len);
   return b->buf;
 }
 

@@ -27,6 +27,11 @@ static inline PyObject *omptpy_py_none(void) {
   return Py_None;
 }
 
+/* Faults in the whole pages of [p, p + len) in one call (columns.c): fresh
+ * output pages cost much less this way than one trap per page (on virtual
+ * machines). */
+void omptpy_populate(void *p, Py_ssize_t len);
+
 /* ---- records.c: the Records type --------------------------------------------- */
 
 int omptpy_py_add_records_type(PyObject *module);
@@ -59,6 +64,11 @@ enum {
 PyObject *omptpy_py_pair(PyObject *m, PyObject *args);
 PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args);
 PyObject *omptpy_py_find(PyObject *m, PyObject *args);
+
+/* ---- states.c: the thread states' sweep and times per state --------------------- */
+
+PyObject *omptpy_py_sweep(PyObject *m, PyObject *args);
+PyObject *omptpy_py_cumulative(PyObject *m, PyObject *args);
 
 /* ---- format.c: rows of text, and the integer columns the exports' kernels read --- */
 

@@ -401,6 +401,14 @@ static PyMethodDef methods[] = {
          "Per query row, the first table row with its keys (with times: the last at or "
          "before the query's time; with times and first, the first, found in time "
          "order), or -1.")},
+    {"sweep", omptpy_py_sweep, METH_VARARGS,
+     DOC("sweep($module, group, begin, end, layer, table, groups, /)",
+         "The segments of the layers' intervals per group, each piece in the state "
+         "table[set of open layers], as bytearrays (group, begin, end, state).")},
+    {"cumulative", omptpy_py_cumulative, METH_VARARGS,
+     DOC("cumulative($module, group, begin, end, state, query_group, query_time, out, /)",
+         "Each query's group's time in each state of the segments before its time, into "
+         "out (queries x states).")},
     {"format_rows", omptpy_py_format_rows, METH_VARARGS,
      DOC("format_rows($module, parts, columns, /)",
          "Rows of text, each parts[0] value parts[1] ... parts[-1]; a column is (FORMAT_*, "

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from .. import _core
 from ..errors import MissingEventsError
 from ..records import EVENT_CODES, SCOPE_BEGIN, STALL_REASONS, TASK_INITIAL, Names
 from . import tables
@@ -130,85 +131,42 @@ def key_pid_thread(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (key >> 32).astype(np.int64), (key & 0xFFFFFFFF).astype(np.int64)
 
 
-def by_group_and_time(group: np.ndarray, time: np.ndarray,
-                      last: np.ndarray | None = None) -> np.ndarray:
-    """The stable order of rows by group, then time (then ``last``, 0 or 1): as
-    np.lexsort((last, time, group)), by one sort of a combined key (the groups
-    numbered in order) where it fits in 63 bits."""
-    time = np.asarray(time, np.int64)
-    extra = 0 if last is None else 1
-    if len(time) and time.min() >= 0:
-        codes, uniques = pd.factorize(group, sort=True)
-        bits = int(time.max()).bit_length() + extra
-        if len(uniques).bit_length() + bits <= 63:
-            key = codes.astype(np.int64) << bits | time << extra
-            if last is not None:
-                key |= np.asarray(last, np.int64)
-            return np.argsort(key, kind="stable")
-    keys = (time, group) if last is None else (last, time, group)
-    return np.lexsort(keys)
+def _codes(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each group's number among the distinct groups in order (int32), and those."""
+    codes, uniques = pd.factorize(np.asarray(group, np.int64), sort=True)
+    return codes.astype(np.int32), np.asarray(uniques, np.int64)
 
 
 def sweep(group: np.ndarray, begin: np.ndarray, end: np.ndarray, layer: np.ndarray,
-           classify: Callable[[Callable[[int], np.ndarray]], np.ndarray]) -> Segments:
+          classify: Callable[[Callable[[int], np.ndarray]], np.ndarray]) -> Segments:
     """Cuts each group's time at every interval boundary and classifies the pieces.
 
-    ``classify(depth)`` gets a function giving, for a layer, how many of its
-    intervals are open over each piece, and returns each piece's state (-1: no
-    segment).  Adjacent pieces of one group and state are merged.
+    ``classify(opened)`` gets a function giving, for a layer, whether it is open
+    (more of its intervals begun than ended) in each set of open layers (bit k of
+    a set: layer k), and returns each set's state (-1: no segment).  Adjacent
+    pieces of one group and state are merged (``_core.sweep``).
     """
-    n = len(group)
-    if n == 0:
-        return Segments(*(np.empty(0, np.int64) for _ in range(3)), np.empty(0, np.int8))
-    g = np.concatenate([group, group])
-    t = np.concatenate([begin, end])
-    order = by_group_and_time(g, t)
-    g, t = g[order], t[order]
-    lay = np.concatenate([layer, layer])[order]
-    delta = np.where(order < n, 1, -1).astype(np.int32)
-
-    def depth(k: int) -> np.ndarray:
-        # Every group opens and closes as many intervals as it has: the running
-        # sum over all groups is each group's own count.
-        return np.cumsum(np.where(lay == k, delta, 0), dtype=np.int32)
-
-    state = classify(depth)
-    keep = (g[:-1] == g[1:]) & (t[1:] > t[:-1]) & (state[:-1] >= 0)
-    sg, sb, se, ss = g[:-1][keep], t[:-1][keep], t[1:][keep], state[:-1][keep]
-    if not len(sg):
-        return Segments(sg, sb, se, ss)
-    new = np.ones(len(sg), dtype=bool)
-    new[1:] = (sg[1:] != sg[:-1]) | (ss[1:] != ss[:-1]) | (sb[1:] != se[:-1])
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(sg) - 1)
-    return Segments(sg[first], sb[first], se[last], ss[first])
+    layer = np.asarray(layer, np.uint8)
+    layers = int(layer.max()) + 1 if len(layer) else 1
+    sets = np.arange(1 << layers)
+    table = np.asarray(classify(lambda k: (sets >> k & 1).astype(bool)), np.int8)
+    codes, uniques = _codes(group)
+    g, b, e, s = _core.sweep(codes, np.asarray(begin, np.int64), np.asarray(end, np.int64),
+                             layer, table, len(uniques))
+    return Segments(uniques[np.frombuffer(g, np.int32)], np.frombuffer(b, np.int64),
+                    np.frombuffer(e, np.int64), np.frombuffer(s, np.int8))
 
 
 def cumulative(seg: Segments, n_states: int, group: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Time each group spent in each state before each time: shape (len(t), n_states)."""
-    n, m = len(seg.group), len(group)
-    out = np.zeros((m, n_states), dtype=np.int64)
-    if n == 0 or m == 0:
-        return out
-    order = by_group_and_time(np.concatenate([seg.group, group]),
-                              np.concatenate([seg.begin, t]),
-                              np.concatenate([np.zeros(n, np.int8), np.ones(m, np.int8)]))
-    is_seg = order < n
-    # The last segment at or before each position (segments are in sorted order).
-    last = np.maximum.accumulate(np.where(is_seg, order, -1))
-    query = order[~is_seg] - n
-    idx = np.empty(m, dtype=np.int64)
-    idx[query] = last[~is_seg]
-    first = np.searchsorted(seg.group, group, side="left")
-    safe = np.maximum(idx, 0)
-    valid = (idx >= 0) & (seg.group[safe] == group)
-    length = seg.end - seg.begin
-    inside = np.clip(t - seg.begin[safe], 0, length[safe])
-    for s in range(n_states):
-        cum = np.concatenate([[0], np.cumsum(np.where(seg.state == s, length, 0))])
-        before = np.where(valid, cum[safe] + np.where(seg.state[safe] == s, inside, 0),
-                          cum[first])
-        out[:, s] = before - cum[first]
+    """Time each group spent in each state before each time: shape (len(t), n_states)
+    (``_core.cumulative``)."""
+    out = np.zeros((len(group), n_states), dtype=np.int64)
+    codes, uniques = _codes(seg.group)
+    at = np.searchsorted(uniques, np.asarray(group, np.int64))
+    known = at < len(uniques)
+    known[known] = uniques[at[known]] == np.asarray(group, np.int64)[known]
+    _core.cumulative(codes, seg.begin, seg.end, seg.state, np.where(known, at, -1).astype(np.int32),
+                     np.asarray(t, np.int64), out)
     return out
 
 
@@ -323,7 +281,7 @@ def task_waits(trace: Trace) -> pd.DataFrame:
                 np.concatenate([to_int(mine["begin_ns"]), to_int(own["begin_ns"])]),
                 np.concatenate([to_int(mine["end_ns"]), to_int(own["end_ns"])]),
                 np.repeat([0, 1], [len(mine), len(own)]),
-                lambda depth: np.where((depth(0) > 0) & (depth(1) > 0), 0, -1).astype(np.int8))
+                lambda opened: np.where(opened(0) & opened(1), 0, -1))
     row = np.zeros(gid.max() + 1, np.int64)
     row[gid] = np.arange(len(gid))  # a row of each group, for its pid, thread and task
     at = row[seg.group]
@@ -363,16 +321,15 @@ def thread_states(trace: Trace) -> Segments:
     end = np.concatenate([np.asarray(p[4], dtype=np.int64) for p in parts])
     layer = np.repeat([p[0] for p in parts], [len(p[1]) for p in parts])
 
-    def classify(depth: Callable[[int], np.ndarray]) -> np.ndarray:
-        state = np.full(len(group) * 2, -1, dtype=np.int8)
-        state[depth(region) > 0] = _BUSY
-        state[depth(sync) > 0] = _SYNC
-        state[depth(bar) > 0] = _BARRIER
-        running = depth(piece) > 0
-        state[running] = _BUSY
-        state[running & (depth(xwait) > 0)] = _SYNC
-        state[depth(lock) > 0] = _LOCK
-        state[depth(stall) > 0] = _STALL
+    def classify(opened: Callable[[int], np.ndarray]) -> np.ndarray:
+        state = np.full(len(opened(region)), -1, dtype=np.int8)
+        state[opened(region)] = _BUSY
+        state[opened(sync)] = _SYNC
+        state[opened(bar)] = _BARRIER
+        state[opened(piece)] = _BUSY
+        state[opened(piece) & opened(xwait)] = _SYNC
+        state[opened(lock)] = _LOCK
+        state[opened(stall)] = _STALL
         return state
 
     return sweep(group, begin, end, layer, classify)

@@ -1,0 +1,374 @@
+/*
+ * The thread states' interval kernels (ompt_py/analysis/states.py), each a
+ * pass without the GIL:
+ *
+ * - sweep(): every group's intervals (begin and end points of several layers)
+ *   in time order, the layers open over each piece between two points, that
+ *   set's state from a table, adjacent pieces of one group and state merged;
+ * - cumulative(): the time a group spent in each state of such segments
+ *   before each of some times.
+ *
+ * Both put their points in group order (a counting sort), then each group's
+ * in time order (sort_keys: a merge of the runs the tables come in, or a radix
+ * sort).  The order of points of one group and time does not matter: a
+ * piece's state is taken after every point at its start.
+ */
+#include "ext.h"
+
+#include <stdlib.h>
+
+enum { DIGIT_BITS = 11, DIGITS = 1 << DIGIT_BITS, MAX_RUNS = 64 };
+
+/* Moves item i of (keys, payload) to item j of (to, to_payload). */
+static inline void move(uint64_t *to, uint32_t *to_payload, size_t j, const uint64_t *keys,
+                        const uint32_t *payload, size_t i) {
+  to[j] = keys[i];
+  if (payload) to_payload[j] = payload[i];
+}
+
+/* After a pass: what it wrote is read by the next. */
+static inline void flip(uint64_t **src, uint64_t **dst, uint32_t **psrc, uint32_t **pdst) {
+  uint64_t *k = *src;
+  *src = *dst;
+  *dst = k;
+  uint32_t *p = *psrc;
+  *psrc = *pdst;
+  *pdst = p;
+}
+
+/* The runs of keys in order (keys >> low not decreasing): their starts into
+ * run[0..], n at the end; the number of runs, or MAX_RUNS + 1 when more. */
+static int find_runs(const uint64_t *keys, size_t n, int low, size_t *run) {
+  int runs = 0;
+  run[runs++] = 0;
+  for (size_t i = 1; i < n; i++) {
+    if (keys[i] >> low < keys[i - 1] >> low) {
+      if (runs == MAX_RUNS) return MAX_RUNS + 1;
+      run[runs++] = i;
+    }
+  }
+  run[runs] = n;
+  return runs;
+}
+
+/* Sorts keys[0..n) (and payload with them, when not NULL) by their bits from
+ * `low` up, with tmp and tmp_payload as large; the result is left in keys and
+ * payload.  The tables come as a few runs in order (a layer's begins, its
+ * ends), which a merge of the runs sorts in a few sequential passes; else a
+ * least-significant-digit radix sort (11-bit digits, the digits every key
+ * shares skipped): a fixed few passes whatever the order. */
+static void sort_keys(uint64_t *keys, uint32_t *payload, uint64_t *tmp, uint32_t *tmp_payload,
+                      size_t n, int low, size_t *counts) {
+  size_t run[MAX_RUNS + 1];
+  int runs = n ? find_runs(keys, n, low, run) : 1;
+  uint64_t *src = keys, *dst = tmp;
+  uint32_t *psrc = payload, *pdst = tmp_payload;
+  if (runs <= MAX_RUNS) {
+    while (runs > 1) { /* each pass merges pairs of runs */
+      int merged = 0;
+      for (int r = 0; r < runs; r += 2) {
+        size_t i = run[r], mid = run[r + 1], j = mid, stop = r + 2 <= runs ? run[r + 2] : mid;
+        size_t at = i;
+        while (i < mid && j < stop)
+          if (src[j] >> low < src[i] >> low) move(dst, pdst, at++, src, psrc, j++);
+          else move(dst, pdst, at++, src, psrc, i++);
+        for (; i < mid; i++) move(dst, pdst, at++, src, psrc, i);
+        for (; j < stop; j++) move(dst, pdst, at++, src, psrc, j);
+        run[merged++] = run[r];
+      }
+      run[merged] = n;
+      runs = merged;
+      flip(&src, &dst, &psrc, &pdst);
+    }
+  } else {
+    int digits = (64 - low + DIGIT_BITS - 1) / DIGIT_BITS;
+    memset(counts, 0, (size_t)digits * DIGITS * sizeof(size_t));
+    for (size_t i = 0; i < n; i++)
+      for (int d = 0; d < digits; d++)
+        counts[d * DIGITS + ((keys[i] >> (low + d * DIGIT_BITS)) & (DIGITS - 1))]++;
+    for (int d = 0; d < digits; d++) {
+      size_t *c = counts + (size_t)d * DIGITS, sum = 0, largest = 0;
+      for (size_t b = 0; b < DIGITS; b++) {
+        size_t k = c[b];
+        if (k > largest) largest = k;
+        c[b] = sum;
+        sum += k;
+      }
+      if (largest == n) continue; /* every key has this digit */
+      int shift = low + d * DIGIT_BITS;
+      for (size_t i = 0; i < n; i++) move(dst, pdst, c[(src[i] >> shift) & (DIGITS - 1)]++, src, psrc, i);
+      flip(&src, &dst, &psrc, &pdst);
+    }
+  }
+  if (src != keys) {
+    memcpy(keys, src, n * sizeof(uint64_t));
+    if (payload) memcpy(payload, psrc, n * sizeof(uint32_t));
+  }
+}
+
+/* Where each group's points start in an array of them in group order: first[g]
+ * from the count of group g - 1 in first[g] (first has groups + 1 items). */
+static void starts(size_t *first, uint32_t groups) {
+  for (uint32_t g = 1; g <= groups; g++) first[g] += first[g - 1];
+}
+
+/* Memory for the kernels' points: NULL when out of it. */
+static void *scratch(size_t n, size_t size) {
+  void *p = malloc(n ? n * size : 1);
+  if (p) omptpy_populate(p, (Py_ssize_t)(n * size));
+  return p;
+}
+
+/* A C-contiguous buffer of n items of `size` bytes (n < 0: any n, set), or -1
+ * with ValueError naming `what`. */
+static int get_array(PyObject *obj, Py_buffer *b, Py_ssize_t size, Py_ssize_t *n, int writable,
+                     const char *what) {
+  if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
+    return -1;
+  if (b->itemsize != size || (*n >= 0 && b->len != *n * size)) {
+    PyErr_Format(PyExc_ValueError, "%s: %zd-byte items%s expected", what, size,
+                 *n >= 0 ? " of the other arrays' length" : "");
+    PyBuffer_Release(b);
+    b->obj = NULL;
+    return -1;
+  }
+  *n = b->len / size;
+  return 0;
+}
+
+static void release_all(Py_buffer *b, int n) {
+  for (int i = 0; i < n; i++)
+    if (b[i].obj) PyBuffer_Release(&b[i]);
+}
+
+/* A bytearray of n items of `size` bytes, NULL with an exception. */
+static PyObject *new_output(Py_ssize_t n, Py_ssize_t size) {
+  return PyByteArray_FromStringAndSize(NULL, n * size > 0 ? n * size : 0);
+}
+
+/* A point's key in sweep(): its time from the earliest above TAG_BITS bits
+ * of layer << 1 | is_end. */
+enum { TAG_BITS = 5, MAX_LAYERS = 1 << (TAG_BITS - 1) };
+
+/* sweep(group, begin, end, layer, table, groups) -> (group, begin, end, state)
+ * group: int32 per interval, below `groups`; begin, end: int64; layer: uint8,
+ * each below log2(len(table)); table: int8, the state of each set of open
+ * layers (bit k: layer k has more intervals begun than ended), -1 for none.
+ * Returns four bytearrays: the segments' group (int32), begin, end (int64) and
+ * state (int8), sorted by group then begin. */
+PyObject *omptpy_py_sweep(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *objs[5], *result = NULL, *outs[4] = {0};
+  Py_ssize_t groups_arg;
+  if (!PyArg_ParseTuple(args, "OOOOOn", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                        &groups_arg))
+    return NULL;
+  Py_buffer b[5] = {{0}};
+  Py_ssize_t n = -1, nt = -1;
+  if (get_array(objs[0], &b[0], 4, &n, 0, "sweep: group") < 0 ||
+      get_array(objs[1], &b[1], 8, &n, 0, "sweep: begin") < 0 ||
+      get_array(objs[2], &b[2], 8, &n, 0, "sweep: end") < 0 ||
+      get_array(objs[3], &b[3], 1, &n, 0, "sweep: layer") < 0 ||
+      get_array(objs[4], &b[4], 1, &nt, 0, "sweep: table") < 0)
+    goto done;
+  int layers = 0;
+  while (((Py_ssize_t)1 << layers) < nt) layers++;
+  if (nt != (Py_ssize_t)1 << layers || layers > MAX_LAYERS || groups_arg < 0 ||
+      groups_arg >= UINT32_MAX || n > (PY_SSIZE_T_MAX / 4) / (Py_ssize_t)sizeof(uint64_t)) {
+    PyErr_Format(PyExc_ValueError,
+                 "sweep: a table of 2**layers states (at most %d layers), groups in 32 bits",
+                 (int)MAX_LAYERS);
+    goto done;
+  }
+  const int32_t *group = b[0].buf;
+  const int64_t *begin = b[1].buf, *end = b[2].buf;
+  const uint8_t *layer = b[3].buf;
+  const int8_t *table = b[4].buf;
+  uint32_t groups = (uint32_t)groups_arg;
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (group[i] < 0 || (uint32_t)group[i] >= groups || layer[i] >= layers) {
+      PyErr_Format(PyExc_ValueError, "sweep: interval %zd has group %d or layer %d out of range",
+                   i, (int)group[i], (int)layer[i]);
+      goto done;
+    }
+    lo = begin[i] < lo ? begin[i] : lo;
+    lo = end[i] < lo ? end[i] : lo;
+    hi = begin[i] > hi ? begin[i] : hi;
+    hi = end[i] > hi ? end[i] : hi;
+  }
+  if (n && ((uint64_t)hi - (uint64_t)lo) >> (64 - TAG_BITS)) {
+    PyErr_SetString(PyExc_ValueError,
+                    "sweep: the intervals span more than 2**59 ns (18 years): their times are "
+                    "not a trace's");
+    goto done;
+  }
+  size_t np_ = 2 * (size_t)n;
+  uint64_t *keys = scratch(np_, sizeof(uint64_t)), *tmp = scratch(np_, sizeof(uint64_t));
+  size_t *first = calloc((size_t)groups + 2, sizeof(size_t));
+  size_t *counts = malloc((64 / DIGIT_BITS + 1) * DIGITS * sizeof(size_t));
+  for (int k = 0; k < 4; k++) outs[k] = new_output((Py_ssize_t)np_, k == 0 ? 4 : k == 3 ? 1 : 8);
+  if (!keys || !tmp || !first || !counts || !outs[0] || !outs[1] || !outs[2] || !outs[3]) {
+    free(keys);
+    free(tmp);
+    free(first);
+    free(counts);
+    if (!PyErr_Occurred()) PyErr_NoMemory();
+    goto done;
+  }
+  int32_t *og = (int32_t *)PyByteArray_AS_STRING(outs[0]);
+  int64_t *ob = (int64_t *)PyByteArray_AS_STRING(outs[1]);
+  int64_t *oe = (int64_t *)PyByteArray_AS_STRING(outs[2]);
+  int8_t *os = (int8_t *)PyByteArray_AS_STRING(outs[3]);
+  Py_ssize_t count = 0;
+  Py_BEGIN_ALLOW_THREADS
+  /* The points in group order (a counting sort), then each group's by time. */
+  for (Py_ssize_t i = 0; i < n; i++) first[group[i] + 1] += 2;
+  starts(first, groups);
+  for (Py_ssize_t i = 0; i < n; i++) /* a group's begins, then its ends (see sort_keys) */
+    keys[first[group[i]]++] = ((uint64_t)begin[i] - (uint64_t)lo) << TAG_BITS | (uint64_t)layer[i] << 1;
+  for (Py_ssize_t i = 0; i < n; i++)
+    keys[first[group[i]]++] = ((uint64_t)end[i] - (uint64_t)lo) << TAG_BITS | (uint64_t)layer[i] << 1 | 1;
+  /* Each layer's count of intervals begun and not ended, over every group
+   * before (a running sum over all of them: a group ends where it began). */
+  int64_t depth[MAX_LAYERS] = {0};
+  uint32_t open = 0;
+  size_t from = 0;
+  for (uint32_t g = 0; g < groups; g++) {
+    size_t to = first[g];
+    sort_keys(keys + from, NULL, tmp, NULL, to - from, TAG_BITS, counts);
+    for (size_t i = from; i < to; i++) {
+      int k = (int)(keys[i] >> 1 & (MAX_LAYERS - 1));
+      depth[k] += (keys[i] & 1) ? -1 : 1;
+      open = depth[k] > 0 ? open | (1u << k) : open & ~(1u << k);
+      uint64_t t = keys[i] >> TAG_BITS;
+      if (i + 1 == to || keys[i + 1] >> TAG_BITS == t) continue;
+      int8_t state = table[open];
+      if (state < 0) continue;
+      int64_t a = (int64_t)(t + (uint64_t)lo), z = (int64_t)((keys[i + 1] >> TAG_BITS) + (uint64_t)lo);
+      if (count && og[count - 1] == (int32_t)g && os[count - 1] == state && oe[count - 1] == a) {
+        oe[count - 1] = z;
+      } else {
+        og[count] = (int32_t)g;
+        ob[count] = a;
+        oe[count] = z;
+        os[count] = state;
+        count++;
+      }
+    }
+    from = to;
+  }
+  free(keys);
+  free(tmp);
+  free(first);
+  free(counts);
+  Py_END_ALLOW_THREADS
+  for (int k = 0; k < 4; k++)
+    if (PyByteArray_Resize(outs[k], count * (k == 0 ? 4 : k == 3 ? 1 : 8)) < 0) goto done;
+  result = PyTuple_Pack(4, outs[0], outs[1], outs[2], outs[3]);
+done:
+  for (int k = 0; k < 4; k++) Py_XDECREF(outs[k]);
+  release_all(b, 5);
+  return result;
+}
+
+/* cumulative(group, begin, end, state, query_group, query_time, out)
+ * The segments (group: int32, sorted; begin, end: int64, disjoint in a group
+ * and sorted by begin; state: int8) and queries (query_group: int32, a
+ * segment group or -1 for one without segments; query_time: int64): out
+ * (int64, queries x states, zeros) gets each query's group's time in each
+ * state before its time. */
+PyObject *omptpy_py_cumulative(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *objs[7], *result = NULL;
+  if (!PyArg_ParseTuple(args, "OOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                        &objs[5], &objs[6]))
+    return NULL;
+  Py_buffer b[7] = {{0}};
+  Py_ssize_t n = -1, q = -1, no = -1;
+  if (get_array(objs[0], &b[0], 4, &n, 0, "cumulative: group") < 0 ||
+      get_array(objs[1], &b[1], 8, &n, 0, "cumulative: begin") < 0 ||
+      get_array(objs[2], &b[2], 8, &n, 0, "cumulative: end") < 0 ||
+      get_array(objs[3], &b[3], 1, &n, 0, "cumulative: state") < 0 ||
+      get_array(objs[4], &b[4], 4, &q, 0, "cumulative: query_group") < 0 ||
+      get_array(objs[5], &b[5], 8, &q, 0, "cumulative: query_time") < 0 ||
+      get_array(objs[6], &b[6], 8, &no, 1, "cumulative: out") < 0)
+    goto done;
+  Py_ssize_t states = b[6].ndim == 2 ? b[6].shape[1] : 0;
+  if (b[6].ndim != 2 || b[6].shape[0] != q || states < 1 || states > 64 || q >= UINT32_MAX) {
+    PyErr_SetString(PyExc_ValueError,
+                    "cumulative: out of shape (queries, states), at most 64 states, 2**32 rows");
+    goto done;
+  }
+  const int32_t *group = b[0].buf, *qgroup = b[4].buf;
+  const int64_t *begin = b[1].buf, *end = b[2].buf, *qtime = b[5].buf;
+  const int8_t *state = b[3].buf;
+  int64_t *out = b[6].buf;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (state[i] < 0 || state[i] >= states || group[i] < 0 || (i && group[i] < group[i - 1])) {
+      PyErr_Format(PyExc_ValueError,
+                   "cumulative: segment %zd has state %d or group %d out of order or range", i,
+                   (int)state[i], (int)group[i]);
+      goto done;
+    }
+  }
+  uint32_t groups = n ? (uint32_t)group[n - 1] + 1 : 0;
+  int64_t lo = INT64_MAX;
+  for (Py_ssize_t i = 0; i < q; i++) {
+    if (qgroup[i] < -1 || qgroup[i] >= (int64_t)groups) {
+      PyErr_Format(PyExc_ValueError, "cumulative: query %zd has group %d, not a segment's", i,
+                   (int)qgroup[i]);
+      goto done;
+    }
+    lo = qtime[i] < lo ? qtime[i] : lo;
+  }
+  uint64_t *keys = scratch((size_t)q, sizeof(uint64_t)), *tmp = scratch((size_t)q, sizeof(uint64_t));
+  uint32_t *rows = scratch((size_t)q, sizeof(uint32_t)), *tmp_rows = scratch((size_t)q, sizeof(uint32_t));
+  size_t *first = calloc((size_t)groups + 2, sizeof(size_t)), *seg = calloc((size_t)groups + 2, sizeof(size_t));
+  size_t *counts = malloc((64 / DIGIT_BITS + 1) * DIGITS * sizeof(size_t));
+  int failed = !keys || !tmp || !rows || !tmp_rows || !first || !seg || !counts;
+  Py_BEGIN_ALLOW_THREADS
+  if (!failed) {
+    for (Py_ssize_t i = 0; i < n; i++) seg[group[i] + 1]++;
+    starts(seg, groups);
+    /* The queries in group order (a counting sort), then each group's by time. */
+    for (Py_ssize_t i = 0; i < q; i++)
+      if (qgroup[i] >= 0) first[qgroup[i] + 1]++;
+    starts(first, groups);
+    for (Py_ssize_t i = 0; i < q; i++) {
+      if (qgroup[i] < 0) continue;
+      size_t at = first[qgroup[i]]++;
+      keys[at] = (uint64_t)qtime[i] - (uint64_t)lo;
+      rows[at] = (uint32_t)i;
+    }
+    int64_t sums[64];
+    size_t from = 0;
+    for (uint32_t g = 0; g < groups; g++) {
+      size_t to = first[g];
+      sort_keys(keys + from, rows + from, tmp, tmp_rows, to - from, 0, counts);
+      /* The group's segments walked once along its queries in time order. */
+      size_t j = seg[g], stop = seg[g + 1];
+      memset(sums, 0, sizeof(sums));
+      for (size_t i = from; i < to; i++) {
+        int64_t t = (int64_t)(keys[i] + (uint64_t)lo);
+        for (; j < stop && begin[j] < t && end[j] <= t; j++) sums[state[j]] += end[j] - begin[j];
+        int64_t *row = out + (size_t)rows[i] * (size_t)states;
+        memcpy(row, sums, (size_t)states * sizeof(int64_t));
+        if (j < stop && begin[j] < t) row[state[j]] += t - begin[j];
+      }
+      from = to;
+    }
+  }
+  free(keys);
+  free(tmp);
+  free(rows);
+  free(tmp_rows);
+  free(first);
+  free(seg);
+  free(counts);
+  Py_END_ALLOW_THREADS
+  result = failed ? PyErr_NoMemory() : omptpy_py_none();
+done:
+  release_all(b, 7);
+  return result;
+}
