@@ -31,7 +31,7 @@ from ..errors import MissingEventsError
 from . import metrics, pystacks, tables
 from .cache import per_trace
 from .pairing import find
-from .states import STALL_LABEL, THREAD_STATES, closed, in_regions, to_int
+from .states import STALL_LABEL, THREAD_STATES, region_tasks, to_int
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -96,7 +96,7 @@ def _pieces(trace: Trace) -> tuple[pd.DataFrame, list[str]]:
         rt = metrics.region_threads(trace)
         return rt, [f"{s}_ns" for s in THREAD_STATES]
     except MissingEventsError:
-        it = in_regions(closed(trace, tables.implicit_intervals))
+        it = region_tasks(trace)
         it = it.assign(in_region_ns=to_int(it["end_ns"]) - to_int(it["begin_ns"]))
         return it, ["in_region_ns"]
 

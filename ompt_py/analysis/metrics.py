@@ -41,6 +41,7 @@ from .states import (
     in_regions,
     key_pid_thread,
     overlap,
+    region_tasks,
     require,
     require_states,
     task_waits,
@@ -366,7 +367,7 @@ def region_threads(trace: Trace) -> pd.DataFrame:
     trace window, see intervals) and its time in each state (busy_ns,
     barrier_wait_ns, sync_wait_ns, lock_wait_ns, idle_ns)."""
     require_states(trace, "imbalance()")
-    it = in_regions(closed(trace, tables.implicit_intervals))
+    it = region_tasks(trace)
     out = it[["pid", "parallel_id", "thread", "thread_num", "begin_ns", "end_ns",
               "duration_ns", "complete"]].reset_index(drop=True)
     times = overlap(thread_states(trace), thread_key(out["pid"], out["thread"]),
@@ -380,9 +381,9 @@ def region_threads(trace: Trace) -> pd.DataFrame:
 @per_trace
 def region_rows(trace: Trace) -> np.ndarray:
     """The row of tables.parallel_regions() (the same as linked_regions') of each
-    row of region_threads() (the implicit tasks of regions: in_regions(closed(
-    trace, tables.implicit_intervals)), in that order); -1 for none."""
-    it = in_regions(closed(trace, tables.implicit_intervals))
+    row of region_threads() (the implicit tasks of regions: region_tasks(trace), in
+    that order); -1 for none."""
+    it = region_tasks(trace)
     regions = tables.linked_regions(trace).table
     if regions.empty or it.empty:
         return np.full(len(it), -1, np.intp)

@@ -224,6 +224,13 @@ def in_regions(implicit: pd.DataFrame) -> pd.DataFrame:
     return implicit[(to_int(implicit["flags"]) & TASK_INITIAL) == 0]
 
 
+@per_trace
+def region_tasks(trace: Trace) -> pd.DataFrame:
+    """The implicit tasks of parallel regions, with those the trace window cut off:
+    in_regions(closed(trace, tables.implicit_intervals)), made once per trace."""
+    return in_regions(closed(trace, tables.implicit_intervals))
+
+
 # ---- the states ------------------------------------------------------------------------------
 
 
@@ -255,6 +262,7 @@ def tool_stalls(trace: Trace) -> pd.DataFrame:
     return out.iloc[np.argsort(begin, kind="stable")].reset_index(drop=True)
 
 
+@per_trace
 def _explicit_owned(trace: Trace) -> np.ndarray:
     """Which rows of closed(trace, wait_intervals) belong to explicit tasks (taskwait in a task)."""
     waits = closed(trace, tables.wait_intervals)
@@ -294,7 +302,7 @@ def task_waits(trace: Trace) -> pd.DataFrame:
 def thread_states(trace: Trace) -> Segments:
     """Per thread (group = pid << 32 | thread), disjoint segments in the states of
     THREAD_STATES; the time between them is idle."""
-    implicit = in_regions(closed(trace, tables.implicit_intervals))
+    implicit = region_tasks(trace)
     waits = closed(trace, tables.wait_intervals)
     pieces = tables.task_pieces(trace)
     mutex = tables.mutex(trace)

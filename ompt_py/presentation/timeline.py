@@ -26,7 +26,7 @@ import pandas as pd
 from ..analysis import metrics, offload, tables
 from ..analysis.cache import per_trace
 from ..analysis.pairing import find, group_ids
-from ..analysis.states import closed, in_regions, is_barrier, thread_key, to_int
+from ..analysis.states import closed, is_barrier, region_tasks, thread_key, to_int
 from ..errors import MissingEventsError
 from ..records import TRANSFERS_TO_DEVICE, WORK_TYPES
 
@@ -141,7 +141,7 @@ def _implicit(trace: Trace) -> pd.DataFrame:
     try:
         rt = metrics.region_threads(trace)
     except MissingEventsError:
-        it = in_regions(closed(trace, tables.implicit_intervals))
+        it = region_tasks(trace)
         return it[["pid", "parallel_id", "thread", "begin_ns", "end_ns"]].assign(wait_ns=-1)
     wait = rt["barrier_wait_ns"] + rt["sync_wait_ns"] + rt["lock_wait_ns"]
     return rt[["pid", "parallel_id", "thread", "begin_ns", "end_ns"]].assign(wait_ns=wait)
@@ -220,7 +220,10 @@ def bars(trace: Trace) -> Bars:
     if offload.has_offload(trace):
         parts += _host_offload(trace, sites)
     table = pd.concat(parts, ignore_index=True)
-    return Bars(table[table["end_ns"] >= table["begin_ns"]].reset_index(drop=True), sites.table())
+    ordered = (table["end_ns"] >= table["begin_ns"]).to_numpy()
+    if not ordered.all():
+        table = table[ordered].reset_index(drop=True)
+    return Bars(table, sites.table())
 
 
 def _host_offload(trace: Trace, sites: _Sites) -> list[pd.DataFrame]:

@@ -113,18 +113,21 @@ def bar_set(trace: Trace, rows: Lanes, lo: int, hi: int) -> tuple[lod.BarSet, pd
     t, dev = b.table, device_bars(trace)
     lane = np.concatenate([rows.of(t["key"].to_numpy(), False),
                            rows.of(dev["key"].to_numpy(np.int64), True)])
-    both = pd.concat([t, dev[t.columns]], ignore_index=True)
-    begin, end = both["begin_ns"].to_numpy(np.int64), both["end_ns"].to_numpy(np.int64)
+
+    def column(name: str, dtype: type) -> np.ndarray:
+        """The column of the threads' bars then the devices' (no frame made)."""
+        return np.concatenate([t[name].to_numpy(dtype), dev[name].to_numpy(dtype)])
+
+    begin, end = column("begin_ns", np.int64), column("end_ns", np.int64)
     keep = (lane >= 0) & (end >= lo) & (begin <= hi)
-    both, lane = both[keep], lane[keep]
-    kind = both["kind"].to_numpy(np.int64)
+    kind = column("kind", np.int64)[keep]
     layers = np.array([k.layer for k in KINDS])
     return lod.BarSet(
-        lane=lane.astype(np.int32), begin=np.clip(both["begin_ns"].to_numpy(np.int64), lo, hi) - lo,
-        end=np.clip(both["end_ns"].to_numpy(np.int64), lo, hi) - lo, kind=kind.astype(np.int16),
-        layer=layers[kind].astype(np.int8), site=both["site"].to_numpy(np.int32),
-        team=both["team"].to_numpy(np.int32), wait=both["wait_ns"].to_numpy(np.int64),
-        sub=both["sub"].to_numpy(np.int8), tracks=both["tracks"].to_numpy(np.int8)), b.sites
+        lane=lane[keep].astype(np.int32), begin=np.clip(begin[keep], lo, hi) - lo,
+        end=np.clip(end[keep], lo, hi) - lo, kind=kind.astype(np.int16),
+        layer=layers[kind].astype(np.int8), site=column("site", np.int32)[keep],
+        team=column("team", np.int32)[keep], wait=column("wait_ns", np.int64)[keep],
+        sub=column("sub", np.int8)[keep], tracks=column("tracks", np.int8)[keep]), b.sites
 
 
 # ---- the timeline's data: the tree's nodes and blobs, the first view's sources -----------
