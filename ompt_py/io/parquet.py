@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 #: The key of the trace metadata in a file's key-value metadata.
 PARQUET_KEY = b"ompt_py"
 ROW_GROUP_ROWS = 1 << 20  # rows per Parquet row group
+FILL_ROWS = 1 << 15  # rows of the records read filled at a time (in the cache)
 #: The bound on the memory a conversion of raw files (``convert``) holds for the
 #: trace's rows, beyond the interpreter and its libraries: ``memory=`` of
 #: ompt_py.convert, ``ompt-py run --merge-memory``, else this variable, else
@@ -350,15 +351,26 @@ def read(path: str) -> Parts:
         meta = _meta(path, (parquet_file.metadata.metadata or {}).get(PARQUET_KEY))
         wanted = _columns(path, arrow_schema, one_process=len(meta["processes"]) == 1)
         rows = parquet_file.metadata.num_rows
-        # Column by column into the records: the memory of the records and one
-        # column, not of the whole table besides them.
-        events, pids = np.empty(rows, EVENT_DTYPE), None
-        for name in wanted:
-            values = _column(path, parquet_file, name, rows)
-            if name == "pid":
-                pids = values
-            else:
-                events[name] = values
+        # Row group by row group into the records: the memory of the records and one
+        # group's columns (decoded on every core); each group's columns written into
+        # the records a block of rows at a time, which stays in the cache.
+        events, pid_parts, at = np.empty(rows, EVENT_DTYPE), [], 0
+        for group in range(parquet_file.metadata.num_row_groups):
+            expected = parquet_file.metadata.row_group(group).num_rows
+            table = parquet_file.read_row_group(group, columns=wanted)
+            columns = {name: _column(path, table.column(name), name, expected)
+                       for name in wanted}
+            if "pid" in columns:
+                pid_parts.append(columns.pop("pid"))
+            for a in range(0, expected, FILL_ROWS):
+                block = events[at + a:at + min(a + FILL_ROWS, expected)]
+                for name, values in columns.items():
+                    block[name] = values[a:a + FILL_ROWS]
+            at += expected
+        if at != rows:
+            raise TraceFileError(f"{path}: its row groups hold {at:,} rows, not the {rows:,} "
+                                 "its footer says; the file is damaged")
+        pids = np.concatenate(pid_parts) if pid_parts else None
     except (pa.ArrowException, OSError, ValueError) as e:
         if isinstance(e, TraceFileError):
             raise
@@ -374,11 +386,11 @@ def read(path: str) -> Parts:
     return Parts([events], meta, [(meta["processes"][0]["pid"], rows)])
 
 
-def _column(path: str, parquet_file: pq.ParquetFile, name: str, rows: int) -> np.ndarray:
-    """One column of a trace file as the records' type (schema.PARQUET_COLUMNS);
-    TraceFileError when its values do not fit that type, are null or too few."""
+def _column(path: str, column: pa.ChunkedArray, name: str, rows: int) -> np.ndarray:
+    """One column of a row group of a trace file as the records' type
+    (schema.PARQUET_COLUMNS); TraceFileError when its values do not fit that type,
+    are null or too few."""
     kind = pa.from_numpy_dtype(PARQUET_COLUMNS[name])
-    column = parquet_file.read(columns=[name]).column(name)
     try:
         column = column.cast(kind)
     except pa.ArrowInvalid as e:
@@ -389,6 +401,6 @@ def _column(path: str, parquet_file: pq.ParquetFile, name: str, rows: int) -> np
         raise TraceFileError(f"{path}: its column {name} has null values; it is not an "
                              "ompt-py trace (Trace.save writes none)")
     if len(column) != rows:
-        raise TraceFileError(f"{path}: its column {name} has {len(column):,} values, not the "
-                             f"{rows:,} rows its footer says; the file is damaged")
+        raise TraceFileError(f"{path}: its column {name} has {len(column):,} values in a row "
+                             f"group, not the {rows:,} rows its footer says; the file is damaged")
     return column.to_numpy()
