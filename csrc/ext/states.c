@@ -6,7 +6,7 @@
  *   in time order, the layers open over each piece between two points, that
  *   set's state from a table, adjacent pieces of one group and state merged;
  * - cumulative(): the time a group spent in each state of such segments
- *   before each of some times.
+ *   before each of some times, or between two.
  *
  * Both put their points in group order (a counting sort), then each group's
  * in time order (sort_keys: a merge of the runs the tables come in, or a radix
@@ -272,17 +272,20 @@ done:
   return result;
 }
 
-/* cumulative(group, begin, end, state, query_group, query_time, out)
+/* cumulative(group, begin, end, state, query_group, query_time, out, spans)
  * The segments (group: int32, sorted; begin, end: int64, disjoint in a group
  * and sorted by begin; state: int8) and queries (query_group: int32, a
  * segment group or -1 for one without segments; query_time: int64): out
- * (int64, queries x states, zeros) gets each query's group's time in each
- * state before its time. */
+ * (int64, zeros) gets, per state, each query's group's time before its time
+ * (spans false: queries x states), or with spans the time between each of the
+ * first half of the queries and the same one of the second half (the spans'
+ * begins then ends: queries / 2 x states). */
 PyObject *omptpy_py_cumulative(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *objs[7], *result = NULL;
-  if (!PyArg_ParseTuple(args, "OOOOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
-                        &objs[5], &objs[6]))
+  int spans;
+  if (!PyArg_ParseTuple(args, "OOOOOOOp", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
+                        &objs[5], &objs[6], &spans))
     return NULL;
   Py_buffer b[7] = {{0}};
   Py_ssize_t n = -1, q = -1, no = -1;
@@ -295,9 +298,12 @@ PyObject *omptpy_py_cumulative(PyObject *m, PyObject *args) {
       get_array(objs[6], &b[6], 8, &no, 1, "cumulative: out") < 0)
     goto done;
   Py_ssize_t states = b[6].ndim == 2 ? b[6].shape[1] : 0;
-  if (b[6].ndim != 2 || b[6].shape[0] != q || states < 1 || states > 64 || q >= UINT32_MAX) {
+  Py_ssize_t out_rows = spans ? q / 2 : q;
+  if (b[6].ndim != 2 || b[6].shape[0] != out_rows || (spans && q % 2) || states < 1 ||
+      states > 64 || q >= UINT32_MAX) {
     PyErr_SetString(PyExc_ValueError,
-                    "cumulative: out of shape (queries, states), at most 64 states, 2**32 rows");
+                    "cumulative: out of shape (queries, states) or, with spans, (queries / 2, "
+                    "states), at most 64 states, 2**32 rows");
     goto done;
   }
   const int32_t *group = b[0].buf, *qgroup = b[4].buf;
@@ -352,9 +358,18 @@ PyObject *omptpy_py_cumulative(PyObject *m, PyObject *args) {
       for (size_t i = from; i < to; i++) {
         int64_t t = (int64_t)(keys[i] + (uint64_t)lo);
         for (; j < stop && begin[j] < t && end[j] <= t; j++) sums[state[j]] += end[j] - begin[j];
-        int64_t *row = out + (size_t)rows[i] * (size_t)states;
-        memcpy(row, sums, (size_t)states * sizeof(int64_t));
-        if (j < stop && begin[j] < t) row[state[j]] += t - begin[j];
+        int64_t partial = j < stop && begin[j] < t ? t - begin[j] : 0;
+        if (!spans) {
+          int64_t *row = out + (size_t)rows[i] * (size_t)states;
+          memcpy(row, sums, (size_t)states * sizeof(int64_t));
+          if (partial) row[state[j]] += partial;
+          continue;
+        }
+        /* A span's begin takes the time before it off, its end adds the time before it. */
+        int after = rows[i] >= (uint32_t)out_rows;
+        int64_t *row = out + (size_t)(rows[i] - (after ? out_rows : 0)) * (size_t)states;
+        for (Py_ssize_t k = 0; k < states; k++) row[k] += after ? sums[k] : -sums[k];
+        if (partial) row[state[j]] += after ? partial : -partial;
       }
       from = to;
     }

@@ -51,9 +51,13 @@ _USABLE_LEVELS = ("always", "sometimes", "sometimes_paired")
 # ---- events an analysis needs -------------------------------------------------------------
 
 
+@per_trace
 def threads(trace: Trace) -> np.ndarray:
     """The thread keys (pid << 32 | thread) of the trace, sorted."""
-    return np.sort(pd.unique(thread_key(trace.pids, trace.events["thread"])))
+    thread, pid = trace.events["thread"], trace.single_pid
+    if pid is not None:  # one process: its threads, without a key per record
+        return np.sort(thread_key(pid, pd.unique(thread)))
+    return np.sort(pd.unique(thread_key(trace.pids, thread)))
 
 
 #: Stands, in ``when`` of require, for implicit tasks of teams of several threads
@@ -157,26 +161,30 @@ def sweep(group: np.ndarray, begin: np.ndarray, end: np.ndarray, layer: np.ndarr
                     np.frombuffer(e, np.int64), np.frombuffer(s, np.int8))
 
 
-def cumulative(seg: Segments, n_states: int, group: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Time each group spent in each state before each time: shape (len(t), n_states)
-    (``_core.cumulative``)."""
-    out = np.zeros((len(group), n_states), dtype=np.int64)
+def _state_times(seg: Segments, n_states: int, group: np.ndarray, t: np.ndarray,
+                 spans: bool) -> np.ndarray:
+    """``_core.cumulative`` on the segments and queries (group, t)."""
+    out = np.zeros((len(group) // 2 if spans else len(group), n_states), dtype=np.int64)
     codes, uniques = _codes(seg.group)
-    at = np.searchsorted(uniques, np.asarray(group, np.int64))
+    group = np.asarray(group, np.int64)
+    at = np.searchsorted(uniques, group)
     known = at < len(uniques)
-    known[known] = uniques[at[known]] == np.asarray(group, np.int64)[known]
+    known[known] = uniques[at[known]] == group[known]
     _core.cumulative(codes, seg.begin, seg.end, seg.state, np.where(known, at, -1).astype(np.int32),
-                     np.asarray(t, np.int64), out)
+                     np.asarray(t, np.int64), out, spans)
     return out
+
+
+def cumulative(seg: Segments, n_states: int, group: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Time each group spent in each state before each time: shape (len(t), n_states)."""
+    return _state_times(seg, n_states, group, t, False)
 
 
 def overlap(seg: Segments, group: np.ndarray, begin: np.ndarray,
             end: np.ndarray) -> np.ndarray:
     """Time in each state within each [begin, end) of a group: shape (len(begin), states)."""
-    m = len(group)
-    both = cumulative(seg, len(THREAD_STATES), np.concatenate([group, group]),
-                      np.concatenate([begin, end]))
-    return both[m:] - both[:m]
+    return _state_times(seg, len(THREAD_STATES), np.concatenate([group, group]),
+                        np.concatenate([begin, end]), True)
 
 
 # ---- intervals the trace window cut off -------------------------------------------------------

@@ -65,12 +65,21 @@ def test_sweep_and_cumulative_as_defined(seed, ordered):
     # Time per state before each query time, queries in any order, one group unknown.
     queries = rng.integers(0, 4, 300) * 7 + 3
     times = rng.integers(-5, 240, 300)
+    def before(g, t):
+        mine = want[want[:, 0] == g]
+        inside = np.clip(t - mine[:, 1], 0, mine[:, 2] - mine[:, 1])
+        return np.array([inside[mine[:, 3] == s].sum() for s in range(3)])
+
     cum = states.cumulative(seg, 3, queries, times)
     for i in range(len(queries)):
-        mine = want[want[:, 0] == queries[i]]
-        inside = np.clip(times[i] - mine[:, 1], 0, mine[:, 2] - mine[:, 1])
+        np.testing.assert_array_equal(cum[i], before(queries[i], times[i]))
+    # Time per state within spans, some ending before they begin (states.overlap: 5 states).
+    ends = times + rng.integers(-20, 60, len(times))
+    within = states.overlap(seg, queries, times, ends)
+    for i in range(len(queries)):
         np.testing.assert_array_equal(
-            cum[i], [inside[mine[:, 3] == s].sum() for s in range(3)])
+            within[i], np.append(before(queries[i], ends[i]) - before(queries[i], times[i]),
+                                 [0, 0]))
 
 
 def test_sweep_keeps_times_far_from_zero_and_refuses_a_span_beyond_a_trace():
