@@ -249,6 +249,33 @@ def find(
     before the query's time; with times and first, the first, found in time order),
     or -1."""
 
+def sweep(
+    group: Buffer,
+    begin: Buffer,
+    end: Buffer,
+    layer: Buffer,
+    table: Buffer,
+    groups: int,
+    /,
+) -> tuple[bytearray, bytearray, bytearray, bytearray]:
+    """The segments of the layers' intervals per group, each piece in the state
+    table[set of open layers], as bytearrays (group, begin, end, state)."""
+
+def cumulative(
+    group: Buffer,
+    begin: Buffer,
+    end: Buffer,
+    state: Buffer,
+    query_group: Buffer,
+    query_time: Buffer,
+    out: Buffer,
+    spans: bool,
+    /,
+) -> None:
+    """Each query's group's time in each state of the segments before its time, into
+    out (queries x states); with spans, the time between each of the first half of
+    the queries and the same one of the second half (queries / 2 x states)."""
+
 def format_rows(
     parts: tuple[bytes, ...],
     columns: list[tuple[int, Buffer, Buffer | None, bytes, tuple[bytes, ...] | None]],

@@ -406,9 +406,10 @@ static PyMethodDef methods[] = {
          "The segments of the layers' intervals per group, each piece in the state "
          "table[set of open layers], as bytearrays (group, begin, end, state).")},
     {"cumulative", omptpy_py_cumulative, METH_VARARGS,
-     DOC("cumulative($module, group, begin, end, state, query_group, query_time, out, /)",
+     DOC("cumulative($module, group, begin, end, state, query_group, query_time, out, spans, /)",
          "Each query's group's time in each state of the segments before its time, into "
-         "out (queries x states).")},
+         "out (queries x states); with spans, the time between each of the first half of "
+         "the queries and the same one of the second half (queries / 2 x states).")},
     {"format_rows", omptpy_py_format_rows, METH_VARARGS,
      DOC("format_rows($module, parts, columns, /)",
          "Rows of text, each parts[0] value parts[1] ... parts[-1]; a column is (FORMAT_*, "
