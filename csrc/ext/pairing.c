@@ -108,7 +108,8 @@ static inline uint64_t column_read(const column *c, Py_ssize_t i) {
  * that word, and its hash (a bijection) tells it from every other. */
 typedef struct {
   Py_ssize_t ncol, n;
-  int packed;
+  int packed, may_miss; /* may_miss: a column is missing_if_zero */
+  int shift[MAX_KEYS];  /* packed: where each column's value lies in the word */
   column col[MAX_KEYS];
 } keyset;
 
@@ -133,7 +134,12 @@ static int keyset_get(keyset *k, PyObject *list, Py_ssize_t *n) {
   }
   k->n = *n;
   Py_ssize_t bytes = 0;
-  for (Py_ssize_t j = 0; j < k->ncol; j++) bytes += k->col[j].size;
+  k->may_miss = 0;
+  for (Py_ssize_t j = 0; j < k->ncol; j++) {
+    k->shift[j] = 8 * (int)bytes;
+    bytes += k->col[j].size;
+    k->may_miss |= k->col[j].zero_missing;
+  }
   k->packed = bytes <= 8;
   return 0;
 }
@@ -153,19 +159,17 @@ static inline uint64_t mix(uint64_t h, uint64_t v) {
 /* The key's missing flag and hash, from its words. */
 static inline void key_hash(const keyset *k, key *q) {
   uint64_t h = 0x9E3779B97F4A7C15u, packed = 0;
-  int shift = 0;
-  q->missing = 0;
-  for (Py_ssize_t j = 0; j < k->ncol; j++) {
-    uint64_t v = q->word[j];
-    q->missing |= k->col[j].zero_missing && v == 0;
-    if (k->packed) {
-      packed |= shift < 64 ? v << shift : 0;
-      shift += 8 * (int)k->col[j].size;
-    } else {
-      h = mix(h, v);
-    }
+  int missing = 0;
+  if (k->packed) {
+    for (Py_ssize_t j = 0; j < k->ncol; j++) packed |= q->word[j] << k->shift[j];
+    h = mix(h, packed);
+  } else {
+    for (Py_ssize_t j = 0; j < k->ncol; j++) h = mix(h, q->word[j]);
   }
-  q->hash = k->packed ? mix(h, packed) : h;
+  if (k->may_miss)
+    for (Py_ssize_t j = 0; j < k->ncol; j++) missing |= k->col[j].zero_missing && q->word[j] == 0;
+  q->hash = h;
+  q->missing = missing;
 }
 
 /* The key of row i (each column through its own rows). */
@@ -177,6 +181,15 @@ static inline void key_read(const keyset *k, Py_ssize_t i, key *out) {
 /* The key of the item `row` of every column's data (columns read through the same
  * rows, as pair_events' are: the row read once). */
 static inline void key_at(const keyset *k, Py_ssize_t row, key *out) {
+  if (k->ncol == 1 && k->col[0].size == 8) { /* an id (most keys of pair_events) */
+    const column *c = &k->col[0];
+    uint64_t v;
+    memcpy(&v, c->base + row * c->stride, 8);
+    out->word[0] = v;
+    out->hash = mix(0x9E3779B97F4A7C15u, v);
+    out->missing = c->zero_missing && v == 0;
+    return;
+  }
   for (Py_ssize_t j = 0; j < k->ncol; j++) out->word[j] = column_at(&k->col[j], row);
   key_hash(k, out);
 }
@@ -413,6 +426,13 @@ typedef struct {
   Py_ssize_t seen_mask;
   table twice;
   int64_t *rank;
+  /* Looked into: the changes of its stacks so far (opens and ends), and the last
+   * key looked up in it (the hash and values), when, and what it found: a lookup
+   * of the same key with no change since finds the same (the begins of a region
+   * look up its id one after the other). */
+  Py_ssize_t changes, memo_changes;
+  key memo;
+  int64_t memo_found;
 } pairing;
 
 /* A lookup: per begin of pairing `of`, the begin of pairing `in` with the key of
@@ -478,23 +498,74 @@ static int see(pairing *p, const key *q, Py_ssize_t s) {
   return p->twice.slots[h].row >= 0 ? 0 : table_set(&p->twice, h, q->hash, s);
 }
 
+/* What a lookup of the key q (not missing) in pairing `in` finds now: the begin
+ * open with it (its slot), or LOOK_AGAIN where another of its key may have begun
+ * before or none is open.  The last answer is kept (in->memo). */
+static int64_t look_in(pairing *in, const key *q) {
+  if (in->memo_changes == in->changes && in->memo.hash == q->hash &&
+      (in->keys.packed ||
+       !memcmp(in->memo.word, q->word, (size_t)in->keys.ncol * sizeof *q->word)))
+    return in->memo_found;
+  int64_t found = LOOK_AGAIN;
+  if (in->twice.slots[table_slot(&in->twice, &in->keys, q)].row < 0) {
+    Py_ssize_t e = in->st.open.slots[table_slot(&in->st.open, &in->keys, q)].row;
+    if (e >= 0) found = e;
+  }
+  in->memo = *q;
+  in->memo_changes = in->changes;
+  return in->memo_found = found;
+}
+
+/* ---- the pass ---------------------------------------------------------------------- */
+
+/* What the pass reads: per record its role index (`role`, the last: nothing to do),
+ * per role index the pairings it opens and closes (bit k: pairing k), per pairing
+ * the lookups of its begins (their indices). */
+typedef struct {
+  pairing *g;
+  lookup *lk;
+  const int64_t *order;
+  Py_ssize_t n;
+  const uint16_t *role;
+  const uint32_t *opens, *closes;
+  const Py_ssize_t *capacity; /* per pairing: its begins counted before the pass */
+  Py_ssize_t looks[MAX_PAIRINGS][MAX_PAIRINGS], nlooks[MAX_PAIRINGS];
+} passing;
+
 /* The lookups of the begin at record `row`, slot s, of pairing k. */
-static void look_up(Py_ssize_t k, Py_ssize_t s, Py_ssize_t row, const pairing *g, lookup *lk,
-                    Py_ssize_t nlk) {
+static void look_up(const passing *w, Py_ssize_t k, Py_ssize_t s, Py_ssize_t row) {
   key q;
-  for (Py_ssize_t l = 0; l < nlk; l++) {
-    if (lk[l].of != k) continue;
-    key_at(&lk[l].keys, row, &q);
-    const pairing *in = &g[lk[l].in];
-    if (q.missing) {
-      lk[l].found[s] = -1;
-    } else if (in->twice.slots[table_slot(&in->twice, &in->keys, &q)].row >= 0) {
-      lk[l].found[s] = LOOK_AGAIN;
-    } else {
-      Py_ssize_t e = in->st.open.slots[table_slot(&in->st.open, &in->keys, &q)].row;
-      lk[l].found[s] = e >= 0 ? e : LOOK_AGAIN;
+  for (Py_ssize_t j = 0; j < w->nlooks[k]; j++) {
+    lookup *l = &w->lk[w->looks[k][j]];
+    key_at(&l->keys, row, &q);
+    l->found[s] = q.missing ? -1 : look_in(&w->g[l->in], &q);
+  }
+}
+
+/* The pass over the records in time order.  Returns 0, 1 when out of memory, 2
+ * when order names a row twice. */
+static int pass(const passing *w) {
+  key q;
+  for (Py_ssize_t i = 0; i < w->n; i++) {
+    Py_ssize_t row = w->order[i], at = w->role[row];
+    uint32_t opening = w->opens[at];
+    for (uint32_t todo = opening | w->closes[at]; todo; todo &= todo - 1) {
+      Py_ssize_t k = __builtin_ctz(todo), s;
+      pairing *p = &w->g[k];
+      key_at(&p->keys, row, &q);
+      p->changes++;
+      if (!(opening >> k & 1)) {
+        if (stacks_close(&p->st, &q, i) < 0) p->unmatched_ends++;
+        continue;
+      }
+      if ((s = p->count) == w->capacity[k]) return 2;
+      ((int64_t *)PyBytes_AS_STRING(p->begins))[s] = i;
+      if (stacks_open(&p->st, &q, s) == -2 || (p->seen && see(p, &q, s) < 0)) return 1;
+      p->count++;
+      look_up(w, k, s, row);
     }
   }
+  return 0;
 }
 
 /* pair_events(order, events, endpoints, pairings[, as_rows, lookups]): several
@@ -530,6 +601,7 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   Py_ssize_t nlk = lookup_list ? PyList_GET_SIZE(lookup_list) : 0;
   uint32_t *opens = NULL, *closes = NULL;
   Py_ssize_t *there = NULL;
+  uint16_t *role_of = NULL; /* per record: its role index, read by the pass */
   column events = {0}, endpoints = {0};
   Py_buffer order_buf = {0};
   pairing g[MAX_PAIRINGS];
@@ -548,8 +620,6 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   const int64_t *order = order_buf.buf;
   Py_ssize_t n = order_buf.len / 8;
   const char *bad = is_int64(&order_buf) ? NULL : "pair_events: order, an array of int64";
-  for (Py_ssize_t i = 0; i < n && !bad; i++)
-    if (order[i] < 0 || order[i] >= records) bad = "pair_events: order names rows not there";
   if (events.at || endpoints.at) bad = "pair_events: events read through order, not rows";
   if (bad) {
     PyErr_SetString(PyExc_ValueError, bad);
@@ -583,10 +653,15 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   Py_ssize_t nroles = 1;
   for (Py_ssize_t k = 0; k < npairings; k++)
     if (g[k].roles.len + 1 > nroles) nroles = g[k].roles.len + 1;
+  if (nroles > UINT16_MAX) {
+    PyErr_SetString(PyExc_ValueError, "pair_events: roles of at most 16,383 events");
+    goto done;
+  }
   opens = PyMem_Calloc((size_t)nroles, sizeof *opens);
   closes = PyMem_Calloc((size_t)nroles, sizeof *closes);
   there = PyMem_Calloc((size_t)nroles, sizeof *there);
-  if (!opens || !closes || !there) {
+  role_of = PyMem_Malloc((size_t)records * sizeof *role_of + 1);
+  if (!opens || !closes || !there || !role_of) {
     PyErr_NoMemory();
     goto done;
   }
@@ -596,9 +671,17 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
       if (role == PAIR_OPEN) opens[at] |= 1u << k;
       if (role == PAIR_CLOSE) closes[at] |= 1u << k;
     }
+  /* Each record's role index and how many have each; order checked. */
+  for (Py_ssize_t i = 0; i < n && !bad; i++)
+    if (order[i] < 0 || order[i] >= records) bad = "pair_events: order names rows not there";
+  if (bad) {
+    PyErr_SetString(PyExc_ValueError, bad);
+    goto done;
+  }
   for (Py_ssize_t r = 0; r < records; r++) {
-    Py_ssize_t at = role_index(column_read(&events, r), column_read(&endpoints, r));
-    there[at < nroles ? at : nroles - 1]++;
+    Py_ssize_t at = role_index(column_at(&events, r), column_at(&endpoints, r));
+    role_of[r] = (uint16_t)(at < nroles ? at : nroles - 1);
+    there[role_of[r]]++;
   }
   /* The begins of each pairing, counted: its outputs are made that long. */
   Py_ssize_t counts[MAX_PAIRINGS] = {0};
@@ -616,6 +699,7 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     g[k].st.open.rows = (const int64_t *)PyBytes_AS_STRING(g[k].begins);
     g[k].st.keys = &g[k].keys;
     g[k].st.link = (Py_ssize_t *)PyBytes_AS_STRING(g[k].ends);
+    g[k].memo_changes = -1; /* no key looked up yet */
   }
   for (Py_ssize_t l = 0; l < nlk; l++) {
     pairing *in = &g[lk[l].in];
@@ -631,33 +715,12 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     }
     in->twice.rows = in->st.open.rows;
   }
-  int failed = 0;
+  passing w = {.g = g, .lk = lk, .order = order, .n = n, .role = role_of, .opens = opens,
+               .closes = closes, .capacity = counts};
+  for (Py_ssize_t l = 0; l < nlk; l++) w.looks[lk[l].of][w.nlooks[lk[l].of]++] = l;
+  int failed;
   Py_BEGIN_ALLOW_THREADS
-  key q;
-  for (Py_ssize_t i = 0; i < n && !failed; i++) {
-    Py_ssize_t row = order[i];
-    Py_ssize_t at = role_index(column_at(&events, row), column_at(&endpoints, row));
-    if (at >= nroles) continue;
-    for (uint32_t mine = opens[at] | closes[at]; mine; mine &= mine - 1) {
-      Py_ssize_t k = __builtin_ctz(mine);
-      pairing *p = &g[k];
-      key_at(&p->keys, row, &q);
-      if (opens[at] >> k & 1) {
-        if (8 * p->count == PyBytes_GET_SIZE(p->begins)) { /* order names a row twice */
-          failed = 2;
-          break;
-        }
-        ((int64_t *)PyBytes_AS_STRING(p->begins))[p->count] = i;
-        if (stacks_open(&p->st, &q, p->count) == -2 || (p->seen && see(p, &q, p->count) < 0)) {
-          failed = 1;
-          break;
-        }
-        look_up(k, p->count++, row, g, lk, nlk);
-      } else if (stacks_close(&p->st, &q, i) < 0) {
-        p->unmatched_ends++;
-      }
-    }
-  }
+  failed = pass(&w);
   /* Each pairing looked into, its closed begins numbered; each lookup's found, per
    * closed begin, as the index of a closed pair. */
   for (Py_ssize_t k = 0; k < npairings && !failed; k++) {
@@ -740,6 +803,7 @@ done:
     Py_XDECREF(lk[l].out);
     keyset_release(&lk[l].keys);
   }
+  PyMem_Free(role_of);
   PyMem_Free(there);
   PyMem_Free(closes);
   PyMem_Free(opens);
