@@ -132,6 +132,10 @@ enum {
 
 PyObject *omptpy_py_format_rows(PyObject *m, PyObject *args);
 
+/* ---- lod.c: the aggregates of the view's levels of detail ------------------------ */
+
+PyObject *omptpy_py_lod_sum(PyObject *m, PyObject *args);
+
 /* ---- proto.c: the Perfetto protobuf export's packets ------------------------------ */
 
 /* What proto_payloads() makes of a column (the module's PROTO_*). */

@@ -433,6 +433,14 @@ static PyMethodDef methods[] = {
     {"proto_counters", omptpy_py_proto_counters, METH_VARARGS,
      DOC("proto_counters($module, time, uuid, value, sequence, /)",
          "A counter TracePacket per row, as a Trace's bytes.")},
+    {"lod_sum", omptpy_py_lod_sum, METH_VARARGS,
+     DOC("lod_sum($module, begin, end, group, site, shift, node_bits, below, delta, gbits, /)",
+         "One level of the view's aggregates (lod.py), node by node (2**node_bits ns): each "
+         "bar (int64 begin and end, in the order of their nodes, held whole) cut at the bins "
+         "of 2**shift ns it touches, the rows of the level below (a result of lod_sum, its "
+         "bins >> delta, or None) added, and the rows of each key (bin << gbits | group) "
+         "summed: (key, covered, bars, largest, site of the first largest) as int64 bytes, "
+         "by key.")},
     {"tick_scale", omptpy_py_tick_scale, METH_VARARGS,
      DOC("tick_scale($module, first_ticks, first_ns, last_ticks, last_ns, estimate, /)",
          "Nanoseconds per tick: the slope between the anchors when they are far enough "

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import _core
+
 #: Children per node.
 FANOUT = 4
 _FAN_BITS = 2
@@ -124,14 +126,12 @@ class Tree:
 
 
 def bit_length(x: np.ndarray) -> np.ndarray:
-    """The bit length of each non-negative int64 (0 for 0)."""
-    y = x.astype(np.int64, copy=True)
-    n = np.zeros(len(y), np.int64)
-    for s in (32, 16, 8, 4, 2, 1):
-        big = (y >> s) != 0
-        n[big] += s
-        y[big] >>= s
-    return n + (y != 0)
+    """The bit length of each non-negative int64 (0 for 0): the exponent frexp
+    gives each 32-bit half (exact in a float64)."""
+    x = np.asarray(x, np.int64)
+    high, low = x >> 32, x & 0xFFFF_FFFF
+    return np.where(high > 0, np.frexp(high.astype(np.float64))[1] + 32,
+                    np.frexp(low.astype(np.float64))[1]).astype(np.int64)
 
 
 def build(bars: BarSet, span: int, lanes: int) -> Tree:
@@ -143,39 +143,43 @@ def build(bars: BarSet, span: int, lanes: int) -> Tree:
     tree = Tree(bits, bins)
     deepest = min(MAX_DEPTH, bits // _FAN_BITS)
     first, last = bars.begin, np.maximum(bars.begin, bars.end - 1)
-    # The deepest node holding each bar whole: as deep as begin and end agree.
-    holder = np.minimum((bits - bit_length(first ^ last)) // _FAN_BITS, deepest)
     by_begin = np.argsort(bars.begin, kind="stable")
-    sorted_begin, sorted_end = bars.begin[by_begin], np.sort(bars.end)
-    # Top down: a node is inner while it intersects more than LEAF_BARS bars.
+    # (Sorted stably: both are about sorted already, which timsort makes quick.)
+    sorted_begin, sorted_end = bars.begin[by_begin], np.sort(bars.end, kind="stable")
+    # Top down: a node is inner while it intersects more than LEAF_BARS bars.  The
+    # nodes that are not (the leaves, and the empty spans) tile the window.
     inner: list[np.ndarray] = []
+    tiles: list[np.ndarray] = []
+    tile_depth: list[np.ndarray] = []
     candidates = np.zeros(1, np.int64)
     for depth in range(deepest + 1):
         width = tree.width(depth)
         start = candidates * width
         count = (np.searchsorted(sorted_begin, start + width, "left")
                  - np.searchsorted(sorted_end, start, "right"))
-        busy = candidates[count > LEAF_BARS] if depth < deepest else candidates[:0]
+        is_busy = (count > LEAF_BARS) & (depth < deepest)
+        busy = candidates[is_busy]
         inner.append(busy)
+        tiles.append(start[~is_busy])
+        tile_depth.append(np.full(int((~is_busy).sum()), depth, np.int8))
         if not len(busy):
             break
         candidates = ((busy[:, None] << _FAN_BITS) + np.arange(FANOUT)).ravel()
-    # Each bar goes down its path until a leaf, or the inner node that holds it whole.
-    where_depth = np.full(len(bars), -1, np.int64)
-    todo = np.arange(len(bars))
-    for depth, busy in enumerate(inner):
-        index = first[todo] >> (bits - _FAN_BITS * depth)
-        at = np.minimum(np.searchsorted(busy, index), max(len(busy) - 1, 0))
-        is_inner = (busy[at] == index) if len(busy) else np.zeros(len(todo), bool)
-        here = ~is_inner | (holder[todo] == depth)
-        where_depth[todo[here]] = depth
-        todo = todo[~here]
-    where_index = first >> (bits - _FAN_BITS * where_depth)
+    # Each bar goes down its path until a leaf (the tile holding its begin) or, when
+    # it crosses the end of that tile, the deepest node that holds it whole (as deep
+    # as its begin and end agree): an inner node above.
+    tile_start = np.concatenate(tiles)
+    by_start = np.argsort(tile_start)
+    tile_start, tile_end = tile_start[by_start], np.append(tile_start[by_start][1:], 1 << bits)
+    tile = np.searchsorted(tile_start, first, "right") - 1
+    where_depth = np.concatenate(tile_depth)[by_start][tile]
+    crossing = np.flatnonzero(last >= tile_end[tile])
+    where_depth[crossing] = (bits - bit_length(first[crossing] ^ last[crossing])) // _FAN_BITS
     # The bars in the order of their nodes (numbered depth by depth), then of begin:
-    # each node's are a slice.
-    node = ((1 << (_FAN_BITS * where_depth)) - 1) // (FANOUT - 1) + where_index
-    order = by_begin[np.argsort(node[by_begin], kind="stable")]
-    bars, where_depth, where_index = bars.take(order), where_depth[order], where_index[order]
+    # each node's are a slice.  A depth's nodes are in the order of their bars' begins.
+    order = by_begin[np.argsort(where_depth[by_begin], kind="stable")]
+    bars, where_depth = bars.take(order), where_depth[order].astype(np.int64)
+    where_index = bars.begin >> (bits - _FAN_BITS * where_depth)
     cut = np.flatnonzero((where_depth[1:] != where_depth[:-1])
                          | (where_index[1:] != where_index[:-1])) + 1
     for a, b in zip(np.append(0, cut).tolist(), np.append(cut, len(order)).tolist()):
@@ -195,114 +199,110 @@ def _has(sorted_values: np.ndarray, value: int) -> bool:
     return bool(at < len(sorted_values) and sorted_values[at] == value)
 
 
+@dataclass
+class _Groups:
+    """Each bar's (lane, layer, kind) as one number, in their order: ``of_bar``, below
+    2**``bits``: (lane * layers + layer) * kinds + kind, or its rank among those
+    present (``present``, when that number would not leave room for the bins)."""
+
+    of_bar: np.ndarray
+    bits: int
+    layers: int
+    kinds: int
+    present: np.ndarray | None
+
+    def split(self, group: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The lane, layer and kind of each group."""
+        combined = self.present[group] if self.present is not None else group
+        return (combined // (self.layers * self.kinds), combined // self.kinds % self.layers,
+                combined % self.kinds)
+
+
+def _groups(bars: BarSet, bin_bits: int) -> _Groups:
+    """The groups of ``bars``, numbered densely when the combination of lane, layer
+    and kind would leave fewer than ``bin_bits`` bits of an int64 for the bins."""
+    lanes, layers, kinds = (int(c.max()) + 1 if len(c) else 1
+                            for c in (bars.lane, bars.layer, bars.kind))
+    most = lanes * layers * kinds - 1
+    # (In int32 when it holds them: half the memory.)
+    combined = ((bars.lane.astype(np.int32 if most < 1 << 31 else np.int64) * layers
+                 + bars.layer) * kinds + bars.kind)
+    if most.bit_length() + bin_bits <= 62:
+        return _Groups(combined, most.bit_length(), layers, kinds, None)
+    present, rank = np.unique(combined, return_inverse=True)
+    return _Groups(rank.ravel(), (len(present) - 1).bit_length(), layers, kinds,
+                   present.astype(np.int64))
+
+
 def _aggregate(tree: Tree, bars: BarSet, where_depth: np.ndarray,
                inner: list[np.ndarray]) -> None:
     """Fills the aggregate of every inner node: per lane, layer and bin, the time
     each kind covers (from the deepest inner level up: a level's bins are made of
-    FANOUT bins of the level below, plus the bars kept one level down), then the
-    kind covering most, its share, the bars and the site of the largest.
-    ``bars`` are in the order of ``where_depth``."""
-    # Per (lane, layer, kind, bin) of the level below; the loop ends on an empty level.
-    table: dict[str, np.ndarray] | None = None
-    for depth in range(len(inner) - 1, -1, -1):
-        if not len(inner[depth]):
-            continue
+    FANOUT bins of the level below, plus the bars kept one level down:
+    ``_core.lod_sum``), then the kind covering most, its share, the bars and the
+    site of the largest (``_glyphs``).  ``bars`` are in the order of ``where_depth``."""
+    levels = [depth for depth, busy in enumerate(inner) if len(busy)]
+    if not levels:
+        return
+    groups = _groups(bars, tree.bits - tree.bin_shift(levels[-1]) + 1)
+    # Per (bin, group) of the level below, by bin then group (key: bin << bits | group).
+    table: tuple[np.ndarray, ...] | None = None
+    for depth in reversed(levels):
         shift = tree.bin_shift(depth)
         a, b = np.searchsorted(where_depth, [depth + 1, depth + 2])
-        fresh = _binned(bars.slice(a, b), shift)
-        if table is not None:
-            below = tree.bin_shift(depth + 1)
-            table = dict(table, bin=table["bin"] >> (shift - below))
-            fresh = {k: np.concatenate([table[k], fresh[k]]) for k in fresh}
-        table = _summed(fresh)
-        node = table["bin"] >> (tree.bits - _FAN_BITS * depth - shift)
-        for index in inner[depth].tolist():
-            mine = node == index
-            tree.nodes[(depth, index)].aggregate = _glyphs(
-                {k: v[mine] for k, v in table.items()}, shift)
+        delta = shift - tree.bin_shift(depth + 1) if table is not None else 0
+        table = tuple(np.frombuffer(c, np.int64) for c in _core.lod_sum(
+            bars.begin[a:b], bars.end[a:b], groups.of_bar[a:b], bars.site[a:b], shift,
+            tree.bits - _FAN_BITS * depth, table, delta, groups.bits))
+        node, glyphs = _glyphs(table, groups, shift, tree.bits - _FAN_BITS * depth - shift)
+        glyphs["site"] = glyphs["site"].astype(bars.site.dtype)
+        ends = np.searchsorted(node, inner[depth], "right")
+        for index, lo, hi in zip(inner[depth].tolist(),
+                                 np.searchsorted(node, inner[depth]).tolist(), ends.tolist()):
+            tree.nodes[(depth, index)].aggregate = (
+                {k: v[lo:hi] for k, v in glyphs.items()} if lo < hi
+                else {f: np.empty(0, np.int64) for f in AGGREGATE_FIELDS})
 
 
-def _binned(b: BarSet, shift: int) -> dict[str, np.ndarray]:
-    """Each bar cut at the bins (of 2**shift ns) it touches: lane, layer, kind, bin,
-    covered (ns), bars (1 per piece), largest (the bar's own length) and site."""
-    first, last = b.begin >> shift, np.maximum(b.begin, b.end - 1) >> shift
-    pieces = (last - first + 1).astype(np.int64)
-    row = np.repeat(np.arange(len(b)), pieces)
-    step = np.arange(len(row)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
-    bin_ = first[row] + step
-    lo = np.maximum(b.begin[row], bin_ << shift)
-    hi = np.minimum(b.end[row], (bin_ + 1) << shift)
-    return {"lane": b.lane[row].astype(np.int64), "layer": b.layer[row].astype(np.int64),
-            "kind": b.kind[row].astype(np.int64), "bin": bin_, "covered": hi - lo,
-            "bars": np.ones(len(row), np.int64),
-            "largest": (b.end - b.begin)[row].astype(np.int64), "site": b.site[row]}
-
-
-def _key(bin_: np.ndarray, *keys: np.ndarray) -> np.ndarray:
-    """One int64 per row, in the order of ``keys`` (small, non-negative), then of
-    ``bin_``: the keys' combination shifted above the bins (made dense first when
-    it would not fit)."""
-    combined = np.zeros(len(bin_), np.int64)
-    for k in keys:
-        combined = combined * (int(k.max()) + 1 if len(k) else 1) + k
-    shift = int(bin_.max()).bit_length() if len(bin_) else 0
-    if len(combined) and int(combined.max()).bit_length() + shift > 62:
-        combined = np.unique(combined, return_inverse=True)[1].ravel()
-    return combined << shift | bin_
-
-
-def _first_of_groups(key: np.ndarray) -> np.ndarray:
-    """Where each run of equal values of sorted ``key`` starts."""
+def _glyphs(table: tuple[np.ndarray, ...], groups: _Groups, shift: int,
+            node_shift: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The glyphs of a level's table (``lod_sum``'s): per node, lane, layer and bin
+    the kind covering most (its share, the bars of every kind, the site of that
+    kind's largest bar, the first kind of the most covering), consecutive bins alike
+    as one; each glyph's node (its bins >> ``node_shift``) and the glyphs by node,
+    lane, layer and bin."""
+    key, covered, bars, _, site = table
+    bin_ = key >> groups.bits
+    group = key & ((1 << groups.bits) - 1)
+    lane, layer, kind = groups.split(group)
+    # The rows of a (bin, lane, layer) are one run, by kind.
     new = np.ones(len(key), bool)
-    new[1:] = key[1:] != key[:-1]
-    return np.flatnonzero(new)
-
-
-def _summed(t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Rows of one lane, layer, kind and bin as one: covered and bars summed, the
-    largest bar's length and site kept."""
-    if not len(t["bin"]):
-        return t
-    key = _key(t["bin"], t["lane"], t["layer"], t["kind"])
-    order = np.argsort(key, kind="stable")
-    starts = _first_of_groups(key[order])
-    largest = t["largest"][order]
-    most = np.maximum.reduceat(largest, starts)
-    # The first row of each group holding its largest bar.
-    sizes = np.diff(np.append(starts, len(order)))
-    hits = np.flatnonzero(largest == np.repeat(most, sizes))
-    pick = order[hits[np.searchsorted(hits, starts)]]
-    out = {k: t[k][pick] for k in ("lane", "layer", "kind", "bin", "largest", "site")}
-    out["covered"] = np.add.reduceat(t["covered"][order], starts)
-    out["bars"] = np.add.reduceat(t["bars"][order], starts)
-    return out
-
-
-def _glyphs(t: dict[str, np.ndarray], shift: int) -> dict[str, np.ndarray]:
-    """Per lane, layer and bin the kind covering most (its share, the bars of every
-    kind, the site of that kind's largest bar), consecutive bins alike as one."""
-    if not len(t["bin"]):
-        return {f: np.empty(0, np.int64) for f in AGGREGATE_FIELDS}
-    key = _key(t["bin"], t["lane"], t["layer"])
-    order = np.lexsort((-t["covered"], key))
-    t = {k: v[order] for k, v in t.items()}
-    at = _first_of_groups(key[order])
-    top = {k: t[k][at] for k in ("lane", "layer", "kind", "bin", "site")}
-    bars = np.add.reduceat(t["bars"], at)
-    share = np.minimum(t["covered"][at] / float(1 << shift), 1.0)
+    new[1:] = (bin_[1:] != bin_[:-1]) | (lane[1:] != lane[:-1]) | (layer[1:] != layer[:-1])
+    at = np.flatnonzero(new)
+    most = np.maximum.reduceat(covered, at)
+    hits = np.flatnonzero(covered == np.repeat(most, np.diff(np.append(at, len(key)))))
+    pick = hits[np.searchsorted(hits, at)]
+    node = bin_[pick] >> node_shift
+    order = np.lexsort((bin_[pick], layer[pick], lane[pick], node))
+    pick, node = pick[order], node[order]
+    top = {"lane": lane[pick], "layer": layer[pick], "kind": kind[pick], "bin": bin_[pick],
+           "site": site[pick]}
+    cell_bars = np.add.reduceat(bars, at)[order]
+    share = np.minimum(covered[pick] / float(1 << shift), 1.0)
     step = np.maximum(np.ceil(share * SHARE_STEPS), 1).astype(np.int64)
-    # Consecutive bins of one lane, layer, kind, site and step: one glyph.
-    run = np.ones(len(at), bool)
-    run[1:] = ((top["lane"][1:] != top["lane"][:-1]) | (top["layer"][1:] != top["layer"][:-1])
+    # Consecutive bins of one node, lane, layer, kind, site and step: one glyph.
+    run = np.ones(len(pick), bool)
+    run[1:] = ((node[1:] != node[:-1])
+               | (top["lane"][1:] != top["lane"][:-1]) | (top["layer"][1:] != top["layer"][:-1])
                | (top["kind"][1:] != top["kind"][:-1]) | (top["site"][1:] != top["site"][:-1])
                | (step[1:] != step[:-1]) | (top["bin"][1:] != top["bin"][:-1] + 1))
     starts = np.flatnonzero(run)
-    covered = np.add.reduceat(share, starts)
-    bins = np.diff(np.append(starts, len(at)))
-    return {"lane": top["lane"][starts], "bin": top["bin"][starts], "bins": bins,
-            "kind": top["kind"][starts],
-            "share": np.round(covered / bins * 255).astype(np.int64),
-            "bars": np.add.reduceat(bars, starts), "site": top["site"][starts]}
+    summed = np.add.reduceat(share, starts)
+    bins = np.diff(np.append(starts, len(pick)))
+    return node[starts], {
+        "lane": top["lane"][starts], "bin": top["bin"][starts], "bins": bins,
+        "kind": top["kind"][starts], "share": np.round(summed / bins * 255).astype(np.int64),
+        "bars": np.add.reduceat(cell_bars, starts), "site": top["site"][starts]}
 
 
 # ---- blobs ---------------------------------------------------------------------------------
