@@ -145,11 +145,11 @@ class _Embedded:
 
 def _embed(tree: lod.Tree, origin_ns: int) -> _Embedded:
     nodes: dict[str, list] = {}
-    blobs: list[dict] = []
+    columns_of_blobs: list[list[np.ndarray]] = []
 
     def blob(columns: list[np.ndarray]) -> int:
-        blobs.append(lod.encode(columns))
-        return len(blobs) - 1
+        columns_of_blobs.append(columns)
+        return len(columns_of_blobs) - 1
 
     for (depth, index), node in sorted(tree.nodes.items()):
         start = index * tree.width(depth)
@@ -160,7 +160,7 @@ def _embed(tree: lod.Tree, origin_ns: int) -> _Embedded:
             aggregate = blob(lod.aggregate_columns(node.aggregate, first))
         nodes[f"{depth}/{index}"] = [node.leaf, own, aggregate]
     deepest = max((d for d, _ in tree.nodes), default=0)
-    return _Embedded(nodes, blobs, {
+    return _Embedded(nodes, lod.encode_all(columns_of_blobs), {
         "bits": tree.bits, "fan_bits": lod.FANOUT.bit_length() - 1, "deepest": deepest,
         "origin_ms": origin_ns / 1e6,
         "shifts": [tree.bin_shift(d) for d in range(deepest + 1)]})
