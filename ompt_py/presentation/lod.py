@@ -143,12 +143,13 @@ def build(bars: BarSet, span: int, lanes: int) -> Tree:
                             np.log2(MIN_BINS), np.log2(MAX_BINS)))
     tree = Tree(bits, bins)
     deepest = min(MAX_DEPTH, bits // _FAN_BITS)
-    first, last = bars.begin, np.maximum(bars.begin, bars.end - 1)
     by_begin = np.argsort(bars.begin, kind="stable")
     # (Sorted stably: both are about sorted already, which timsort makes quick.)
     sorted_begin, sorted_end = bars.begin[by_begin], np.sort(bars.end, kind="stable")
     # Top down: a node is inner while it intersects more than LEAF_BARS bars.  The
-    # nodes that are not (the leaves, and the empty spans) tile the window.
+    # nodes of a depth are the children of the inner nodes above; those that are not
+    # inner (the leaves, and the empty spans) tile the window.
+    nodes: list[np.ndarray] = []
     inner: list[np.ndarray] = []
     tiles: list[np.ndarray] = []
     tile_depth: list[np.ndarray] = []
@@ -159,45 +160,36 @@ def build(bars: BarSet, span: int, lanes: int) -> Tree:
         count = (np.searchsorted(sorted_begin, start + width, "left")
                  - np.searchsorted(sorted_end, start, "right"))
         is_busy = (count > LEAF_BARS) & (depth < deepest)
-        busy = candidates[is_busy]
-        inner.append(busy)
+        nodes.append(candidates)
+        inner.append(candidates[is_busy])
         tiles.append(start[~is_busy])
         tile_depth.append(np.full(int((~is_busy).sum()), depth, np.int8))
-        if not len(busy):
+        if not is_busy.any():
             break
-        candidates = ((busy[:, None] << _FAN_BITS) + np.arange(FANOUT)).ravel()
+        candidates = ((inner[-1][:, None] << _FAN_BITS) + np.arange(FANOUT)).ravel()
     # Each bar goes down its path until a leaf (the tile holding its begin) or, when
-    # it crosses the end of that tile, the deepest node that holds it whole (as deep
-    # as its begin and end agree): an inner node above.
+    # it ends beyond that tile, the deepest node that holds it whole (as deep as its
+    # begin and last nanosecond agree): an inner node above.
     tile_start = np.concatenate(tiles)
     by_start = np.argsort(tile_start)
     tile_start, tile_end = tile_start[by_start], np.append(tile_start[by_start][1:], 1 << bits)
-    tile = np.searchsorted(tile_start, first, "right") - 1
+    tile = np.searchsorted(tile_start, bars.begin, "right") - 1
     where_depth = np.concatenate(tile_depth)[by_start][tile]
-    crossing = np.flatnonzero(last >= tile_end[tile])
-    where_depth[crossing] = (bits - bit_length(first[crossing] ^ last[crossing])) // _FAN_BITS
-    # The bars in the order of their nodes (numbered depth by depth), then of begin:
-    # each node's are a slice.  A depth's nodes are in the order of their bars' begins.
-    order = by_begin[np.argsort(where_depth[by_begin], kind="stable")]
-    bars, where_depth = bars.take(order), where_depth[order].astype(np.int64)
-    where_index = bars.begin >> (bits - _FAN_BITS * where_depth)
-    cut = np.flatnonzero((where_depth[1:] != where_depth[:-1])
-                         | (where_index[1:] != where_index[:-1])) + 1
-    for a, b in zip(np.append(0, cut).tolist(), np.append(cut, len(order)).tolist()):
-        if a < b:
-            key = (int(where_depth[a]), int(where_index[a]))
-            is_inner = key[0] < len(inner) and _has(inner[key[0]], key[1])
-            tree.nodes[key] = Node(*key, not is_inner, bars.slice(a, b))
-    for depth, busy in enumerate(inner):
-        for index in busy.tolist():
-            tree.nodes.setdefault((depth, index), Node(depth, index, False, bars.slice(0, 0)))
-    _aggregate(tree, bars, where_depth, inner)
+    crossing = np.flatnonzero(bars.end > tile_end[tile])
+    where_depth[crossing] = (bits - bit_length(bars.begin[crossing] ^ (bars.end[crossing] - 1))
+                             ) // _FAN_BITS
+    # The bars depth by depth, then by begin: each node's are a slice.
+    bars = bars.take(by_begin[np.argsort(where_depth[by_begin], kind="stable")])
+    offsets = np.append(0, np.cumsum(np.bincount(where_depth, minlength=len(nodes))))
+    for depth, (indices, busy) in enumerate(zip(nodes, inner)):
+        a, b = int(offsets[depth]), int(offsets[depth + 1])
+        at = np.append(np.searchsorted(bars.begin[a:b], indices * tree.width(depth)) + a, b)
+        for index, lo, hi, is_inner in zip(indices.tolist(), at[:-1].tolist(), at[1:].tolist(),
+                                           np.isin(indices, busy).tolist()):
+            if lo < hi or is_inner:
+                tree.nodes[(depth, index)] = Node(depth, index, not is_inner, bars.slice(lo, hi))
+    _aggregate(tree, bars, offsets, inner)
     return tree
-
-
-def _has(sorted_values: np.ndarray, value: int) -> bool:
-    at = np.searchsorted(sorted_values, value)
-    return bool(at < len(sorted_values) and sorted_values[at] == value)
 
 
 @dataclass
@@ -235,13 +227,14 @@ def _groups(bars: BarSet, bin_bits: int) -> _Groups:
                    present.astype(np.int64))
 
 
-def _aggregate(tree: Tree, bars: BarSet, where_depth: np.ndarray,
+def _aggregate(tree: Tree, bars: BarSet, offsets: np.ndarray,
                inner: list[np.ndarray]) -> None:
     """Fills the aggregate of every inner node: per lane, layer and bin, the time
     each kind covers (from the deepest inner level up: a level's bins are made of
     FANOUT bins of the level below, plus the bars kept one level down:
     ``_core.lod_sum``), then the kind covering most, its share, the bars and the
-    site of the largest (``_glyphs``).  ``bars`` are in the order of ``where_depth``."""
+    site of the largest (``_glyphs``).  ``bars`` are depth by depth, those of depth d
+    from row ``offsets[d]``."""
     levels = [depth for depth, busy in enumerate(inner) if len(busy)]
     if not levels:
         return
@@ -250,7 +243,7 @@ def _aggregate(tree: Tree, bars: BarSet, where_depth: np.ndarray,
     table: tuple[np.ndarray, ...] | None = None
     for depth in reversed(levels):
         shift = tree.bin_shift(depth)
-        a, b = np.searchsorted(where_depth, [depth + 1, depth + 2])
+        a, b = int(offsets[depth + 1]), int(offsets[depth + 2])
         delta = shift - tree.bin_shift(depth + 1) if table is not None else 0
         table = tuple(np.frombuffer(c, np.int64) for c in _core.lod_sum(
             bars.begin[a:b], bars.end[a:b], groups.of_bar[a:b], bars.site[a:b], shift,
