@@ -131,6 +131,62 @@ def test_blobs_round_trip():
     assert got["wait"].tolist() == [0, 0, 0]  # -1 (not known) + 1
 
 
+def test_blobs_are_encoded_alike_on_a_pool():
+    b = _bar_set(2, [(0, i, 2 * i, i % 7) for i in range(1000)] + [(1, 2**33, 2**34, 5)])
+    columns = [lod.bar_columns(b.slice(a, a + 100), 0) for a in range(0, 1001, 100)]
+    assert lod.encode_all(columns) == [lod.encode(c) for c in columns]
+
+
+def test_bit_length_is_exact():
+    values = [0, 1, 2, 3, 2**31, 2**32 - 1, 2**32, 2**32 + 1, 2**53 - 1, 2**53 + 1,
+              2**62 + 12345, 2**63 - 1]
+    assert lod.bit_length(np.array(values)).tolist() == [v.bit_length() for v in values]
+
+
+def test_lod_sum_cuts_bars_at_bins_and_sums_them():
+    """Bins of 16 ns in nodes of 256: two bars of one group share bin 0, the longer
+    runs into bin 1; the rows of the level below come first in their bin."""
+    from ompt_py import _core
+
+    def ints(*v: int) -> np.ndarray:
+        return np.array(v, np.int64)
+
+    key, covered, bars, largest, site = (np.frombuffer(c, np.int64) for c in _core.lod_sum(
+        ints(0, 3, 40), ints(10, 20, 41), ints(0, 0, 1), ints(5, 7, 9), 4, 8, None, 0, 1))
+    assert key.tolist() == [0 << 1 | 0, 1 << 1 | 0, 2 << 1 | 1]
+    assert covered.tolist() == [10 + 13, 4, 1]
+    assert bars.tolist() == [2, 1, 1]
+    assert largest.tolist() == [17, 17, 1] and site.tolist() == [7, 7, 9]
+    # One level up (bins of 64 ns: delta 2), with a bar of 17 ns of site 3: the first
+    # largest stays the one below.
+    above = tuple(np.frombuffer(c, np.int64) for c in _core.lod_sum(
+        ints(100), ints(117), ints(0), ints(3), 6, 8, (key, covered, bars, largest, site), 2, 1))
+    assert above[0].tolist() == [0 << 1 | 0, 0 << 1 | 1, 1 << 1 | 0]
+    assert above[1].tolist() == [27, 1, 17] and above[4].tolist() == [7, 9, 3]
+    with pytest.raises(ValueError, match="held whole by their nodes"):
+        _core.lod_sum(ints(0), ints(300), ints(0), ints(0), 4, 8, None, 0, 1)
+    with pytest.raises(ValueError, match="begin: an array of int64"):
+        _core.lod_sum(np.zeros(1, np.int32), ints(3), ints(0), ints(0), 4, 8, None, 0, 1)
+    with pytest.raises(ValueError, match=r"groups from 0 below 2\*\*gbits"):
+        _core.lod_sum(ints(0), ints(3), ints(2), ints(0), 4, 8, None, 0, 1)
+
+
+def test_aggregates_do_not_depend_on_how_lanes_are_numbered(monkeypatch):
+    """Lanes 0 and 2**40: their groups (lane, layer, kind) numbered densely, as
+    there is no room for the bins beside them; the same aggregates as lanes 0 and 1."""
+    monkeypatch.setattr(lod, "LEAF_BARS", 50)
+    kinds = [timeline.KIND[k] for k in ("work: loop", "barrier wait", "explicit task")]
+    rows = [(i % 2, 37 * i, 37 * i + 5 + i % 29, kinds[i % 3]) for i in range(3000)]
+    near, far = (lod.build(_bar_set(2, [(lane * top, *rest) for lane, *rest in rows]),
+                           37 * 3000 + 40, 2) for top in (1, 2**40))
+    inner = [key for key, node in near.nodes.items() if node.aggregate is not None]
+    assert len(inner) > 3 and sorted(near.nodes) == sorted(far.nodes)
+    for key in inner:
+        a, b = near.nodes[key].aggregate, far.nodes[key].aggregate
+        assert len(a["bin"]) and (a["lane"] * 2**40).tolist() == b["lane"].tolist()
+        assert all(a[f].tolist() == b[f].tolist() for f in lod.AGGREGATE_FIELDS if f != "lane")
+
+
 def test_a_large_trace_stays_small(monkeypatch):
     """30,000 regions of 2 threads: every bar is in the file once (as a leaf's or a
     node's own), the aggregates are a fraction of them, and the file holds less
