@@ -51,7 +51,9 @@
 # OMPTPY_TEST_PRELOAD, see tests/conftest.py); any error fails the program, and
 # leaks are reported except libomp's own (tests/lsan.supp); then the Python-stack
 # capture, in a sanitized copy of the package, on tests/programs/pystacks_app.py,
-# and the extension's interval kernels (tests/analysis/test_state_sweep.py) in it.
+# and the extension's interval kernels (tests/analysis/test_state_sweep.py) and the
+# view's levels of detail (csrc/ext/lod.c: the lod tests of
+# tests/presentation/test_view.py) in it.
 # make sanitize (not part of make test): test-sanitize, then
 # tests/tool/test_sanitized.py with the tool built with ThreadSanitizer (clang-19,
 # build/tsan/) and the programs linked with its runtime (OMPTPY_TEST_SANITIZER=
@@ -202,6 +204,12 @@ test-sanitize: setup
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	PYTHONSAFEPATH=1 PYTHONPATH=$(SANITIZE_PY) \
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/analysis/test_state_sweep.py
+	@# The view's levels of detail (csrc/ext/lod.c), likewise.
+	LD_PRELOAD=$$(gcc -print-file-name=libasan.so):$$(gcc -print-file-name=libubsan.so) \
+	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	PYTHONSAFEPATH=1 PYTHONPATH=$(SANITIZE_PY) \
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/presentation/test_view.py \
+	  -k "lod or aggregates or blobs or large_trace"
 
 sanitize: test-sanitize
 	@mkdir -p $(TSAN_DIR)
