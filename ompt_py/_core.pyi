@@ -276,6 +276,25 @@ def cumulative(
     out (queries x states); with spans, the time between each of the first half of
     the queries and the same one of the second half (queries / 2 x states)."""
 
+def lod_sum(
+    begin: Buffer,
+    end: Buffer,
+    group: Buffer,
+    site: Buffer,
+    shift: int,
+    node_bits: int,
+    below: tuple[Buffer, Buffer, Buffer, Buffer, Buffer] | None,
+    delta: int,
+    gbits: int,
+    /,
+) -> tuple[bytes, bytes, bytes, bytes, bytes]:
+    """One level of the view's aggregates (lod.py), node by node (2**node_bits ns): each
+    bar (int64 begin and end, in the order of their nodes, held whole) cut at the bins
+    of 2**shift ns it touches, the rows of the level below (a result of lod_sum, its
+    bins >> delta, or None) added, and the rows of each key (bin << gbits | group)
+    summed: (key, covered, bars, largest, site of the first largest) as int64 bytes, by
+    key."""
+
 def format_rows(
     parts: tuple[bytes, ...],
     columns: list[tuple[int, Buffer, Buffer | None, bytes, tuple[bytes, ...] | None]],
