@@ -51,9 +51,10 @@
 # OMPTPY_TEST_PRELOAD, see tests/conftest.py); any error fails the program, and
 # leaks are reported except libomp's own (tests/lsan.supp); then the Python-stack
 # capture, in a sanitized copy of the package, on tests/programs/pystacks_app.py,
-# and the extension's interval kernels (tests/analysis/test_state_sweep.py) and the
-# view's levels of detail (csrc/ext/lod.c: the lod tests of
-# tests/presentation/test_view.py) in it.
+# and the extension's kernels in it: the thread states' intervals
+# (tests/analysis/test_state_sweep.py), the pairing pass (test_pair_events.py) and
+# the view's levels of detail (csrc/ext/lod.c: the lod tests of
+# tests/presentation/test_view.py).
 # make sanitize (not part of make test): test-sanitize, then
 # tests/tool/test_sanitized.py with the tool built with ThreadSanitizer (clang-19,
 # build/tsan/) and the programs linked with its runtime (OMPTPY_TEST_SANITIZER=
@@ -198,18 +199,15 @@ test-sanitize: setup
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	OMPTPY_NATIVE_DEPTH=4 PYTHONPATH=$(SANITIZE_PY) \
 	$(BIN)/python tests/programs/pystacks_app.py $(SANITIZE_PY)/trace.parquet on
-	@# The extension's interval kernels (csrc/ext/states.c) in the same copy (PYTHONSAFEPATH:
-	@# not the source tree's package, which the current directory would put first).
+	@# The extension's kernels in the same copy: the thread states' intervals (states.c), the
+	@# pairing pass (pairing.c), the view's levels of detail (lod.c) (PYTHONSAFEPATH: not the
+	@# source tree's package, which the current directory would put first).
 	LD_PRELOAD=$$(gcc -print-file-name=libasan.so):$$(gcc -print-file-name=libubsan.so) \
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	PYTHONSAFEPATH=1 PYTHONPATH=$(SANITIZE_PY) \
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/analysis/test_state_sweep.py
-	@# The view's levels of detail (csrc/ext/lod.c), likewise.
-	LD_PRELOAD=$$(gcc -print-file-name=libasan.so):$$(gcc -print-file-name=libubsan.so) \
-	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	PYTHONSAFEPATH=1 PYTHONPATH=$(SANITIZE_PY) \
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/presentation/test_view.py \
-	  -k "lod or aggregates or blobs or large_trace"
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/analysis/test_state_sweep.py \
+	  tests/analysis/test_pair_events.py tests/presentation/test_view.py \
+	  -k "state_sweep or pair_events or lod or aggregates or blobs or large_trace"
 
 sanitize: test-sanitize
 	@mkdir -p $(TSAN_DIR)
