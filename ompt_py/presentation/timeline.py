@@ -120,18 +120,19 @@ class Bars:
     sites: pd.DataFrame
 
 
-def _frame(key: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarray | int,
-           site: np.ndarray | int = 0, team: np.ndarray | int = 0,
-           wait: np.ndarray | int = -1) -> pd.DataFrame:
+def _part(key: np.ndarray, begin: np.ndarray, end: np.ndarray, kind: np.ndarray | int,
+          site: np.ndarray | int = 0, team: np.ndarray | int = 0,
+          wait: np.ndarray | int = -1) -> dict[str, np.ndarray]:
+    """Bars of one kind as the columns of BAR_COLUMNS (constants broadcast, not copied)."""
     n = len(key)
-    return pd.DataFrame({
+    return {
         "key": np.asarray(key, np.int64), "begin_ns": np.asarray(begin, np.int64),
         "end_ns": np.asarray(end, np.int64),
         "kind": np.broadcast_to(np.asarray(kind, np.int16), n),
         "site": np.broadcast_to(np.asarray(site, np.int64), n),
         "team": np.broadcast_to(np.asarray(team, np.int32), n),
         "wait_ns": np.broadcast_to(np.asarray(wait, np.int64), n),
-        "sub": np.zeros(n, np.int8), "tracks": np.ones(n, np.int8)})
+        "sub": np.broadcast_to(np.int8(0), n), "tracks": np.broadcast_to(np.int8(1), n)}
 
 
 def _implicit(trace: Trace) -> pd.DataFrame:
@@ -168,10 +169,10 @@ def bars(trace: Trace) -> Bars:
         return (find(regions[keys], t[keys]) if len(regions) and len(t)
                 else np.full(len(t), -1, np.intp))
 
-    parts: list[pd.DataFrame] = []
+    parts: list[dict[str, np.ndarray]] = []
     implicit = _implicit(trace)
     row = metrics.region_rows(trace)
-    parts.append(_frame(thread_key(implicit["pid"], implicit["thread"]),
+    parts.append(_part(thread_key(implicit["pid"], implicit["thread"]),
                         to_int(implicit["begin_ns"]), to_int(implicit["end_ns"]),
                         KIND["parallel region"], at_region(row, region_site, 0),
                         at_region(row, region_team, 0), to_int(implicit["wait_ns"])))
@@ -179,7 +180,7 @@ def bars(trace: Trace) -> Bars:
     if len(work):
         row = region_of(work)
         kind = work["kind_raw"].astype(str).map(_WORK_KIND).fillna(KIND["work: loop"])
-        parts.append(_frame(thread_key(work["pid"], work["thread"]), to_int(work["begin_ns"]),
+        parts.append(_part(thread_key(work["pid"], work["thread"]), to_int(work["begin_ns"]),
                             to_int(work["end_ns"]), kind.to_numpy(np.int16),
                             sites.codes(at_region(row, region_py, None), work["location"]),
                             at_region(row, region_team, 0)))
@@ -188,7 +189,7 @@ def bars(trace: Trace) -> Bars:
         barrier = is_barrier(waits["kind"])
         row = region_of(waits)
         duration = to_int(waits["end_ns"]) - to_int(waits["begin_ns"])
-        parts.append(_frame(thread_key(waits["pid"], waits["thread"]), to_int(waits["begin_ns"]),
+        parts.append(_part(thread_key(waits["pid"], waits["thread"]), to_int(waits["begin_ns"]),
                             to_int(waits["end_ns"]),
                             np.where(barrier, KIND["barrier wait"],
                                      KIND["taskwait/taskgroup wait"]),
@@ -205,35 +206,36 @@ def bars(trace: Trace) -> Bars:
                                   ("acquired_ns", "released_ns", "lock/critical held")):
             known = (mutex[begin].notna() & mutex[end].notna()).to_numpy()
             b, e = to_int(mutex[begin])[known], to_int(mutex[end])[known]
-            parts.append(_frame(key[known], b, e, KIND[label], site[known],
+            parts.append(_part(key[known], b, e, KIND[label], site[known],
                                 wait=to_int(mutex["wait_ns"])[known]))
     pieces = tables.task_pieces(trace)
     if len(pieces):
         made = tables.with_source(trace, tables.tasks(trace)[["pid", "task_id", "codeptr",
                                                               "py_location"]])
         row = find(made[["pid", "task_id"]], pieces[["pid", "task_id"]])
-        parts.append(_frame(thread_key(pieces["pid"], pieces["thread"]),
+        parts.append(_part(thread_key(pieces["pid"], pieces["thread"]),
                             to_int(pieces["begin_ns"]), to_int(pieces["end_ns"]),
                             KIND["explicit task"],
                             at_region(row, sites.codes(made["py_location"], made["location"]),
                                       0)))
     if offload.has_offload(trace):
         parts += _host_offload(trace, sites)
-    table = pd.concat(parts, ignore_index=True)
-    ordered = (table["end_ns"] >= table["begin_ns"]).to_numpy()
+    # Each column made once from the parts' (no frame per part, no concat of frames).
+    columns = {c: np.concatenate([p[c] for p in parts]) for c in BAR_COLUMNS}
+    ordered = columns["end_ns"] >= columns["begin_ns"]
     if not ordered.all():
-        table = table[ordered].reset_index(drop=True)
-    return Bars(table, sites.table())
+        columns = {c: v[ordered] for c, v in columns.items()}
+    return Bars(pd.DataFrame(columns, copy=False), sites.table())
 
 
-def _host_offload(trace: Trace, sites: _Sites) -> list[pd.DataFrame]:
+def _host_offload(trace: Trace, sites: _Sites) -> list[dict[str, np.ndarray]]:
     """The bars of the target constructs, data operations and kernel submissions on
     the threads that ran them (those without an end are left out)."""
     targets = offload.target_regions(trace)
     target_site = sites.codes(targets["py_location"], targets["location"])
     parts = []
     done = targets["end_ns"].notna().to_numpy()
-    parts.append(_frame(thread_key(targets["pid"], targets["thread"])[done],
+    parts.append(_part(thread_key(targets["pid"], targets["thread"])[done],
                         to_int(targets["begin_ns"])[done], to_int(targets["end_ns"])[done],
                         KIND["target"], target_site[done]))
     for table, label in ((offload.data_ops(trace), "target data op"),
@@ -242,7 +244,7 @@ def _host_offload(trace: Trace, sites: _Sites) -> list[pd.DataFrame]:
         region = table["target_region"].to_numpy(np.int64, na_value=-1)
         site = np.where(region >= 0, target_site[np.maximum(region, 0)]
                         if len(target_site) else 0, 0)
-        parts.append(_frame(thread_key(table["pid"], table["thread"])[done],
+        parts.append(_part(thread_key(table["pid"], table["thread"])[done],
                             to_int(table["begin_ns"])[done], to_int(table["end_ns"])[done],
                             KIND[label], site[done]))
     return parts
@@ -268,8 +270,8 @@ def device_bars(trace: Trace) -> pd.DataFrame:
                              KIND["device: transfer from device"]))
     sub = t["sub_track"].to_numpy(np.int64)
     tracks = t.groupby(["pid", "device"])["sub_track"].transform("max").to_numpy() + 1
-    out = _frame(device_key(t["pid"], t["device"]), to_int(t["begin_ns"]), to_int(t["end_ns"]),
-                 kind)
+    out = pd.DataFrame(_part(device_key(t["pid"], t["device"]), to_int(t["begin_ns"]),
+                             to_int(t["end_ns"]), kind))
     return out.assign(sub=sub.astype(np.int8), tracks=tracks.astype(np.int8),
                       pid=t["pid"].to_numpy(np.int64), device=t["device"].to_numpy(np.int64),
                       host_thread=t["host_thread"].array, host_ns=t["host_ns"].array)
