@@ -315,7 +315,8 @@ def _first_equal(table: np.ndarray, query: np.ndarray) -> np.ndarray:
     order = None if (table[1:] >= table[:-1]).all() else np.argsort(table, kind="stable")
     ordered = table if order is None else table[order]
     at = np.minimum(np.searchsorted(ordered, query), len(table) - 1)
-    return np.where(ordered[at] == query, at if order is None else order[at], -1).astype(np.intp)
+    return np.where(ordered[at] == query, at if order is None else order[at], -1).astype(
+        np.intp, copy=False)
 
 
 def _key_values(a: pd.Series, b: pd.Series) -> tuple[np.ndarray, np.ndarray]:
