@@ -380,12 +380,11 @@ def read(path: str) -> Parts:
         ) from e
     finally:
         pa.default_memory_pool().release_unused()
-    if pids is not None and (not len(pids) or pids.min() != pids.max()):
-        return Parts([events], meta, [], pids)
-    if pids is not None:  # a whole trace of one process: its pid once, not per row
+    if pids is None:  # a dataset partition: the pid is its process's
+        return Parts([events], meta, [(meta["processes"][0]["pid"], rows)])
+    if len(pids) and pids.min() == pids.max():  # one process: its pid once, not per row
         return Parts([events], meta, [(int(pids[0]), rows)])
-    # A dataset partition: the pid is its process's.
-    return Parts([events], meta, [(meta["processes"][0]["pid"], rows)])
+    return Parts([events], meta, [], pids)
 
 
 def _column(path: str, column: pa.ChunkedArray, name: str, rows: int) -> np.ndarray:
