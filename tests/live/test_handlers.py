@@ -220,9 +220,13 @@ def test_slow_handler_drops_are_counted_and_reported(omp_ext, scripting):
     out, r = run(f"""
 done = threading.Event()
 def slow(ev):
-    done.wait()  # until the program made every event: the queue must overflow, however fast
+    done.wait()  # until every event is in the queue: it must overflow, however fast
 h = ompt_py.on("task_create", slow)
 s.tasks_nogil({n})
+# The records may still be in the threads' buffers (on a busy machine nothing has
+# drained them yet): push them into the queue while slow() holds the dispatcher.
+# Were this left to drain_handlers, after done.set(), a free dispatcher could keep up.
+ompt_py._core.flush()
 done.set()
 assert ompt_py.drain_handlers(timeout=60)
 print(json.dumps({{"received": h.received, "stats": ompt_py.handler_stats()}}))
