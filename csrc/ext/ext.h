@@ -83,6 +83,17 @@ typedef struct {
  * about `what`) when its items are not such integers. */
 int omptpy_ints_from(const Py_buffer *buf, omptpy_ints *ints, const char *what);
 
+/* The kernels' array arguments: C-contiguous integer arrays of *n items (*n < 0:
+ * any number, set in *n).  On error: -1 or NULL with ValueError naming `what`,
+ * and b released (b->obj NULL), so that a caller releases whatever it holds. */
+
+/* Integers of any width: 0, their items in `ints`. */
+int omptpy_get_ints(PyObject *obj, Py_buffer *b, omptpy_ints *ints, Py_ssize_t *n,
+                    const char *what);
+/* Integers of `size` bytes (writable if asked): their items. */
+void *omptpy_get_items(PyObject *obj, Py_buffer *b, Py_ssize_t size, Py_ssize_t *n, int writable,
+                       const char *what);
+
 /* Item i: its magnitude, and whether it is negative. */
 static inline uint64_t omptpy_ints_get(const omptpy_ints *c, Py_ssize_t i, int *negative) {
   const char *at = c->values + c->itemsize * i;

@@ -37,6 +37,43 @@ int omptpy_ints_from(const Py_buffer *buf, omptpy_ints *ints, const char *what) 
   return 0;
 }
 
+static int not_got(Py_buffer *b) {
+  PyBuffer_Release(b);
+  b->obj = NULL;
+  return -1;
+}
+
+int omptpy_get_ints(PyObject *obj, Py_buffer *b, omptpy_ints *ints, Py_ssize_t *n,
+                    const char *what) {
+  if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+  if (omptpy_ints_from(b, ints, what) < 0) return not_got(b);
+  if (*n >= 0 && ints->n != *n) {
+    PyErr_Format(PyExc_ValueError, "%s: %zd items where %zd were expected", what, ints->n, *n);
+    return not_got(b);
+  }
+  *n = ints->n;
+  return 0;
+}
+
+void *omptpy_get_items(PyObject *obj, Py_buffer *b, Py_ssize_t size, Py_ssize_t *n, int writable,
+                       const char *what) {
+  int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+  if (PyObject_GetBuffer(obj, b, flags) < 0) return NULL;
+  omptpy_ints ints;
+  if (omptpy_ints_from(b, &ints, what) < 0) {
+    not_got(b);
+    return NULL;
+  }
+  if (ints.itemsize != size || (*n >= 0 && ints.n != *n)) {
+    PyErr_Format(PyExc_ValueError, "%s: %zd-byte integers%s expected", what, size,
+                 *n >= 0 ? ", as many as the other arrays'," : "");
+    not_got(b);
+    return NULL;
+  }
+  *n = ints.n;
+  return b->buf;
+}
+
 static const char digit_pairs[] =
     "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"

@@ -45,21 +45,16 @@ static piece *radix_sort(piece *a, piece *b, Py_ssize_t n, Py_ssize_t (*count)[B
 enum { IN_BEGIN, IN_END, IN_GROUP, IN_SITE, BAR_COLUMNS };
 enum { OUT_KEY, OUT_COVERED, OUT_BARS, OUT_LARGEST, OUT_SITE, TABLE_COLUMNS };
 
-/* The integers of an array of one dimension (C-contiguous) of n items (set when
- * negative): any width, or only int64 (wide). */
+/* An integer array of *n items (set when negative), int64 only when wide. */
 static int int_array(PyObject *obj, Py_buffer *b, omptpy_ints *ints, int wide, Py_ssize_t *n,
                      const char *what) {
-  if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
-  if (omptpy_ints_from(b, ints, what) < 0 || (wide && !(ints->itemsize == 8 && ints->is_signed)) ||
-      (*n >= 0 && ints->n != *n)) {
-    if (!PyErr_Occurred())
-      PyErr_Format(PyExc_ValueError, "%s: an array of %s as long as the others", what,
-                   wide ? "int64" : "integers");
+  if (omptpy_get_ints(obj, b, ints, n, what) < 0) return -1;
+  if (wide && !(ints->itemsize == 8 && ints->is_signed)) {
+    PyErr_Format(PyExc_ValueError, "%s: an array of int64", what);
     PyBuffer_Release(b);
     b->obj = NULL;
     return -1;
   }
-  *n = ints->n;
   return 0;
 }
 

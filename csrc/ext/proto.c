@@ -53,43 +53,6 @@ static inline unsigned char *put_fixed64(unsigned char *p, uint64_t v) {
   return p + 8;
 }
 
-/* An integer array argument, whole: -1 with ValueError unless it has `n` items
- * (n < 0: any number, set in *n). */
-static int get_ints(PyObject *obj, Py_buffer *buf, omptpy_ints *ints, Py_ssize_t *n,
-                    const char *what) {
-  if (PyObject_GetBuffer(obj, buf, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
-  if (omptpy_ints_from(buf, ints, what) < 0) return -1;
-  if (*n < 0) *n = ints->n;
-  if (ints->n != *n) {
-    PyErr_Format(PyExc_ValueError, "%s: %zd items where %zd were expected", what, ints->n, *n);
-    return -1;
-  }
-  return 0;
-}
-
-/* An array of int64 of *n items (*n < 0: any number, set), writable if asked. */
-static int64_t *get_int64(PyObject *obj, Py_buffer *buf, Py_ssize_t *n, int writable,
-                          const char *what) {
-  int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
-  if (PyObject_GetBuffer(obj, buf, flags) < 0) return NULL;
-  const char *format = buf->format ? buf->format : "B";
-  char letter = *format ? format[strlen(format) - 1] : 'B';
-  if (*n < 0 && buf->itemsize == 8) *n = buf->len / 8;
-  if (buf->itemsize != 8 || (letter != 'q' && letter != 'l') || buf->len != 8 * *n) {
-    PyErr_Format(PyExc_ValueError, "%s: an int64 array of %zd items", what, *n);
-    return NULL;
-  }
-  return buf->buf;
-}
-
-static int64_t *get_out(PyObject *obj, Py_buffer *buf, Py_ssize_t n, const char *what) {
-  return get_int64(obj, buf, &n, 1, what);
-}
-
-static const int64_t *get_in(PyObject *obj, Py_buffer *buf, Py_ssize_t n, const char *what) {
-  return get_int64(obj, buf, &n, 0, what);
-}
-
 /* ---- proto_payloads ---------------------------------------------------------------- */
 
 typedef struct {
@@ -167,7 +130,7 @@ PyObject *omptpy_py_proto_payloads(PyObject *m, PyObject *args) {
                           &table))
       goto done;
     c->key = key;
-    if (get_ints(vals, &values[k], &c->ints, &n, "proto_payloads") < 0) goto done;
+    if (omptpy_get_ints(vals, &values[k], &c->ints, &n, "proto_payloads") < 0) goto done;
     if (miss != Py_None) {
       if (PyObject_GetBuffer(miss, &missing[k], PyBUF_SIMPLE) < 0) goto done;
       if (missing[k].len < n) {
@@ -201,7 +164,9 @@ PyObject *omptpy_py_proto_payloads(PyObject *m, PyObject *args) {
     row_bound += width;
   }
   if (n < 0) n = 0;
-  int64_t *offsets = get_out(offsets_obj, &offsets_buf, n + 1, "proto_payloads offsets");
+  Py_ssize_t noffsets = n + 1;
+  int64_t *offsets =
+      omptpy_get_items(offsets_obj, &offsets_buf, 8, &noffsets, 1, "proto_payloads offsets");
   if (!offsets) goto done;
   if (n > 0 && row_bound > PY_SSIZE_T_MAX / n) {
     PyErr_NoMemory();
@@ -283,14 +248,16 @@ PyObject *omptpy_py_proto_nest(PyObject *m, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OOOOnOOOO", &track_obj, &begin_obj, &end_obj, &runs_obj,
                         &ntracks, &qtrack_obj, &qtime_obj, &qslice_obj, &seq_obj))
     return NULL;
-  if (get_ints(track_obj, &bufs[0], &track, &n, "proto_nest track") < 0) goto done;
-  const int64_t *begin = get_in(begin_obj, &bufs[1], n, "proto_nest begin");
-  int64_t *end = begin ? get_out(end_obj, &bufs[2], n, "proto_nest end") : NULL;
-  const int64_t *runs = end ? get_int64(runs_obj, &bufs[7], &nruns, 0, "proto_nest runs") : NULL;
-  if (!runs || get_ints(qtrack_obj, &bufs[3], &qtrack, &nq, "proto_nest query_track") < 0)
+  if (omptpy_get_ints(track_obj, &bufs[0], &track, &n, "proto_nest track") < 0) goto done;
+  const int64_t *begin = omptpy_get_items(begin_obj, &bufs[1], 8, &n, 0, "proto_nest begin");
+  int64_t *end = begin ? omptpy_get_items(end_obj, &bufs[2], 8, &n, 1, "proto_nest end") : NULL;
+  const int64_t *runs =
+      end ? omptpy_get_items(runs_obj, &bufs[7], 8, &nruns, 0, "proto_nest runs") : NULL;
+  if (!runs || omptpy_get_ints(qtrack_obj, &bufs[3], &qtrack, &nq, "proto_nest query_track") < 0)
     goto done;
-  const int64_t *qtime = get_in(qtime_obj, &bufs[4], nq, "proto_nest query_time");
-  int64_t *qslice = qtime ? get_out(qslice_obj, &bufs[5], nq, "proto_nest query_slice") : NULL;
+  const int64_t *qtime = omptpy_get_items(qtime_obj, &bufs[4], 8, &nq, 0, "proto_nest query_time");
+  int64_t *qslice =
+      qtime ? omptpy_get_items(qslice_obj, &bufs[5], 8, &nq, 1, "proto_nest query_slice") : NULL;
   if (!qslice ||
       PyObject_GetBuffer(seq_obj, &bufs[6], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
     goto done;
@@ -446,12 +413,13 @@ PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args) {
                         &objs[4], &payload, &payload_len, &objs[5], &objs[10], &objs[6],
                         &objs[7], &objs[8], &objs[9], &sequence))
     return NULL;
-  if (get_ints(objs[0], &bufs[0], &seqs, &nseq, "proto_packets seq") < 0 ||
-      get_ints(objs[3], &bufs[3], &track, &n, "proto_packets track") < 0 ||
-      get_ints(objs[4], &bufs[4], &uuids, &ntracks, "proto_packets uuids") < 0)
+  if (omptpy_get_ints(objs[0], &bufs[0], &seqs, &nseq, "proto_packets seq") < 0 ||
+      omptpy_get_ints(objs[3], &bufs[3], &track, &n, "proto_packets track") < 0 ||
+      omptpy_get_ints(objs[4], &bufs[4], &uuids, &ntracks, "proto_packets uuids") < 0)
     goto done;
-  const int64_t *begin = get_in(objs[1], &bufs[1], n, "proto_packets begin");
-  const int64_t *end = begin ? get_in(objs[2], &bufs[2], n, "proto_packets end") : NULL;
+  const int64_t *begin = omptpy_get_items(objs[1], &bufs[1], 8, &n, 0, "proto_packets begin");
+  const int64_t *end =
+      begin ? omptpy_get_items(objs[2], &bufs[2], 8, &n, 0, "proto_packets end") : NULL;
   if (!end) goto done;
   Py_ssize_t nbegins = 0;
   for (Py_ssize_t k = 0; k < nseq; k++) { /* the slices seq names (their tracks: below) */
@@ -464,8 +432,10 @@ PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args) {
     nbegins += !(e & 1);
   }
   nslots = nbegins;
-  const int64_t *offsets = get_in(objs[5], &bufs[5], nbegins + 1, "proto_packets offsets");
-  if (!offsets || get_ints(objs[10], &bufs[10], &slots, &nslots, "proto_packets slots") < 0)
+  Py_ssize_t noffsets = nbegins + 1;
+  const int64_t *offsets =
+      omptpy_get_items(objs[5], &bufs[5], 8, &noffsets, 0, "proto_packets offsets");
+  if (!offsets || omptpy_get_ints(objs[10], &bufs[10], &slots, &nslots, "proto_packets slots") < 0)
     goto done;
   for (Py_ssize_t k = 0; k < nbegins; k++) {
     int negative;
@@ -476,11 +446,13 @@ PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args) {
       goto done;
     }
   }
-  const int64_t *from = get_int64(objs[6], &bufs[6], &nfrom, 0, "proto_packets flows_from");
-  if (!from || get_ints(objs[7], &bufs[7], &from_ids, &nfrom, "proto_packets from_ids") < 0)
+  const int64_t *from =
+      omptpy_get_items(objs[6], &bufs[6], 8, &nfrom, 0, "proto_packets flows_from");
+  if (!from || omptpy_get_ints(objs[7], &bufs[7], &from_ids, &nfrom, "proto_packets from_ids") < 0)
     goto done;
-  const int64_t *to = get_int64(objs[8], &bufs[8], &nto, 0, "proto_packets flows_to");
-  if (!to || get_ints(objs[9], &bufs[9], &to_ids, &nto, "proto_packets to_ids") < 0) goto done;
+  const int64_t *to = omptpy_get_items(objs[8], &bufs[8], 8, &nto, 0, "proto_packets flows_to");
+  if (!to || omptpy_get_ints(objs[9], &bufs[9], &to_ids, &nto, "proto_packets to_ids") < 0)
+    goto done;
   /* Bound: a packet's head and type and track, its payload and flows. */
   Py_ssize_t bound = nseq * (3 * VARINT_MAX + 16) + payload_len + 10 * (nfrom + nto) + 1;
   result = PyBytes_FromStringAndSize(NULL, bound);
@@ -553,9 +525,9 @@ PyObject *omptpy_py_proto_counters(PyObject *m, PyObject *args) {
   unsigned long long sequence;
   Py_ssize_t n = -1;
   if (!PyArg_ParseTuple(args, "OOOK", &objs[0], &objs[1], &objs[2], &sequence)) return NULL;
-  if (get_ints(objs[0], &bufs[0], &time, &n, "proto_counters time") < 0 ||
-      get_ints(objs[1], &bufs[1], &uuid, &n, "proto_counters uuid") < 0 ||
-      get_ints(objs[2], &bufs[2], &value, &n, "proto_counters value") < 0)
+  if (omptpy_get_ints(objs[0], &bufs[0], &time, &n, "proto_counters time") < 0 ||
+      omptpy_get_ints(objs[1], &bufs[1], &uuid, &n, "proto_counters uuid") < 0 ||
+      omptpy_get_ints(objs[2], &bufs[2], &value, &n, "proto_counters value") < 0)
     goto done;
   result = PyBytes_FromStringAndSize(NULL, n * (6 * VARINT_MAX + 12) + 1);
   if (!result) goto done;

@@ -119,23 +119,6 @@ static void *scratch(size_t n, size_t size) {
   return p;
 }
 
-/* A C-contiguous buffer of n items of `size` bytes (n < 0: any n, set), or -1
- * with ValueError naming `what`. */
-static int get_array(PyObject *obj, Py_buffer *b, Py_ssize_t size, Py_ssize_t *n, int writable,
-                     const char *what) {
-  if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
-    return -1;
-  if (b->itemsize != size || (*n >= 0 && b->len != *n * size)) {
-    PyErr_Format(PyExc_ValueError, "%s: %zd-byte items%s expected", what, size,
-                 *n >= 0 ? " of the other arrays' length" : "");
-    PyBuffer_Release(b);
-    b->obj = NULL;
-    return -1;
-  }
-  *n = b->len / size;
-  return 0;
-}
-
 static void release_all(Py_buffer *b, int n) {
   for (int i = 0; i < n; i++)
     if (b[i].obj) PyBuffer_Release(&b[i]);
@@ -165,11 +148,11 @@ PyObject *omptpy_py_sweep(PyObject *m, PyObject *args) {
     return NULL;
   Py_buffer b[5] = {{0}};
   Py_ssize_t n = -1, nt = -1;
-  if (get_array(objs[0], &b[0], 4, &n, 0, "sweep: group") < 0 ||
-      get_array(objs[1], &b[1], 8, &n, 0, "sweep: begin") < 0 ||
-      get_array(objs[2], &b[2], 8, &n, 0, "sweep: end") < 0 ||
-      get_array(objs[3], &b[3], 1, &n, 0, "sweep: layer") < 0 ||
-      get_array(objs[4], &b[4], 1, &nt, 0, "sweep: table") < 0)
+  if (!omptpy_get_items(objs[0], &b[0], 4, &n, 0, "sweep: group") ||
+      !omptpy_get_items(objs[1], &b[1], 8, &n, 0, "sweep: begin") ||
+      !omptpy_get_items(objs[2], &b[2], 8, &n, 0, "sweep: end") ||
+      !omptpy_get_items(objs[3], &b[3], 1, &n, 0, "sweep: layer") ||
+      !omptpy_get_items(objs[4], &b[4], 1, &nt, 0, "sweep: table"))
     goto done;
   int layers = 0;
   while (((Py_ssize_t)1 << layers) < nt) layers++;
@@ -289,13 +272,13 @@ PyObject *omptpy_py_cumulative(PyObject *m, PyObject *args) {
     return NULL;
   Py_buffer b[7] = {{0}};
   Py_ssize_t n = -1, q = -1, no = -1;
-  if (get_array(objs[0], &b[0], 4, &n, 0, "cumulative: group") < 0 ||
-      get_array(objs[1], &b[1], 8, &n, 0, "cumulative: begin") < 0 ||
-      get_array(objs[2], &b[2], 8, &n, 0, "cumulative: end") < 0 ||
-      get_array(objs[3], &b[3], 1, &n, 0, "cumulative: state") < 0 ||
-      get_array(objs[4], &b[4], 4, &q, 0, "cumulative: query_group") < 0 ||
-      get_array(objs[5], &b[5], 8, &q, 0, "cumulative: query_time") < 0 ||
-      get_array(objs[6], &b[6], 8, &no, 1, "cumulative: out") < 0)
+  if (!omptpy_get_items(objs[0], &b[0], 4, &n, 0, "cumulative: group") ||
+      !omptpy_get_items(objs[1], &b[1], 8, &n, 0, "cumulative: begin") ||
+      !omptpy_get_items(objs[2], &b[2], 8, &n, 0, "cumulative: end") ||
+      !omptpy_get_items(objs[3], &b[3], 1, &n, 0, "cumulative: state") ||
+      !omptpy_get_items(objs[4], &b[4], 4, &q, 0, "cumulative: query_group") ||
+      !omptpy_get_items(objs[5], &b[5], 8, &q, 0, "cumulative: query_time") ||
+      !omptpy_get_items(objs[6], &b[6], 8, &no, 1, "cumulative: out"))
     goto done;
   Py_ssize_t states = b[6].ndim == 2 ? b[6].shape[1] : 0;
   Py_ssize_t out_rows = spans ? q / 2 : q;
