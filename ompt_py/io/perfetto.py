@@ -589,19 +589,25 @@ def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter) -> S
     and only on the threads and processes ``flt`` keeps, in its window."""
     series = [_waiting_threads(rec.pid(p.rows), rec.ev["thread"][p.rows], rec.time(p.rows),
                                p.end, flt) for p in (sync, mutex)]
+    n_sync, n_mutex = len(series[0][0]), len(series[1][0])
     # Every thread's waiting spells' begins and ends, by process and time (stable):
-    # the sync ones, then the mutex ones.
+    # the sync ones, then the mutex ones.  (Each array replaced one at a time, so
+    # that the old ones go as the new ones come: the counter is of every event's
+    # size.)
     pid = np.concatenate([p for p, _, _ in series] * 2)
     time = np.concatenate([b for _, b, _ in series] + [e for _, _, e in series])
+    del series
     order = np.argsort(time, kind="stable")
-    time, pid = time[order], pid[order]
+    time = time[order]
+    pid = pid[order]
     if len(pid) and (pid != pid[0]).any():
         by_process = np.argsort(pid, kind="stable")
-        order, time, pid = order[by_process], time[by_process], pid[by_process]
+        order = order[by_process]
+        time = time[by_process]
+        pid = pid[by_process]
         del by_process
     # Every spell adds 1 and removes 1 within its process, so a running sum over the
     # rows sorted by process starts each process at 0.
-    n_sync, n_mutex = len(series[0][0]), len(series[1][0])
     n = n_sync + n_mutex
     counts = []
     for begin_at, end_at, count in ((0, n, n_sync), (n_sync, n + n_sync, n_mutex)):
@@ -611,10 +617,15 @@ def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter) -> S
     del order, begins, ends
     last = np.ones(len(pid), bool)  # the counts after the last change at each time
     last[:-1] = (pid[1:] != pid[:-1]) | (time[1:] != time[:-1])
-    pid, time, in_sync, in_mutex = pid[last], time[last], counts[0][last], counts[1][last]
-    del counts, last
-    at, time = flt.steps(pid, time)
-    pid, in_sync, in_mutex = pid[at], in_sync[at], in_mutex[at]
+    in_sync = counts[0][last]
+    in_mutex = counts[1][last]
+    del counts
+    pid = pid[last]
+    time = time[last]
+    del last
+    if flt.active:  # (steps keeps every row of an inactive filter, as they are)
+        at, time = flt.steps(pid, time)
+        pid, in_sync, in_mutex = pid[at], in_sync[at], in_mutex[at]
 
     def batch(part: Part) -> Counter:
         return Counter("threads waiting", pid[part], time[part],
