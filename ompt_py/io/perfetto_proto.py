@@ -390,9 +390,10 @@ def _flows(sources: list, index: dict[tuple[int, int], int]) -> tuple[np.ndarray
 
 def _write_counters(out: BinaryIO, source: Source, uuids: _TrackUuids) -> None:
     """The counter's tracks (per process and series) and a packet per change of a
-    series (the first value of each process's series, then each new one)."""
+    series (the first value of each process's series, then each new one), made
+    PACKETS_AT_ONCE rows of the counter at a time."""
     batch = source.make(slice(None))
-    pid, time = np.asarray(batch.pid, np.int64), np.asarray(batch.time, np.int64)
+    pid, time = batch.pid, np.asarray(batch.time, np.int64)
     new_process = np.ones(len(pid), bool)  # the first row of each process's run of rows
     new_process[1:] = pid[1:] != pid[:-1]
     pids = np.unique(pid[new_process]).tolist()
@@ -402,10 +403,12 @@ def _write_counters(out: BinaryIO, source: Source, uuids: _TrackUuids) -> None:
         changed[1:] |= values[1:] != values[:-1]
         uuid_of = {p: uuids("counter", p, name) for p in pids}
         uuid = np.array([uuid_of[p] for p in pids], np.uint64)
-        uuid = (np.full(int(changed.sum()), uuid[0]) if len(pids) == 1
-                else uuid[np.searchsorted(pids, pid[changed])])
-        out.write(_core.proto_counters(time[changed], uuid, np.asarray(values, np.int64)[changed],
-                                       SEQUENCE))
+        for part in batches(len(pid), PACKETS_AT_ONCE):
+            mine = changed[part]
+            at = (np.full(int(mine.sum()), uuid[0]) if len(pids) == 1
+                  else uuid[np.searchsorted(pids, pid[part][mine])])
+            out.write(_core.proto_counters(time[part][mine], at,
+                                           np.asarray(values[part][mine], np.int64), SEQUENCE))
 
 
 def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source],
