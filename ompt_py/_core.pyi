@@ -225,7 +225,7 @@ def pair_events(
     as_rows: bool = False,
     lookups: list[tuple[int, int, list[_KeyColumn]]] | None = None,
     /,
-) -> tuple[list[tuple[bytes, bytes, int]], list[bytes]]:
+) -> tuple[list[tuple[bytes, bytes, int]], list[bytearray]]:
     """Several pairings of the records in one pass over them in ``order`` (int64), each
     as pair() pairs: columns of the records (events, endpoints, keys), a pairing
     (roles, keys), roles[4 * event + endpoint] a PAIR_* (endpoint 1 to 3, else 0); a
@@ -233,8 +233,9 @@ def pair_events(
     begin has the key its record has in keys (among those open as it begins).
     Returns (per pairing (begins, ends, ends that closed nothing), per lookup found),
     int64 bytes: the begins' positions in order (as_rows: their rows), those closed
-    first, then those never closed; the ends' of those closed; per closed begin the
-    index of the closed pair found, -1 for none, -2 where it could not tell."""
+    first, then those never closed; the ends' of those closed; found (a bytearray,
+    which the caller may complete in place), per closed begin the index of the
+    closed pair found, -1 for none, -2 where it could not tell."""
 
 def find(
     table_keys: list[_KeyColumn],

@@ -393,8 +393,8 @@ static PyMethodDef methods[] = {
          "columns; a lookup (pairing, in, keys): per begin, the pair of `in` with its key, "
          "found among those open.  Returns ([(begins, ends, ends that closed nothing)], "
          "[found]): int64 bytes, the begins' positions in order (as_rows: rows), those "
-         "closed first, the ends' of those closed; per closed begin the pair found, -1 for "
-         "none, -2 where not told.")},
+         "closed first, the ends' of those closed; found, an int64 bytearray: per closed "
+         "begin the pair found, -1 for none, -2 where not told.")},
     {"find", omptpy_py_find, METH_VARARGS,
      DOC("find($module, table_keys, query_keys, out, table_times=None, query_times=None, "
          "first=False, /)",

@@ -443,7 +443,7 @@ typedef struct {
   Py_ssize_t of, in;
   keyset keys;
   int64_t *found; /* out's bytes */
-  PyObject *out;  /* bytes: int64 per begin, then per closed begin (resized) */
+  PyObject *out;  /* bytearray: int64 per begin, then per closed begin (resized) */
 } lookup;
 
 enum { LOOK_AGAIN = -2 };
@@ -586,9 +586,10 @@ static int pass(const passing *w) {
  * (per pairing (begins, ends, ends closing nothing), per lookup found): bytes of
  * int64, the begins' positions in `order` (with as_rows, their rows), those
  * closed first, then those never closed, each in order, and the ends'
- * positions (rows) of those closed; found, per closed begin, the index of the
- * pair found among the closed ones, -1 for none, LOOK_AGAIN (-2) where it was
- * not open or another of its key may have begun before (find() those). */
+ * positions (rows) of those closed; found, a bytearray of int64 (the caller
+ * writes what it finds again into it, no copy), per closed begin the index of
+ * the pair found among the closed ones, -1 for none, LOOK_AGAIN (-2) where it
+ * was not open or another of its key may have begun before (find() those). */
 PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *order_obj, *events_spec, *endpoints_spec, *list, *result = NULL;
@@ -703,8 +704,8 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   }
   for (Py_ssize_t l = 0; l < nlk; l++) {
     pairing *in = &g[lk[l].in];
-    if (!(lk[l].out = PyBytes_FromStringAndSize(NULL, 8 * counts[lk[l].of]))) goto done;
-    lk[l].found = (int64_t *)PyBytes_AS_STRING(lk[l].out);
+    if (!(lk[l].out = PyByteArray_FromStringAndSize(NULL, 8 * counts[lk[l].of]))) goto done;
+    lk[l].found = (int64_t *)PyByteArray_AS_STRING(lk[l].out);
     if (in->seen) continue;
     in->seen_mask = 0; /* words: a power of two, 16 bits a begin */
     while (64 * (in->seen_mask + 1) < 16 * counts[lk[l].in]) in->seen_mask = 2 * in->seen_mask + 1;
@@ -777,7 +778,7 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
         _PyBytes_Resize(&g[k].ends, 8 * g[k].closed) < 0)
       goto done;
   for (Py_ssize_t l = 0; l < nlk; l++)
-    if (_PyBytes_Resize(&lk[l].out, 8 * g[lk[l].of].closed) < 0) goto done;
+    if (PyByteArray_Resize(lk[l].out, 8 * g[lk[l].of].closed) < 0) goto done;
   PyObject *paired = PyList_New(npairings), *looked = PyList_New(nlk);
   result = paired && looked ? Py_BuildValue("NN", paired, looked) : NULL;
   if (!result) {

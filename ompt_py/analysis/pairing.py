@@ -210,10 +210,9 @@ def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray,
         pairs[name] = Pairs(begins[:len(ends)], ends, begins[len(ends):], unmatched)
     out = {}
     for (name, lk), at in zip(lookups.items(), found[1]):
-        at = np.frombuffer(at, np.int64)
+        at = np.frombuffer(at, np.int64)  # writable: a bytearray
         again = np.flatnonzero(at == _LOOK_AGAIN)
         if len(again):  # not open as they began, or their key began twice: find them
-            at = at.copy()
             rows = (pairs[lk.into].begins, pairs[lk.of].begins[again])
             if not as_rows:
                 rows = tuple(np.asarray(order)[r] for r in rows)
