@@ -49,6 +49,7 @@ import importlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -57,7 +58,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..records import MPI_CALL_KINDS
 from .filters import ExportFilter
-from .perfetto import STALL_CAT, Slices, Source, tracks
+from .perfetto import STALL_CAT, Label, Part, Slices, tracks
 from .perfetto_proto import SliceOrder
 from .streaming import Progress, batches, in_order
 
@@ -145,11 +146,12 @@ class _Names:
         return self.region_ids[key]
 
 
-def _regions(source: Source, names: _Names) -> np.ndarray:
-    """The region of each slice of ``source`` (its labels made a batch at a time)."""
-    out = np.empty(source.count, np.int32)
-    parts = list(batches(source.count))
-    cat, label = source.cat, source.label
+def _regions(cat: str, label: Callable[[Part], Label], count: int, names: _Names
+             ) -> np.ndarray:
+    """The region of each of the ``count`` slices of a source of category ``cat``
+    (its labels made a batch at a time)."""
+    out = np.empty(count, np.int32)
+    parts = list(batches(count))
     for part, (name, _) in zip(parts, in_order(lambda p=p: label(p) for p in parts)):
         if isinstance(name, str):
             out[part] = names.region(cat, name)
@@ -161,7 +163,7 @@ def _regions(source: Source, names: _Names) -> np.ndarray:
                     table[code] = names.region(cat, json.loads(name.table[code]))
             out[part] = table[codes]
     if (out < 0).any():
-        raise ValueError(f"{source.cat} slices without a name")
+        raise ValueError(f"{cat} slices without a name")
     return out
 
 
@@ -222,12 +224,13 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
                               _ACCELERATOR_STREAM if tid >= DEVICE_TID else _CPU_THREAD, group))
     with Progress(sum(s.count for s in slices), "otf2") as progress:
         order = SliceOrder(slices, index)
-        region = np.concatenate([order.arranged(perm, _regions(s, names))
-                                 for s, perm in zip(slices, order.perm)]
-                                or [np.zeros(0, np.int32)])
+        region = np.empty(int(order.starts[-1]), np.int32)
+        for (cat, label), perm, start, stop in zip(order.labels, order.perm, order.starts[:-1],
+                                                  order.starts[1:]):
+            region[start:stop] = order.arranged(perm, _regions(cat, label, stop - start, names))
+        order.labels.clear()  # what they read (the begins' rows...) is not needed any more
         order.nest(len(index), np.zeros(0, np.int32), np.zeros(0, np.int64))
         progress.update(len(region))
-    del slices
     members, metrics = [], []
     batch = made.counter().make(slice(None))
     members = [(names.ref(name), names.ref("threads")) for name, _ in batch.series]

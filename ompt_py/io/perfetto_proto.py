@@ -53,7 +53,7 @@ import numpy as np
 
 from .. import _core
 from .filters import ExportFilter
-from .perfetto import Flows, Label, Slices, Source, Tracks, tracks
+from .perfetto import Flows, Label, Part, Slices, Source, Tracks, tracks
 from .streaming import HEX, NUMBER, TEXT, Column, Progress, batches, in_order, output
 
 if TYPE_CHECKING:
@@ -283,15 +283,19 @@ def _metadata_packet(other: dict, time: int, uuids: _TrackUuids, strings: _Strin
 
 def track_index(index: dict[tuple[int, int], int], pid: np.ndarray, tid: np.ndarray
                  ) -> np.ndarray:
-    """The track of each (pid, tid), by ``index`` (-1: none)."""
+    """The track of each (pid, tid), by ``index`` (-1: none), as int32; looked up
+    BATCH_ROWS at a time (a few temporaries of 8 bytes a slice, of a batch)."""
     known = np.array([p << 32 | t for p, t in index], np.int64)
-    value = np.array(list(index.values()), np.int64)
+    value = np.array(list(index.values()), np.int32)
     by = np.argsort(known)
     known, value = known[by], value[by]
-    key = np.asarray(pid, np.int64) << 32 | np.asarray(tid, np.int64)
-    at = np.minimum(np.searchsorted(known, key), max(len(known) - 1, 0))
-    found = (known[at] == key) if len(known) else np.zeros(len(key), bool)
-    return np.where(found, value[at] if len(known) else -1, -1)
+    pid, tid = np.asarray(pid), np.asarray(tid)
+    out = np.full(len(pid), -1, np.int32)
+    for part in batches(len(out) if len(known) else 0):
+        key = pid[part].astype(np.int64) << 32 | tid[part].astype(np.int64)
+        at = np.minimum(np.searchsorted(known, key), len(known) - 1)
+        out[part] = np.where(known[at] == key, value[at], -1)
+    return out
 
 
 class SliceOrder:
@@ -303,7 +307,11 @@ class SliceOrder:
     the order of their begins, at one time in file order, onto each track's
     stack).  The OTF2 export orders its events by it too.  26 bytes a slice:
     begin, end, a track of 2 bytes (fewer than 2^15 tracks) and 2 items of
-    sequence of 4 (fewer than 2^31 slices)."""
+    sequence of 4 (fewer than 2^31 slices).
+
+    It empties ``sources`` as it takes their spans, keeping of each its category
+    and Source.label (``labels``): so each source's arrays (its ends, the
+    spans it makes) are freed once they are in the order, not held to the end."""
 
     def __init__(self, sources: list, index: dict[tuple[int, int], int]) -> None:
         self.starts = np.cumsum([0] + [s.count for s in sources])
@@ -311,14 +319,19 @@ class SliceOrder:
         self.begin, self.end = np.empty(n, np.int64), np.empty(n, np.int64)
         self.track = np.empty(n, np.int16 if len(index) < 1 << 15 else np.int32)
         self.perm: list[np.ndarray | None] = []
-        for source, start, stop in zip(sources, self.starts[:-1], self.starts[1:]):
+        self.labels: list[tuple[str, Callable[[Part], Label]]] = []
+        for start, stop in zip(self.starts[:-1], self.starts[1:]):
+            source = sources.pop(0)
+            cat = source.cat
+            self.labels.append((cat, source.label))
             spans = source.spans()
+            del source  # so its arrays go with the spans, once they are in the order
             begin = np.asarray(spans.begin, np.int64)
             perm = (np.argsort(begin, kind="stable")
                     if len(begin) > 1 and (begin[1:] < begin[:-1]).any() else None)
             track = track_index(index, spans.pid, spans.thread)
             if (track < 0).any():
-                raise ValueError(f"{source.cat} slices on a track the metadata does not name")
+                raise ValueError(f"{cat} slices on a track the metadata does not name")
             self.begin[start:stop] = self.arranged(perm, begin)
             self.end[start:stop] = self.arranged(perm, spans.end)
             self.track[start:stop] = self.arranged(perm, track)
@@ -342,20 +355,18 @@ class SliceOrder:
                                np.ascontiguousarray(query_time, np.int64), held, self.seq)
         return cut, held
 
-    def payloads(self, labels: list[tuple[str, Callable[[np.ndarray], Label]]], at: np.ndarray,
-                 strings: _Strings) -> tuple[bytes, np.ndarray, np.ndarray]:
-        """The payloads of the slices at these positions (``labels``: the category and
-        Source.label of the sources the order was made of), made source by source:
-        the bytes, their offsets, and the slot of each position's."""
+    def payloads(self, at: np.ndarray, strings: _Strings) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """The payloads of the slices at these positions, made source by source (by
+        ``labels``): the bytes, their offsets, and the slot of each position's."""
         which = np.searchsorted(self.starts, at, "right") - 1
         # a radix sort, in one pass (a few sources: fewer than 2^15)
         by_source = np.argsort(which.astype(np.int16), kind="stable")
         data, offsets, base = [], [], 0
-        for i, first, stop in _runs(which[by_source]):
+        for i, first, stop in runs(which[by_source]):
             rows = at[by_source[first:stop]] - self.starts[i]
             if self.perm[i] is not None:
                 rows = self.perm[i][rows]
-            cat, label = labels[i]
+            cat, label = self.labels[i]
             made, own = _payloads(cat, len(rows), label(rows), strings)
             data.append(made)
             offsets.append(own[:-1] + base)
@@ -366,7 +377,7 @@ class SliceOrder:
         return b"".join(data), np.concatenate(offsets), slots
 
 
-def _runs(values: np.ndarray) -> Iterator[tuple[int, int, int]]:
+def runs(values: np.ndarray) -> Iterator[tuple[int, int, int]]:
     """(value, first, stop) of each run of equal values."""
     edges = np.flatnonzero(np.diff(values)) + 1
     for first, stop in zip(np.r_[0, edges].tolist(), np.r_[edges, len(values)].tolist()):
@@ -421,8 +432,6 @@ def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source
     were cut, how many flows were bound to no slice, and the first begin."""
     flow_ids, from_track, from_time, to_track, to_time = _flows(flow_sources, index)
     order = SliceOrder(slices, index)
-    labels = [(s.cat, s.label) for s in slices]
-    slices.clear()
     # The flows' ends: the slices holding them (proto_nest's queries, in time order).
     on = (from_track >= 0) & (to_track >= 0)
     ids, n_on = flow_ids[on], int(on.sum())
@@ -443,7 +452,7 @@ def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source
 
     def batch(part: slice) -> tuple[int, bytes]:
         seq = order.seq[part]
-        payload, offsets, slots = order.payloads(labels, seq[(seq & 1) == 0] >> 1, strings)
+        payload, offsets, slots = order.payloads(seq[(seq & 1) == 0] >> 1, strings)
         return len(seq), _core.proto_packets(seq, order.begin, order.end, order.track,
                                              track_uuids, payload, offsets, slots, *flows,
                                              SEQUENCE)
