@@ -39,8 +39,11 @@ resolution 10^9/s, offset 0).  Args, flows and per-slice source locations
 have no place in OTF2's region model and are left out.  The archive's
 properties (``OMPT_PY::...``) hold the JSON export's otherData, with the
 export filter and what it clipped.  The events are written by the optional
-``_otf2`` extension (csrc/otf2/, linked against libotf2); the archive is made
-beside DIR and moved there once whole.
+``_otf2`` extension (csrc/otf2/, linked against libotf2): the slices' Enter
+and Leave events first, then, their order freed, the counter made and
+written a batch at a time, then the definitions; libotf2 holds a few MiB of
+events and writes them out as they come.  The archive is made beside DIR and
+moved there once whole.
 """
 
 from __future__ import annotations
@@ -51,15 +54,15 @@ import os
 import shutil
 from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..records import MPI_CALL_KINDS
 from .filters import ExportFilter
-from .perfetto import STALL_CAT, Label, Part, Slices, tracks
-from .perfetto_proto import SliceOrder
+from .perfetto import STALL_CAT, Label, Part, Slices, Source, tracks
+from .perfetto_proto import SliceOrder, runs
 from .streaming import Progress, batches, in_order
 
 if TYPE_CHECKING:
@@ -167,6 +170,50 @@ def _regions(cat: str, label: Callable[[Part], Label], count: int, names: _Names
     return out
 
 
+def _write_slices(archive: Any, slices: list[Source], index: dict[tuple[int, int], int],
+                  names: _Names) -> int | None:
+    """The Enter and Leave events of ``slices`` (a list SliceOrder empties), each
+    location's in the order of a stack; returns the last end (None: no slice).
+    The order's arrays are freed on return, before the counter is made."""
+    with Progress(sum(s.count for s in slices), "otf2") as progress:
+        order = SliceOrder(slices, index)
+        region = np.empty(int(order.starts[-1]), np.int32)
+        for (cat, label), perm, start, stop in zip(order.labels, order.perm, order.starts[:-1],
+                                                  order.starts[1:]):
+            region[start:stop] = order.arranged(perm, _regions(cat, label, stop - start, names))
+        order.labels.clear()  # what they read (the begins' rows...) is not needed any more
+        order.nest(len(index), np.zeros(0, np.int32), np.zeros(0, np.int64))
+        archive.slices(order.seq, order.begin, order.end, order.track, region)
+        progress.update(len(region))
+    return int(order.end.max()) if len(order.end) else None
+
+
+def _write_counter(archive: Any, counter: Source, names: _Names,
+                   locations: list[tuple[int, int, int]], group_of: dict[int, int]
+                   ) -> tuple[list[tuple[int, int]], int | None]:
+    """The counter's Metric events, a batch at a time, on a location (appended to
+    ``locations``) per process, in the order of the processes (the counter's
+    rows come by process, then time); returns the metric's members and the last
+    time (None: no row)."""
+    members = [(names.ref(name), names.ref("threads"))
+               for name, _ in counter.make(slice(0, 0)).series]
+    location_of: dict[int, int] = {}
+    last = None
+    for part in batches(counter.count):
+        batch = counter.make(part)
+        for pid, first, stop in runs(batch.pid):
+            if pid not in location_of:
+                location_of[pid] = len(locations)
+                locations.append((names.ref("threads waiting"), _METRIC, group_of[pid]))
+            rows = slice(first, stop)
+            archive.metrics(location_of[pid], np.ascontiguousarray(batch.time[rows], np.int64),
+                            [np.ascontiguousarray(v[rows], np.int64) for _, v in batch.series])
+        if len(batch.time):
+            latest = int(batch.time.max())
+            last = latest if last is None else max(last, latest)
+    return members, last
+
+
 def _target(path: str) -> str:
     """``path``, checked: a new name, an empty directory or an OTF2 archive (which
     the new one replaces); ConfigError otherwise."""
@@ -222,35 +269,20 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
             index[pid, tid] = len(locations)
             locations.append((names.ref(m["args"]["name"]),
                               _ACCELERATOR_STREAM if tid >= DEVICE_TID else _CPU_THREAD, group))
-    with Progress(sum(s.count for s in slices), "otf2") as progress:
-        order = SliceOrder(slices, index)
-        region = np.empty(int(order.starts[-1]), np.int32)
-        for (cat, label), perm, start, stop in zip(order.labels, order.perm, order.starts[:-1],
-                                                  order.starts[1:]):
-            region[start:stop] = order.arranged(perm, _regions(cat, label, stop - start, names))
-        order.labels.clear()  # what they read (the begins' rows...) is not needed any more
-        order.nest(len(index), np.zeros(0, np.int32), np.zeros(0, np.int64))
-        progress.update(len(region))
-    members, metrics = [], []
-    batch = made.counter().make(slice(None))
-    members = [(names.ref(name), names.ref("threads")) for name, _ in batch.series]
-    for pid in np.unique(batch.pid).tolist():
-        mine = np.flatnonzero(batch.pid == pid)
-        locations.append((names.ref("threads waiting"), _METRIC, group_of[pid]))
-        metrics.append((len(locations) - 1, np.ascontiguousarray(batch.time[mine], np.int64),
-                        [np.ascontiguousarray(v[mine], np.int64) for _, v in batch.series]))
-    del batch
-    other = made.other()
-    properties = [(f"OMPT_PY::{key.upper()}", value if isinstance(value, str)
-                   else json.dumps(value)) for key, value in other.items() if value is not None]
-    ends = [int(order.end.max())] if len(order.end) else []
-    ends += [int(t[-1]) for _, t, _ in metrics if len(t)]
     partial = f"{path}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        otf2.write(partial, names.strings, names.regions, nodes, groups, locations, order.seq,
-                   order.begin, order.end, order.track, region, members, metrics, 0,
-                   max(ends, default=0), properties)
+        with otf2.Archive(partial) as archive:
+            last_end = _write_slices(archive, slices, index, names)
+            members, last_time = _write_counter(archive, made.counter(), names, locations,
+                                                group_of)
+            other = made.other()
+            properties = [(f"OMPT_PY::{key.upper()}", value if isinstance(value, str)
+                           else json.dumps(value))
+                          for key, value in other.items() if value is not None]
+            archive.close(names.strings, names.regions, nodes, groups, locations, members, 0,
+                          max((t for t in (last_end, last_time) if t is not None), default=0),
+                          properties)
         if os.path.isdir(path):
             shutil.rmtree(path)
         os.replace(partial, path)

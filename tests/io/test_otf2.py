@@ -9,7 +9,9 @@ events; the filter in the archive's properties.
 
 Traces: export-mixed (two processes, tasks, locks), offload.omptraw (device
 locations), pystacks-inprocess (Python frames), a hand-made MPI job (ranks
-and MPI calls: tests/mpi_records.py)."""
+and MPI calls: tests/mpi_records.py).  The writer (ompt_py._otf2.Archive) is
+also driven directly: its checks, and a million slices written out as they
+come."""
 
 from __future__ import annotations
 
@@ -19,13 +21,14 @@ import shutil
 import subprocess
 from collections import Counter, defaultdict
 
+import numpy as np
 import pytest
 from conftest import cli, load_stored, no_traceback, ok, stored_path
 from mpi_records import RANKS, barriers, job, mpi
 from stall_records import stalled
 from test_export import ns
 
-from ompt_py import _core
+from ompt_py import _core, _otf2
 from ompt_py.analysis.states import STALL_LABEL
 from ompt_py.errors import ConfigError
 from ompt_py.io import export
@@ -235,3 +238,60 @@ def test_the_ranks_of_a_job_are_processes_on_one_time_axis_with_mpi_regions(tmp_
     assert roles == {"MPI barrier": ("BARRIER", "MPI"), "MPI bcast": ("COLL_ONE2ALL", "MPI"),
                      "MPI allreduce": ("COLL_ALL2ALL", "MPI"),
                      "MPI send": ("POINT2POINT", "MPI"), "MPI init": ("CODE", "MPI")}
+
+
+#: Definitions of one process of two threads, and of region 0, for Archive.close.
+_STRINGS = ["machine", "node", "process", "thread 0", "thread 1", "region"]
+_DEFS = dict(regions=[(5, 4, 3)], nodes=[(0, 1, -1)], groups=[(2, 1, -1, 0)],
+             locations=[(3, 1, 0), (4, 1, 0)])
+
+
+def _close(archive, length: int, **defs) -> None:
+    d = {**_DEFS, **defs}
+    archive.close(_STRINGS, d["regions"], d["nodes"], d["groups"], d["locations"], [], 0,
+                  length, [])
+
+
+def test_the_writer_writes_events_out_as_they_come_without_flush_records(tmp_path):
+    """libotf2 holds at most 16 chunks of 1 MiB of events (csrc/otf2/README.md) and
+    writes a buffer out when it may have no more, adding no BUFFER_FLUSH record
+    (those flushes are not the program's): 10^6 slices on two threads, some 24 MB
+    of events, are all there, each location's in time order."""
+    n = 1_000_000
+    begin = np.arange(n, dtype=np.int64) * 10
+    with _otf2.Archive(str(tmp_path / "a.otf2")) as archive:
+        archive.slices(np.arange(2 * n, dtype=np.uint32), begin, begin + 5,
+                       (np.arange(n) % 2).astype(np.int16), np.zeros(n, np.int32))
+        _close(archive, int(begin[-1]) + 5)
+    anchor = tmp_path / "a.otf2" / "traces.otf2"
+    assert re.findall(r"# Events: (\d+)", otf2_print("-G", anchor)) == [str(n), str(n)]
+    # per kind of record, how many, and how many went back in time on their location
+    r = subprocess.run(f"{OTF2_PRINT} {anchor} | awk '/^[A-Z_]+ +[0-9]+ +[0-9]+ / "
+                       "{n[$1]++; if ($3 < last[$2]) back++; last[$2] = $3} "
+                       "END {for (k in n) print k, n[k]; print \"BACK\", back + 0}'",
+                       shell=True, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    kinds = dict(line.split() for line in r.stdout.splitlines())
+    assert kinds == {"ENTER": str(n), "LEAVE": str(n), "BACK": "0"}
+
+
+def test_the_writer_refuses_events_of_nothing_defined(tmp_path):
+    """Archive's checks: a sequence naming no slice; at close, an event's location or
+    region not among the definitions (the archive is then closed as it is)."""
+    one = (np.array([10], np.int64), np.array([20], np.int64), np.array([2], np.int16))
+    with _otf2.Archive(str(tmp_path / "a.otf2")) as archive:
+        with pytest.raises(ValueError, match="seq names a slice that is not there"):
+            archive.slices(np.array([0, 3], np.uint32), *one, np.zeros(1, np.int32))
+        with pytest.raises(ValueError, match="4 or 8 bytes"):
+            archive.slices(np.array([0, 1], np.uint8), *one, np.zeros(1, np.int32))
+        archive.slices(np.array([0, 1], np.uint32), *one, np.zeros(1, np.int32))  # location 2
+        with pytest.raises(ValueError, match="location or region is not defined"):
+            _close(archive, 20)
+        with pytest.raises(ValueError, match="closed"):
+            archive.metrics(0, np.zeros(1, np.int64), [np.zeros(1, np.int64)])
+    with _otf2.Archive(str(tmp_path / "b.otf2")) as archive:
+        archive.metrics(0, np.zeros(2, np.int64), [np.zeros(2, np.int64)] * 2)
+        with pytest.raises(ValueError, match="not as many as before"):
+            archive.metrics(0, np.ones(1, np.int64), [np.zeros(1, np.int64)])
+        with pytest.raises(ValueError, match="not the metric members of the events"):
+            _close(archive, 20)
