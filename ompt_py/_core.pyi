@@ -410,6 +410,10 @@ def python_stacks(depth: int, description: str | None, native_depth: int, /) -> 
 def stack_tables(codes_from: int, stacks_from: int, /) -> str:
     """The captured codes and stacks from these ids on, as JSON."""
 
+def trim_heap() -> bool:
+    """Give the memory freed in glibc's heaps back to the system (malloc_trim); whether
+    any was (False without glibc)."""
+
 def time_captures(n: int, /) -> tuple[int, int]:
     """Capture this thread's Python stack n times (bench/pystacks.py): (nanoseconds,
     the last stack id)."""

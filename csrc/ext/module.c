@@ -10,6 +10,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "tool/omptpy_file.h"
 #include "tool/omptpy_ompt.h"
@@ -339,6 +342,21 @@ static PyObject *py_region_names(PyObject *m, PyObject *args) {
   return list;
 }
 
+/* glibc's malloc keeps what is freed in its heaps: the holes below their top
+ * and, once big blocks have been freed (its mmap threshold then grows to 32
+ * MiB), up to 64 MiB at the top.  malloc_trim gives their whole free pages
+ * back.  Other C libraries: nothing done. */
+static PyObject *py_trim_heap(PyObject *m, PyObject *args) {
+  (void)m, (void)args;
+#ifdef __GLIBC__
+  int trimmed;
+  Py_BEGIN_ALLOW_THREADS trimmed = malloc_trim(0);
+  Py_END_ALLOW_THREADS return PyBool_FromLong(trimmed);
+#else
+  Py_RETURN_FALSE;
+#endif
+}
+
 /* Each docstring starts with the signature (Python's __text_signature__), so
  * that inspect.signature and help() show it, and mypy's stubtest checks
  * ompt_py/_core.pyi against it. */
@@ -501,6 +519,10 @@ static PyMethodDef methods[] = {
     {"stack_tables", omptpy_py_stack_tables, METH_VARARGS,
      DOC("stack_tables($module, codes_from, stacks_from, /)",
          "The captured codes and stacks from these ids on, as JSON.")},
+    {"trim_heap", py_trim_heap, METH_NOARGS,
+     DOC("trim_heap($module, /)",
+         "Give the memory freed in glibc's heaps back to the system (malloc_trim); whether "
+         "any was (False without glibc).")},
     {"time_captures", omptpy_py_time_captures, METH_O,
      DOC("time_captures($module, n, /)",
          "Capture this thread's Python stack n times (bench/pystacks.py): (nanoseconds, "
