@@ -54,7 +54,8 @@
 # and the extension's kernels in it: the thread states' intervals
 # (tests/analysis/test_state_sweep.py), the pairing pass (test_pair_events.py) and
 # the view's levels of detail (csrc/ext/lod.c: the lod tests of
-# tests/presentation/test_view.py).
+# tests/presentation/test_view.py), the protobuf's packets and the OTF2 writer
+# (csrc/otf2/: tests/io/test_perfetto_proto.py, test_otf2.py).
 # make sanitize (not part of make test): test-sanitize, then
 # tests/tool/test_sanitized.py with the tool built with ThreadSanitizer (clang-19,
 # build/tsan/) and the programs linked with its runtime (OMPTPY_TEST_SANITIZER=
@@ -195,21 +196,24 @@ test-sanitize: setup
 	  -L$(SANITIZE_PY)/ompt_py -l:libomptpy.so -Wl,-rpath,'$$ORIGIN'
 	clang-19 -O2 -fopenmp -shared -fPIC -I$(PY_INCLUDE) tests/programs/ext/ompt_work_ext.c \
 	  -o $(SANITIZE_PY)/ompt_work_ext$(EXT_SUFFIX)
+	gcc $(SANITIZE_CFLAGS) -I$(PY_INCLUDE) $$(otf2-config --cppflags) -shared \
+	  -o $(SANITIZE_PY)/ompt_py/_otf2$(EXT_SUFFIX) $(wildcard csrc/otf2/*.c) \
+	  $$(otf2-config --ldflags) -lotf2
 	LD_PRELOAD=$$(gcc -print-file-name=libasan.so):$$(gcc -print-file-name=libubsan.so) \
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	OMPTPY_NATIVE_DEPTH=4 PYTHONPATH=$(SANITIZE_PY) \
 	$(BIN)/python tests/programs/pystacks_app.py $(SANITIZE_PY)/trace.parquet on
 	@# The extension's kernels in the same copy: the thread states' intervals (states.c), the
 	@# pairing pass (pairing.c), the view's levels of detail (lod.c), the Perfetto protobuf's
-	@# packets (proto.c) (PYTHONSAFEPATH: not the source tree's package, which the current
-	@# directory would put first).
+	@# packets (proto.c), and the OTF2 writer (csrc/otf2/) (PYTHONSAFEPATH: not the source
+	@# tree's package, which the current directory would put first).
 	LD_PRELOAD=$$(gcc -print-file-name=libasan.so):$$(gcc -print-file-name=libubsan.so) \
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	PYTHONSAFEPATH=1 PYTHONPATH=$(SANITIZE_PY) \
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/analysis/test_state_sweep.py \
 	  tests/analysis/test_pair_events.py tests/presentation/test_view.py \
-	  tests/io/test_perfetto_proto.py \
-	  -k "state_sweep or pair_events or lod or aggregates or blobs or large_trace or proto"
+	  tests/io/test_perfetto_proto.py tests/io/test_otf2.py \
+	  -k "state_sweep or pair_events or lod or aggregates or blobs or large_trace or proto or otf2"
 
 sanitize: test-sanitize
 	@mkdir -p $(TSAN_DIR)
