@@ -36,9 +36,11 @@ The names, categories, annotation names and texts are interned (sequence
 SEQUENCE's ``InternedData``, added as new ones appear).  Timestamps are the
 trace's times in nanoseconds (as the JSON's microseconds, to the
 nanosecond).  The packets are written in C (csrc/ext/proto.c) a batch at a
-time; the slices are first put in order across their sources (their begins,
-ends and tracks: 20 bytes a slice), then the fields of each batch's begins
-are made from the sources as the JSON's text is.
+time; the slices are first put in order across their sources (SliceOrder:
+their begins, ends, tracks and the sequence of begins and ends, 26 bytes a
+slice), then the fields of each batch's begins are made from the sources as
+the JSON's text is.  On bench/export.py's trace of 10^7 events the export
+adds 0.38 times the trace's records at its peak (0.5 at most: issue 16).
 """
 
 from __future__ import annotations
