@@ -60,12 +60,20 @@ def _read(part: Partition, origin: int | None) -> Trace:
 def _on_partition(fn: Callable[[Trace], R], part: Partition, origin: int | None
                   ) -> R | _Unreadable:
     """``fn`` of the partition's Trace (run where the partition is read: a Dask worker
-    or this process); _Unreadable when its file cannot be read."""
+    or this process); _Unreadable when its file cannot be read.  What the partition
+    took is given back to the system before the next one (_core.trim_heap): Dask
+    pauses a worker whose resident size nears its memory limit, and freed memory
+    that the C library keeps counts."""
+    from . import _core
+
     try:
         trace = _read(part, origin)
     except TraceFileError as e:
         return _Unreadable(part.path, str(e))
-    return fn(trace)
+    result = fn(trace)
+    del trace
+    _core.trim_heap()
+    return result
 
 
 def _distributed() -> Any:

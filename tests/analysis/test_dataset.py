@@ -31,6 +31,7 @@ from ompt_py.analysis import metrics
 from ompt_py.errors import ConfigError, TraceWarning
 from ompt_py.records import EVENT_DTYPE
 
+dask = pytest.importorskip("dask")
 distributed = pytest.importorskip("dask.distributed")
 
 RANKS = 6
@@ -53,8 +54,12 @@ LIMIT = 384 << 20
 
 @pytest.fixture(scope="module")
 def client():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  memory_limit=LIMIT, dashboard_address=None) as cluster, \
+    # Not paused near the limit (80 %: a worker paused with nothing to free waits
+    # forever, and so would the test); beyond 95 % the nanny restarts it, which the
+    # test sees.
+    with dask.config.set({"distributed.worker.memory.pause": False}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     memory_limit=LIMIT, dashboard_address=None) as cluster, \
             distributed.Client(cluster) as c:
         yield c
 
