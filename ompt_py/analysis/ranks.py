@@ -35,7 +35,7 @@ from ..meta import ranks as ranks_of
 from ..records import MPI_CALL_KINDS
 from ..units import ns_columns
 from . import metrics, tables
-from .states import closed, thread_totals, to_int
+from .states import closed, key_pid_thread, process_spans, thread_totals, threads, to_int
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -89,7 +89,6 @@ def rank_rows(trace: Trace) -> pd.DataFrame:
       kind of call (MPI_KINDS; setup: MPI_Init, MPI_Finalize, ompt-py's clock
       measurement); <NA> for a process without MPI calls recorded.
     """
-    ev = trace.events
     procs = {p["pid"]: p for p in trace.meta.get("processes", [])}
     pids = processes(trace)
     out = pd.DataFrame({"pid": pids})
@@ -97,10 +96,10 @@ def rank_rows(trace: Trace) -> pd.DataFrame:
     out["rank"] = rank.astype("Int64") if rank is not None else _ints([None] * len(pids))
     out["host"] = [procs.get(p, {}).get("hostname") for p in pids]
     out["local_rank"] = _ints([procs.get(p, {}).get("local_rank") for p in pids])
-    time = pd.Series(ev["time_ns"]).groupby(trace.pids)
-    out["threads"] = _fill(pd.Series(ev["thread"]).groupby(trace.pids).nunique(), pids, 0)
-    out["begin_ns"] = _ints(time.min().reindex(pids))
-    out["end_ns"] = _ints(time.max().reindex(pids))
+    out["threads"] = _fill(pd.Series(key_pid_thread(threads(trace))[0]).value_counts(), pids, 0)
+    spans = process_spans(trace)
+    out["begin_ns"] = _ints(spans["first_ns"].reindex(pids))
+    out["end_ns"] = _ints(spans["last_ns"].reindex(pids))
     out["span_ns"] = out["end_ns"] - out["begin_ns"]
     present = tables.present_events(trace)
     parallel = _parallel_ns(trace) if "parallel_begin" in present else pd.Series(dtype=float)
@@ -136,7 +135,7 @@ def rank_rows(trace: Trace) -> pd.DataFrame:
 def processes(trace: Trace) -> np.ndarray:
     """The pids of the trace's processes: those with events or metadata, sorted."""
     known = np.array([p["pid"] for p in trace.meta.get("processes", [])], np.int64)
-    return np.union1d(np.unique(trace.pids) if len(trace) else known[:0], known).astype(np.int64)
+    return np.union1d(process_spans(trace).index.to_numpy(np.int64), known).astype(np.int64)
 
 
 def several(meta: dict) -> bool:
@@ -224,7 +223,7 @@ def arrivals(trace: Trace) -> pd.DataFrame:
     out = out.sort_values(["pid", "begin_ns"], kind="stable").reset_index(drop=True)
     out["n"] = out.groupby(key, sort=False).cumcount()
     if out["source"].eq("mpi").all() and len(out):
-        first = pd.Series(trace.events["time_ns"]).groupby(trace.pids).min()
+        first = process_spans(trace)["first_ns"]
         before = out.groupby("pid")["end_ns"].shift().astype("Float64")
         start = before.fillna(pd.Series(first.reindex(out["pid"]).to_numpy(np.float64)))
         out["since_ns"] = out["begin_ns"] - start

@@ -56,8 +56,30 @@ def threads(trace: Trace) -> np.ndarray:
     """The thread keys (pid << 32 | thread) of the trace, sorted."""
     thread, pid = trace.events["thread"], trace.single_pid
     if pid is not None:  # one process: its threads, without a key per record
-        return np.sort(thread_key(pid, pd.unique(thread)))
-    return np.sort(pd.unique(thread_key(trace.pids, thread)))
+        return thread_key(pid, distinct(thread))
+    return distinct(thread_key(trace.pids, thread))
+
+
+@per_trace
+def process_spans(trace: Trace) -> pd.DataFrame:
+    """Per process with events (the index: pid, sorted): the time of its first and
+    last event (first_ns, last_ns), from each run of its records (no key per
+    record for a trace of one process)."""
+    time, pid = trace.events["time_ns"], trace.single_pid
+    if not len(time):
+        pids = starts = np.empty(0, np.intp)
+    elif pid is not None:
+        pids, starts = np.array([pid]), np.zeros(1, np.intp)
+    else:
+        every = trace.pids
+        starts = np.flatnonzero(np.r_[True, every[1:] != every[:-1]])
+        pids = every[starts]
+    runs = pd.DataFrame({"pid": pids.astype(np.int64),
+                         "first_ns": np.minimum.reduceat(time, starts) if len(starts) else
+                         np.empty(0, np.int64),
+                         "last_ns": np.maximum.reduceat(time, starts) if len(starts) else
+                         np.empty(0, np.int64)})
+    return runs.groupby("pid").agg(first_ns=("first_ns", "min"), last_ns=("last_ns", "max"))
 
 
 #: Stands, in ``when`` of require, for implicit tasks of teams of several threads
@@ -118,10 +140,16 @@ def require_states(trace: Trace, analysis_name: str) -> None:
 class Segments:
     """Disjoint time segments per group, sorted by (group, begin), each with a state."""
 
-    group: np.ndarray  # int64
+    code: np.ndarray  # int32: the segment's group, as a row of keys
+    keys: np.ndarray  # int64: the distinct groups, sorted
     begin: np.ndarray  # int64
     end: np.ndarray  # int64
     state: np.ndarray  # int8
+
+    @property
+    def group(self) -> np.ndarray:
+        """Each segment's group (int64)."""
+        return self.keys[self.code]
 
 
 def thread_key(pid: Iterable, thread: Iterable) -> np.ndarray:
@@ -135,10 +163,26 @@ def key_pid_thread(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (key >> 32).astype(np.int64), (key & 0xFFFFFFFF).astype(np.int64)
 
 
+#: How many rows distinct() and _codes() take at a time: pandas' hash tables are
+#: sized for the rows given, so a few groups among many rows cost little this way.
+_CHUNK = 1 << 16
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of ``values`` (one dimension, any stride), sorted."""
+    parts = [pd.unique(values[i:i + _CHUNK]) for i in range(0, len(values), _CHUNK)]
+    return np.unique(np.concatenate(parts)) if parts else np.asarray(values[:0])
+
+
 def _codes(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each group's number among the distinct groups in order (int32), and those."""
-    codes, uniques = pd.factorize(np.asarray(group, np.int64), sort=True)
-    return codes.astype(np.int32), np.asarray(uniques, np.int64)
+    group = np.asarray(group, np.int64)
+    uniques = distinct(group)
+    index = pd.Index(uniques)
+    codes = np.empty(len(group), np.int32)
+    for i in range(0, len(group), _CHUNK):
+        codes[i:i + _CHUNK] = index.get_indexer(group[i:i + _CHUNK])
+    return codes, uniques
 
 
 def sweep(group: np.ndarray, begin: np.ndarray, end: np.ndarray, layer: np.ndarray,
@@ -157,7 +201,7 @@ def sweep(group: np.ndarray, begin: np.ndarray, end: np.ndarray, layer: np.ndarr
     codes, uniques = _codes(group)
     g, b, e, s = _core.sweep(codes, np.asarray(begin, np.int64), np.asarray(end, np.int64),
                              layer, table, len(uniques))
-    return Segments(uniques[np.frombuffer(g, np.int32)], np.frombuffer(b, np.int64),
+    return Segments(np.frombuffer(g, np.int32), uniques, np.frombuffer(b, np.int64),
                     np.frombuffer(e, np.int64), np.frombuffer(s, np.int8))
 
 
@@ -165,13 +209,12 @@ def _state_times(seg: Segments, n_states: int, group: np.ndarray, t: np.ndarray,
                  spans: bool) -> np.ndarray:
     """``_core.cumulative`` on the segments and queries (group, t)."""
     out = np.zeros((len(group) // 2 if spans else len(group), n_states), dtype=np.int64)
-    codes, uniques = _codes(seg.group)
     group = np.asarray(group, np.int64)
-    at = np.searchsorted(uniques, group)
-    known = at < len(uniques)
-    known[known] = uniques[at[known]] == group[known]
-    _core.cumulative(codes, seg.begin, seg.end, seg.state, np.where(known, at, -1).astype(np.int32),
-                     np.asarray(t, np.int64), out, spans)
+    at = np.searchsorted(seg.keys, group)
+    known = at < (int(seg.code[-1]) + 1 if len(seg.code) else 0)  # groups with segments
+    known[known] = seg.keys[at[known]] == group[known]
+    _core.cumulative(seg.code, seg.begin, seg.end, seg.state,
+                     np.where(known, at, -1).astype(np.int32), np.asarray(t, np.int64), out, spans)
     return out
 
 
@@ -207,7 +250,7 @@ def closed(trace: Trace, paired: Callable[[Trace], Intervals]) -> pd.DataFrame:
         return iv.table.assign(complete=True)
     if paired is tables.region_intervals:
         opened = opened.rename(columns={"team_size": "requested_team_size"})
-    last = pd.Series(trace.events["time_ns"]).groupby(trace.pids).max()
+    last = process_spans(trace)["last_ns"]
     opened = opened.assign(end_ns=last.reindex(to_int(opened["pid"])).to_numpy(np.int64))
     opened["duration_ns"] = opened["end_ns"] - opened["begin_ns"]
     if paired is not tables.region_intervals:
@@ -300,7 +343,7 @@ def task_waits(trace: Trace) -> pd.DataFrame:
                 lambda opened: np.where(opened(0) & opened(1), 0, -1))
     row = np.zeros(gid.max() + 1, np.int64)
     row[gid] = np.arange(len(gid))  # a row of each group, for its pid, thread and task
-    at = row[seg.group]
+    at = row[seg.keys][seg.code]
     return pd.DataFrame({"pid": to_int(keys["pid"])[at], "thread": to_int(keys["thread"])[at],
                          "task_id": to_int(keys["task_id"], np.uint64)[at],
                          "begin_ns": seg.begin, "end_ns": seg.end})
@@ -358,7 +401,7 @@ def thread_totals(trace: Trace) -> pd.DataFrame:
     require_states(trace, "thread_totals()")
     keys = threads(trace)
     seg = thread_states(trace)
-    row = np.searchsorted(keys, seg.group)
+    row = np.searchsorted(keys, seg.keys)[seg.code]
     totals = np.zeros((len(keys), len(THREAD_STATES)), dtype=np.int64)
     np.add.at(totals, (row, seg.state), seg.end - seg.begin)
     pid, thread = key_pid_thread(keys)
