@@ -108,9 +108,11 @@ def python_stacks_at(trace: Trace, pid: np.ndarray, thread: np.ndarray,
     parallel region on the thread that started it, an implicit task of a
     region, a piece of an explicit task, a region marker); <NA> for none."""
     key, begin, end, stack = _python_intervals(trace)
+    if not len(key):  # no construct has a stack: nothing to look for
+        return pd.Series(pd.arrays.IntegerArray(np.zeros(len(time), np.int64),
+                                                np.ones(len(time), bool)))
     at = innermost(key, begin, end, thread_key(pid, thread), np.asarray(time, np.int64))
-    return pd.Series(pd.arrays.IntegerArray(stack[np.maximum(at, 0)] if len(stack)
-                                            else np.zeros(len(at), np.int64), at < 0))
+    return pd.Series(pd.arrays.IntegerArray(stack[np.maximum(at, 0)], at < 0))
 
 
 def python_locations_at(trace: Trace, pid: np.ndarray, thread: np.ndarray,
@@ -606,11 +608,12 @@ def task_sites(trace: Trace, by: str = "source") -> pd.DataFrame:
     plus busy_ns).  Most busy time first."""
     _check_by(by, ("source", "python"))
     keys = ["pid", "location"] if by == "source" else ["pid", "py_location", "location"]
-    made = tables.tasks(trace)[["pid", "task_id", "codeptr", "py_location"]]
+    made = tables.created(trace)[["pid", "task_id", "codeptr"]]
+    if by == "python":
+        where = tables.task_stacks(trace)["py_location"]
+        made = made.assign(py_location=where.astype(object).where(where.notna(), NO_PYTHON))
     runs = task_runs(trace)[["pid", "task_id", "busy_ns"]]
     made = tables.with_source(trace, made.merge(runs, on=["pid", "task_id"], how="left"))
-    made["py_location"] = made["py_location"].astype(object).where(
-        made["py_location"].notna(), NO_PYTHON)
     gaps = _creation_gaps(trace)
     gaps = tables.with_source(trace, gaps)
     g = made.groupby(keys, sort=False, dropna=False)

@@ -181,7 +181,7 @@ def with_python(trace: Trace, table: pd.DataFrame, parent: tuple[str, str] | Non
     stack = own.copy()
     if around is not None:
         stack = stack.fillna(pd.Series(around.to_numpy(), index=stack.index, dtype="Int64"))
-    if parent is not None and len(table):
+    if parent is not None and stack.notna().any():  # else no stack to inherit
         up, key = parent
         index = pd.MultiIndex.from_arrays([table["pid"], table[key]])
         while True:  # one level of nesting per pass; each fills at least one row

@@ -317,11 +317,10 @@ def sync(trace: Trace) -> pd.DataFrame:
 
 def tasks(trace: Trace) -> pd.DataFrame:
     """One row per explicit task: creation, first start, completion, run time,
-    dependences, and the Python code that created it (pystacks.COLUMNS): a task
-    created inside a region inherits the region's, or its parent task's."""
+    dependences, and the Python code that created it (task_stacks)."""
     made = event_rows(trace, ["task_create"],
                       ["pid", "task_id", "other_task_id", "thread", "time_ns", "flags",
-                       "has_dependences", "codeptr", "py_stack"]).rename(
+                       "has_dependences", "codeptr"]).rename(
         columns={"other_task_id": "parent_id", "thread": "creator_thread",
                  "time_ns": "created_ns"}).astype({"parent_id": "UInt64"})  # a task id
     runs = task_pieces(trace)
@@ -343,17 +342,29 @@ def tasks(trace: Trace) -> pd.DataFrame:
     else:
         out["dependences"] = None
     out["dependences"] = [d if isinstance(d, list) else [] for d in out["dependences"]]
-    # Created by an implicit task: the stack of its region.
-    implicit = implicit_intervals(trace).table[["pid", "task_id", "parallel_id"]]
-    implicit = implicit[implicit["task_id"].isin(out["parent_id"].dropna().unique())]  # parents
+    return pd.concat([out.reset_index(drop=True), task_stacks(trace)], axis=1)
+
+
+def task_stacks(trace: Trace) -> pd.DataFrame:
+    """The Python code that created each explicit task (pystacks.COLUMNS), a row
+    per task_create record in time order (as created()): a task created inside a
+    region inherits the region's, or its parent task's."""
+    made = created(trace)[["pid", "task_id", "other_task_id"]].rename(
+        columns={"other_task_id": "parent_id"}).astype({"parent_id": "UInt64"})  # a task id
+    made["py_stack"] = event_rows(trace, ["task_create"], ["py_stack"])["py_stack"].array
     regions = linked_regions(trace).table[["pid", "parallel_id", "py_stack"]]
-    in_region = out[["pid", "parent_id"]].merge(
-        implicit.merge(regions, on=["pid", "parallel_id"]).drop_duplicates(["pid", "task_id"])
-        .rename(columns={"task_id": "parent_id"}), on=["pid", "parent_id"], how="left")
-    out = pystacks.with_python(trace, out.reset_index(drop=True),
-                               parent=("parent_id", "task_id"),
-                               around=in_region["py_stack"].astype("Int64"))
-    return out
+    around = None
+    if regions["py_stack"].notna().any():  # else no region gives its tasks a stack
+        # Created by an implicit task: the stack of its region.
+        implicit = implicit_intervals(trace).table[["pid", "task_id", "parallel_id"]]
+        implicit = implicit[implicit["task_id"].isin(made["parent_id"].dropna().unique())]
+        in_region = made[["pid", "parent_id"]].merge(
+            implicit.merge(regions, on=["pid", "parallel_id"]).drop_duplicates(
+                ["pid", "task_id"]).rename(columns={"task_id": "parent_id"}),
+            on=["pid", "parent_id"], how="left")
+        around = in_region["py_stack"].astype("Int64")
+    stacks = pystacks.with_python(trace, made, parent=("parent_id", "task_id"), around=around)
+    return stacks.drop(columns=["pid", "task_id", "parent_id"])
 
 
 def _thread_lists(runs: pd.DataFrame, tasks: pd.MultiIndex) -> list[list[int]]:
