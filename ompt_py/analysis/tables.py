@@ -76,14 +76,23 @@ def event_rows(trace: Trace, events: list[str], columns: list[str]) -> pd.DataFr
 def paired(trace: Trace) -> dict[str, pairing.Pairs]:
     """Every pairing of the tables (pairing.PAIRINGS), made in one pass over the
     records: positions in time order (``order``)."""
+    return _pair(trace, list(pairing.PAIRINGS))
+
+
+def _pair(trace: Trace, names: list[str]) -> dict[str, pairing.Pairs]:
+    """The pairings ``names`` of pairing.PAIRINGS, in one pass over the records."""
     return pairing.pair_events(trace.events,
                                None if trace.single_pid is not None else trace.pids,
-                               order(trace), list(pairing.PAIRINGS)).pairs
+                               order(trace), names).pairs
 
 
 def _scoped(trace: Trace, name: str, columns: list[str]) -> Intervals:
-    """The intervals of a pairing of ``paired``: its begins' ``columns``."""
-    found = paired(trace)[name]
+    """The intervals of a pairing of ``paired``: its begins' ``columns``.  Each
+    table made of a pairing is kept (cache.per_trace, or made by a function that
+    is), so its pairs leave ``paired`` here, not to be held as long as the
+    trace; a pairing asked for again is paired anew, alone."""
+    pairs = paired(trace)
+    found = pairs.pop(name) if name in pairs else _pair(trace, [name])[name]
     ev, at = trace.events, order(trace)
     return pairing.intervals(lambda rows, cols: select(trace, rows, cols),
                              lambda rows: ev["time_ns"][at[rows]], found, columns)
@@ -162,8 +171,7 @@ def _mutex_intervals(trace: Trace, name: str) -> pd.DataFrame:
     return _scoped(trace, name, [*_BASE, "kind", "wait_id", "codeptr"]).table
 
 
-@per_trace
-def mutex_waits(trace: Trace) -> pd.DataFrame:
+def _mutex_waits(trace: Trace) -> pd.DataFrame:
     """acquire -> acquired per thread and wait id: how long each lock/critical was waited for."""
     return _mutex_intervals(trace, "mutex_wait")
 
@@ -393,7 +401,7 @@ def task_graph(trace: Trace) -> pd.DataFrame:
 def mutex(trace: Trace) -> pd.DataFrame:
     """One row per acquisition of a lock, nest lock, critical or ordered: when it was
     asked for, got and given back, ``wait_ns`` and ``hold_ns``."""
-    waits = mutex_waits(trace).rename(columns={"begin_ns": "acquire_ns",
+    waits = _mutex_waits(trace).rename(columns={"begin_ns": "acquire_ns",
                                                "end_ns": "acquired_ns", "duration_ns": "wait_ns"})
     holds = _mutex_holds(trace).rename(columns={"begin_ns": "acquired_ns",
                                                 "end_ns": "released_ns", "duration_ns": "hold_ns"})
