@@ -77,14 +77,16 @@ def construct_stats(trace: Trace, raw: bool = False) -> pd.DataFrame:
     """Per construct and kind (normalised; ``raw``: the runtime's): count, total_ns,
     min_ns, max_ns and hist (the durations' log2 histogram, profile.histograms):
     what merges into metrics.constructs(by="construct")."""
-    inst = metrics.construct_instances(trace)
     kind = "kind_raw" if raw else "kind"
-    g = inst.groupby(["construct", kind], observed=True, sort=False, dropna=False)
-    out = g["duration_ns"].agg(count="count", total_ns="sum", min_ns="min", max_ns="max")
-    out = out.reset_index().rename(columns={kind: "kind"})
-    out["hist"] = list(profile.histograms(inst["duration_ns"].to_numpy(), g.ngroup().to_numpy(),
-                                          len(out)))
-    return out
+    parts = []
+    for inst in metrics.per_construct(metrics.construct_instances(trace)):
+        g = inst.groupby(["construct", kind], observed=True, sort=False, dropna=False)
+        out = g["duration_ns"].agg(count="count", total_ns="sum", min_ns="min", max_ns="max")
+        out = out.reset_index().rename(columns={kind: "kind"})
+        out["hist"] = list(profile.histograms(inst["duration_ns"].to_numpy(),
+                                              g.ngroup().to_numpy(), len(out)))
+        parts.append(out)
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 
 
 def merge_constructs(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:

@@ -177,9 +177,9 @@ def _python_time(trace: Trace) -> pd.DataFrame:
 @per_trace
 def construct_instances(trace: Trace) -> pd.DataFrame:
     """One row per construct instance: construct, kind (normalised), kind_raw (the
-    runtime's), pid, thread, codeptr, parallel_id, begin_ns, duration_ns.
-    Instances without a code address of their own (implicit tasks, a worker's
-    implicit barrier) take their region's."""
+    runtime's), pid, thread, codeptr, begin_ns, duration_ns; the rows of a
+    construct together (per_construct).  Instances without a code address of
+    their own (implicit tasks, a worker's implicit barrier) take their region's."""
     regions = tables.region_intervals(trace).table
     implicit = tables.implicit_intervals(trace).table
     sync = tables.sync_intervals(trace).table
@@ -188,27 +188,17 @@ def construct_instances(trace: Trace) -> pd.DataFrame:
     mutex = tables.mutex(trace)
     pieces = tables.task_pieces(trace)
     created = tables.created(trace)
-    names: list[str] = []
-    kinds: list[pd.Categorical] = []
-    raws: list[pd.Categorical] = []
-    columns: dict[str, list[np.ndarray]] = {c: [] for c in (
-        "pid", "thread", "codeptr", "parallel_id", "begin_ns", "duration_ns")}
+    # Each construct's kinds, table and columns (duration, begin, codeptr,
+    # parallel_id), and which rows of the table (None: all): the columns are
+    # made once their lengths are known, each part written into them in turn.
+    parts: list[tuple[str, pd.Categorical, pd.Categorical, pd.DataFrame, np.ndarray | None,
+                      tuple[str, str, str | None, str | None]]] = []
 
-    def add(construct: str, kind: pd.Categorical, t: pd.DataFrame, duration: pd.Series,
-            begin: pd.Series, codeptr: pd.Series | None = None,
-            parallel_id: pd.Series | None = None, raw: pd.Categorical | None = None) -> None:
-        n = len(t)
-        names.append(construct)
-        kinds.append(kind)
-        raws.append(kind if raw is None else raw)
-        columns["pid"].append(to_int(t["pid"]))
-        columns["thread"].append(to_int(t["thread"]) if "thread" in t else np.full(n, -1))
-        columns["codeptr"].append(to_int(codeptr, np.uint64) if codeptr is not None
-                                  else np.zeros(n, np.uint64))
-        columns["parallel_id"].append(to_int(parallel_id, np.uint64) if parallel_id is not None
-                                      else np.zeros(n, np.uint64))
-        columns["begin_ns"].append(np.asarray(begin, dtype=np.int64))
-        columns["duration_ns"].append(np.asarray(duration, dtype=np.float64))
+    def add(construct: str, kind: pd.Categorical, t: pd.DataFrame, duration: str, begin: str,
+            codeptr: str | None = None, parallel_id: str | None = None,
+            raw: pd.Categorical | None = None, rows: np.ndarray | None = None) -> None:
+        parts.append((construct, kind, kind if raw is None else raw, t, rows,
+                      (duration, begin, codeptr, parallel_id)))
 
     def one(kind: str, n: int) -> pd.Categorical:
         return pd.Categorical.from_codes(np.zeros(n, np.int8), [kind])
@@ -219,65 +209,101 @@ def construct_instances(trace: Trace) -> pd.DataFrame:
 
     add(CONSTRUCTS["parallel_begin"], pd.Categorical.from_codes(
         regions["league"].to_numpy(np.int8), list(PARALLEL_KINDS)),
-        regions, regions["duration_ns"], regions["begin_ns"], regions["codeptr"],
-        regions["parallel_id"])
+        regions, "duration_ns", "begin_ns", "codeptr", "parallel_id")
     add(CONSTRUCTS["implicit_task"], pd.Categorical.from_codes(
         (to_int(implicit["flags"]) & TASK_INITIAL).astype(np.int8), list(IMPLICIT_KINDS)),
-        implicit, implicit["duration_ns"], implicit["begin_ns"], None, implicit["parallel_id"])
-    add(CONSTRUCTS["work"], named(work["kind"]), work, work["duration_ns"],
-        work["begin_ns"], work["codeptr"], work["parallel_id"], named(work["kind_raw"]))
-    add(CONSTRUCTS["sync_region"], named(sync["kind"]), sync, sync["duration_ns"],
-        sync["begin_ns"], sync["codeptr"], sync["parallel_id"], named(sync["kind_raw"]))
+        implicit, "duration_ns", "begin_ns", None, "parallel_id")
+    add(CONSTRUCTS["work"], named(work["kind"]), work, "duration_ns", "begin_ns", "codeptr",
+        "parallel_id", named(work["kind_raw"]))
+    add(CONSTRUCTS["sync_region"], named(sync["kind"]), sync, "duration_ns", "begin_ns",
+        "codeptr", "parallel_id", named(sync["kind_raw"]))
     if len(mutex):
-        waited, held = mutex[mutex["wait_ns"].notna()], mutex[mutex["hold_ns"].notna()]
-        add(CONSTRUCTS["mutex_acquire"], named(waited["kind"]), waited, waited["wait_ns"],
-            waited["acquire_ns"], waited["codeptr"])
-        add(CONSTRUCTS["mutex_acquired"], named(held["kind"]), held, held["hold_ns"],
-            held["acquired_ns"], held["codeptr"])
-    add(CONSTRUCTS["masked"], one("masked", len(masked)), masked, masked["duration_ns"],
-        masked["begin_ns"], masked["codeptr"], masked["parallel_id"])
+        waited, held = mutex["wait_ns"].notna().to_numpy(), mutex["hold_ns"].notna().to_numpy()
+        add(CONSTRUCTS["mutex_acquire"], named(mutex["kind"][waited]), mutex, "wait_ns",
+            "acquire_ns", "codeptr", rows=waited)
+        add(CONSTRUCTS["mutex_acquired"], named(mutex["kind"][held]), mutex, "hold_ns",
+            "acquired_ns", "codeptr", rows=held)
+    add(CONSTRUCTS["masked"], one("masked", len(masked)), masked, "duration_ns", "begin_ns",
+        "codeptr", "parallel_id")
     if len(pieces):
         runs = pieces.groupby(["pid", "task_id"], sort=False).agg(
             thread=("thread", "first"), begin_ns=("begin_ns", "min"),
             duration_ns=("duration_ns", "sum")).reset_index()
         runs = runs.merge(created[["pid", "task_id", "codeptr"]].drop_duplicates(
             ["pid", "task_id"]), on=["pid", "task_id"], how="left")
-        add(CONSTRUCTS["task_schedule"], one("explicit", len(runs)), runs, runs["duration_ns"],
-            runs["begin_ns"], runs["codeptr"])
+        add(CONSTRUCTS["task_schedule"], one("explicit", len(runs)), runs, "duration_ns",
+            "begin_ns", "codeptr")
     user = tables.user_regions(trace)
     if len(user):  # ompt_py.region / omptpy_region.h: the kind is the region's name
-        add(CONSTRUCTS["region"], named(user["name"]), user, user["duration_ns"], user["begin_ns"],
-            user["codeptr"])
-    sizes = [len(k) for k in kinds]
-    out = pd.DataFrame({
-        "construct": pd.Categorical.from_codes(np.repeat(np.arange(len(names)), sizes), names),
-        "kind": union_categoricals(kinds),
-        "kind_raw": union_categoricals(raws),
-        **{c: np.concatenate(v) for c, v in columns.items()},
-    })
-    # No code address of its own: the region's.
-    no_code = (out["codeptr"].to_numpy() == 0) & (out["parallel_id"].to_numpy() != 0)
-    if no_code.any() and len(regions):
-        where = pd.Series(to_int(regions["codeptr"], np.uint64),
-                          index=pd.MultiIndex.from_arrays([to_int(regions["pid"]),
-                                                           to_int(regions["parallel_id"],
-                                                                np.uint64)]))
-        where = where[~where.index.duplicated()]
-        idx = pd.MultiIndex.from_arrays([out["pid"].to_numpy()[no_code],
-                                         out["parallel_id"].to_numpy()[no_code]])
-        filled = where.reindex(idx).fillna(0).to_numpy(np.uint64)
-        codeptr = out["codeptr"].to_numpy().copy()
-        codeptr[no_code] = filled
-        out["codeptr"] = codeptr
-    return out
+        add(CONSTRUCTS["region"], named(user["name"]), user, "duration_ns", "begin_ns",
+            "codeptr")
+    sizes = [len(p[1]) for p in parts]
+    n = sum(sizes)
+    columns = {"pid": np.empty(n, np.int64), "thread": np.empty(n, np.int64),
+               "codeptr": np.empty(n, np.uint64), "begin_ns": np.empty(n, np.int64),
+               "duration_ns": np.empty(n, np.float64)}
+    region_code: pd.Series | None = None  # each region's code address, by pid and parallel_id
+    at = 0
+    for (_, _, _, t, rows, (duration, begin, codeptr, parallel_id)), size in zip(parts, sizes):
+        def values(column: str, dtype: type = np.int64, t: pd.DataFrame = t,
+                   rows: np.ndarray | None = rows) -> np.ndarray:
+            v = to_int(t[column], dtype)
+            return v if rows is None else v[rows]
+
+        into = slice(at, at + size)
+        columns["pid"][into] = values("pid")
+        columns["thread"][into] = values("thread") if "thread" in t else -1
+        columns["begin_ns"][into] = values(begin)
+        d = t[duration].to_numpy(np.float64, na_value=np.nan)
+        columns["duration_ns"][into] = d if rows is None else d[rows]
+        code = values(codeptr, np.uint64) if codeptr is not None else np.zeros(size, np.uint64)
+        if parallel_id is not None and len(regions):  # no code address of its own: the region's
+            ids = values(parallel_id, np.uint64)
+            no_code = (code == 0) & (ids != 0)
+            if no_code.any():
+                code = code.copy()  # (a column's values may be read-only)
+                if region_code is None:
+                    region_code = pd.Series(to_int(regions["codeptr"], np.uint64),
+                                            index=pd.MultiIndex.from_arrays(
+                                                [to_int(regions["pid"]),
+                                                 to_int(regions["parallel_id"], np.uint64)]))
+                    region_code = region_code[~region_code.index.duplicated()]
+                idx = pd.MultiIndex.from_arrays([columns["pid"][into][no_code], ids[no_code]])
+                code[no_code] = region_code.reindex(idx).fillna(0).to_numpy(np.uint64)
+        columns["codeptr"][into] = code
+        at += size
+    return pd.DataFrame({
+        "construct": pd.Categorical.from_codes(np.repeat(np.arange(len(parts), dtype=np.int8),
+                                                         sizes), [p[0] for p in parts]),
+        "kind": union_categoricals([p[1] for p in parts]),
+        "kind_raw": union_categoricals([p[2] for p in parts]),
+        **columns,
+    }, copy=False)
+
+
+def per_construct(frame: pd.DataFrame) -> list[pd.DataFrame]:
+    """``frame`` (construct_instances' rows in its order, with any columns) a
+    construct at a time: views of its rows.  No group of the analyses spans two
+    constructs, so grouped a construct at a time, in order, they give the groups
+    of the whole in the same order, for a fraction of the memory."""
+    codes = np.asarray(frame["construct"].array.codes)
+    bounds = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1], True]) if len(codes) else []
+    parts = [frame.iloc[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    return parts or [frame]
 
 
 def _group_stats(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    g = frame.groupby(keys, observed=True, sort=False, dropna=False)["duration_ns"]
-    stats = g.agg(["count", "sum", "mean", "max"]).rename(
-        columns={"sum": "total_ns", "mean": "mean_ns", "max": "max_ns"})
-    stats["p50_ns"], stats["p95_ns"] = g.quantile(0.5), g.quantile(0.95)
-    return stats[_STAT_COLUMNS].sort_values("total_ns", ascending=False).reset_index()
+    """_STAT_COLUMNS per group of ``keys`` of ``frame`` (per_construct's), the most
+    total time first."""
+    parts = []
+    for part in per_construct(frame):
+        g = part.groupby(keys, observed=True, sort=False, dropna=False)["duration_ns"]
+        stats = g.agg(["count", "sum", "mean", "max"]).rename(
+            columns={"sum": "total_ns", "mean": "mean_ns", "max": "max_ns"})
+        stats["p50_ns"], stats["p95_ns"] = g.quantile(0.5), g.quantile(0.95)
+        parts.append(stats[_STAT_COLUMNS])
+    stats = pd.concat(parts) if len(parts) > 1 else parts[0]
+    return stats.sort_values("total_ns", ascending=False).reset_index()
 
 
 def _located(trace: Trace, inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
