@@ -68,6 +68,31 @@ def group_ids(keys: pd.DataFrame) -> tuple[np.ndarray, int]:
     return ids, count
 
 
+#: How many rows distinct() and numbered() take at a time: pandas' hash tables are
+#: sized for the rows given, so a few distinct values among many rows cost little.
+CHUNK = 1 << 16
+
+
+def distinct(values: np.ndarray, first_seen: bool = False) -> np.ndarray:
+    """The distinct values of ``values`` (one dimension, any stride), sorted, or with
+    ``first_seen`` in the order they first appear."""
+    parts = [pd.unique(values[i:i + CHUNK]) for i in range(0, len(values), CHUNK)]
+    if not parts:
+        return np.asarray(values[:0])
+    both = np.concatenate(parts)
+    return np.asarray(pd.unique(both)) if first_seen else np.unique(both)
+
+
+def numbered(values: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """Each of ``values``' position in ``among`` (distinct values, every one of
+    ``values`` among them), int32."""
+    index = pd.Index(among)
+    out = np.empty(len(values), np.int32)
+    for i in range(0, len(values), CHUNK):
+        out[i:i + CHUNK] = index.get_indexer(values[i:i + CHUNK])
+    return out
+
+
 def column(values: np.ndarray, missing_if_zero: bool = False, table: Any = None,
            rows: np.ndarray | None = None) -> tuple:
     """A key column of _core.pair, pair_events and find: the integers ``values``, an
@@ -366,7 +391,8 @@ def task_runs(threads: pd.DataFrame, prior: np.ndarray, switched_to: np.ndarray,
     run = np.flatnonzero(following >= 0)
     nxt = following[run]
     task = switched_to[run]
-    ran = (prior[nxt] == task) & (task != 0) & np.isin(task, explicit)
+    # (pandas' isin hashes the explicit tasks: np.isin sorts both, 5 times the memory)
+    ran = (prior[nxt] == task) & (task != 0) & pd.Series(task, copy=False).isin(explicit).to_numpy()
     return run[ran], nxt[ran]
 
 
@@ -464,6 +490,37 @@ def acquisitions(waits: list[np.ndarray], holds: list[np.ndarray]
     acquired time, then pid, thread and wait id.  Waits and holds of the same
     keys (acquisitions at one clock tick) pair one to one, in their order: the
     table has at most a row per wait and hold, however many share a time."""
+    n, m = len(waits[0]), len(holds[0])
+    wait_keys, hold_keys = [column(k) for k in waits], [column(k) for k in holds]
+    h = _found(hold_keys, wait_keys)  # each wait's first hold of its keys
+    if (_found(hold_keys, hold_keys) == np.arange(m)).all() and (
+            _found(wait_keys, wait_keys) == np.arange(n)).all():
+        # Keys once on each side (as the clock's ticks make them): a wait's hold is
+        # the one of its keys, found in a hash table (the groups below sort them).
+        taken = np.zeros(m, bool)
+        taken[h[h >= 0]] = True
+        alone = np.flatnonzero(~taken)
+    else:
+        h, alone = _acquisitions_grouped(waits, holds)
+    w = np.concatenate([np.arange(n), np.full(len(alone), -1, np.intp)])
+    h = np.concatenate([h, alone])
+    # Each row's keys, from its wait or, for a hold alone, from the hold.
+    keys = [np.concatenate([a, b[alone]]) for a, b in zip(waits, holds)]
+    order = np.lexsort([keys[2], keys[1], keys[0], keys[3]])
+    return w[order], h[order]
+
+
+def _found(table: list[tuple], query: list[tuple]) -> np.ndarray:
+    """_core.find: per row of ``query``, the first row of ``table`` with its keys."""
+    out = np.empty(len(query[0][0]), np.intp)
+    _core.find(table, query, out)
+    return out
+
+
+def _acquisitions_grouped(waits: list[np.ndarray], holds: list[np.ndarray]
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """acquisitions where keys repeat: each wait's hold (-1: none) and the holds
+    without a wait, by the rank of each in its group of keys."""
     n = len(waits[0])
     keys = [np.concatenate(pair) for pair in zip(waits, holds)]
     group, count = group_ids(pd.DataFrame(dict(enumerate(keys)), copy=False))
@@ -477,12 +534,7 @@ def acquisitions(waits: list[np.ndarray], holds: list[np.ndarray]
     paired = nth_wait < holds_of[of_wait]
     h = np.full(n, -1, np.intp)
     h[paired] = by_group[first[of_wait[paired]] + nth_wait[paired]]
-    alone = np.flatnonzero(nth_hold >= waits_of[of_hold])  # holds beyond their group's waits
-    w = np.concatenate([np.arange(n), np.full(len(alone), -1, np.intp)])
-    h = np.concatenate([h, alone])
-    at = np.where(w >= 0, w, n + h)
-    order = np.lexsort([keys[2][at], keys[1][at], keys[0][at], keys[3][at]])
-    return w[order], h[order]
+    return h, np.flatnonzero(nth_hold >= waits_of[of_hold])  # holds beyond their group's waits
 
 
 def _rank_in_group(group: np.ndarray, count: int) -> np.ndarray:

@@ -90,3 +90,41 @@ def test_find_matches_rows_by_every_column_and_never_a_missing_value():
     query = pd.DataFrame({"p": [2, 1, 1, 3, 1],
                           "q": pd.array([10, 10, None, 10, 11], dtype="UInt64")})
     assert pairing.find(table, query).tolist() == [2, 0, -1, -1, 1]
+
+
+def _acquisitions_by_hand(waits: list[np.ndarray], holds: list[np.ndarray]
+                          ) -> list[tuple[int, int]]:
+    """pairing.acquisitions as its docstring says it, one row at a time."""
+    key = [tuple(int(k[i]) for k in waits) for i in range(len(waits[0]))]
+    hold_key = [tuple(int(k[i]) for k in holds) for i in range(len(holds[0]))]
+    rows, taken = [], set()
+    for i, k in enumerate(key):  # the k-th wait of its keys with the k-th hold of them
+        nth = key[:i].count(k)
+        of = [j for j, hk in enumerate(hold_key) if hk == k]
+        h = of[nth] if nth < len(of) else -1
+        taken.add(h)
+        rows.append((i, h))
+    rows += [(-1, j) for j in range(len(hold_key)) if j not in taken]
+    def order(row: tuple[int, int]) -> tuple[int, ...]:
+        pid, thread, wait_id, time = key[row[0]] if row[0] >= 0 else hold_key[row[1]]
+        return (time, pid, thread, wait_id)
+    return sorted(rows, key=order)  # stable: waits first, each side in its order
+
+
+@pytest.mark.parametrize("repeated", [False, True], ids=["keys-once", "keys-repeated"])
+def test_acquisitions_join_waits_and_holds_of_the_same_keys(repeated):
+    # Keys once on each side (the hash-table path) and repeated (one clock tick
+    # for several acquisitions: the grouped path): the same rows either way.
+    rng = np.random.default_rng(7)
+    n = 300
+    time = rng.choice(40, n) if repeated else rng.permutation(n)
+    waits = [np.full(n, 5, np.int64), rng.choice(3, n), rng.choice(4, n).astype(np.uint64),
+             time.astype(np.int64)]
+    keep = rng.random(n) < 0.8  # some waits without their hold, some holds alone
+    holds = [k[keep] for k in waits]
+    holds = [np.concatenate([k, extra]) for k, extra in zip(holds, (
+        np.full(20, 5, np.int64), rng.choice(3, 20), rng.choice(4, 20).astype(np.uint64),
+        (rng.choice(40, 20) if repeated else n + np.arange(20)).astype(np.int64)))]
+    w, h = pairing.acquisitions(waits, holds)
+    assert list(zip(w.tolist(), h.tolist())) == _acquisitions_by_hand(waits, holds)
+    assert ((h >= 0) & (w >= 0)).sum() > n // 2 and (w < 0).any() and (h < 0).any()
