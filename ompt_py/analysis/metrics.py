@@ -32,7 +32,7 @@ from ..records import (
 from ..units import format_ns, ns_columns
 from . import pystacks, tables
 from .cache import per_trace
-from .pairing import find, group_ids, innermost
+from .pairing import distinct, find, group_ids, innermost, numbered
 from .states import (
     STATE_COLUMNS,
     THREAD_STATES,
@@ -311,13 +311,18 @@ def _located(trace: Trace, inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFra
     ``location``), and the function of each (pid, location)."""
     # Symbolise each (pid, code address) once, then give every instance its row's.
     places = inst[["pid", "codeptr"]]
-    which = places.groupby(["pid", "codeptr"], sort=False).ngroup().to_numpy()
+    pid, code = (places[c].to_numpy() for c in places)
+    codes = distinct(code)
+    place = numbered(pid, distinct(pid)).astype(np.int64) * len(codes) + numbered(code, codes)
+    which = numbered(place, distinct(place, first_seen=True))  # groupby(sort=False).ngroup()
     first = np.zeros(which.max() + 1 if len(which) else 0, dtype=np.int64)
     first[which] = np.arange(len(which))
     unique = places.iloc[first].reset_index(drop=True)
     code = unique["codeptr"].to_numpy()
     src = tables.with_source(trace, unique.assign(codeptr=pd.arrays.IntegerArray(code, code == 0)))
-    located = inst.assign(location=pd.Categorical(src["location"].to_numpy(object)[which]))
+    places = pd.Categorical(src["location"].to_numpy(object))  # each place's, then each row's
+    located = inst.assign(location=pd.Categorical.from_codes(places.codes[which],
+                                                             dtype=places.dtype))
     func = pd.DataFrame({"pid": src["pid"], "location": src["location"],
                          "function": src["function"], "name": src["name"]}
                         ).drop_duplicates(["pid", "location"])
@@ -592,8 +597,8 @@ def task_runs(trace: Trace) -> pd.DataFrame:
     tw = task_waits(trace)
     waited = (tw["end_ns"] - tw["begin_ns"]).groupby([tw["pid"], tw["task_id"]]).sum()
     out = runs.reset_index()
-    idx = pd.MultiIndex.from_arrays([to_int(out["pid"]), to_int(out["task_id"], np.uint64)])
-    out["wait_ns"] = waited.reindex(idx).fillna(0).to_numpy(np.int64)
+    at = find(waited.index.to_frame(index=False), out[keys])  # -1: no wait, the 0 appended
+    out["wait_ns"] = np.append(waited.to_numpy(np.int64), 0)[at]
     out["busy_ns"] = out["run_ns"] - out["wait_ns"]
     return out
 
@@ -602,16 +607,17 @@ def _creation_gaps(trace: Trace) -> pd.DataFrame:
     """pid, codeptr and gap_ns of each task_create that follows another of the same
     thread and parent with nothing else recorded between them (back-to-back
     creations: the gap is what creating the second cost)."""
-    ev, pids = trace.events, trace.pids
+    ev = trace.events
     at = np.flatnonzero(ev["event"] == EVENT_CODES["task_create"])
     at = at[at > 0]
     # events holds each thread's records in order: the one before a record of
     # the same thread is that thread's previous record.
     before = at - 1
     pair = ((ev["event"][before] == EVENT_CODES["task_create"])
-            & (ev["thread"][before] == ev["thread"][at]) & (pids[before] == pids[at])
+            & (ev["thread"][before] == ev["thread"][at])
+            & (trace.pids_at(before) == trace.pids_at(at))
             & (ev["u64a"][before] == ev["u64a"][at]))  # the parent task (other_task_id)
-    return pd.DataFrame({"pid": pids[at[pair]].astype(np.int64),
+    return pd.DataFrame({"pid": trace.pids_at(at[pair]).astype(np.int64),
                          "codeptr": ev["codeptr"][at[pair]],
                          "gap_ns": ev["time_ns"][at[pair]] - ev["time_ns"][before[pair]]})
 
@@ -767,8 +773,8 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
                                 m["acquire_ns"].fillna(m["acquired_ns"]).to_numpy(np.int64))
     if by == "python":
         where = np.where(pd.isna(where), NO_PYTHON, where)
-    m = m.assign(kind=m["kind"].astype(str), py_location=where)
-    g = m.groupby(keys, sort=False)
+    m = m.assign(py_location=where)  # kind: grouped by its categories' codes, named after
+    g = m.groupby(keys, sort=False, observed=True)
     out = g.agg(acquisitions=("thread", "size"), threads=("thread", "nunique"),
                 wait_total_ns=("wait_ns", "sum"), wait_mean_ns=("wait_ns", "mean"),
                 wait_max_ns=("wait_ns", "max"), hold_total_ns=("hold_ns", "sum"),
@@ -778,10 +784,12 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
     top_holder(m, keys, "hold_ns", out)
     for most in ("codeptr", "py_location"):  # where it was taken most often
         if most not in keys:
-            sites = m.groupby([*keys, most], sort=False).size().rename("n").reset_index()
+            sites = m.groupby([*keys, most], sort=False, observed=True).size().rename(
+                "n").reset_index()
             sites = sites.sort_values("n", ascending=False, kind="stable").drop_duplicates(keys)
             out[most] = sites.set_index(keys)[most]
     out = tables.with_source(trace, out.reset_index())
+    out["kind"] = out["kind"].astype(str)
     out["py_location"] = out["py_location"].astype(object).where(out["py_location"].notna(), None)
     return ns_columns(out[columns].sort_values("wait_total_ns", ascending=False)
                       .reset_index(drop=True))
@@ -793,7 +801,7 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
 def top_holder(m: pd.DataFrame, keys: list[str], hold: str, out: pd.DataFrame) -> None:
     """``out``'s top_holder (per lock of ``keys``: the thread that held it longest, by
     the sum of ``m[hold]``) and top_holder_share (of out's hold_total_ns)."""
-    held = m.groupby([*keys, "thread"], sort=False)[hold].sum().reset_index()
+    held = m.groupby([*keys, "thread"], sort=False, observed=True)[hold].sum().reset_index()
     held = held.sort_values(hold, ascending=False, kind="stable").drop_duplicates(keys)
     held = held.set_index(keys)
     out["top_holder"] = held["thread"]

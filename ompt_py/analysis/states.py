@@ -35,7 +35,7 @@ from ..errors import MissingEventsError
 from ..records import EVENT_CODES, SCOPE_BEGIN, STALL_REASONS, TASK_INITIAL, Names
 from . import tables
 from .cache import per_trace
-from .pairing import Intervals, clamp_to_region
+from .pairing import Intervals, clamp_to_region, distinct, numbered
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -163,26 +163,11 @@ def key_pid_thread(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (key >> 32).astype(np.int64), (key & 0xFFFFFFFF).astype(np.int64)
 
 
-#: How many rows distinct() and _codes() take at a time: pandas' hash tables are
-#: sized for the rows given, so a few groups among many rows cost little this way.
-_CHUNK = 1 << 16
-
-
-def distinct(values: np.ndarray) -> np.ndarray:
-    """The distinct values of ``values`` (one dimension, any stride), sorted."""
-    parts = [pd.unique(values[i:i + _CHUNK]) for i in range(0, len(values), _CHUNK)]
-    return np.unique(np.concatenate(parts)) if parts else np.asarray(values[:0])
-
-
 def _codes(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each group's number among the distinct groups in order (int32), and those."""
     group = np.asarray(group, np.int64)
     uniques = distinct(group)
-    index = pd.Index(uniques)
-    codes = np.empty(len(group), np.int32)
-    for i in range(0, len(group), _CHUNK):
-        codes[i:i + _CHUNK] = index.get_indexer(group[i:i + _CHUNK])
-    return codes, uniques
+    return numbered(group, uniques), uniques
 
 
 def sweep(group: np.ndarray, begin: np.ndarray, end: np.ndarray, layer: np.ndarray,
