@@ -626,8 +626,12 @@ def creation_cost(trace: Trace) -> float:
     """Estimated time to create one explicit task: the median gap between two
     task_create events of one thread and parent with nothing else recorded between
     them (back-to-back creations).  NaN when no such pair exists."""
-    gaps = _creation_gaps(trace)["gap_ns"]
-    return float(np.median(gaps)) if len(gaps) else float("nan")
+    return _median_gap(_creation_gaps(trace))
+
+
+def _median_gap(gaps: pd.DataFrame) -> float:
+    """creation_cost of the gaps of _creation_gaps."""
+    return float(np.median(gaps["gap_ns"])) if len(gaps) else float("nan")
 
 
 def task_sites(trace: Trace, by: str = "source") -> pd.DataFrame:
@@ -654,7 +658,7 @@ def task_sites(trace: Trace, by: str = "source") -> pd.DataFrame:
                 median_busy_ns=("busy_ns", "median")).reset_index()
     site = gaps.groupby(["pid", "location"], sort=False)["gap_ns"].median().rename("create_ns")
     out = out.merge(site.reset_index(), on=["pid", "location"], how="left")
-    out["create_ns"] = out["create_ns"].fillna(creation_cost(trace))
+    out["create_ns"] = out["create_ns"].fillna(_median_gap(gaps))
     overhead = out["tasks"] * out["create_ns"]
     out["creation_overhead_share"] = overhead / (overhead + out["busy_ns"]).where(
         overhead + out["busy_ns"] > 0)
