@@ -5,7 +5,9 @@ on first use and kept in one ``Derived`` object per trace, until the trace's
 events change (``Trace.revision``: a trace still recording grows at each
 ``stop()``).  A function marked ``@per_trace`` is computed once per trace and
 arguments; its cache key is the function itself, so every derived table is
-named by the function that makes it.
+named by the function that makes it.  A caller that knows a value is not asked
+for again (a dataset's partition, summarised once) can ``forget`` it, to give
+its memory back before the next analysis.
 """
 
 from __future__ import annotations
@@ -59,3 +61,12 @@ def made(trace: Trace, fn: Callable[..., Any]) -> bool:
     current events), for any arguments."""
     fn = getattr(fn, "__wrapped__", fn)
     return any(key[0] is fn for key in derived(trace).values)
+
+
+def forget(trace: Trace, fn: Callable[..., Any]) -> None:
+    """Drop what the ``@per_trace`` function ``fn`` made for ``trace`` (for any
+    arguments): made again if asked for."""
+    fn = getattr(fn, "__wrapped__", fn)
+    values = derived(trace).values
+    for key in [key for key in values if key[0] is fn]:
+        del values[key]

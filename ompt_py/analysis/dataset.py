@@ -45,7 +45,7 @@ from ..errors import MissingEventsError
 from ..meta import why_empty
 from ..records import CONSTRUCTS
 from ..units import ns_columns
-from . import advice, metrics, offload, profile, ranks, summary, tables
+from . import advice, cache, metrics, offload, profile, ranks, summary, tables
 from .states import thread_totals, tool_stalls
 from .states import threads as thread_keys
 
@@ -263,6 +263,12 @@ def partial_summary(trace: Trace, top: int, python: bool, job: bool) -> PartialS
         int(t.max()) if len(t) else None, construct_stats(trace),
         sources[sources["construct"] != CONSTRUCTS["implicit_task"]].head(top),
         metrics.has_python_stacks(trace), notes=notes)
+    if python:
+        by_line = metrics.constructs(trace, by="python")
+        out.python = by_line[by_line["construct"] != CONSTRUCTS["implicit_task"]]
+    # The instances are the constructs' alone: not held through the other analyses
+    # (the partition is summarised once).
+    cache.forget(trace, metrics.construct_instances)
     out.thread_states = attempt(lambda: thread_totals(trace))
     out.stalls = len(tool_stalls(trace))
     if "parallel_begin" in present:
@@ -271,9 +277,6 @@ def partial_summary(trace: Trace, top: int, python: bool, job: bool) -> PartialS
         out.tasks = attempt(lambda: TaskStats.of(trace))
     if present & {"mutex_acquire", "mutex_acquired"}:
         out.locks = attempt(lambda: metrics.lock_contention(trace))
-    if python:
-        by_line = metrics.constructs(trace, by="python")
-        out.python = by_line[by_line["construct"] != CONSTRUCTS["implicit_task"]]
     if offload.has_offload(trace):
         out.offload = offload.offload_totals(trace)
     if out.thread_states is not None:
