@@ -57,7 +57,7 @@ from ..records import (
 from . import pystacks
 from .cache import per_trace
 from .pairing import column, pair
-from .tables import with_source
+from .tables import present_events, with_source
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -775,8 +775,9 @@ def device_track(trace: Trace) -> pd.DataFrame:
 
 def has_offload(trace: Trace) -> bool:
     """Whether the trace holds any target construct, data operation, submission or
-    device record."""
-    return bool(len(_rows(trace, OFFLOAD_CODES)))
+    device record (the trace's event counts: no pass over the records)."""
+    return not present_events(trace).isdisjoint(
+        name for name, code in EVENT_CODES.items() if code in OFFLOAD_CODES)
 
 
 @per_trace
