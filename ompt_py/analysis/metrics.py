@@ -32,7 +32,7 @@ from ..records import (
 from ..units import format_ns, ns_columns
 from . import pystacks, tables
 from .cache import per_trace
-from .pairing import distinct, find, group_ids, innermost, numbered
+from .pairing import find, first_seen_groups, group_ids, innermost
 from .states import (
     STATE_COLUMNS,
     THREAD_STATES,
@@ -177,7 +177,7 @@ def _python_time(trace: Trace) -> pd.DataFrame:
 @per_trace
 def construct_instances(trace: Trace) -> pd.DataFrame:
     """One row per construct instance: construct, kind (normalised), kind_raw (the
-    runtime's), pid, thread, codeptr, begin_ns, duration_ns; the rows of a
+    runtime's), pid, thread (int32), codeptr, begin_ns, duration_ns; the rows of a
     construct together (per_construct).  Instances without a code address of
     their own (implicit tasks, a worker's implicit barrier) take their region's."""
     regions = tables.region_intervals(trace).table
@@ -239,7 +239,7 @@ def construct_instances(trace: Trace) -> pd.DataFrame:
             "codeptr")
     sizes = [len(p[1]) for p in parts]
     n = sum(sizes)
-    columns = {"pid": np.empty(n, np.int64), "thread": np.empty(n, np.int64),
+    columns = {"pid": np.empty(n, np.int64), "thread": np.empty(n, np.int32),
                "codeptr": np.empty(n, np.uint64), "begin_ns": np.empty(n, np.int64),
                "duration_ns": np.empty(n, np.float64)}
     region_code: pd.Series | None = None  # each region's code address, by pid and parallel_id
@@ -311,10 +311,7 @@ def _located(trace: Trace, inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFra
     ``location``), and the function of each (pid, location)."""
     # Symbolise each (pid, code address) once, then give every instance its row's.
     places = inst[["pid", "codeptr"]]
-    pid, code = (places[c].to_numpy() for c in places)
-    codes = distinct(code)
-    place = numbered(pid, distinct(pid)).astype(np.int64) * len(codes) + numbered(code, codes)
-    which = numbered(place, distinct(place, first_seen=True))  # groupby(sort=False).ngroup()
+    which = first_seen_groups([places["pid"], places["codeptr"]])
     first = np.zeros(which.max() + 1 if len(which) else 0, dtype=np.int64)
     first[which] = np.arange(len(which))
     unique = places.iloc[first].reset_index(drop=True)
@@ -777,21 +774,31 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
                                 m["acquire_ns"].fillna(m["acquired_ns"]).to_numpy(np.int64))
     if by == "python":
         where = np.where(pd.isna(where), NO_PYTHON, where)
-    m = m.assign(py_location=where)  # kind: grouped by its categories' codes, named after
-    g = m.groupby(keys, sort=False, observed=True)
+    m = m.assign(py_location=where)
+    # Grouped by one number per lock (first_seen_groups: groupby's hash tables of
+    # each key are sized for the rows), the locks' keys put back after.
+    group = first_seen_groups([m[k] for k in keys])
+    if (group < 0).any():  # a key missing: left out, as groupby does
+        m, group = m[group >= 0], group[group >= 0]
+    m = m.assign(_lock=group)
+    g = m.groupby("_lock", sort=False)
     out = g.agg(acquisitions=("thread", "size"), threads=("thread", "nunique"),
                 wait_total_ns=("wait_ns", "sum"), wait_mean_ns=("wait_ns", "mean"),
                 wait_max_ns=("wait_ns", "max"), hold_total_ns=("hold_ns", "sum"),
                 hold_mean_ns=("hold_ns", "mean"), hold_max_ns=("hold_ns", "max"))
     out["wait_p95_ns"] = g["wait_ns"].quantile(0.95)
     out["hold_p50_ns"] = g["hold_ns"].median()
-    top_holder(m, keys, "hold_ns", out)
+    top_holder(m, ["_lock"], "hold_ns", out)
     for most in ("codeptr", "py_location"):  # where it was taken most often
         if most not in keys:
-            sites = m.groupby([*keys, most], sort=False, observed=True).size().rename(
+            sites = m.groupby(["_lock", most], sort=False, observed=True).size().rename(
                 "n").reset_index()
-            sites = sites.sort_values("n", ascending=False, kind="stable").drop_duplicates(keys)
-            out[most] = sites.set_index(keys)[most]
+            sites = sites.sort_values("n", ascending=False, kind="stable").drop_duplicates(
+                "_lock")
+            out[most] = sites.set_index("_lock")[most]
+    first = np.empty(len(out), np.intp)  # each lock's first row, for its keys
+    first[group[::-1]] = np.arange(len(group) - 1, -1, -1)
+    out.index = pd.MultiIndex.from_frame(m[keys].iloc[first].reset_index(drop=True))
     out = tables.with_source(trace, out.reset_index())
     out["kind"] = out["kind"].astype(str)
     out["py_location"] = out["py_location"].astype(object).where(out["py_location"].notna(), None)

@@ -93,6 +93,34 @@ def numbered(values: np.ndarray, among: np.ndarray) -> np.ndarray:
     return out
 
 
+def first_seen_groups(columns: list[pd.Series]) -> np.ndarray:
+    """Per row, the number of its combination of ``columns``' values in the order
+    the combinations first appear (groupby(sort=False).ngroup()), -1 where a value
+    is missing (groupby leaves those rows out): each column numbered a chunk at a
+    time (distinct, numbered), not hashed whole as groupby does (its tables are
+    sized for the rows)."""
+    n = len(columns[0]) if columns else 0
+    ids, count = np.zeros(n, np.int64), 1
+    missing = np.zeros(n, bool)
+    for c in columns:
+        if isinstance(c.dtype, pd.CategoricalDtype):
+            values = np.asarray(c.array.codes)
+            missing |= values < 0
+        else:
+            missing |= np.asarray(c.isna())
+            values = c.to_numpy(na_value=0) if c.hasnans else c.to_numpy()
+        seen = distinct(values, first_seen=True)
+        if count * len(seen) >= 1 << 62:  # renumber before the product overflows
+            among = distinct(ids, first_seen=True)
+            ids, count = numbered(ids, among).astype(np.int64), len(among)
+        ids = ids * len(seen) + numbered(values, seen)
+        count *= len(seen)
+    kept = ids[~missing] if missing.any() else ids
+    out = numbered(ids, distinct(kept, first_seen=True)).astype(np.int64)
+    out[missing] = -1
+    return out
+
+
 def column(values: np.ndarray, missing_if_zero: bool = False, table: Any = None,
            rows: np.ndarray | None = None) -> tuple:
     """A key column of _core.pair, pair_events and find: the integers ``values``, an
