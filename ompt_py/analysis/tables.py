@@ -168,19 +168,15 @@ def masked_intervals(trace: Trace) -> Intervals:
     return _scoped(trace, "masked", [*_BASE, "parallel_id", "codeptr"])
 
 
-def _mutex_intervals(trace: Trace, name: str) -> pd.DataFrame:
-    """From one mutex event to the next (per thread and wait id), as intervals."""
-    return _scoped(trace, name, [*_BASE, "kind", "wait_id", "codeptr"]).table
-
-
 def _mutex_waits(trace: Trace) -> pd.DataFrame:
     """acquire -> acquired per thread and wait id: how long each lock/critical was waited for."""
-    return _mutex_intervals(trace, "mutex_wait")
+    return _scoped(trace, "mutex_wait", [*_BASE, "kind", "wait_id", "codeptr"]).table
 
 
 def _mutex_holds(trace: Trace) -> pd.DataFrame:
-    """acquired -> released per thread and wait id: how long each lock/critical was held."""
-    return _mutex_intervals(trace, "mutex_hold")
+    """acquired -> released per thread and wait id: how long each lock/critical was held
+    (the kind and code address are the wait's)."""
+    return _scoped(trace, "mutex_hold", [*_BASE, "wait_id"]).table
 
 
 @per_trace
@@ -212,9 +208,9 @@ def task_pieces(trace: Trace) -> pd.DataFrame:
 
 @per_trace
 def created(trace: Trace) -> pd.DataFrame:
-    """task_create rows: pid, creator thread, time, task, parent, code address."""
-    return event_rows(trace, ["task_create"],
-                      ["pid", "thread", "time_ns", "task_id", "other_task_id", "codeptr"])
+    """task_create rows, in time order: pid, task_id, other_task_id (the parent),
+    codeptr (what the analyses look up; tasks() has the rest)."""
+    return event_rows(trace, ["task_create"], ["pid", "task_id", "other_task_id", "codeptr"])
 
 
 # ---- the tables of Trace ------------------------------------------------------------------------
