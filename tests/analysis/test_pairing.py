@@ -128,3 +128,23 @@ def test_acquisitions_join_waits_and_holds_of_the_same_keys(repeated):
     w, h = pairing.acquisitions(waits, holds)
     assert list(zip(w.tolist(), h.tolist())) == _acquisitions_by_hand(waits, holds)
     assert ((h >= 0) & (w >= 0)).sum() > n // 2 and (w < 0).any() and (h < 0).any()
+
+
+def test_first_seen_groups_number_as_groupby_does_across_chunks():
+    # More rows than a chunk, few distinct values, a categorical, missing values:
+    # groupby(sort=False).ngroup()'s numbers, and -1 where groupby leaves a row out.
+    rng = np.random.default_rng(3)
+    n = 2 * pairing.CHUNK + 123
+    frame = pd.DataFrame({
+        "pid": rng.choice([7, 3], n).astype(np.int32),
+        "kind": pd.Categorical.from_codes(rng.choice([-1, 0, 2], n, p=[0.01, 0.5, 0.49]),
+                                          ["lock", "critical", "ordered"]),
+        "wait_id": pd.array(rng.choice(5, n), dtype="UInt64"),
+        "where": rng.choice(["a.py:1", "b.py:2"], n).astype(object)})
+    frame.loc[rng.choice(n, 50), "wait_id"] = pd.NA
+    keys = list(frame.columns)
+    got = pairing.first_seen_groups([frame[k] for k in keys])
+    want = frame.groupby(keys, sort=False, observed=True).ngroup().fillna(-1).to_numpy()
+    assert (got == want).all() and (got < 0).sum() > 50
+    assert pairing.distinct(frame["pid"].to_numpy()).tolist() == [3, 7]
+    assert pairing.distinct(frame["where"].to_numpy(), first_seen=True)[0] == frame["where"][0]
