@@ -32,7 +32,7 @@ from ..records import (
 from ..units import format_ns, ns_columns
 from . import pystacks, tables
 from .cache import per_trace
-from .pairing import find, first_seen_groups, group_ids, innermost
+from .pairing import find, first_rows, first_seen_groups, group_ids, grouper, innermost
 from .states import (
     STATE_COLUMNS,
     THREAD_STATES,
@@ -780,8 +780,8 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
     group = first_seen_groups([m[k] for k in keys])
     if (group < 0).any():  # a key missing: left out, as groupby does
         m, group = m[group >= 0], group[group >= 0]
-    m = m.assign(_lock=group)
-    g = m.groupby("_lock", sort=False)
+    m = m.assign(_lock=grouper(group))
+    g = m.groupby("_lock", sort=False, observed=True)
     out = g.agg(acquisitions=("thread", "size"), threads=("thread", "nunique"),
                 wait_total_ns=("wait_ns", "sum"), wait_mean_ns=("wait_ns", "mean"),
                 wait_max_ns=("wait_ns", "max"), hold_total_ns=("hold_ns", "sum"),
@@ -796,9 +796,7 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
             sites = sites.sort_values("n", ascending=False, kind="stable").drop_duplicates(
                 "_lock")
             out[most] = sites.set_index("_lock")[most]
-    first = np.empty(len(out), np.intp)  # each lock's first row, for its keys
-    first[group[::-1]] = np.arange(len(group) - 1, -1, -1)
-    out.index = pd.MultiIndex.from_frame(m[keys].iloc[first].reset_index(drop=True))
+    out.index = pd.MultiIndex.from_frame(m[keys].iloc[first_rows(group)].reset_index(drop=True))
     out = tables.with_source(trace, out.reset_index())
     out["kind"] = out["kind"].astype(str)
     out["py_location"] = out["py_location"].astype(object).where(out["py_location"].notna(), None)
@@ -812,7 +810,13 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
 def top_holder(m: pd.DataFrame, keys: list[str], hold: str, out: pd.DataFrame) -> None:
     """``out``'s top_holder (per lock of ``keys``: the thread that held it longest, by
     the sum of ``m[hold]``) and top_holder_share (of out's hold_total_ns)."""
-    held = m.groupby([*keys, "thread"], sort=False, observed=True)[hold].sum().reset_index()
+    # Per lock and thread (first_seen_groups, as for lock_contention's locks).
+    pair = first_seen_groups([m[k] for k in [*keys, "thread"]])
+    if (pair < 0).any():  # a key missing: left out, as groupby does
+        m, pair = m[pair >= 0], pair[pair >= 0]
+    sums = m[hold].groupby(grouper(pair), sort=False, observed=True).sum()
+    held = m[[*keys, "thread"]].iloc[first_rows(pair)].reset_index(drop=True)
+    held[hold] = sums.to_numpy()
     held = held.sort_values(hold, ascending=False, kind="stable").drop_duplicates(keys)
     held = held.set_index(keys)
     out["top_holder"] = held["thread"]

@@ -121,6 +121,21 @@ def first_seen_groups(columns: list[pd.Series]) -> np.ndarray:
     return out
 
 
+def first_rows(groups: np.ndarray) -> np.ndarray:
+    """Each group's first row, of rows numbered by group as first_seen_groups numbers
+    them (0 to k - 1, none missing)."""
+    first = np.empty(int(groups.max()) + 1 if len(groups) else 0, np.intp)
+    first[groups[::-1]] = np.arange(len(groups) - 1, -1, -1)
+    return first
+
+
+def grouper(groups: np.ndarray) -> pd.Categorical:
+    """The group numbers of first_seen_groups (none missing) as a key groupby reads
+    as they are (a categorical's codes: nothing hashed), its groups in that order."""
+    return pd.Categorical.from_codes(groups, categories=np.arange(int(groups.max()) + 1
+                                                                   if len(groups) else 0))
+
+
 def column(values: np.ndarray, missing_if_zero: bool = False, table: Any = None,
            rows: np.ndarray | None = None) -> tuple:
     """A key column of _core.pair, pair_events and find: the integers ``values``, an

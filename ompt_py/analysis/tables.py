@@ -410,10 +410,12 @@ def mutex(trace: Trace) -> pd.DataFrame:
                 t["wait_id"].to_numpy(np.uint64, na_value=0), t["acquired_ns"].to_numpy()]
 
     w, h = pairing.acquisitions(key_arrays(waits), key_arrays(holds))
-    out = waits.reindex(w).reset_index(drop=True)  # label -1: a hold without its wait (NaN)
-    for key in keys:  # from either side
-        both = pd.concat([waits[key], holds[key]], ignore_index=True)
-        out[key] = both.array.take(np.where(w >= 0, w, len(waits) + h))
+    rows = np.where(w >= 0, w, len(waits) + h)
+    # The keys from either side; the rest of the wait's (label -1: a hold without
+    # its wait, NaN), a column at a time.
+    out = pd.DataFrame({c: pd.concat([waits[c], holds[c]], ignore_index=True).array.take(rows)
+                        if c in keys else waits[c].reindex(w).array for c in waits.columns},
+                       copy=False)
     held = holds[["released_ns", "hold_ns"]].reindex(h).reset_index(drop=True)
     out[["released_ns", "hold_ns"]] = held
     return out
