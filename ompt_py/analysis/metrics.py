@@ -229,8 +229,8 @@ def construct_instances(trace: Trace) -> pd.DataFrame:
         runs = pieces.groupby(["pid", "task_id"], sort=False).agg(
             thread=("thread", "first"), begin_ns=("begin_ns", "min"),
             duration_ns=("duration_ns", "sum")).reset_index()
-        runs = runs.merge(created[["pid", "task_id", "codeptr"]].drop_duplicates(
-            ["pid", "task_id"]), on=["pid", "task_id"], how="left")
+        runs["codeptr"] = created["codeptr"].array.take(  # the task's first creation's
+            find(created[["pid", "task_id"]], runs[["pid", "task_id"]]), allow_fill=True)
         add(CONSTRUCTS["task_schedule"], one("explicit", len(runs)), runs, "duration_ns",
             "begin_ns", "codeptr")
     user = tables.user_regions(trace)
