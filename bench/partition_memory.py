@@ -6,7 +6,7 @@ figures of one run.
 
 First, in this process, the analyses partial_summary makes, one after the
 other in its order (the tables they share are made by the first that needs
-them, and the construct instances forgotten after the constructs, as there),
+them, and the construct instances and thread states forgotten, as there),
 each with the memory traced (tracemalloc: numpy's and pandas' allocations)
 above the loaded trace before it, at its highest during it and after it, and
 its time.  Then, in a fresh process without tracing, partial_summary itself:
@@ -71,9 +71,10 @@ def steps(t: ompt_py.Trace) -> list[tuple[str, Callable[[], object]]]:
         ("lock_contention", lambda: metrics.lock_contention(t)),
         ("has_offload", lambda: offload.has_offload(t)),
         ("region_threads", lambda: metrics.region_threads(t)),
-        ("task_sites", lambda: metrics.task_sites(t, by="source")),
         ("rank_rows", lambda: ranks.rank_rows(t)),
         ("arrivals", lambda: ranks.arrivals(t)),
+        ("(thread states forgotten)", lambda: cache.forget(t, states.thread_states)),
+        ("task_sites", lambda: metrics.task_sites(t, by="source")),
         ("window_note", lambda: summary.window_note(t)),
     ]
 
@@ -82,7 +83,7 @@ def traced(path: str) -> None:
     t = ompt_py.load(path)
     _ = t.events
     print(f"{path}: {len(t):,} events, {t.events.nbytes / MIB:.0f} MiB in memory")
-    print(f"{'analysis':24s} {'before':>8s} {'peak':>8s} {'after':>8s} {'time':>7s}  (MiB over "
+    print(f"{'analysis':26s} {'before':>8s} {'peak':>8s} {'after':>8s} {'time':>7s}  (MiB over "
           "the loaded trace)")
     tracemalloc.start()
     top = 0
@@ -96,7 +97,7 @@ def traced(path: str) -> None:
             name += f" ({type(e).__name__})"
         now, peak = tracemalloc.get_traced_memory()
         top = max(top, peak)
-        print(f"{name:24s} {before / MIB:8.1f} {peak / MIB:8.1f} {now / MIB:8.1f} "
+        print(f"{name:26s} {before / MIB:8.1f} {peak / MIB:8.1f} {now / MIB:8.1f} "
               f"{time.perf_counter() - start:6.2f}s")
     tracemalloc.stop()
     print(f"traced peak {top / MIB:.1f} MiB")

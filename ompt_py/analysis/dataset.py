@@ -46,7 +46,7 @@ from ..meta import why_empty
 from ..records import CONSTRUCTS
 from ..units import ns_columns
 from . import advice, cache, metrics, offload, profile, ranks, summary, tables
-from .states import thread_totals, tool_stalls
+from .states import thread_states, thread_totals, tool_stalls
 from .states import threads as thread_keys
 
 if TYPE_CHECKING:
@@ -281,11 +281,13 @@ def partial_summary(trace: Trace, top: int, python: bool, job: bool) -> PartialS
         out.offload = offload.offload_totals(trace)
     if out.thread_states is not None:
         out.busy_ns = attempt(lambda: float(metrics.region_threads(trace)["busy_ns"].sum()))
-        if {"task_create", "task_schedule"} <= present:
-            out.sites = attempt(lambda: metrics.task_sites(trace, by=by))
-    if job:
+    if job:  # (its note, if any, is the thread states': then there are no task sites)
         out.rank_rows = attempt(lambda: ranks.rank_rows(trace))
         out.arrivals = ranks.arrivals(trace)
+    # Every analysis that reads the thread states is made: not held through the sites.
+    cache.forget(trace, thread_states)
+    if out.thread_states is not None and {"task_create", "task_schedule"} <= present:
+        out.sites = attempt(lambda: metrics.task_sites(trace, by=by))
     notes += [n for n in [summary.window_note(trace)] if n]
     return out
 
