@@ -9,6 +9,7 @@ and place info need the program itself: tests/tool/test_attribution.py.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import STORED_RUNTIMES, load_stored, stored_output
 
@@ -57,6 +58,23 @@ def test_contended_lock_waits_add_up_to_the_blocked_time(runtime):
     waited = float(locks["wait_ns"].sum())
     assert measured > 1e6, "the threads were expected to contend"
     assert abs(waited - measured) <= 0.10 * measured, (waited, measured)
+
+
+def test_a_table_forgotten_is_made_again_alike():
+    """A pairing's pairs leave the cache once its table is made (tables._scoped);
+    the table forgotten (cache.forget, as a partition's summary does) is paired
+    anew, alone, into the same rows."""
+    from ompt_py.analysis import cache, tables
+
+    t = stored("contended", STORED_RUNTIMES[0])
+    first = tables.mutex(t)
+    assert tables.mutex(t) is first and len(first)  # kept
+    assert "mutex_wait" not in tables.paired(t) and "parallel" in tables.paired(t)
+    cache.forget(t, tables.mutex)
+    assert not cache.made(t, tables.mutex)
+    again = tables.mutex(t)
+    assert again is not first
+    pd.testing.assert_frame_equal(again, first)
 
 
 def test_acquisitions_at_one_clock_tick_pair_one_to_one():
