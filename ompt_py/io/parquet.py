@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import itertools
 import json
 import math
 import os
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 #: The key of the trace metadata in a file's key-value metadata.
 PARQUET_KEY = b"ompt_py"
 ROW_GROUP_ROWS = 1 << 20  # rows per Parquet row group
-FILL_ROWS = 1 << 15  # rows of the records read filled at a time (in the cache)
+FILL_ROWS = 1 << 14  # rows of a file decoded into the records at a time (in the cache)
 #: The bound on the memory a conversion of raw files (``convert``) holds for the
 #: trace's rows, beyond the interpreter and its libraries: ``memory=`` of
 #: ompt_py.convert, ``ompt-py run --merge-memory``, else this variable, else
@@ -350,27 +351,7 @@ def read(path: str) -> Parts:
         # The file's key-value metadata: Trace.save's schema metadata is there too.
         meta = _meta(path, (parquet_file.metadata.metadata or {}).get(PARQUET_KEY))
         wanted = _columns(path, arrow_schema, one_process=len(meta["processes"]) == 1)
-        rows = parquet_file.metadata.num_rows
-        # Row group by row group into the records: the memory of the records and one
-        # group's columns (decoded on every core); each group's columns written into
-        # the records a block of rows at a time, which stays in the cache.
-        events, pid_parts, at = np.empty(rows, EVENT_DTYPE), [], 0
-        for group in range(parquet_file.metadata.num_row_groups):
-            expected = parquet_file.metadata.row_group(group).num_rows
-            table = parquet_file.read_row_group(group, columns=wanted)
-            columns = {name: _column(path, table.column(name), name, expected)
-                       for name in wanted}
-            if "pid" in columns:
-                pid_parts.append(columns.pop("pid"))
-            for a in range(0, expected, FILL_ROWS):
-                block = events[at + a:at + min(a + FILL_ROWS, expected)]
-                for name, values in columns.items():
-                    block[name] = values[a:a + FILL_ROWS]
-            at += expected
-        if at != rows:
-            raise TraceFileError(f"{path}: its row groups hold {at:,} rows, not the {rows:,} "
-                                 "its footer says; the file is damaged")
-        pids = np.concatenate(pid_parts) if pid_parts else None
+        events, pids = _records(path, parquet_file, wanted)
     except (pa.ArrowException, OSError, ValueError) as e:
         if isinstance(e, TraceFileError):
             raise
@@ -379,7 +360,9 @@ def read(path: str) -> Parts:
             "truncated or not a trace file"
         ) from e
     finally:
+        # The reader's buffers, freed: Arrow's allocator would keep them for seconds.
         pa.default_memory_pool().release_unused()
+    rows = len(events)
     if pids is None:  # a dataset partition: the pid is its process's
         return Parts([events], meta, [(meta["processes"][0]["pid"], rows)])
     if len(pids) and pids.min() == pids.max():  # one process: its pid once, not per row
@@ -387,10 +370,48 @@ def read(path: str) -> Parts:
     return Parts([events], meta, [], pids)
 
 
-def _column(path: str, column: pa.ChunkedArray, name: str, rows: int) -> np.ndarray:
-    """One column of a row group of a trace file as the records' type
-    (schema.PARQUET_COLUMNS); TraceFileError when its values do not fit that type,
-    are null or too few."""
+def _records(path: str, parquet_file: pq.ParquetFile, wanted: list[str]
+             ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The rows of a trace file (its columns ``wanted``) as records (EVENT_DTYPE) and
+    their pids (None without a pid column).  The rows are decoded FILL_ROWS at a
+    time and written into the records, each block while it is in the cache:
+    beyond the records, the read holds one batch's columns and the reader's
+    buffers (a row group's compressed columns, a page of each column), 10 to 20
+    MiB for Trace.save's row groups whatever the file's size (bench/README.md,
+    Dataset benchmark)."""
+    footer = parquet_file.metadata
+    rows, groups = footer.num_rows, range(footer.num_row_groups)
+    ends = list(itertools.accumulate(footer.row_group(group).num_rows for group in groups))
+    held = ends[-1] if ends else 0
+    if held != rows:
+        raise TraceFileError(f"{path}: its row groups hold {held:,} rows, not the {rows:,} its "
+                             "footer says; the file is damaged")
+    events = np.empty(rows, EVENT_DTYPE)
+    pids = np.empty(rows, PARQUET_COLUMNS["pid"]) if "pid" in wanted else None
+    into = {name: pids if name == "pid" else events[name] for name in wanted}
+    at = 0
+    for group, end in zip(groups, ends):
+        start = at
+        # A row group at a time: the reader buffers the compressed columns of all the
+        # row groups it is given.  On this thread: what the pool's threads allocate
+        # stays in their heaps (release_unused gives back this thread's), and the
+        # threads saved no time on batches this small.
+        for batch in parquet_file.iter_batches(FILL_ROWS, row_groups=[group], columns=wanted,
+                                               use_threads=False):
+            block = slice(at, at + batch.num_rows)
+            for name, column in into.items():
+                column[block] = _column(path, batch.column(name), name)
+            at = block.stop
+        if at != end:
+            raise TraceFileError(f"{path}: its row group {group} holds {at - start:,} rows, not "
+                                 f"the {end - start:,} its footer says; the file is damaged")
+    return events, pids
+
+
+def _column(path: str, column: pa.Array, name: str) -> np.ndarray:
+    """One column of some rows of a trace file as the records' type
+    (schema.PARQUET_COLUMNS); TraceFileError when its values do not fit that type
+    or are null."""
     kind = pa.from_numpy_dtype(PARQUET_COLUMNS[name])
     try:
         column = column.cast(kind)
@@ -401,7 +422,4 @@ def _column(path: str, column: pa.ChunkedArray, name: str, rows: int) -> np.ndar
     if column.null_count:
         raise TraceFileError(f"{path}: its column {name} has null values; it is not an "
                              "ompt-py trace (Trace.save writes none)")
-    if len(column) != rows:
-        raise TraceFileError(f"{path}: its column {name} has {len(column):,} values in a row "
-                             f"group, not the {rows:,} rows its footer says; the file is damaged")
     return column.to_numpy()

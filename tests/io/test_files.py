@@ -17,6 +17,8 @@ from conftest import parallel_records, stored_path
 
 import ompt_py
 from ompt_py import schema
+from ompt_py.io import parquet
+from ompt_py.records import EVENT_DTYPE
 
 HEADER = struct.Struct("<IIQ")
 MAGIC = 0x5450504F
@@ -269,6 +271,39 @@ def test_parquet_round_trip_of_raw(parquet_file, raw_file, tmp_path):
     assert len(t.events) == parallel_records(N_REGIONS)
     assert np.array_equal(event_bytes(t), records_of(raw_file)[:, 8:])
     assert t.meta["processes"][0]["complete"] is True
+
+
+@pytest.mark.parametrize("processes", ["interleaved", "one then the other", "one"])
+def test_parquet_of_several_row_groups_and_batches(tmp_path, processes):
+    """The reader decodes a row group parquet.FILL_ROWS rows at a time: a file whose
+    row groups hold several batches and a partial one reads into its rows, in
+    order (each told apart by its time), each row's process with it (the rows of
+    one process: its pid once; a second process from the second row group on:
+    the first's rows keep theirs); a null value in the last batch is refused as one
+    in the first is."""
+    table = pq.read_table(stored_path("export-mixed.parquet"))
+    rows, group_rows = 2 * parquet.FILL_ROWS + 1001, parquet.FILL_ROWS + 7
+    tiled = pa.concat_tables([table] * -(-rows // len(table))).slice(0, rows)
+    tiled = tiled.set_column(tiled.column_names.index("time_ns"), "time_ns",
+                             pa.array(np.arange(rows, dtype=np.int64)))
+    first, second = np.unique(tiled.column("pid").to_numpy())
+    if processes != "interleaved":
+        later = np.arange(rows) >= (group_rows if processes != "one" else rows)
+        tiled = tiled.set_column(tiled.column_names.index("pid"), "pid",
+                                 pa.array(np.where(later, second, first).astype(np.int32)))
+    path = tmp_path / "t.parquet"
+    pq.write_table(tiled, path, row_group_size=group_rows)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 3
+    t = ompt_py.load(path)
+    for name in EVENT_DTYPE.names:
+        assert np.array_equal(t.events[name], tiled.column(name).to_numpy()), name
+    assert t.single_pid == (first if processes == "one" else None)
+    assert np.array_equal(t.pids, tiled.column("pid").to_numpy())
+    i = tiled.column_names.index("thread")
+    last_null = pa.array(tiled.column(i).to_numpy(), mask=np.arange(rows) == rows - 1)
+    pq.write_table(tiled.set_column(i, "thread", last_null), path, row_group_size=group_rows)
+    with pytest.raises(ompt_py.TraceFileError, match="its column thread has null values"):
+        ompt_py.load(path)
 
 
 @pytest.mark.parametrize("damage", ["truncated", "half", "footer", "garbage", "empty"])
