@@ -362,18 +362,18 @@ def read(path: str) -> Parts:
     finally:
         # The reader's buffers, freed: Arrow's allocator would keep them for seconds.
         pa.default_memory_pool().release_unused()
-    rows = len(events)
-    if pids is None:  # a dataset partition: the pid is its process's
-        return Parts([events], meta, [(meta["processes"][0]["pid"], rows)])
-    if len(pids) and pids.min() == pids.max():  # one process: its pid once, not per row
-        return Parts([events], meta, [(int(pids[0]), rows)])
+    if "pid" not in wanted:  # a dataset partition: the pid is its process's
+        return Parts([events], meta, [(meta["processes"][0]["pid"], len(events))])
+    if isinstance(pids, int):  # one process: its pid once, not per row
+        return Parts([events], meta, [(pids, len(events))])
     return Parts([events], meta, [], pids)
 
 
 def _records(path: str, parquet_file: pq.ParquetFile, wanted: list[str]
-             ) -> tuple[np.ndarray, np.ndarray | None]:
+             ) -> tuple[np.ndarray, np.ndarray | int | None]:
     """The rows of a trace file (its columns ``wanted``) as records (EVENT_DTYPE) and
-    their pids (None without a pid column).  The rows are decoded FILL_ROWS at a
+    their process: each row's pid when they differ, else the pid of them all (an
+    int), None without a pid column or a row.  The rows are decoded FILL_ROWS at a
     time and written into the records, each block while it is in the cache:
     beyond the records, the read holds one batch's columns and the reader's
     buffers (a row group's compressed columns, a page of each column), 10 to 20
@@ -387,8 +387,8 @@ def _records(path: str, parquet_file: pq.ParquetFile, wanted: list[str]
         raise TraceFileError(f"{path}: its row groups hold {held:,} rows, not the {rows:,} its "
                              "footer says; the file is damaged")
     events = np.empty(rows, EVENT_DTYPE)
-    pids = np.empty(rows, PARQUET_COLUMNS["pid"]) if "pid" in wanted else None
-    into = {name: pids if name == "pid" else events[name] for name in wanted}
+    into = {name: events[name] for name in wanted if name != "pid"}
+    first, pids = None, None  # the first row's pid; each row's, made once one differs
     at = 0
     for group, end in zip(groups, ends):
         start = at
@@ -401,11 +401,18 @@ def _records(path: str, parquet_file: pq.ParquetFile, wanted: list[str]
             block = slice(at, at + batch.num_rows)
             for name, column in into.items():
                 column[block] = _column(path, batch.column(name), name)
+            if "pid" in wanted and batch.num_rows:
+                values = _column(path, batch.column("pid"), "pid")
+                first = int(values[0]) if first is None else first
+                if pids is None and (values != first).any():
+                    pids = np.full(rows, first, values.dtype)
+                if pids is not None:
+                    pids[block] = values
             at = block.stop
         if at != end:
             raise TraceFileError(f"{path}: its row group {group} holds {at - start:,} rows, not "
                                  f"the {end - start:,} its footer says; the file is damaged")
-    return events, pids
+    return events, first if pids is None else pids
 
 
 def _column(path: str, column: pa.Array, name: str) -> np.ndarray:
