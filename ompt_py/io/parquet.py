@@ -73,6 +73,7 @@ FIXED_BYTES = 40 << 20
 ROW_BYTES = 280
 GROUP_BYTES = 14 << 10
 _CLOCK = EVENT_CODES["device_clock"]
+_ARROW_TYPES = {name: pa.from_numpy_dtype(kind) for name, kind in PARQUET_COLUMNS.items()}
 
 
 class Converted(NamedTuple):
@@ -419,13 +420,14 @@ def _column(path: str, column: pa.Array, name: str) -> np.ndarray:
     """One column of some rows of a trace file as the records' type
     (schema.PARQUET_COLUMNS); TraceFileError when its values do not fit that type
     or are null."""
-    kind = pa.from_numpy_dtype(PARQUET_COLUMNS[name])
-    try:
-        column = column.cast(kind)
-    except pa.ArrowInvalid as e:
-        raise TraceFileError(f"{path}: its column {name} has values that are not {kind} "
-                             "values; it is not an ompt-py trace (Trace.save writes them)"
-                             ) from e
+    kind = _ARROW_TYPES[name]
+    if column.type != kind:  # Trace.save writes the records' types: no cast then
+        try:
+            column = column.cast(kind)
+        except pa.ArrowInvalid as e:
+            raise TraceFileError(f"{path}: its column {name} has values that are not {kind} "
+                                 "values; it is not an ompt-py trace (Trace.save writes them)"
+                                 ) from e
     if column.null_count:
         raise TraceFileError(f"{path}: its column {name} has null values; it is not an "
                              "ompt-py trace (Trace.save writes none)")
