@@ -261,6 +261,7 @@ bench: setup
 	$(BIN)/python bench/apps.py
 	$(BIN)/python bench/clock_align.py
 	$(BIN)/python bench/dataset.py
+	$(BIN)/python bench/load_memory.py
 
 setup: system-deps $(STAMP)
 
