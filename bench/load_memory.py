@@ -10,11 +10,12 @@ files in turn, each trace dropped before the next.  For each load: its peak
 once it is loaded (VmRSS, the trace held) and once the trace is dropped, each
 over the RSS before the first load; the records (64 bytes an event, 4 more a
 row for the pids of several processes); its wall and CPU seconds.  Target:
-the peak the records and a few MiB, and nothing kept once the trace is
-dropped (the first load's one-time cost aside: the libraries' code and
-caches).  The runs alternate between the checkouts, so that the machine's
-load weighs on each alike; printed per checkout and file: the medians of the
-memory figures, the least and the median of the times.
+the peak the records and at most about 16 MiB, and nothing kept once the
+trace is dropped, both beyond the one-time cost of the first load (the
+libraries' code and caches: what stays once its trace is dropped).
+The runs alternate between the checkouts, so that the machine's load weighs
+on each alike; printed per checkout and file: the medians of the memory
+figures, the least and the median of the times.
 
 Without FILE, a dataset of ``--ranks`` partitions of 10^6 events is written
 (tests/synthetic_dataset.py, as bench/dataset.py writes it; ``--keep DIR``
