@@ -100,8 +100,8 @@ static int write_definitions(OTF2_Archive *archive, PyObject *strings, PyObject 
     if (!PyArg_ParseTuple(PyList_GET_ITEM(nodes, i), "IIi", &name, &class_name, &parent))
       return -1;
     if (parent >= i) {
-      PyErr_SetString(PyExc_ValueError, "_otf2.write: a system tree node's parent is not "
-                                        "defined before it");
+      PyErr_SetString(PyExc_ValueError,
+                      "_otf2: Archive.close: a system tree node's parent is not defined before it");
       return -1;
     }
     if (failed(OTF2_GlobalDefWriter_WriteSystemTreeNode(
@@ -116,8 +116,8 @@ static int write_definitions(OTF2_Archive *archive, PyObject *strings, PyObject 
     if (!PyArg_ParseTuple(PyList_GET_ITEM(groups, i), "IIiI", &name, &type, &creator, &node))
       return -1;
     if (node >= PyList_GET_SIZE(nodes)) {
-      PyErr_SetString(PyExc_ValueError, "_otf2.write: a location group's system tree node is "
-                                        "not defined");
+      PyErr_SetString(PyExc_ValueError,
+                      "_otf2: Archive.close: a location group's system tree node is not defined");
       return -1;
     }
     if (failed(OTF2_GlobalDefWriter_WriteLocationGroup(
