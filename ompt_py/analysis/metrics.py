@@ -32,7 +32,15 @@ from ..records import (
 from ..units import format_ns, ns_columns
 from . import pystacks, tables
 from .cache import per_trace
-from .pairing import find, first_rows, first_seen_groups, group_ids, grouper, innermost
+from .pairing import (
+    find,
+    first_rows,
+    first_seen_groups,
+    group_ids,
+    grouper,
+    innermost,
+    kept_groups,
+)
 from .states import (
     STATE_COLUMNS,
     THREAD_STATES,
@@ -312,9 +320,7 @@ def _located(trace: Trace, inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFra
     # Symbolise each (pid, code address) once, then give every instance its row's.
     places = inst[["pid", "codeptr"]]
     which = first_seen_groups([places["pid"], places["codeptr"]])
-    first = np.zeros(which.max() + 1 if len(which) else 0, dtype=np.int64)
-    first[which] = np.arange(len(which))
-    unique = places.iloc[first].reset_index(drop=True)
+    unique = places.iloc[first_rows(which)].reset_index(drop=True)
     code = unique["codeptr"].to_numpy()
     src = tables.with_source(trace, unique.assign(codeptr=pd.arrays.IntegerArray(code, code == 0)))
     places = pd.Categorical(src["location"].to_numpy(object))  # each place's, then each row's
@@ -777,9 +783,7 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
     m = m.assign(py_location=where)
     # Grouped by one number per lock (first_seen_groups: groupby's hash tables of
     # each key are sized for the rows), the locks' keys put back after.
-    group = first_seen_groups([m[k] for k in keys])
-    if (group < 0).any():  # a key missing: left out, as groupby does
-        m, group = m[group >= 0], group[group >= 0]
+    m, group = kept_groups(m, keys)
     m = m.assign(_lock=grouper(group))
     g = m.groupby("_lock", sort=False, observed=True)
     out = g.agg(acquisitions=("thread", "size"), threads=("thread", "nunique"),
@@ -811,9 +815,7 @@ def top_holder(m: pd.DataFrame, keys: list[str], hold: str, out: pd.DataFrame) -
     """``out``'s top_holder (per lock of ``keys``: the thread that held it longest, by
     the sum of ``m[hold]``) and top_holder_share (of out's hold_total_ns)."""
     # Per lock and thread (first_seen_groups, as for lock_contention's locks).
-    pair = first_seen_groups([m[k] for k in [*keys, "thread"]])
-    if (pair < 0).any():  # a key missing: left out, as groupby does
-        m, pair = m[pair >= 0], pair[pair >= 0]
+    m, pair = kept_groups(m, [*keys, "thread"])
     sums = m[hold].groupby(grouper(pair), sort=False, observed=True).sum()
     held = m[[*keys, "thread"]].iloc[first_rows(pair)].reset_index(drop=True)
     held[hold] = sums.to_numpy()

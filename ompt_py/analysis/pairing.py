@@ -121,6 +121,16 @@ def first_seen_groups(columns: list[pd.Series]) -> np.ndarray:
     return out
 
 
+def kept_groups(frame: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, np.ndarray]:
+    """The rows of ``frame`` that have every key (those groupby keeps), and their
+    first_seen_groups numbers (0 to k - 1)."""
+    groups = first_seen_groups([frame[k] for k in keys])
+    if (groups < 0).any():
+        kept = groups >= 0
+        return frame[kept], groups[kept]
+    return frame, groups
+
+
 def first_rows(groups: np.ndarray) -> np.ndarray:
     """Each group's first row, of rows numbered by group as first_seen_groups numbers
     them (0 to k - 1, none missing)."""
