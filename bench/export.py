@@ -52,6 +52,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from analysis import tool_env
 from overhead import DRIVER, BenchError, build, build_steps, run_program
+from procmem import memory, reset_peak
 
 RATE_MIN = 1e6
 #: The formats whose rate target is another one.
@@ -71,18 +72,6 @@ def regions_trace(raw: Path, regions: int) -> None:
     regions of 2 threads (bench/view.py's too)."""
     raw.mkdir(exist_ok=True)
     run_program([str(DRIVER), "regions", str(regions)], tool_env(str(raw)), "regions trace")
-
-
-def _memory_mib() -> dict[str, float]:
-    """VmRSS (resident now) and VmHWM (the peak since the last reset), in MiB."""
-    with open("/proc/self/status") as f:
-        fields = dict(line.split(":", 1) for line in f)
-    return {k: int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM")}
-
-
-def _reset_peak() -> None:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
 
 
 def _size(path: Path) -> int:
@@ -107,13 +96,13 @@ def one(what: str, trace_dir: str, out: str) -> None:
     load_s = time.perf_counter() - t0
     runs = []
     for _ in range(2):
-        before = _memory_mib()["VmRSS"]
-        _reset_peak()
+        before = memory()["VmRSS"] / 2**20
+        reset_peak()
         t0, cpu0 = time.perf_counter(), _cpu_s()
         export(trace, out, "parquet" if what == "dataset" else what)
         seconds, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
         runs.append({"seconds": seconds, "cpu_s": cpu, "rss_before_mib": before,
-                     "peak_mib": _memory_mib()["VmHWM"]})
+                     "peak_mib": memory()["VmHWM"] / 2**20})
     print(json.dumps({"events": len(trace), "load_s": load_s, "first": runs[0],
                       "again": runs[1], "trace_mib": trace.events.nbytes / 2**20,
                       "bytes": _size(Path(out))}))

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -46,16 +47,11 @@ import gc, json, sys, time
 sys.path.insert(0, sys.argv[1])
 import pyarrow.parquet
 import ompt_py
-
-def memory():
-    with open("/proc/self/status") as f:
-        fields = dict(line.split(":", 1) for line in f)
-    return {k: int(fields[k].split()[0]) << 10 for k in ("VmRSS", "VmHWM")}
+from procmem import memory, reset_peak
 
 before = memory()["VmRSS"]
 for path in sys.argv[2:]:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
+    reset_peak()
     wall, cpu = time.perf_counter(), time.process_time()
     t = ompt_py.load(path)
     records = t.events.nbytes + (t.pids.nbytes if t.single_pid is None else 0)
@@ -101,9 +97,13 @@ def main() -> int:
         files = sorted(made.glob("pid=*/part-0.parquet"))
     try:
         results: dict[Path, list[list[dict]]] = {c: [] for c in checkouts}
+        # the child imports procmem from here
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (str(BENCH_DIR), os.environ.get("PYTHONPATH")) if p)}
         for _ in range(args.runs):
             for c in checkouts:
                 out = subprocess.run([sys.executable, "-c", CHILD, str(c), *map(str, files)],
+                                     env=env,
                                      capture_output=True, text=True, check=True).stdout
                 results[c].append([json.loads(line) for line in out.splitlines()])
     finally:

@@ -46,16 +46,11 @@ CHILD = """
 import json, sys, time
 import numpy, pandas, pyarrow.parquet
 import ompt_py
-
-def memory():
-    with open("/proc/self/status") as f:
-        fields = dict(line.split(":", 1) for line in f)
-    return {k: int(fields[k].split()[0]) << 10 for k in ("VmRSS", "VmHWM")}
+from procmem import memory, reset_peak
 
 raw, out, bound = sys.argv[1:4]
 before = memory()["VmRSS"]
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
+reset_peak()
 start = time.perf_counter()
 events, meta = ompt_py.convert(raw, out, bound)
 seconds = time.perf_counter() - start
@@ -67,7 +62,8 @@ print(json.dumps({"events": events, "seconds": seconds, "before": before,
 def _convert(raw: Path, out: Path, bound: str) -> dict | str:
     """The figures of one conversion, or why it failed (its last line of stderr)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), str(BENCH_DIR),
+                                                    env.get("PYTHONPATH")) if p)
     done = subprocess.run([sys.executable, "-c", CHILD, str(raw), str(out), bound], env=env,
                           capture_output=True, text=True)
     if done.returncode:

@@ -30,8 +30,11 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO_ROOT)]  # this checkout's ompt_py
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+sys.path[:0] = [str(REPO_ROOT), str(BENCH_DIR)]  # this checkout's ompt_py
+
+from procmem import memory, reset_peak  # noqa: E402
 
 import ompt_py  # noqa: E402
 from ompt_py.analysis import (  # noqa: E402
@@ -103,24 +106,16 @@ def traced(path: str) -> None:
     print(f"traced peak {top / MIB:.1f} MiB")
 
 
-def _status() -> tuple[int, int]:
-    """VmHWM and VmRSS of this process (bytes)."""
-    with open("/proc/self/status") as f:
-        fields = dict(line.split(":", 1) for line in f)
-    return tuple(int(fields[k].split()[0]) << 10 for k in ("VmHWM", "VmRSS"))  # type: ignore
-
-
 def whole(path: str) -> None:
     """partial_summary alone, its RSS (run in a fresh process)."""
     t = ompt_py.load(path)
     _ = t.events
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # VmHWM := VmRSS
-    loaded = _status()[1]
+    reset_peak()
+    loaded = memory()["VmRSS"]
     start = time.perf_counter()
     dataset.partial_summary(t, 10, False, True)
     took = time.perf_counter() - start
-    peak, now = _status()
+    peak, now = memory()["VmHWM"], memory()["VmRSS"]
     print(f"partial_summary (untraced, fresh process): peak RSS +{(peak - loaded) / MIB:.0f} MiB "
           f"over the loaded trace, kept +{(now - loaded) / MIB:.0f} MiB, {took:.2f} s")
 
