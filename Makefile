@@ -204,16 +204,17 @@ test-sanitize: setup
 	OMPTPY_NATIVE_DEPTH=4 PYTHONPATH=$(SANITIZE_PY) \
 	$(BIN)/python tests/programs/pystacks_app.py $(SANITIZE_PY)/trace.parquet on
 	@# The extension's kernels in the same copy: the thread states' intervals (states.c), the
-	@# pairing pass (pairing.c), the view's levels of detail (lod.c), the Perfetto protobuf's
-	@# packets (proto.c), and the OTF2 writer (csrc/otf2/) (PYTHONSAFEPATH: not the source
+	@# pairing pass (pairing.c), the records' time order (order.c), the view's levels of
+	@# detail (lod.c), the Perfetto protobuf's packets (proto.c), and the OTF2 writer (csrc/otf2/) (PYTHONSAFEPATH: not the source
 	@# tree's package, which the current directory would put first).
 	LD_PRELOAD=$$(gcc -print-file-name=libasan.so):$$(gcc -print-file-name=libubsan.so) \
 	ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	PYTHONSAFEPATH=1 PYTHONPATH=$(SANITIZE_PY) \
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/analysis/test_state_sweep.py \
 	  tests/analysis/test_pair_events.py tests/presentation/test_view.py \
-	  tests/io/test_perfetto_proto.py tests/io/test_otf2.py \
-	  -k "state_sweep or pair_events or lod or aggregates or blobs or large_trace or proto or otf2"
+	  tests/io/test_perfetto_proto.py tests/io/test_otf2.py tests/test_time_order.py \
+	  -k "state_sweep or pair_events or lod or aggregates or blobs or large_trace or proto or otf2 \
+	      or time_order"
 
 sanitize: test-sanitize
 	@mkdir -p $(TSAN_DIR)

@@ -52,6 +52,10 @@ PyObject *omptpy_py_columns(PyObject *m, PyObject *args);
 PyObject *omptpy_py_tick_scale(PyObject *m, PyObject *args);
 PyObject *omptpy_py_ticks_to_ns(PyObject *m, PyObject *args);
 
+/* ---- order.c: the records' time order --------------------------------------------- */
+
+PyObject *omptpy_py_time_order(PyObject *m, PyObject *args);
+
 /* ---- pairing.c: keys, hash tables, begin/end pairing, lookups ------------------ */
 
 /* What a row does in a pairing of pair_events() (the module's PAIR_*). */

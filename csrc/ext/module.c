@@ -463,6 +463,11 @@ static PyMethodDef methods[] = {
      DOC("tick_scale($module, first_ticks, first_ns, last_ticks, last_ns, estimate, /)",
          "Nanoseconds per tick: the slope between the anchors when they are far enough "
          "apart (last_ticks and last_ns None: no second anchor), else estimate.")},
+    {"time_order", omptpy_py_time_order, METH_VARARGS,
+     DOC("time_order($module, times, out, /)",
+         "The positions of times (int64, one dimension, any stride) in time order, stable, "
+         "into out (int64): True; False (out untouched) when the times are not in a few "
+         "chains of runs in time order (records.time_order sorts them then).")},
     {"ticks_to_ns", omptpy_py_ticks_to_ns, METH_VARARGS,
      DOC("ticks_to_ns($module, records, first_ticks, first_ns, scale, origin_ns, /)",
          "Times in place: CLOCK_MONOTONIC nanoseconds minus origin_ns on the line through "
