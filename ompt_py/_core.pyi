@@ -346,6 +346,11 @@ def ticks_to_ns(
     """Times in place: CLOCK_MONOTONIC nanoseconds minus origin_ns on the line through
     the anchor of slope scale (tick_scale)."""
 
+def time_order(times: Buffer, out: Buffer, /) -> bool:
+    """The positions of times (int64, one dimension, any stride) in time order, stable,
+    into out (int64): True; False (out untouched) when the times are not in a few
+    chains of runs in time order (records.time_order sorts them then)."""
+
 # ---- scripting callbacks ------------------------------------------------------------
 
 def tap_configure(
