@@ -94,6 +94,12 @@ int omptpy_ints_from(const Py_buffer *buf, omptpy_ints *ints, const char *what);
 /* Integers of any width: 0, their items in `ints`. */
 int omptpy_get_ints(PyObject *obj, Py_buffer *b, omptpy_ints *ints, Py_ssize_t *n,
                     const char *what);
+/* Whether a buffer (got with PyBUF_FORMAT) holds signed 8-byte integers. */
+static inline int omptpy_is_int64(const Py_buffer *b) {
+  const char *format = b->format ? b->format : "B";
+  char letter = *format ? format[strlen(format) - 1] : 'B';
+  return b->itemsize == 8 && (letter == 'q' || letter == 'l');
+}
 /* Integers of `size` bytes (writable if asked): their items. */
 void *omptpy_get_items(PyObject *obj, Py_buffer *b, Py_ssize_t size, Py_ssize_t *n, int writable,
                        const char *what);

@@ -151,9 +151,7 @@ PyObject *omptpy_py_time_order(PyObject *m, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OO", &times_obj, &out_obj)) return NULL;
   Py_buffer tb, ob;
   if (PyObject_GetBuffer(times_obj, &tb, PyBUF_STRIDES | PyBUF_FORMAT) < 0) return NULL;
-  const char *format = tb.format ? tb.format : "B";
-  char letter = *format ? format[strlen(format) - 1] : 'B';
-  if (tb.ndim != 1 || tb.itemsize != 8 || (letter != 'q' && letter != 'l')) {
+  if (tb.ndim != 1 || !omptpy_is_int64(&tb)) {
     PyBuffer_Release(&tb);
     PyErr_SetString(PyExc_ValueError, "time_order: times, int64 of one dimension");
     return NULL;

@@ -37,12 +37,6 @@ static void column_release(column *c) {
   memset(c, 0, sizeof *c);
 }
 
-static int is_int64(const Py_buffer *b) {
-  const char *format = b->format ? b->format : "B";
-  char letter = *format ? format[strlen(format) - 1] : 'B';
-  return b->itemsize == 8 && (letter == 'q' || letter == 'l');
-}
-
 /* Reads a column's spec; *n: its rows (set when negative, else checked). */
 static int column_get(column *c, PyObject *spec, Py_ssize_t *n) {
   PyObject *data, *table, *rows = Py_None;
@@ -66,7 +60,7 @@ static int column_get(column *c, PyObject *spec, Py_ssize_t *n) {
     bad = "a column of 1, 2, 4 or 8-byte integers";
   else if (c->table.obj && (c->size != 1 || c->table.len < 1))
     bad = "a table for a column of bytes, not empty";
-  else if (c->rows.obj && !is_int64(&c->rows))
+  else if (c->rows.obj && !omptpy_is_int64(&c->rows))
     bad = "rows of a column: an array of int64";
   if (!bad && c->rows.obj) {
     c->at = c->rows.buf;
@@ -620,7 +614,7 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     goto done;
   const int64_t *order = order_buf.buf;
   Py_ssize_t n = order_buf.len / 8;
-  const char *bad = is_int64(&order_buf) ? NULL : "pair_events: order, an array of int64";
+  const char *bad = omptpy_is_int64(&order_buf) ? NULL : "pair_events: order, an array of int64";
   if (events.at || endpoints.at) bad = "pair_events: events read through order, not rows";
   if (bad) {
     PyErr_SetString(PyExc_ValueError, bad);
