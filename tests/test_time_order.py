@@ -18,13 +18,13 @@ def reference(times: np.ndarray) -> np.ndarray:
 
 def interleaved(rng: np.random.Generator, n: int, threads: int, ties: int) -> np.ndarray:
     """Times as threads write them: each thread's in time order, cut into chunks
-    of up to 8 interleaved at random (times from 0 to ``ties``: many equal)."""
+    of up to 40 interleaved at random (times from 0 to ``ties``: many equal)."""
     times, thread = np.sort(rng.integers(0, ties, n)), rng.integers(0, threads, n)
     streams = [list(times[thread == s]) for s in range(threads)]
     out: list[int] = []
     while any(streams):
         s = int(rng.choice([i for i, left in enumerate(streams) if left]))
-        take = int(rng.integers(1, 9))
+        take = int(rng.integers(1, 41))
         out += streams[s][:take]
         del streams[s][:take]
     return np.array(out, np.int64)
@@ -57,6 +57,11 @@ def test_times_in_no_few_runs_are_sorted_by_numpy():
     np.testing.assert_array_equal(time_order(times), reference(times))
     descending = np.arange(200, 0, -1)  # 200 runs of one, no chain longer than one
     np.testing.assert_array_equal(time_order(descending), reference(descending))
+    # two threads' times, one record of each in turn: two chains, of runs too short
+    # to be worth a list of them
+    alternate = np.stack([np.arange(5000), np.arange(5000) - 3], axis=1).ravel()
+    assert not _core.time_order(alternate, np.empty(len(alternate), np.int64))
+    np.testing.assert_array_equal(time_order(alternate), reference(alternate))
 
 
 def test_empty_and_one():

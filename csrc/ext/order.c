@@ -11,14 +11,18 @@
  * stable argsort needs them contiguous: a copy of 8 bytes a record, in memory
  * first touched then; in a fresh process it took twice as long on that trace,
  * 0.53 against 0.25 s, and about as long once its memory was reused).  More chains than
- * MAX_CHAINS (times in no such runs): not ordered, the caller sorts them.
+ * MAX_CHAINS, or runs shorter than MIN_RUN (times in no such runs): not ordered,
+ * the caller sorts them.
  */
 #include "ext.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_CHAINS = 64 };
+/* At most this many chains, and runs of MIN_RUN records on average (shorter
+ * runs: the runs' list would take more memory than numpy's sort, 24 bytes a
+ * run, for no gain). */
+enum { MAX_CHAINS = 64, MIN_RUN = 16 };
 
 typedef struct {
   Py_ssize_t start, stop, next; /* next: the chain's run after this one, -1: none */
@@ -60,7 +64,8 @@ static inline int advance(chain *c, const run *runs) {
 }
 
 /* Chains the runs of t's n records; returns the number of chains, 0 for more
- * than MAX_CHAINS, -1 out of memory (*runs_out: the runs, to free). */
+ * than MAX_CHAINS or too many runs, -1 out of memory (*runs_out: the runs, to
+ * free). */
 static int chain_runs(const times *t, Py_ssize_t n, chain *chains, run **runs_out) {
   Py_ssize_t cap = 1024, nruns = 0;
   run *runs = malloc((size_t)cap * sizeof *runs);
@@ -82,6 +87,7 @@ static int chain_runs(const times *t, Py_ssize_t n, chain *chains, run **runs_ou
     } else {
       runs[chains[best].last].next = nruns;
     }
+    if (nruns > n / MIN_RUN + MAX_CHAINS) return 0;
     if (nruns == cap) {
       run *more = realloc(runs, (size_t)(cap *= 2) * sizeof *runs);
       if (!more) return -1;
