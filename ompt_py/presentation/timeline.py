@@ -210,8 +210,12 @@ def bars(trace: Trace) -> Bars:
                                 wait=to_int(mutex["wait_ns"])[known]))
     pieces = tables.task_pieces(trace)
     if len(pieces):
-        made = tables.with_source(trace, tables.tasks(trace)[["pid", "task_id", "codeptr",
-                                                              "py_location"]])
+        # created() and task_stacks() have a row per task_create in the same order: the
+        # columns the bars read, without tasks()'s other figures (its thread lists:
+        # 0.74 s for 245,910 tasks)
+        made = tables.created(trace)[["pid", "task_id", "codeptr"]].assign(
+            py_location=tables.task_stacks(trace)["py_location"].array)
+        made = tables.with_source(trace, made)
         row = find(made[["pid", "task_id"]], pieces[["pid", "task_id"]])
         parts.append(_part(thread_key(pieces["pid"], pieces["thread"]),
                             to_int(pieces["begin_ns"]), to_int(pieces["end_ns"]),
