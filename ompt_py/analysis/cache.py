@@ -6,8 +6,9 @@ events change (``Trace.revision``: a trace still recording grows at each
 ``stop()``).  A function marked ``@per_trace`` is computed once per trace and
 arguments; its cache key is the function itself, so every derived table is
 named by the function that makes it.  A caller that knows a value is not asked
-for again (a dataset's partition, summarised once) can ``forget`` it, to give
-its memory back before the next analysis.
+for again (a dataset's partition, summarised once) can ``forget`` it, or
+``keep`` only those still asked for, to give its memory back before the next
+analysis.
 """
 
 from __future__ import annotations
@@ -69,4 +70,13 @@ def forget(trace: Trace, fn: Callable[..., Any]) -> None:
     fn = getattr(fn, "__wrapped__", fn)
     values = derived(trace).values
     for key in [key for key in values if key[0] is fn]:
+        del values[key]
+
+
+def keep(trace: Trace, *fns: Callable[..., Any]) -> None:
+    """Drop what was made for ``trace`` but what the ``@per_trace`` functions
+    ``fns`` made (for any arguments): the rest is made again if asked for."""
+    kept = {getattr(fn, "__wrapped__", fn) for fn in fns}
+    values = derived(trace).values
+    for key in [key for key in values if key[0] not in kept]:
         del values[key]
