@@ -6,7 +6,8 @@ figures of one run.
 
 First, in this process, the analyses partial_summary makes, one after the
 other in its order (the tables they share are made by the first that needs
-them, and the construct instances and thread states forgotten, as there),
+them; the construct instances forgotten, then only the tables of the tasks and
+the locks kept, as there),
 each with the memory traced (tracemalloc: numpy's and pandas' allocations)
 above the loaded trace before it, at its highest during it and after it, and
 its time.  Then, in a fresh process without tracing, partial_summary itself:
@@ -70,14 +71,15 @@ def steps(t: ompt_py.Trace) -> list[tuple[str, Callable[[], object]]]:
         ("thread_totals", lambda: states.thread_totals(t)),
         ("tool_stalls", lambda: states.tool_stalls(t)),
         ("imbalance by source", lambda: metrics.imbalance(t, by="source")),
-        ("TaskStats", lambda: dataset.TaskStats.of(t)),
-        ("lock_contention", lambda: metrics.lock_contention(t)),
         ("has_offload", lambda: offload.has_offload(t)),
         ("region_threads", lambda: metrics.region_threads(t)),
         ("rank_rows", lambda: ranks.rank_rows(t)),
         ("arrivals", lambda: ranks.arrivals(t)),
-        ("(thread states forgotten)", lambda: cache.forget(t, states.thread_states)),
+        ("(tasks' tables kept)", lambda: cache.keep(t, *dataset.TASK_TABLES)),
+        ("TaskStats", lambda: dataset.TaskStats.of(t)),
         ("task_sites", lambda: metrics.task_sites(t, by="source")),
+        ("(locks' tables kept)", lambda: cache.keep(t, *dataset.LOCK_TABLES)),
+        ("lock_contention", lambda: metrics.lock_contention(t)),
         ("window_note", lambda: summary.window_note(t)),
     ]
 

@@ -41,12 +41,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from .. import _core
 from ..errors import MissingEventsError
 from ..meta import why_empty
 from ..records import CONSTRUCTS
 from ..units import ns_columns
 from . import advice, cache, metrics, offload, profile, ranks, summary, tables
-from .states import thread_states, thread_totals, tool_stalls
+from .states import task_waits, thread_totals, tool_stalls
 from .states import threads as thread_keys
 
 if TYPE_CHECKING:
@@ -240,18 +241,27 @@ class PartialSummary:
     notes: list[str] = field(default_factory=list)
 
 
+#: What partial_summary holds of a partition's tables for the locks: the mutex
+#: table, and the few that every analysis reads.
+LOCK_TABLES = (tables.order, tables.kinds, tables.event_counts, tables.symbol_cache,
+               tables.mutex)
+#: ... for the tasks (TaskStats, task_sites) then the locks.
+TASK_TABLES = (*LOCK_TABLES, tables.created, tables.task_pieces, task_waits)
+
+
 def partial_summary(trace: Trace, top: int, python: bool, job: bool) -> PartialSummary:
     """A partition's part of the dataset's summary: summary.summary's analyses of
     its trace, as tables to merge (``python``: the dataset has Python stacks,
     so its tables are per Python location; ``job``: it holds several ranks, so
     each partition gives its rank's row and arrivals)."""
     notes: list[str] = []
+    said: dict[str, list[str]] = {}  # per part, what could not be computed
 
-    def attempt(build: Callable[[], R]) -> R | None:
+    def attempt(part: str, build: Callable[[], R]) -> R | None:
         try:
             return build()
         except MissingEventsError as e:
-            notes.append(str(e))
+            said.setdefault(part, []).append(str(e))
             return None
 
     t = trace.events["time_ns"]
@@ -269,25 +279,36 @@ def partial_summary(trace: Trace, top: int, python: bool, job: bool) -> PartialS
     # The instances are the constructs' alone: not held through the other analyses
     # (the partition is summarised once).
     cache.forget(trace, metrics.construct_instances)
-    out.thread_states = attempt(lambda: thread_totals(trace))
+    out.thread_states = attempt("thread_states", lambda: thread_totals(trace))
     out.stalls = len(tool_stalls(trace))
     if "parallel_begin" in present:
-        out.by_location = attempt(lambda: metrics.imbalance(trace, by=by))
-    if "task_create" in present:
-        out.tasks = attempt(lambda: TaskStats.of(trace))
-    if present & {"mutex_acquire", "mutex_acquired"}:
-        out.locks = attempt(lambda: metrics.lock_contention(trace))
+        out.by_location = attempt("by_location", lambda: metrics.imbalance(trace, by=by))
     if offload.has_offload(trace):
         out.offload = offload.offload_totals(trace)
     if out.thread_states is not None:
-        out.busy_ns = attempt(lambda: float(metrics.region_threads(trace)["busy_ns"].sum()))
+        out.busy_ns = attempt("busy_ns", lambda: float(
+            metrics.region_threads(trace)["busy_ns"].sum()))
     if job:  # (its note, if any, is the thread states': then there are no task sites)
-        out.rank_rows = attempt(lambda: ranks.rank_rows(trace))
+        out.rank_rows = attempt("rank_rows", lambda: ranks.rank_rows(trace))
         out.arrivals = ranks.arrivals(trace)
-    # Every analysis that reads the thread states is made: not held through the sites.
-    cache.forget(trace, thread_states)
-    if out.thread_states is not None and {"task_create", "task_schedule"} <= present:
-        out.sites = attempt(lambda: metrics.task_sites(trace, by=by))
+    # Every analysis that reads the thread states and the intervals is made.  The
+    # tasks, then the locks, each with only the tables it reads held: the rest
+    # dropped and given back to the system (_core.trim_heap: glibc keeps the holes
+    # that tables dropped leave in its heap).
+    if "task_create" in present:
+        cache.keep(trace, *TASK_TABLES)
+        _core.trim_heap()
+        out.tasks = attempt("tasks", lambda: TaskStats.of(trace))
+        if out.thread_states is not None and "task_schedule" in present:
+            out.sites = attempt("sites", lambda: metrics.task_sites(trace, by=by))
+    if present & {"mutex_acquire", "mutex_acquired"}:
+        cache.keep(trace, *LOCK_TABLES)
+        _core.trim_heap()
+        out.locks = attempt("locks", lambda: metrics.lock_contention(trace))
+    # The notes in the order of summary.summary's parts, whatever order they were
+    # made in.
+    notes += [n for part in ("thread_states", "by_location", "tasks", "locks", "busy_ns",
+                             "rank_rows", "sites") for n in said.get(part, [])]
     notes += [n for n in [summary.window_note(trace)] if n]
     return out
 
