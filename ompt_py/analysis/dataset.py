@@ -46,7 +46,7 @@ from ..errors import MissingEventsError
 from ..meta import why_empty
 from ..records import CONSTRUCTS
 from ..units import ns_columns
-from . import advice, cache, metrics, offload, profile, ranks, summary, tables
+from . import advice, cache, metrics, offload, profile, pystacks, ranks, summary, tables
 from .states import task_waits, thread_totals, tool_stalls
 from .states import threads as thread_keys
 
@@ -242,9 +242,11 @@ class PartialSummary:
 
 
 #: What partial_summary holds of a partition's tables for the locks: the mutex
-#: table, and the few that every analysis reads.
-LOCK_TABLES = (tables.order, tables.kinds, tables.event_counts, tables.symbol_cache,
-               tables.mutex)
+#: table, and the small ones that the analyses read (made again, they would
+#: cost more time than their memory is worth).
+LOCK_TABLES = (tables.order, tables.kinds, tables.event_counts, tables.paired,
+               tables.region_intervals, tables.symbol_cache, pystacks.python_stacks,
+               pystacks.locations, metrics.has_python_stacks, tables.mutex)
 #: ... for the tasks (TaskStats, task_sites) then the locks.
 TASK_TABLES = (*LOCK_TABLES, tables.created, tables.task_pieces, task_waits)
 
