@@ -57,26 +57,34 @@ def per_trace(fn: F) -> F:
     return cached  # type: ignore[return-value]
 
 
+def _made_by(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function a ``@per_trace`` function's values are kept under."""
+    return getattr(fn, "__wrapped__", fn)
+
+
 def made(trace: Trace, fn: Callable[..., Any]) -> bool:
     """Whether the ``@per_trace`` function ``fn`` was computed for ``trace`` (its
     current events), for any arguments."""
-    fn = getattr(fn, "__wrapped__", fn)
+    fn = _made_by(fn)
     return any(key[0] is fn for key in derived(trace).values)
+
+
+def _drop(trace: Trace, dropped: Callable[[Callable[..., Any]], bool]) -> None:
+    """Drop the values made for ``trace`` by the functions ``dropped`` says."""
+    values = derived(trace).values
+    for key in [key for key in values if dropped(key[0])]:
+        del values[key]
 
 
 def forget(trace: Trace, fn: Callable[..., Any]) -> None:
     """Drop what the ``@per_trace`` function ``fn`` made for ``trace`` (for any
     arguments): made again if asked for."""
-    fn = getattr(fn, "__wrapped__", fn)
-    values = derived(trace).values
-    for key in [key for key in values if key[0] is fn]:
-        del values[key]
+    fn = _made_by(fn)
+    _drop(trace, lambda made_by: made_by is fn)
 
 
 def keep(trace: Trace, *fns: Callable[..., Any]) -> None:
     """Drop what was made for ``trace`` but what the ``@per_trace`` functions
     ``fns`` made (for any arguments): the rest is made again if asked for."""
-    kept = {getattr(fn, "__wrapped__", fn) for fn in fns}
-    values = derived(trace).values
-    for key in [key for key in values if key[0] not in kept]:
-        del values[key]
+    kept = {_made_by(fn) for fn in fns}
+    _drop(trace, lambda made_by: made_by not in kept)

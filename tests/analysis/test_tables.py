@@ -77,6 +77,22 @@ def test_a_table_forgotten_is_made_again_alike():
     pd.testing.assert_frame_equal(again, first)
 
 
+
+def test_keep_drops_every_table_but_those_named():
+    """cache.keep (as a partition's summary does before its tasks and its locks)
+    leaves the tables named, and the others are made again alike when asked for."""
+    from ompt_py.analysis import cache, tables
+
+    t = stored("contended", STORED_RUNTIMES[0])
+    mutex, order, regions = tables.mutex(t), tables.order(t), tables.region_intervals(t)
+    cache.keep(t, tables.mutex, tables.order)
+    assert cache.made(t, tables.mutex) and cache.made(t, tables.order)
+    assert not cache.made(t, tables.region_intervals)
+    assert tables.mutex(t) is mutex and tables.order(t) is order
+    again = tables.region_intervals(t)
+    assert again is not regions
+    pd.testing.assert_frame_equal(again.table, regions.table)
+
 def test_acquisitions_at_one_clock_tick_pair_one_to_one():
     """Many acquisitions of one lock on one thread at the same time (a coarse clock,
     a synthetic trace): each wait pairs with one hold, in their order, so mutex()
