@@ -378,9 +378,15 @@ def find(table: pd.DataFrame, query: pd.DataFrame) -> np.ndarray:
             keys.append(column((~lacks).astype(np.uint8), missing_if_zero=True))
     if len(sides[0]) == 1:
         return _first_equal(sides[0][0][0], sides[1][0][0])
-    found = np.empty(len(query), np.intp)
-    _core.find(*sides, found)
-    return found
+    return _found(*sides)
+
+
+def _found(table: list[tuple], query: list[tuple]) -> np.ndarray:
+    """_core.find: per row of ``query`` (columns without rows of their own), the
+    first row of ``table`` with its keys; -1 for none."""
+    out = np.empty(len(query[0][0]), np.intp)
+    _core.find(table, query, out)
+    return out
 
 
 def _first_equal(table: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -545,11 +551,11 @@ def acquisitions(waits: list[np.ndarray], holds: list[np.ndarray]
     table has at most a row per wait and hold, however many share a time."""
     n, m = len(waits[0]), len(holds[0])
     wait_keys, hold_keys = [column(k) for k in waits], [column(k) for k in holds]
-    h = _found(hold_keys, wait_keys)  # each wait's first hold of its keys
     if (_found(hold_keys, hold_keys) == np.arange(m)).all() and (
             _found(wait_keys, wait_keys) == np.arange(n)).all():
         # Keys once on each side (as the clock's ticks make them): a wait's hold is
         # the one of its keys, found in a hash table (the groups below sort them).
+        h = _found(hold_keys, wait_keys)
         taken = np.zeros(m, bool)
         taken[h[h >= 0]] = True
         alone = np.flatnonzero(~taken)
@@ -561,13 +567,6 @@ def acquisitions(waits: list[np.ndarray], holds: list[np.ndarray]
     keys = [np.concatenate([a, b[alone]]) for a, b in zip(waits, holds)]
     order = np.lexsort([keys[2], keys[1], keys[0], keys[3]])
     return w[order], h[order]
-
-
-def _found(table: list[tuple], query: list[tuple]) -> np.ndarray:
-    """_core.find: per row of ``query``, the first row of ``table`` with its keys."""
-    out = np.empty(len(query[0][0]), np.intp)
-    _core.find(table, query, out)
-    return out
 
 
 def _acquisitions_grouped(waits: list[np.ndarray], holds: list[np.ndarray]
