@@ -68,6 +68,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
@@ -1041,21 +1042,37 @@ def _python_frames(stacks: _Stacks, items: pd.DataFrame, holders: _Holders) -> S
     return Source(len(code), batch, "python", spans, label)
 
 
+class _Unpaired(NamedTuple):
+    """The sources made of none of _PAIRINGS (made while the records are paired)."""
+
+    user: Source
+    tasks: Source
+    flows: Source
+    mpi: Source
+    stalls: Source
+
+
+def _unpaired(rec: _Records, first_flow: int) -> _Unpaired:
+    """The sources of _Unpaired; the flows' ids from ``first_flow``."""
+    trace = rec.trace
+    return _Unpaired(_user_slices(trace), *_tasks(rec, first_flow), _mpi(trace), _stalls(trace))
+
+
 def _track_sources(rec: _Records, paired: dict[str, _Pairs], found: dict[str, np.ndarray],
                    tree: tuple[_Pairs, Any, np.ndarray, np.ndarray],
-                   devices: _DeviceTracks | None, waits: list[_Pairs], first_flow: int
+                   devices: _DeviceTracks | None, waits: list[_Pairs], unpaired: _Unpaired
                    ) -> Iterator[Source]:
     """The file's events after the metadata and the Python frames, in file order
     (filtered by ``filtered``): the slices of every track, parents before children
     (the order that keeps slices starting at the same nanosecond nested the right
-    way), the flows (ids from ``first_flow``); last into ``waits``, the waits the
-    counter counts (sync, mutex).  ``paired``: the pairings of _PAIRINGS but the
-    implicit tasks (each dropped once its slices are made), ``found``: _LOOKUPS',
-    ``tree``: _region_tree of the regions,
-    ``devices``: _device_tracks (None: the trace has no offload events)."""
+    way), the flows; last into ``waits``, the waits the counter counts (sync,
+    mutex).  ``paired``: the pairings of _PAIRINGS but the implicit tasks (each
+    dropped once its slices are made), ``found``: _LOOKUPS', ``tree``:
+    _region_tree of the regions, ``devices``: _device_tracks (None: the trace has
+    no offload events), ``unpaired``: the rest."""
     trace = rec.trace
     regions = paired.pop("parallel")
-    yield _user_slices(trace)
+    yield unpaired.user
     yield from _parallel(rec, regions, tree)
     del tree
     yield _work(rec, paired.pop("work"))
@@ -1064,8 +1081,7 @@ def _track_sources(rec: _Records, paired: dict[str, _Pairs], found: dict[str, np
     del regions
     yield sync
     yield sync_waits
-    spans, flows = _tasks(rec, first_flow)
-    yield spans
+    yield unpaired.tasks
     if devices is not None:
         yield from _host_offload(trace)
         yield _device_slices(devices)
@@ -1073,11 +1089,11 @@ def _track_sources(rec: _Records, paired: dict[str, _Pairs], found: dict[str, np
                                                                paired.pop("mutex_hold"))
     yield mutex_wait_slices
     yield mutex_hold_slices
-    yield _mpi(trace)
-    yield _stalls(trace)
-    yield flows
+    yield unpaired.mpi
+    yield unpaired.stalls
+    yield unpaired.flows
     if devices is not None:
-        yield _device_flows(devices, flows.count + 1)
+        yield _device_flows(devices, unpaired.flows.count + 1)
     waits += [sync_wait_pairs, mutex_waits]
 
 
@@ -1160,19 +1176,24 @@ def tracks(trace: Trace, flt: ExportFilter, first_flow: int = 1) -> Tracks:
                              "clock": "CLOCK_MONOTONIC, from origin_mono_ns",
                              "origin_mono_ns": trace.meta.get("origin_mono_ns")}
     rec = _Records(trace)
-    paired, found = rec.pairs(_PAIRINGS, _LOOKUPS)
+    # The records paired (in C, without the GIL) while what needs no pairing is made.
+    with ThreadPoolExecutor(1) as pool:
+        pairs = pool.submit(rec.pairs, _PAIRINGS, _LOOKUPS)
+        frames = pystacks.python_stacks(trace) if metrics.has_python_stacks(trace) else []
+        devices = _device_tracks(trace) if rec.has(offload.OFFLOAD_CODES) else None
+        metadata = _metadata(trace, flt) + ([] if devices is None
+                                             else _device_metadata(devices, flt))
+        unpaired = _unpaired(rec, first_flow)
+        paired, found = pairs.result()
     regions = paired["parallel"]
     tree = _region_tree(rec, regions, paired.pop("implicit_task"), found)
-    frames = pystacks.python_stacks(trace) if metrics.has_python_stacks(trace) else []
     stacks = _Stacks(frames) if len(frames) else None
     items = _python_items(rec, stacks, regions, tree[1]) if stacks is not None else None
-    devices = _device_tracks(trace) if rec.has(offload.OFFLOAD_CODES) else None
     if devices is not None and any(devices.table.attrs["unplaced"].values()):
         other["device_operations_not_drawn"] = devices.table.attrs["unplaced"]
     waits: list[_Pairs] = []
-    raw = _track_sources(rec, paired, found, tree, devices, waits, first_flow)
-    del paired, found, regions, tree
-    metadata = _metadata(trace, flt) + ([] if devices is None else _device_metadata(devices, flt))
+    raw = _track_sources(rec, paired, found, tree, devices, waits, unpaired)
+    del paired, found, regions, tree, unpaired
 
     def made_other() -> dict:
         return {**other, "export_filter": flt.meta()} if flt.active else other
