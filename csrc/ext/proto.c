@@ -358,10 +358,16 @@ done:
 
 /* ---- proto_packets, proto_counters ----------------------------------------------------- */
 
-/* The flows from or to the slice `slice`: the range of `pos` (sorted) equal to it. */
+/* The flows from or to the slice `slice`: the range of `pos` (sorted) equal to it.
+ * Most slices have none and lie outside pos's range (the flows are the tasks'):
+ * found so without a search. */
 static void flow_range(const int64_t *pos, Py_ssize_t n, int64_t slice, Py_ssize_t *first,
                        Py_ssize_t *last) {
   Py_ssize_t lo = 0, hi = n;
+  if (n == 0 || slice < pos[0] || slice > pos[n - 1]) {
+    *first = *last = 0;
+    return;
+  }
   while (lo < hi) {
     Py_ssize_t mid = lo + (hi - lo) / 2;
     if (pos[mid] < slice) lo = mid + 1;

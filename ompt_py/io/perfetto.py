@@ -70,6 +70,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 import numpy as np
@@ -122,10 +123,14 @@ class _Records:
         self.bytes = self.ev.view(np.uint8).reshape(len(self.ev), self.ev.itemsize)
         # One process: no pid column (nor key: it would be the same for all).
         self.pids = None if trace.single_pid is not None else trace.pids
-        self.counts = np.zeros(max(EVENT_CODES.values()) + 1, np.int64)
+
+    @cached_property
+    def counts(self) -> np.ndarray:
+        """The records of each event number (made once asked: while they are paired)."""
+        counts = np.zeros(max(EVENT_CODES.values()) + 1, np.int64)
         for part in batches(len(self.ev), 1 << 20):
-            self.counts += np.bincount(self.ev["event"][part],
-                                       minlength=len(self.counts))[:len(self.counts)]
+            counts += np.bincount(self.ev["event"][part], minlength=len(counts))[:len(counts)]
+        return counts
 
     def has(self, codes: Iterable[int]) -> bool:
         """Whether any record is of these events."""
