@@ -68,7 +68,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
@@ -1063,27 +1063,27 @@ def _unpaired(rec: _Records, first_flow: int) -> _Unpaired:
     return _Unpaired(_user_slices(trace), *_tasks(rec, first_flow), _mpi(trace), _stalls(trace))
 
 
-def _track_sources(rec: _Records, paired: dict[str, _Pairs], found: dict[str, np.ndarray],
+def _track_sources(rec: _Records, paired: dict[str, _Pairs],
                    tree: tuple[_Pairs, Any, np.ndarray, np.ndarray],
-                   devices: _DeviceTracks | None, waits: list[_Pairs], unpaired: _Unpaired
+                   devices: _DeviceTracks | None, waits: list[_Pairs],
+                   syncs: Future[tuple[_Pairs, Source, Source]], unpaired: _Unpaired
                    ) -> Iterator[Source]:
     """The file's events after the metadata and the Python frames, in file order
     (filtered by ``filtered``): the slices of every track, parents before children
     (the order that keeps slices starting at the same nanosecond nested the right
     way), the flows; last into ``waits``, the waits the counter counts (sync,
-    mutex).  ``paired``: the pairings of _PAIRINGS but the implicit tasks (each
-    dropped once its slices are made), ``found``: _LOOKUPS', ``tree``:
-    _region_tree of the regions, ``devices``: _device_tracks (None: the trace has
-    no offload events), ``unpaired``: the rest."""
+    mutex).  ``paired``: the pairings of _PAIRINGS but the implicit tasks and sync
+    regions (each dropped once its slices are made), ``tree``: _region_tree of the
+    regions, ``devices``: _device_tracks (None: the trace has no offload events),
+    ``syncs``: _sync's result, ``unpaired``: the rest."""
     trace = rec.trace
     regions = paired.pop("parallel")
     yield unpaired.user
     yield from _parallel(rec, regions, tree)
     del tree
     yield _work(rec, paired.pop("work"))
-    sync_wait_pairs, sync, sync_waits = _sync(rec, regions, paired.pop("sync_region"),
-                                              paired.pop("sync_region_wait"), found)
-    del regions
+    sync_wait_pairs, sync, sync_waits = syncs.result()
+    del regions, syncs
     yield sync
     yield sync_waits
     yield unpaired.tasks
@@ -1191,13 +1191,19 @@ def tracks(trace: Trace, flt: ExportFilter, first_flow: int = 1) -> Tracks:
         unpaired = _unpaired(rec, first_flow)
         paired, found = pairs.result()
     regions = paired["parallel"]
+    # The sync regions' waits (a find in C, without the GIL) made while the regions'
+    # tree and first sources are: _track_sources takes them when their turn comes.
+    pool = ThreadPoolExecutor(1)
+    syncs = pool.submit(_sync, rec, regions, paired.pop("sync_region"),
+                        paired.pop("sync_region_wait"), found)
+    pool.shutdown(wait=False)
     tree = _region_tree(rec, regions, paired.pop("implicit_task"), found)
     stacks = _Stacks(frames) if len(frames) else None
     items = _python_items(rec, stacks, regions, tree[1]) if stacks is not None else None
     if devices is not None and any(devices.table.attrs["unplaced"].values()):
         other["device_operations_not_drawn"] = devices.table.attrs["unplaced"]
     waits: list[_Pairs] = []
-    raw = _track_sources(rec, paired, found, tree, devices, waits, unpaired)
+    raw = _track_sources(rec, paired, tree, devices, waits, syncs, unpaired)
     del paired, found, regions, tree, unpaired
 
     def made_other() -> dict:
