@@ -49,13 +49,14 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
 from .. import _core
 from .filters import ExportFilter
-from .perfetto import Flows, Label, Part, Slices, Source, Tracks, tracks
+from .perfetto import Flows, Label, Part, Slices, Source, Tracks, _Spans, tracks
 from .streaming import HEX, NUMBER, TEXT, Column, Progress, batches, in_order, output
 
 if TYPE_CHECKING:
@@ -326,24 +327,33 @@ class SliceOrder:
         self.perm: list[np.ndarray | None] = []
         self.labels: list[tuple[str, Callable[[Part], Label]]] = []
         _core.trim_heap()
-        for start, stop in zip(self.starts[:-1], self.starts[1:]):
-            source = sources.pop(0)
-            cat = source.cat
-            self.labels.append((cat, source.label))
-            spans = source.spans()
-            del source  # so its arrays go with the spans, once they are in the order
-            begin = np.asarray(spans.begin, np.int64)
-            perm = (np.argsort(begin, kind="stable")
-                    if len(begin) > 1 and (begin[1:] < begin[:-1]).any() else None)
-            track = track_index(index, spans.pid, spans.thread)
-            if (track < 0).any():
-                raise ValueError(f"{cat} slices on a track the metadata does not name")
-            self.begin[start:stop] = self.arranged(perm, begin)
-            self.end[start:stop] = self.arranged(perm, spans.end)
-            self.track[start:stop] = self.arranged(perm, track)
-            self.perm.append(perm)
-            del spans, begin, track
+        # Each source's spans (gathered from the records, mostly without the GIL) made
+        # in a thread while the previous ones are put in the order: one ahead.
+        with ThreadPoolExecutor(1) as pool:
+            ahead = pool.submit(sources[0].spans) if sources else None
+            for start, stop in zip(self.starts[:-1], self.starts[1:]):
+                source = sources.pop(0)
+                self.labels.append((source.cat, source.label))
+                spans = ahead.result()
+                ahead = pool.submit(sources[0].spans) if sources else None
+                self._place(start, stop, source.cat, spans, index)
+                del source, spans  # so its arrays go, once they are in the order
         _core.trim_heap()
+
+    def _place(self, start: int, stop: int, cat: str, spans: _Spans,
+               index: dict[tuple[int, int], int]) -> None:
+        """A source's ``spans`` put at [start, stop) of the order, in the order of
+        their begins."""
+        begin = np.asarray(spans.begin, np.int64)
+        perm = (np.argsort(begin, kind="stable")
+                if len(begin) > 1 and (begin[1:] < begin[:-1]).any() else None)
+        track = track_index(index, spans.pid, spans.thread)
+        if (track < 0).any():
+            raise ValueError(f"{cat} slices on a track the metadata does not name")
+        self.begin[start:stop] = self.arranged(perm, begin)
+        self.end[start:stop] = self.arranged(perm, spans.end)
+        self.track[start:stop] = self.arranged(perm, track)
+        self.perm.append(perm)
 
     @staticmethod
     def arranged(perm: np.ndarray | None, values: np.ndarray) -> np.ndarray:
