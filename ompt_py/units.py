@@ -1,7 +1,8 @@
 """Values written for people, one way everywhere: the summary, ``ompt-py report``,
 the plots and the HTML view format durations with ``format_ns``, shares with
 ``format_share``, byte counts with ``format_bytes`` and shorten long names
-with ``shorten``; ``ns_columns`` gives a table's time columns their one dtype.
+with ``shorten``; ``ns_columns`` gives a table's time columns their one dtype,
+``TEXT`` (``text``, ``text_columns``) its text columns theirs.
 Also byte sizes as the tool's variables take them (``parse_size``) and times as
 the exports' filters take them (``parse_ns``)."""
 
@@ -11,6 +12,7 @@ import decimal
 import math
 import re
 
+import numpy as np
 import pandas as pd
 
 _UNITS = (("s", 1e9), ("ms", 1e6), ("us", 1e3))
@@ -88,6 +90,30 @@ def ns_columns(frame: pd.DataFrame) -> pd.DataFrame:
             continue
         values = pd.to_numeric(frame[c], errors="coerce").astype("Float64")
         changed[c] = values.round().astype("Int64")
+    return frame.assign(**changed) if changed else frame
+
+
+#: The one dtype of the text columns of every public table (function, name, file,
+#: location, py_location, ...): pandas' string dtype with NaN for a missing text, the
+#: ``str`` that pandas 3 infers for text (pandas 2.3 makes it only when asked).  A
+#: missing text is NaN, never None: ``pd.isna`` tells it, as for the other columns.
+TEXT = pd.StringDtype(na_value=np.nan)
+
+
+def text(values: object, index: pd.Index | None = None) -> pd.Series:
+    """``values`` (strings, None, NaN or pandas' NA for a missing text) as a Series
+    of TEXT, on ``index`` when given (a Series keeps its own when none is)."""
+    if isinstance(values, pd.Series):
+        out = values.astype(TEXT)
+        return out if index is None else out.set_axis(index)
+    return pd.Series(values, index=index, dtype=TEXT)
+
+
+def text_columns(frame: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """``frame`` with those of ``columns`` it has as TEXT, the one dtype of text
+    columns, whatever made them (strings, all missing, none: an empty table)."""
+    changed = {c: frame[c].astype(TEXT) for c in columns
+               if c in frame and frame[c].dtype != TEXT}
     return frame.assign(**changed) if changed else frame
 
 
