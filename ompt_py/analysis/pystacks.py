@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..units import TEXT, text_columns
 from . import symbols
 from .cache import per_trace
 
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 
 #: The columns with_python() adds.
 COLUMNS = ["py_stack", "py_location", "py_inherited", "native_callers"]
+#: Its text columns (units.TEXT), NaN for a row without a stack.
+TEXT_COLUMNS = ["py_location", "native_callers"]
 _FRAME_COLUMNS = ["pid", "stack", "level", "file", "line", "function", "first_line", "user",
                   "truncated", "location", "native", "interpreter"]
 
@@ -131,7 +134,8 @@ def python_stacks(trace: Trace) -> pd.DataFrame:
             after[stack], cut[stack] = len(entry) // 2, truncated
         if natives:
             rows += _native_rows(proc, natives, after, cut)
-    frames = pd.DataFrame(rows, columns=_FRAME_COLUMNS).astype(
+    frames = text_columns(pd.DataFrame(rows, columns=_FRAME_COLUMNS),
+                          ["file", "function", "location"]).astype(
         {"pid": np.int64, "stack": np.int64, "level": np.int64, "line": np.int64,
          "first_line": np.int64, "user": bool, "truncated": bool, "native": bool,
          "interpreter": bool})
@@ -144,14 +148,13 @@ def locations(trace: Trace) -> pd.DataFrame:
     code, else its innermost Python frame), py_file, py_line, py_function,
     py_frames (every Python frame's location, outermost first, joined by
     " > ") and native_callers (the native frames' names likewise, without the
-    interpreter's own, or None)."""
+    interpreter's own, or NaN); the text columns of units.TEXT."""
+    text = ["py_location", "py_file", "py_function", "py_frames", "native_callers"]
     frames = python_stacks(trace)
     if frames.empty:
-        return pd.DataFrame({"pid": pd.Series(dtype=np.int64),
-                             "py_stack": pd.Series(dtype=np.int64),
-                             **{c: pd.Series(dtype=object) for c in
-                                ("py_location", "py_file", "py_line", "py_function",
-                                 "py_frames", "native_callers")}})
+        return pd.DataFrame({c: pd.Series(dtype=TEXT if c in text else np.int64) for c in
+                             ("pid", "py_stack", "py_location", "py_file", "py_line",
+                              "py_function", "py_frames", "native_callers")})
     native = frames[frames["native"]]
     frames = frames[~frames["native"]]
     # The named frame: the innermost user frame (highest level), else the innermost.
@@ -166,7 +169,7 @@ def locations(trace: Trace) -> pd.DataFrame:
     native = native[~native["interpreter"]]
     callers = native.groupby(["pid", "stack"])["location"].agg(" > ".join)
     out["native_callers"] = callers.reindex(keys).to_numpy() if len(callers) else None
-    return out.reset_index(drop=True)
+    return text_columns(out.reset_index(drop=True), text)
 
 
 def with_python(trace: Trace, table: pd.DataFrame, parent: tuple[str, str] | None = None,
@@ -176,7 +179,8 @@ def with_python(trace: Trace, table: pd.DataFrame, parent: tuple[str, str] | Non
     without a stack of their own take ``around`` (the stack of what encloses
     them, aligned with the rows), else the stack of their parent row, found by
     ``parent`` = (the column naming the parent, the column it names), through
-    any number of levels."""
+    any number of levels.  py_location and native_callers are of units.TEXT (NaN:
+    no stack)."""
     own = table["py_stack"].astype("Int64")
     stack = own.copy()
     if around is not None:
@@ -200,10 +204,10 @@ def with_python(trace: Trace, table: pd.DataFrame, parent: tuple[str, str] | Non
     out["py_inherited"] = stack.notna() & own.isna()
     names = locations(trace)[["pid", "py_stack", "py_location", "native_callers"]]
     if names.empty:
-        for column in ("py_location", "native_callers"):
-            out[column] = pd.Series(None, index=out.index, dtype=object)
+        for column in TEXT_COLUMNS:
+            out[column] = pd.Series(index=out.index, dtype=TEXT)
         return out
     merged = out[["pid", "py_stack"]].merge(names, on=["pid", "py_stack"], how="left")
-    for column in ("py_location", "native_callers"):
-        out[column] = merged[column].to_numpy()
+    for column in TEXT_COLUMNS:
+        out[column] = merged[column].array
     return out

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..elf import build_id, symbol_names
+from ..units import text_columns
 from . import names
 
 
@@ -136,7 +137,9 @@ def resolve(modules: Modules, codeptrs: np.ndarray) -> pd.DataFrame:
     compiled (``sklearn.cluster._k_means_lloyd.lloyd_iter_chunked_dense``), a C++
     name shortened (``at::TensorIteratorBase::for_each(…)``), else the function.
     ``location`` is file:line, or without line information the name and the
-    module's file name, or the module's file name + offset.
+    module's file name, or the module's file name + offset.  The text columns
+    are of units.TEXT (NaN where there is no name, file or module), whatever
+    the addresses.
 
     A codeptr is a return address: the call that made the event is the
     instruction before it, so the symbolizer is asked about address - 1.
@@ -177,8 +180,9 @@ def resolve(modules: Modules, codeptrs: np.ndarray) -> pd.DataFrame:
         rows.append({"codeptr": addr, "module": module, "offset": off if module else None,
                      "function": function, "name": name, "file": file, "line": line,
                      "location": location, "how": how})
-    out = pd.DataFrame(rows, columns=["codeptr", "module", "offset", "function", "name", "file",
-                                      "line", "location", "how"])
+    out = text_columns(pd.DataFrame(rows, columns=[
+        "codeptr", "module", "offset", "function", "name", "file", "line", "location", "how"]),
+        ["module", "function", "name", "file", "location", "how"])
     out["codeptr"] = out["codeptr"].astype(np.uint64)
     out["offset"] = out["offset"].astype("UInt64")
     out["line"] = out["line"].astype("Int64")

@@ -31,6 +31,7 @@ from ..records import (
     python_stack_ids,
     time_order,
 )
+from ..units import text, text_columns
 from . import pairing, pystacks, symbols
 from .cache import per_trace
 from .pairing import Intervals, clamp_to_region, column, find, pair
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from ..trace import Trace
 
 _BASE = ["pid", "thread"]
+#: The columns with_source() adds, text (units.TEXT: NaN where not known).
+SOURCE_COLUMNS = ["function", "name", "location"]
 
 
 @per_trace
@@ -109,8 +112,9 @@ def region_intervals(trace: Trace) -> Intervals:
     # Who started the region: the program's own code (gcc-built code on libomp
     # calls GOMP_parallel) or the runtime on its behalf (clang-built code).
     flags = t["flags"].fillna(0).astype(np.int64)
-    t["invoker"] = np.where(flags & PARALLEL_INVOKER_PROGRAM, "program",
-                            np.where(flags & PARALLEL_INVOKER_RUNTIME, "runtime", "unknown"))
+    t["invoker"] = text(np.where(flags & PARALLEL_INVOKER_PROGRAM, "program",
+                                 np.where(flags & PARALLEL_INVOKER_RUNTIME, "runtime",
+                                          "unknown")), index=t.index)
     t["league"] = (flags & PARALLEL_LEAGUE) != 0  # a teams construct's league, not a team
     out.table = t
     return out
@@ -225,8 +229,9 @@ def symbol_cache(trace: Trace) -> dict[int, pd.DataFrame]:
 def symbolize(trace: Trace, codeptrs: Any = None, pid: int | None = None) -> pd.DataFrame:
     """Source of code addresses: pid, codeptr, module, offset, function, name (the
     function's readable name: Python-level for Cython, C++ shortened), file, line,
-    location ("file:line", or name, or module+offset) and how it was found.  By
-    default every codeptr of the trace; cached."""
+    location ("file:line", or name, or module+offset) and how it was found; the
+    text columns of units.TEXT.  By default every codeptr of the trace; cached.
+    A process's rows in codeptr order, whichever were symbolized first."""
     known_by_pid = symbol_cache(trace)
     frames = []
     for proc in trace.meta.get("processes", []):
@@ -242,7 +247,9 @@ def symbolize(trace: Trace, codeptrs: Any = None, pid: int | None = None) -> pd.
         if len(wanted):
             found = symbols.resolve(symbols.Modules(proc.get("modules", [])), wanted)
             found.insert(0, "pid", proc["pid"])
-            known = found if known is None else pd.concat([known, found], ignore_index=True)
+            known = found if known is None else pd.concat(
+                [known, found], ignore_index=True).sort_values("codeptr", kind="stable",
+                                                               ignore_index=True)
             known_by_pid[proc["pid"]] = known
         if known is not None:
             frames.append(known)
@@ -254,10 +261,11 @@ def symbolize(trace: Trace, codeptrs: Any = None, pid: int | None = None) -> pd.
 
 
 def with_source(trace: Trace, table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with the function, name and location of its pid and codeptr columns."""
+    """``table`` with the function, name and location (SOURCE_COLUMNS) of its pid and
+    codeptr columns."""
     if table.empty:
-        return table.assign(function=pd.Series(dtype=object), name=pd.Series(dtype=object),
-                            location=pd.Series(dtype=object))
+        return text_columns(table.reindex(columns=[*table.columns, *SOURCE_COLUMNS]),
+                            SOURCE_COLUMNS)
     src = symbolize(trace, table["codeptr"].dropna().to_numpy(np.uint64))
     src = src[["pid", "codeptr", "function", "name", "location"]]
     key = table["codeptr"].astype("float64").fillna(0).astype(np.uint64)
@@ -442,7 +450,8 @@ def user_regions(trace: Trace) -> pd.DataFrame:
     trace window), are counted in ``attrs["unmatched_begins"]`` and
     ``["unmatched_ends"]``; such a region is not in the table, though its
     children name it as their parent.  Ids number the begins by process,
-    thread and time.
+    thread and time.  name and parent are text (units.TEXT), NaN for a region
+    without a name and for no parent.
     """
     ev = trace.events
     rows = np.flatnonzero(ev["event"] == _REGION)
@@ -468,10 +477,10 @@ def user_regions(trace: Trace) -> pd.DataFrame:
         "pid": pids[b].astype(np.int64),
         "thread": markers["thread"][b].astype(np.int64),
         "id": at.astype(np.int64),
-        "name": names[b],
+        "name": text(names[b]),
         "level": level[at],
         "parent_id": pd.arrays.IntegerArray(np.maximum(parent, 0).astype(np.int64), parent < 0),
-        "parent": np.where(parent >= 0, names[begin_rows[np.maximum(parent, 0)]], None),
+        "parent": text(np.where(parent >= 0, names[begin_rows[np.maximum(parent, 0)]], None)),
         "begin_ns": markers["time_ns"][b],
         "end_ns": markers["time_ns"][found.ends],
         "codeptr": markers["codeptr"][b],

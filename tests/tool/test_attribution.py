@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from conftest import compile_program, run_with_tool
 
@@ -80,7 +81,7 @@ def test_attribution_of_a_trace_whose_binary_changed(tmp_path):
     (region,) = t.parallel_regions().itertuples()
     row = t.symbolize([region.codeptr]).iloc[0]
     assert row["how"].startswith(f"module + offset only: {exe} changed since the trace")
-    assert "build id" in row["how"] and row["function"] is None
+    assert "build id" in row["how"] and pd.isna(row["function"])
 
 
 def test_constructs_per_source_name_the_function(programs, tmp_path):
