@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ..units import format_ns, format_share, ns_columns
+from ..units import format_ns, format_share, ns_columns, text_columns
 from . import metrics, ranks, tables
 from .metrics import NO_PYTHON
 from .states import require_states
@@ -66,6 +66,8 @@ CANNOT_FROM_PROFILE = {
     SMALL_TASKS: "a profile does not time task creation",
 }
 COLUMNS = ["rule", "pid", "py_location", "location", "stake_ns", "finding", "advice"]
+#: Its text columns (units.TEXT; py_location and location NaN where there is none).
+TEXT_COLUMNS = ["rule", "py_location", "location", "finding", "advice"]
 
 
 def where(python: object, location: object) -> str:
@@ -215,7 +217,7 @@ def advise(base_ns: float, regions: pd.DataFrame | None = None,
         rows += contended_locks(locks, least)
     if late is not None:
         rows += late_rank(late, least)
-    out = pd.DataFrame(rows, columns=COLUMNS)
+    out = text_columns(pd.DataFrame(rows, columns=COLUMNS), TEXT_COLUMNS)
     out = out.sort_values("stake_ns", ascending=False, kind="stable").reset_index(drop=True)
     return ns_columns(out)
 

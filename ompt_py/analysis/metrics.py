@@ -29,7 +29,7 @@ from ..records import (
     TASK_INITIAL,
     python_stack_ids,
 )
-from ..units import format_ns, ns_columns
+from ..units import TEXT, format_ns, ns_columns, text, text_columns
 from . import pystacks, tables
 from .cache import per_trace
 from .pairing import (
@@ -124,15 +124,16 @@ def python_stacks_at(trace: Trace, pid: np.ndarray, thread: np.ndarray,
 
 
 def python_locations_at(trace: Trace, pid: np.ndarray, thread: np.ndarray,
-                        time: np.ndarray) -> np.ndarray:
-    """The ``py_location`` of python_stacks_at (None for no stack)."""
+                        time: np.ndarray) -> pd.Series:
+    """The ``py_location`` of python_stacks_at (units.TEXT, NaN for no stack), a
+    row for each time."""
     stack = python_stacks_at(trace, pid, thread, time)
     names = pystacks.locations(trace)
     if names.empty or not stack.notna().any():
-        return np.full(len(stack), None, dtype=object)
+        return pd.Series(index=range(len(stack)), dtype=TEXT)
     found = pd.DataFrame({"pid": np.asarray(pid, np.int64), "py_stack": stack}).merge(
         names[["pid", "py_stack", "py_location"]], on=["pid", "py_stack"], how="left")
-    return found["py_location"].to_numpy(object)
+    return found["py_location"]
 
 
 def union_ns(group: np.ndarray, begin: np.ndarray, end: np.ndarray, groups: int) -> np.ndarray:
@@ -167,14 +168,14 @@ def _python_time(trace: Trace) -> pd.DataFrame:
                     ignore_index=True)
     if own.empty:
         return pd.DataFrame({"pid": pd.Series(dtype=np.int64),
-                             "py_location": pd.Series(dtype=object),
+                             "py_location": pd.Series(dtype=TEXT),
                              "py_time_ns": pd.Series(dtype=np.float64)})
     place, places = pd.factorize(pd.MultiIndex.from_frame(own[["pid", "py_location"]]))
     lane, lanes = pd.factorize(pd.MultiIndex.from_arrays([place, to_int(own["thread"])]))
     covered = union_ns(lane, to_int(own["begin_ns"]), to_int(own["end_ns"]), len(lanes))
     total = np.bincount(lanes.get_level_values(0), weights=covered, minlength=len(places))
     return pd.DataFrame({"pid": places.get_level_values(0).to_numpy(np.int64),
-                         "py_location": places.get_level_values(1).to_numpy(object),
+                         "py_location": text(places.get_level_values(1).to_numpy(object)),
                          "py_time_ns": total})
 
 
@@ -323,7 +324,7 @@ def _located(trace: Trace, inst: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFra
     unique = places.iloc[first_rows(which)].reset_index(drop=True)
     code = unique["codeptr"].to_numpy()
     src = tables.with_source(trace, unique.assign(codeptr=pd.arrays.IntegerArray(code, code == 0)))
-    places = pd.Categorical(src["location"].to_numpy(object))  # each place's, then each row's
+    places = pd.Categorical(src["location"])  # each place's, then each row's
     located = inst.assign(location=pd.Categorical.from_codes(places.codes[which],
                                                              dtype=places.dtype))
     func = pd.DataFrame({"pid": src["pid"], "location": src["location"],
@@ -369,19 +370,25 @@ def constructs(trace: Trace, by: str = "construct", raw: bool = False) -> pd.Dat
     if by == "source":
         keys = ["construct", "kind", "pid", "location"]
         out = _group_stats(located, keys).merge(func, on=["pid", "location"], how="left")
-        return ns_columns(out[[*keys, "function", "name", *_STAT_COLUMNS]])
+        return ns_columns(_text_locations(out[[*keys, "function", "name", *_STAT_COLUMNS]]))
     where = python_locations_at(trace, inst["pid"].to_numpy(), inst["thread"].to_numpy(),
                                 inst["begin_ns"].to_numpy())
-    located["py_location"] = pd.Categorical(np.where(pd.isna(where), NO_PYTHON, where))
+    located["py_location"] = pd.Categorical(where.fillna(NO_PYTHON))
     keys = ["pid", "py_location", "construct", "kind", "location"]
-    out = _group_stats(located, keys).merge(func, on=["pid", "location"], how="left")
-    out["py_location"] = out["py_location"].astype(object)
+    out = _text_locations(_group_stats(located, keys).merge(func, on=["pid", "location"],
+                                                            how="left"))
     out = out.merge(_python_time(trace), on=["pid", "py_location"], how="left")
     out["py_time_ns"] = out["py_time_ns"].where(out["py_location"] == NO_PYTHON,
                                                 out["py_time_ns"].fillna(0))
     return ns_columns(python_order(out)[["pid", "py_location", "py_time_ns", "construct",
                                          "kind", "location", "function", "name",
                                          *_STAT_COLUMNS]])
+
+
+def _text_locations(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its locations, grouped by as categoricals, as units.TEXT (the
+    dtype of every table's text)."""
+    return text_columns(table, ["py_location", "location", "function", "name"])
 
 
 def python_order(table: pd.DataFrame) -> pd.DataFrame:
@@ -473,7 +480,8 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
     no thread spent on the region's work (starting and ending the team, and
     waiting for it); ``schedule``: of the region's worksharing loops (records.
     LOOP_SCHEDULES: static, dynamic, guided, other; unknown on a runtime that
-    does not tell, libomp before 19; mixed; None: no loop).
+    does not tell, libomp before 19; mixed; NaN: no loop).  The text columns
+    (function, location, py_location, schedule ...) are of units.TEXT.
     """
     _check_by(by, ("region", "source", "python"))
     if per_thread and by != "region":
@@ -515,7 +523,7 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
     # thread longest at work, or waiting in taskwait or for a lock, is the least a
     # region of this team could take).
     out["fork_join_ns"] = (out["duration_ns"] - out.pop("active_max_ns")).clip(lower=0)
-    out["schedule"] = _schedules(trace, out[["pid", "parallel_id"]])
+    out["schedule"] = _schedules(trace, out[["pid", "parallel_id"]]).array
     if by != "region":
         return ns_columns(_imbalance_by(out, by))
     out.attrs.update(unmatched_begins=paired.unmatched_begins,
@@ -528,17 +536,18 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
                                                                          "tasks_ns"))]])
 
 
-def _schedules(trace: Trace, regions: pd.DataFrame) -> np.ndarray:
-    """The schedule of each region's worksharing loops (see imbalance)."""
+def _schedules(trace: Trace, regions: pd.DataFrame) -> pd.Series:
+    """The schedule of each region's worksharing loops (see imbalance; units.TEXT,
+    NaN for a region without loops), a row for each of ``regions``."""
     work = tables.work_intervals(trace).table
     loops = work[work["kind_raw"].astype(str).isin(list(LOOP_SCHEDULES))]
     if loops.empty:
-        return np.full(len(regions), None, dtype=object)
+        return pd.Series(index=range(len(regions)), dtype=TEXT)
     kinds = loops.assign(schedule=loops["kind_raw"].astype(str).map(LOOP_SCHEDULES)).groupby(
         ["pid", "parallel_id"], sort=False)["schedule"].agg(
         lambda s: s.iat[0] if s.nunique() == 1 else "mixed")
     found = regions.merge(kinds.reset_index(), on=["pid", "parallel_id"], how="left")
-    return found["schedule"].astype(object).where(found["schedule"].notna(), None).to_numpy()
+    return found["schedule"].astype(TEXT)
 
 
 def _most_common(values: pd.Series) -> object:
@@ -564,7 +573,7 @@ def _imbalance_by(regions: pd.DataFrame, by: str) -> pd.DataFrame:
     out["wait_share"] = out["wait_ns"] / tasks
     out["fork_join_share"] = out["fork_join_ns"] / out["duration_ns"].where(
         out["duration_ns"] > 0)
-    schedule = out.pop("schedule")
+    schedule = out.pop("schedule").astype(TEXT)  # _most_common's None where no loop
     out = out.drop(columns=["barrier_wait_ns", "wait_ns", "tasks_ns"]).assign(schedule=schedule)
     return out.sort_values("lost_ns", ascending=False, kind="stable").reset_index(drop=True)
 
@@ -650,7 +659,7 @@ def task_sites(trace: Trace, by: str = "source") -> pd.DataFrame:
     made = tables.created(trace)[["pid", "task_id", "codeptr"]]
     if by == "python":
         where = tables.task_stacks(trace)["py_location"]
-        made = made.assign(py_location=where.astype(object).where(where.notna(), NO_PYTHON))
+        made = made.assign(py_location=where.fillna(NO_PYTHON))
     runs = task_runs(trace)[["pid", "task_id", "busy_ns"]]
     made = tables.with_source(trace, made.merge(runs, on=["pid", "task_id"], how="left"))
     gaps = _creation_gaps(trace)
@@ -702,8 +711,8 @@ def task_table(edges: np.ndarray, counts: np.ndarray, times: np.ndarray, ran: in
     bin of ``edges``, of ``ran`` tasks that ran for ``total`` ns in all."""
     return pd.DataFrame({
         "lo_ns": edges[:-1].astype(np.int64), "hi_ns": edges[1:].astype(np.int64),
-        "label": [f"{format_ns(a)} - {format_ns(b)}"
-                  for a, b in zip(edges[:-1], edges[1:])],
+        "label": text([f"{format_ns(a)} - {format_ns(b)}"
+                       for a, b in zip(edges[:-1], edges[1:])]),
         "tasks": counts,
         "task_share": counts / ran if ran else np.zeros(len(counts)),
         "busy_ns": np.round(times).astype(np.int64),
@@ -756,7 +765,7 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
     thread that held it longest and its share of the hold time, the source
     location where it was most often taken (codeptr, function, location) and
     the Python code behind that most often (``py_location``: of the construct
-    around the acquisition, see python_stacks_at; None for none).  Sorted by
+    around the acquisition, see python_stacks_at; NaN for none).  Sorted by
     total wait.
 
     ``by="source"``: one row per lock and source location (codeptr) where it was
@@ -774,13 +783,14 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
     columns = (["pid", "py_location", "kind", "wait_id", *stats, "codeptr", "function",
                 "location"] if by == "python" else
                [*lock, *stats, "codeptr", "function", "location", "py_location"])
+    text = ["kind", "function", "location", "py_location"]
     if m.empty:
-        return ns_columns(pd.DataFrame(columns=columns))
+        return ns_columns(text_columns(pd.DataFrame(columns=columns), text))
     where = python_locations_at(trace, m["pid"].to_numpy(), m["thread"].to_numpy(),
                                 m["acquire_ns"].fillna(m["acquired_ns"]).to_numpy(np.int64))
     if by == "python":
-        where = np.where(pd.isna(where), NO_PYTHON, where)
-    m = m.assign(py_location=where)
+        where = where.fillna(NO_PYTHON)
+    m = m.assign(py_location=where.array)
     # Grouped by one number per lock (first_seen_groups: groupby's hash tables of
     # each key are sized for the rows), the locks' keys put back after.
     m, group = kept_groups(m, keys)
@@ -801,9 +811,7 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
                 "_lock")
             out[most] = sites.set_index("_lock")[most]
     out.index = pd.MultiIndex.from_frame(m[keys].iloc[first_rows(group)].reset_index(drop=True))
-    out = tables.with_source(trace, out.reset_index())
-    out["kind"] = out["kind"].astype(str)
-    out["py_location"] = out["py_location"].astype(object).where(out["py_location"].notna(), None)
+    out = text_columns(tables.with_source(trace, out.reset_index()), text)
     return ns_columns(out[columns].sort_values("wait_total_ns", ascending=False)
                       .reset_index(drop=True))
 

@@ -33,7 +33,7 @@ import pandas as pd
 from ..errors import TraceWarning
 from ..meta import ranks as ranks_of
 from ..records import MPI_CALL_KINDS
-from ..units import ns_columns
+from ..units import ns_columns, text, text_columns
 from . import metrics, tables
 from .states import closed, key_pid_thread, process_spans, thread_totals, threads, to_int
 
@@ -94,7 +94,7 @@ def rank_rows(trace: Trace) -> pd.DataFrame:
     out = pd.DataFrame({"pid": pids})
     rank = ranks_of(trace.meta, pids)
     out["rank"] = rank.astype("Int64") if rank is not None else _ints([None] * len(pids))
-    out["host"] = [procs.get(p, {}).get("hostname") for p in pids]
+    out["host"] = text([procs.get(p, {}).get("hostname") for p in pids])
     out["local_rank"] = _ints([procs.get(p, {}).get("local_rank") for p in pids])
     out["threads"] = _fill(pd.Series(key_pid_thread(threads(trace))[0]).value_counts(), pids, 0)
     spans = process_spans(trace)
@@ -206,7 +206,6 @@ def arrivals(trace: Trace) -> pd.DataFrame:
         world = _world_sizes(trace, pids, sync["comm_size"])
         sync = sync[sync["comm_size"].to_numpy(np.float64, na_value=np.nan) == world]
         out = sync[["pid", "rank", "call", "begin_ns", "end_ns"]].assign(source="mpi")
-        out["call"] = out["call"].astype(str)
         out["end_ns"] = _ints(out["end_ns"])
         key = ["pid"]
     else:
@@ -215,7 +214,7 @@ def arrivals(trace: Trace) -> pd.DataFrame:
         rank = ranks_of(trace.meta, user["pid"].to_numpy(np.int64))
         out = pd.DataFrame({"pid": user["pid"].to_numpy(np.int64),
                             "rank": rank if rank is not None else _ints([None] * len(user)),
-                            "call": user["name"].astype(str).to_numpy(object),
+                            "call": user["name"].array,
                             "begin_ns": user["end_ns"].to_numpy(np.int64),
                             "end_ns": _ints([None] * len(user)), "source": "region",
                             "since_ns": user["duration_ns"].to_numpy(np.int64)})
@@ -230,7 +229,7 @@ def arrivals(trace: Trace) -> pd.DataFrame:
     elif not len(out):
         out["since_ns"] = pd.Series(dtype=np.int64)
     out["rank"] = out["rank"].astype("Int64")
-    return ns_columns(out[ARRIVAL_COLUMNS])
+    return ns_columns(text_columns(out[ARRIVAL_COLUMNS], ["source", "call"]))
 
 
 PHASE_COLUMNS = ["phase", "call", "calls_match", "ranks", "begin_ns", "end_ns",
@@ -286,7 +285,7 @@ def compare(arrived: pd.DataFrame, by: str = "phase", processes: int | None = No
         for phase in names.index[names > 1]:  # calls matched by order that differ
             calls[phase] = "/".join(pd.unique(a.loc[a["phase"] == phase, "call"]))
         phases = pd.DataFrame({
-            "phase": calls.index.to_numpy(np.int64), "call": calls.to_numpy(object),
+            "phase": calls.index.to_numpy(np.int64), "call": text(calls.to_numpy(object)),
             "calls_match": names.to_numpy() == 1,
             "ranks": g["pid"].size().to_numpy(),
             "first_arrival_ns": g["begin_ns"].min().to_numpy(np.int64),
@@ -368,7 +367,7 @@ def _why_none(arriving: int, processes: int) -> str:
 
 def _empty(by: str, notes: list[str]) -> pd.DataFrame:
     columns = {"phase": PHASE_COLUMNS, "rank": RANK_LATE_COLUMNS, "arrival": ARRIVAL_BY_COLUMNS}
-    out = pd.DataFrame(columns=columns[by])
+    out = text_columns(pd.DataFrame(columns=columns[by]), ["call"])
     out.attrs["notes"] = notes
     return out
 
