@@ -45,7 +45,7 @@ from .. import _core
 from ..errors import MissingEventsError
 from ..meta import why_empty
 from ..records import CONSTRUCTS
-from ..units import ns_columns
+from ..units import TEXT, ns_columns
 from . import advice, cache, metrics, offload, profile, pystacks, ranks, summary, tables
 from .states import task_waits, thread_totals, tool_stalls
 from .states import threads as thread_keys
@@ -65,8 +65,9 @@ def _sorted(table: pd.DataFrame, column: str) -> pd.DataFrame:
 
 
 def _concat(frames: Sequence[pd.DataFrame | None]) -> pd.DataFrame | None:
-    """The frames one after the other (categoricals as their values); None for none."""
-    kept = [f.astype({c: object for c in f.columns if isinstance(f[c].dtype, pd.CategoricalDtype)})
+    """The frames one after the other (categoricals as their values: text of units.TEXT,
+    what the partitions' categories differ in); None for none."""
+    kept = [f.astype({c: TEXT for c in f.columns if isinstance(f[c].dtype, pd.CategoricalDtype)})
             for f in frames if f is not None]
     return pd.concat(kept, ignore_index=True) if kept else None
 

@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 
 from ..records import CONSTRUCTS, PROFILE_BUCKETS, normalised_kind
-from ..units import format_ns, ns_columns
+from ..units import TEXT, format_ns, ns_columns, text, text_columns
 from . import advice as rules
-from . import symbols
+from . import symbols, tables
 from .metrics import top_holder
 from .summary import Summary, regions_per_location
 
@@ -95,8 +95,8 @@ def _sources(prof: Profile) -> pd.DataFrame:
             codes = codes[codes != 0]  # no code address: no location, as in a trace
             src = symbols.resolve(symbols.Modules(proc.get("modules", [])), codes)
             frames.append(src[["codeptr", "function", "name", "location"]].assign(pid=pid))
-        found = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-            columns=["codeptr", "function", "name", "location", "pid"])
+        found = pd.concat(frames, ignore_index=True) if frames else text_columns(pd.DataFrame(
+            columns=["codeptr", "function", "name", "location", "pid"]), tables.SOURCE_COLUMNS)
         found["codeptr"] = found["codeptr"].astype(np.uint64)
         _SOURCES[prof.parts] = found
     return found
@@ -146,10 +146,10 @@ def _construct_rows(prof: Profile, raw: bool) -> pd.DataFrame:
                           "min_ns": t["run_min_ns"], "max_ns": t["run_max_ns"],
                           "hist": t["hist"]})
     rows = pd.concat([c, tasks], ignore_index=True) if len(tasks) else c
-    rows = rows.astype({"construct": object, "kind": object})
+    rows = rows.astype({"construct": TEXT, "kind": TEXT})
     if not raw:
-        rows["kind"] = [normalised_kind(_EVENTS.get(c, c), k)
-                        for c, k in zip(rows["construct"], rows["kind"])]
+        rows["kind"] = text([normalised_kind(_EVENTS.get(c, c), k)
+                             for c, k in zip(rows["construct"], rows["kind"])])
     return rows
 
 
@@ -243,14 +243,15 @@ def lock_contention(prof: Profile, by: str = "lock") -> pd.DataFrame:
     location).  Left out: hold_p50_ns (hold times have no histogram) and
     py_location (no Python stacks).  Sorted by total wait."""
     _no_instances("Python stacks", by, ("lock", "source"))
-    m = prof.parts.locks.astype({"kind": object})
+    m = prof.parts.locks.astype({"kind": TEXT})
     keys = ["pid", "kind", "wait_id"] + (["codeptr"] if by == "source" else [])
     columns = ["pid", "kind", "wait_id", "acquisitions", "threads", "wait_total_ns",
                "wait_mean_ns", "wait_p95_ns", "wait_max_ns", "hold_total_ns", "hold_mean_ns",
                "hold_max_ns", "top_holder", "top_holder_share", "codeptr", "function",
                "location"]
     if m.empty:
-        return ns_columns(pd.DataFrame(columns=columns))
+        return ns_columns(text_columns(pd.DataFrame(columns=columns),
+                                       ["kind", *tables.SOURCE_COLUMNS]))
     g = m.groupby(keys, sort=False)
     out = g.agg(acquisitions=("acquisitions", "sum"), threads=("thread", "nunique"),
                 wait_total_ns=("wait_total_ns", "sum"), wait_min_ns=("wait_min_ns", "min"),
@@ -293,7 +294,8 @@ def task_granularity(prof: Profile) -> pd.DataFrame:
     lo, hi = _LO[span], _HI[span]
     ran = int(t["ran"].sum())
     out = pd.DataFrame({"lo_ns": lo, "hi_ns": hi,
-                        "label": [f"{format_ns(a)} - {format_ns(b)}" for a, b in zip(lo, hi)],
+                        "label": text([f"{format_ns(a)} - {format_ns(b)}"
+                                       for a, b in zip(lo, hi)]),
                         "tasks": counts,
                         "task_share": counts / counts.sum() if counts.sum() else counts * 0.0})
     low = float(t["run_min_ns"][t["ran"] > 0].min()) if ran else math.nan

@@ -49,6 +49,7 @@ from ..records import (
     PROFILE_VERSION,
     tick_scale,
 )
+from ..units import text
 from . import open_regular, rawfile, warn_skipped
 from .parquet import PARQUET_KEY, open_file
 from .streaming import output
@@ -164,8 +165,8 @@ def tables(rows: np.ndarray, pid: int, scale: float) -> dict[str, pd.DataFrame]:
         count = r["count"].astype(np.int64)
         if name == "constructs":
             events = [_EVENT_NAMES.get(e, str(e)) for e in r["event"].tolist()]
-            df = base.assign(construct=[CONSTRUCTS.get(e, e) for e in events],
-                             kind=_kind_names(r["event"], r["kind"]), count=count,
+            df = base.assign(construct=text([CONSTRUCTS.get(e, e) for e in events]),
+                             kind=text(_kind_names(r["event"], r["kind"])), count=count,
                              total_ns=_ns(r["total"], scale), min_ns=_ns(r["min"], scale),
                              max_ns=_ns(r["max"], scale), hist=hist)
         elif name == "regions_threads":
@@ -175,7 +176,7 @@ def tables(rows: np.ndarray, pid: int, scale: float) -> dict[str, pd.DataFrame]:
             df["busy_ns"] = (df["duration_ns"] - df["barrier_wait_ns"] - df["sync_wait_ns"]
                              - df["lock_wait_ns"])
         elif name == "locks":
-            df = base.assign(kind=_kind_names(r["event"], r["kind"]), wait_id=r["wait_id"],
+            df = base.assign(kind=text(_kind_names(r["event"], r["kind"])), wait_id=r["wait_id"],
                              acquisitions=count, wait_total_ns=_ns(r["total"], scale),
                              wait_min_ns=_ns(r["min"], scale), wait_max_ns=_ns(r["max"], scale),
                              hold_total_ns=_ns(r["a"], scale), hold_max_ns=_ns(r["b"], scale),
@@ -346,7 +347,7 @@ def read(path: str | os.PathLike) -> ProfileParts:
                                      f"not {_ARROW[kind]}; it is not an ompt-py profile") from e
             array = values.to_numpy(zero_copy_only=False)
             frame[column] = [np.asarray(h, np.int64) for h in array] if kind == "hist" \
-                else array
+                else text(array) if kind == "str" else array
         frames[name] = pd.DataFrame(frame)
     meta = {k: v for k, v in doc.items() if k != "profile"}
     return ProfileParts(**frames, meta=meta)

@@ -30,6 +30,7 @@ import ompt_py
 from ompt_py.analysis import metrics
 from ompt_py.errors import ConfigError, TraceWarning
 from ompt_py.records import EVENT_DTYPE
+from ompt_py.units import TEXT
 
 dask = pytest.importorskip("dask")
 distributed = pytest.importorskip("dask.distributed")
@@ -136,6 +137,32 @@ def test_per_process_tables_merged_equal_loads(small):
     _same_rows(d.imbalance(), t.imbalance(by="source"), ["pid", "location"])
     _same_rows(d.imbalance(by="region"), t.imbalance(by="region"), ["pid", "parallel_id"])
     _same_rows(d.lock_contention(), t.lock_contention(), ["pid", "kind", "wait_id"])
+
+
+def test_merged_text_columns_are_the_trace_s(small):
+    """The merged tables' text columns are of units.TEXT, as the whole trace's, and
+    hold its texts (NaN where it has none)."""
+    path, t = small
+    d = ompt_py.open_dataset(path)
+    merged, whole = d.summary(), t.summary()
+    for mine, theirs, keys in (
+            (d.imbalance(), t.imbalance(by="source"), ["pid", "location"]),
+            (d.imbalance(by="region"), t.imbalance(by="region"), ["pid", "parallel_id"]),
+            (d.lock_contention(), t.lock_contention(), ["pid", "kind", "wait_id"]),
+            (d.constructs(by="source"), t.constructs(by="source"),
+             ["construct", "kind", "pid", "location"]),
+            (merged.regions, whole.regions, ["location"]),
+            (merged.locks, whole.locks, ["kind", "location", "acquisitions"])):
+        text = [c for c in theirs.columns if theirs[c].dtype == TEXT]
+        assert text and all(mine[c].dtype == TEXT for c in text), (text, mine.dtypes)
+        pd.testing.assert_frame_equal(_text_rows(mine, keys, text), _text_rows(theirs, keys, text))
+
+
+def _text_rows(frame: pd.DataFrame, keys: list[str], text: list[str]) -> pd.DataFrame:
+    """The ``text`` columns of ``frame``, its rows in the order of ``keys`` (as text:
+    a categorical and a text column sort alike)."""
+    return frame.sort_values(keys, key=lambda column: column.astype(str), kind="stable",
+                             ignore_index=True)[text]
 
 
 def test_task_histogram_merged_equals_loads(small):
