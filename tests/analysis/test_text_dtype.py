@@ -19,10 +19,6 @@ from conftest import load_stored
 from ompt_py.errors import MissingEventsError
 from ompt_py.units import TEXT
 
-# Run on every supported Python too: pandas 2.3 (Python 3.9, 3.10) infers object
-# where pandas 3 infers str.
-pytestmark = pytest.mark.pythons
-
 #: The analyses whose tables have text columns, in the order of the first run.
 ANALYSES: dict[str, Callable] = {
     "symbolize": lambda t: t.symbolize(),
@@ -75,6 +71,9 @@ def _assert_text(name: str, frame: pd.DataFrame) -> None:
     assert not wrong, f"{name}: text columns not of units.TEXT: {wrong}"
 
 
+# The trace tests run on every supported Python too (make test-pythons): pandas 2.3
+# (Python 3.9, 3.10) infers object where pandas 3 infers str.
+@pytest.mark.pythons
 @pytest.mark.parametrize("name", ["inprocess-mixed-libomp19", "pystacks-inprocess", "known-lock",
                                   "report-cxx", "regions-inprocess", "nested-libomp16"])
 def test_the_order_of_the_analyses_changes_no_table(name):
@@ -91,6 +90,7 @@ def test_the_order_of_the_analyses_changes_no_table(name):
     assert texts >= 20  # the tables have text columns: what the comparison is about
 
 
+@pytest.mark.pythons
 @pytest.mark.parametrize(("empty", "full"), [("inprocess-empty", "inprocess-mixed-libomp19"),
                                              ("known-tasks-empty", "known-tasks")])
 def test_empty_tables_have_the_text_dtype_of_full_ones(empty, full):
