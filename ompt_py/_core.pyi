@@ -6,6 +6,7 @@ format_rows, ticks_to_ns) run without the GIL and write their outputs in place.
 """
 
 import sys
+from collections.abc import Sequence
 from typing import Final, TypedDict, final
 
 from typing_extensions import Buffer, TypeAlias
@@ -251,16 +252,14 @@ def find(
     or -1."""
 
 def sweep(
-    group: Buffer,
-    begin: Buffer,
-    end: Buffer,
-    layer: Buffer,
+    layers: Sequence[tuple[Buffer, Buffer, Buffer]],
+    keys: Buffer,
     table: Buffer,
-    groups: int,
     /,
 ) -> tuple[bytearray, bytearray, bytearray, bytearray]:
-    """The segments of the layers' intervals per group, each piece in the state
-    table[set of open layers], as bytearrays (group, begin, end, state)."""
+    """The segments of the layers' intervals (each layer (group, begin, end)) per group
+    of keys, each piece in the state table[set of open layers], as bytearrays
+    (group, begin, end, state)."""
 
 def cumulative(
     group: Buffer,

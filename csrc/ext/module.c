@@ -420,9 +420,10 @@ static PyMethodDef methods[] = {
          "before the query's time; with times and first, the first, found in time "
          "order), or -1.")},
     {"sweep", omptpy_py_sweep, METH_VARARGS,
-     DOC("sweep($module, group, begin, end, layer, table, groups, /)",
-         "The segments of the layers' intervals per group, each piece in the state "
-         "table[set of open layers], as bytearrays (group, begin, end, state).")},
+     DOC("sweep($module, layers, keys, table, /)",
+         "The segments of the layers' intervals (each layer (group, begin, end)) per group "
+         "of keys, each piece in the state table[set of open layers], as bytearrays "
+         "(group, begin, end, state).")},
     {"cumulative", omptpy_py_cumulative, METH_VARARGS,
      DOC("cumulative($module, group, begin, end, state, query_group, query_time, out, spans, /)",
          "Each query's group's time in each state of the segments before its time, into "

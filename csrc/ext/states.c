@@ -2,9 +2,11 @@
  * The thread states' interval kernels (ompt_py/analysis/states.py), each a
  * pass without the GIL:
  *
- * - sweep(): every group's intervals (begin and end points of several layers)
- *   in time order, the layers open over each piece between two points, that
- *   set's state from a table, adjacent pieces of one group and state merged;
+ * - sweep(): every group's intervals (begin and end points of several layers,
+ *   each layer's arrays read where they are) in time order, the layers open
+ *   over each piece between two points, that set's state from a table,
+ *   adjacent pieces of one group and state merged (counted, then written into
+ *   outputs of their exact size);
  * - cumulative(): the time a group spent in each state of such segments
  *   before each of some times, or between two.
  *
@@ -133,52 +135,143 @@ static PyObject *new_output(Py_ssize_t n, Py_ssize_t size) {
  * of layer << 1 | is_end. */
 enum { TAG_BITS = 5, MAX_LAYERS = 1 << (TAG_BITS - 1) };
 
-/* sweep(group, begin, end, layer, table, groups) -> (group, begin, end, state)
- * group: int32 per interval, below `groups`; begin, end: int64; layer: uint8,
- * each below log2(len(table)); table: int8, the state of each set of open
- * layers (bit k: layer k has more intervals begun than ended), -1 for none.
- * Returns four bytearrays: the segments' group (int32), begin, end (int64) and
- * state (int8), sorted by group then begin. */
+/* The position of key among the sorted distinct keys[0..n), or -1. */
+static Py_ssize_t key_at(const int64_t *keys, Py_ssize_t n, int64_t key) {
+  Py_ssize_t lo = 0, hi = n;
+  while (lo < hi) {
+    Py_ssize_t mid = lo + (hi - lo) / 2;
+    if (keys[mid] < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && keys[lo] == key ? lo : -1;
+}
+
+/* A layer's intervals: their groups' keys, begins and ends. */
+typedef struct {
+  const int64_t *group, *begin, *end;
+  Py_ssize_t n;
+} sweep_layer;
+
+/* The segments of one group's points keys[from..to) (in time order), from the
+ * running depth of each layer and the set of open ones; each written at
+ * *count when out is not NULL (else only counted), or the last one extended. */
+typedef struct {
+  int32_t *group;
+  int64_t *begin, *end;
+  int8_t *state;
+} sweep_out;
+
+typedef struct {
+  int64_t depth[MAX_LAYERS];
+  uint32_t open;
+  size_t count;
+  uint32_t last_group;
+  int8_t last_state;
+  int64_t last_end;
+} sweep_walk;
+
+static void walk_group(sweep_walk *w, const uint64_t *keys, size_t from, size_t to, uint32_t g,
+                       int64_t lo, const int8_t *table, const sweep_out *out) {
+  for (size_t i = from; i < to; i++) {
+    int k = (int)(keys[i] >> 1 & (MAX_LAYERS - 1));
+    w->depth[k] += (keys[i] & 1) ? -1 : 1;
+    w->open = w->depth[k] > 0 ? w->open | (1u << k) : w->open & ~(1u << k);
+    uint64_t t = keys[i] >> TAG_BITS;
+    if (i + 1 == to || keys[i + 1] >> TAG_BITS == t) continue;
+    int8_t state = table[w->open];
+    if (state < 0) continue;
+    int64_t a = (int64_t)(t + (uint64_t)lo), z = (int64_t)((keys[i + 1] >> TAG_BITS) + (uint64_t)lo);
+    if (w->count && w->last_group == g && w->last_state == state && w->last_end == a) {
+      if (out) out->end[w->count - 1] = z;
+    } else {
+      if (out) {
+        out->group[w->count] = (int32_t)g;
+        out->begin[w->count] = a;
+        out->end[w->count] = z;
+        out->state[w->count] = state;
+      }
+      w->count++;
+      w->last_group = g;
+      w->last_state = state;
+    }
+    w->last_end = z;
+  }
+}
+
+/* sweep(layers, keys, table) -> (group, begin, end, state)
+ * layers: a sequence of (group, begin, end), int64 arrays of one length each,
+ * layer k the k-th; keys: int64, the groups' keys, sorted and distinct, every
+ * group among them; table: int8, the state of each set of open layers (bit k:
+ * layer k has more intervals begun than ended), -1 for none, 2**len(layers)
+ * items.  Returns four bytearrays of the segments: their group (int32, its
+ * position in keys), begin, end (int64) and state (int8), sorted by group then
+ * begin.  The layers are read where they are (no array of them all made). */
 PyObject *omptpy_py_sweep(PyObject *m, PyObject *args) {
   (void)m;
-  PyObject *objs[5], *result = NULL, *outs[4] = {0};
-  Py_ssize_t groups_arg;
-  if (!PyArg_ParseTuple(args, "OOOOOn", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4],
-                        &groups_arg))
-    return NULL;
-  Py_buffer b[5] = {{0}};
-  Py_ssize_t n = -1, nt = -1;
-  if (!omptpy_get_items(objs[0], &b[0], 4, &n, 0, "sweep: group") ||
-      !omptpy_get_items(objs[1], &b[1], 8, &n, 0, "sweep: begin") ||
-      !omptpy_get_items(objs[2], &b[2], 8, &n, 0, "sweep: end") ||
-      !omptpy_get_items(objs[3], &b[3], 1, &n, 0, "sweep: layer") ||
-      !omptpy_get_items(objs[4], &b[4], 1, &nt, 0, "sweep: table"))
-    goto done;
-  int layers = 0;
-  while (((Py_ssize_t)1 << layers) < nt) layers++;
-  if (nt != (Py_ssize_t)1 << layers || layers > MAX_LAYERS || groups_arg < 0 ||
-      groups_arg >= UINT32_MAX || n > (PY_SSIZE_T_MAX / 4) / (Py_ssize_t)sizeof(uint64_t)) {
-    PyErr_Format(PyExc_ValueError,
-                 "sweep: a table of 2**layers states (at most %d layers), groups in 32 bits",
-                 (int)MAX_LAYERS);
+  PyObject *layers_arg, *keys_obj, *table_obj, *result = NULL, *outs[4] = {0};
+  if (!PyArg_ParseTuple(args, "OOO", &layers_arg, &keys_obj, &table_obj)) return NULL;
+  PyObject *seq = PySequence_Fast(layers_arg, "sweep: layers, a sequence of (group, begin, end)");
+  if (!seq) return NULL;
+  Py_ssize_t nl = PySequence_Fast_GET_SIZE(seq), nkeys = -1, nt = -1;
+  Py_buffer b[3 * MAX_LAYERS + 2] = {{0}};
+  sweep_layer lay[MAX_LAYERS];
+  uint64_t *keys = NULL, *tmp = NULL;
+  size_t *first = NULL, *counts = NULL;
+  if (nl > MAX_LAYERS) {
+    PyErr_Format(PyExc_ValueError, "sweep: at most %d layers", (int)MAX_LAYERS);
     goto done;
   }
-  const int32_t *group = b[0].buf;
-  const int64_t *begin = b[1].buf, *end = b[2].buf;
-  const uint8_t *layer = b[3].buf;
-  const int8_t *table = b[4].buf;
-  uint32_t groups = (uint32_t)groups_arg;
-  int64_t lo = INT64_MAX, hi = INT64_MIN;
-  for (Py_ssize_t i = 0; i < n; i++) {
-    if (group[i] < 0 || (uint32_t)group[i] >= groups || layer[i] >= layers) {
-      PyErr_Format(PyExc_ValueError, "sweep: interval %zd has group %d or layer %d out of range",
-                   i, (int)group[i], (int)layer[i]);
+  if (!omptpy_get_items(keys_obj, &b[0], 8, &nkeys, 0, "sweep: keys") ||
+      !omptpy_get_items(table_obj, &b[1], 1, &nt, 0, "sweep: table"))
+    goto done;
+  if (nt != (Py_ssize_t)1 << nl) {
+    PyErr_Format(PyExc_ValueError, "sweep: a table of 2**%zd states for %zd layers, not %zd", nl,
+                 nl, nt);
+    goto done;
+  }
+  const int64_t *gkeys = b[0].buf;
+  const int8_t *table = b[1].buf;
+  for (Py_ssize_t i = 1; i < nkeys; i++) {
+    if (gkeys[i] <= gkeys[i - 1]) {
+      PyErr_SetString(PyExc_ValueError, "sweep: keys not sorted and distinct");
       goto done;
     }
-    lo = begin[i] < lo ? begin[i] : lo;
-    lo = end[i] < lo ? end[i] : lo;
-    hi = begin[i] > hi ? begin[i] : hi;
-    hi = end[i] > hi ? end[i] : hi;
+  }
+  if (nkeys >= UINT32_MAX) {
+    PyErr_SetString(PyExc_ValueError, "sweep: groups in 32 bits");
+    goto done;
+  }
+  size_t n = 0;
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  for (Py_ssize_t k = 0; k < nl; k++) {
+    PyObject *item = PySequence_Fast_GET_ITEM(seq, k), *g, *bg, *en;
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+      PyErr_SetString(PyExc_TypeError, "sweep: a layer is a tuple (group, begin, end)");
+      goto done;
+    }
+    g = PyTuple_GET_ITEM(item, 0);
+    bg = PyTuple_GET_ITEM(item, 1);
+    en = PyTuple_GET_ITEM(item, 2);
+    Py_ssize_t len = -1;
+    Py_buffer *kb = &b[2 + 3 * k];
+    if (!omptpy_get_items(g, &kb[0], 8, &len, 0, "sweep: group") ||
+        !omptpy_get_items(bg, &kb[1], 8, &len, 0, "sweep: begin") ||
+        !omptpy_get_items(en, &kb[2], 8, &len, 0, "sweep: end"))
+      goto done;
+    lay[k] = (sweep_layer){kb[0].buf, kb[1].buf, kb[2].buf, len};
+    for (Py_ssize_t i = 0; i < len; i++) {
+      if (key_at(gkeys, nkeys, lay[k].group[i]) < 0) {
+        PyErr_Format(PyExc_ValueError, "sweep: interval %zd of layer %zd has a group not in keys",
+                     i, k);
+        goto done;
+      }
+      int64_t a = lay[k].begin[i], z = lay[k].end[i];
+      lo = a < lo ? a : lo;
+      lo = z < lo ? z : lo;
+      hi = a > hi ? a : hi;
+      hi = z > hi ? z : hi;
+    }
+    n += (size_t)len;
   }
   if (n && ((uint64_t)hi - (uint64_t)lo) >> (64 - TAG_BITS)) {
     PyErr_SetString(PyExc_ValueError,
@@ -186,72 +279,74 @@ PyObject *omptpy_py_sweep(PyObject *m, PyObject *args) {
                     "not a trace's");
     goto done;
   }
-  size_t np_ = 2 * (size_t)n;
-  uint64_t *keys = scratch(np_, sizeof(uint64_t)), *tmp = scratch(np_, sizeof(uint64_t));
-  size_t *first = calloc((size_t)groups + 2, sizeof(size_t));
-  size_t *counts = malloc((64 / DIGIT_BITS + 1) * DIGITS * sizeof(size_t));
-  for (int k = 0; k < 4; k++) outs[k] = new_output((Py_ssize_t)np_, k == 0 ? 4 : k == 3 ? 1 : 8);
-  if (!keys || !tmp || !first || !counts || !outs[0] || !outs[1] || !outs[2] || !outs[3]) {
-    free(keys);
-    free(tmp);
-    free(first);
-    free(counts);
-    if (!PyErr_Occurred()) PyErr_NoMemory();
+  if (n > (PY_SSIZE_T_MAX / 4) / sizeof(uint64_t)) {
+    PyErr_NoMemory();
     goto done;
   }
-  int32_t *og = (int32_t *)PyByteArray_AS_STRING(outs[0]);
-  int64_t *ob = (int64_t *)PyByteArray_AS_STRING(outs[1]);
-  int64_t *oe = (int64_t *)PyByteArray_AS_STRING(outs[2]);
-  int8_t *os = (int8_t *)PyByteArray_AS_STRING(outs[3]);
-  Py_ssize_t count = 0;
+  uint32_t groups = (uint32_t)nkeys;
+  keys = scratch(2 * n, sizeof(uint64_t));
+  first = calloc((size_t)groups + 2, sizeof(size_t));
+  counts = malloc((64 / DIGIT_BITS + 1) * DIGITS * sizeof(size_t));
+  if (!keys || !first || !counts) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  /* The points in group order (a counting sort), each group's begins then its
+   * ends (a layer's in its order: runs, see sort_keys); the largest group's. */
+  size_t largest = 0;
   Py_BEGIN_ALLOW_THREADS
-  /* The points in group order (a counting sort), then each group's by time. */
-  for (Py_ssize_t i = 0; i < n; i++) first[group[i] + 1] += 2;
+  for (Py_ssize_t k = 0; k < nl; k++)
+    for (Py_ssize_t i = 0; i < lay[k].n; i++) first[key_at(gkeys, nkeys, lay[k].group[i]) + 1] += 2;
+  for (uint32_t g = 1; g <= groups; g++) largest = first[g] > largest ? first[g] : largest;
   starts(first, groups);
-  for (Py_ssize_t i = 0; i < n; i++) /* a group's begins, then its ends (see sort_keys) */
-    keys[first[group[i]]++] = ((uint64_t)begin[i] - (uint64_t)lo) << TAG_BITS | (uint64_t)layer[i] << 1;
-  for (Py_ssize_t i = 0; i < n; i++)
-    keys[first[group[i]]++] = ((uint64_t)end[i] - (uint64_t)lo) << TAG_BITS | (uint64_t)layer[i] << 1 | 1;
-  /* Each layer's count of intervals begun and not ended, over every group
-   * before (a running sum over all of them: a group ends where it began). */
-  int64_t depth[MAX_LAYERS] = {0};
-  uint32_t open = 0;
+  for (int end = 0; end < 2; end++)
+    for (Py_ssize_t k = 0; k < nl; k++)
+      for (Py_ssize_t i = 0; i < lay[k].n; i++)
+        keys[first[key_at(gkeys, nkeys, lay[k].group[i])]++] =
+            ((uint64_t)(end ? lay[k].end : lay[k].begin)[i] - (uint64_t)lo) << TAG_BITS |
+            (uint64_t)k << 1 | (uint64_t)end;
+  Py_END_ALLOW_THREADS
+  tmp = scratch(largest, sizeof(uint64_t));
+  if (!tmp) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  /* Each group sorted by time and its segments counted; then written, exactly
+   * as many (each layer's depth is a running sum over every group before: a
+   * group ends where it began). */
+  sweep_walk w = {{0}, 0, 0, 0, 0, 0};
+  Py_BEGIN_ALLOW_THREADS
   size_t from = 0;
   for (uint32_t g = 0; g < groups; g++) {
-    size_t to = first[g];
-    sort_keys(keys + from, NULL, tmp, NULL, to - from, TAG_BITS, counts);
-    for (size_t i = from; i < to; i++) {
-      int k = (int)(keys[i] >> 1 & (MAX_LAYERS - 1));
-      depth[k] += (keys[i] & 1) ? -1 : 1;
-      open = depth[k] > 0 ? open | (1u << k) : open & ~(1u << k);
-      uint64_t t = keys[i] >> TAG_BITS;
-      if (i + 1 == to || keys[i + 1] >> TAG_BITS == t) continue;
-      int8_t state = table[open];
-      if (state < 0) continue;
-      int64_t a = (int64_t)(t + (uint64_t)lo), z = (int64_t)((keys[i + 1] >> TAG_BITS) + (uint64_t)lo);
-      if (count && og[count - 1] == (int32_t)g && os[count - 1] == state && oe[count - 1] == a) {
-        oe[count - 1] = z;
-      } else {
-        og[count] = (int32_t)g;
-        ob[count] = a;
-        oe[count] = z;
-        os[count] = state;
-        count++;
-      }
-    }
-    from = to;
+    sort_keys(keys + from, NULL, tmp, NULL, first[g] - from, TAG_BITS, counts);
+    walk_group(&w, keys, from, first[g], g, lo, table, NULL);
+    from = first[g];
   }
+  Py_END_ALLOW_THREADS
+  free(tmp);
+  tmp = NULL;
+  Py_ssize_t count = (Py_ssize_t)w.count;
+  for (int k = 0; k < 4; k++)
+    if (!(outs[k] = new_output(count, k == 0 ? 4 : k == 3 ? 1 : 8))) goto done;
+  sweep_out out = {(int32_t *)PyByteArray_AS_STRING(outs[0]), (int64_t *)PyByteArray_AS_STRING(outs[1]),
+                   (int64_t *)PyByteArray_AS_STRING(outs[2]), (int8_t *)PyByteArray_AS_STRING(outs[3])};
+  w = (sweep_walk){{0}, 0, 0, 0, 0, 0};
+  Py_BEGIN_ALLOW_THREADS
+  size_t from = 0;
+  for (uint32_t g = 0; g < groups; g++) {
+    walk_group(&w, keys, from, first[g], g, lo, table, &out);
+    from = first[g];
+  }
+  Py_END_ALLOW_THREADS
+  result = PyTuple_Pack(4, outs[0], outs[1], outs[2], outs[3]);
+done:
   free(keys);
   free(tmp);
   free(first);
   free(counts);
-  Py_END_ALLOW_THREADS
-  for (int k = 0; k < 4; k++)
-    if (PyByteArray_Resize(outs[k], count * (k == 0 ? 4 : k == 3 ? 1 : 8)) < 0) goto done;
-  result = PyTuple_Pack(4, outs[0], outs[1], outs[2], outs[3]);
-done:
   for (int k = 0; k < 4; k++) Py_XDECREF(outs[k]);
-  release_all(b, 5);
+  release_all(b, 3 * MAX_LAYERS + 2);
+  Py_DECREF(seq);
   return result;
 }
 

@@ -35,7 +35,7 @@ from ..errors import MissingEventsError
 from ..records import EVENT_CODES, SCOPE_BEGIN, STALL_REASONS, TASK_INITIAL, Names
 from . import tables
 from .cache import per_trace
-from .pairing import Intervals, clamp_to_region, distinct, numbered
+from .pairing import Intervals, clamp_to_region, distinct
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -163,30 +163,27 @@ def key_pid_thread(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (key >> 32).astype(np.int64), (key & 0xFFFFFFFF).astype(np.int64)
 
 
-def _codes(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each group's number among the distinct groups in order (int32), and those."""
-    group = np.asarray(group, np.int64)
-    uniques = distinct(group)
-    return numbered(group, uniques), uniques
+#: A layer of sweep(): its intervals' groups (int64 keys), begins and ends.
+Layer = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def sweep(group: np.ndarray, begin: np.ndarray, end: np.ndarray, layer: np.ndarray,
-          classify: Callable[[Callable[[int], np.ndarray]], np.ndarray]) -> Segments:
+def sweep(layers: list[Layer], classify: Callable[[Callable[[int], np.ndarray]], np.ndarray]
+          ) -> Segments:
     """Cuts each group's time at every interval boundary and classifies the pieces.
 
-    ``classify(opened)`` gets a function giving, for a layer, whether it is open
-    (more of its intervals begun than ended) in each set of open layers (bit k of
-    a set: layer k), and returns each set's state (-1: no segment).  Adjacent
-    pieces of one group and state are merged (``_core.sweep``).
+    ``layers``: the intervals of each layer (the k-th: layer k), read where they
+    are (no array of every layer's made).  ``classify(opened)`` gets a function
+    giving, for a layer, whether it is open (more of its intervals begun than
+    ended) in each set of open layers (bit k of a set: layer k), and returns
+    each set's state (-1: no segment).  Adjacent pieces of one group and state
+    are merged (``_core.sweep``).
     """
-    layer = np.asarray(layer, np.uint8)
-    layers = int(layer.max()) + 1 if len(layer) else 1
-    sets = np.arange(1 << layers)
+    layers = [tuple(np.ascontiguousarray(a, np.int64) for a in layer) for layer in layers]
+    sets = np.arange(1 << len(layers))
     table = np.asarray(classify(lambda k: (sets >> k & 1).astype(bool)), np.int8)
-    codes, uniques = _codes(group)
-    g, b, e, s = _core.sweep(codes, np.asarray(begin, np.int64), np.asarray(end, np.int64),
-                             layer, table, len(uniques))
-    return Segments(np.frombuffer(g, np.int32), uniques, np.frombuffer(b, np.int64),
+    keys = distinct(np.concatenate([distinct(group) for group, _, _ in layers]))
+    g, b, e, s = _core.sweep(layers, keys, table)
+    return Segments(np.frombuffer(g, np.int32), keys, np.frombuffer(b, np.int64),
                     np.frombuffer(e, np.int64), np.frombuffer(s, np.int8))
 
 
@@ -321,10 +318,8 @@ def task_waits(trace: Trace) -> pd.DataFrame:
     # A task's wait counts while the task runs: its waits intersected with its
     # own executions, per (thread, task).
     gid = keys.groupby(cols, sort=False).ngroup().to_numpy(np.int64)
-    seg = sweep(gid,
-                np.concatenate([to_int(mine["begin_ns"]), to_int(own["begin_ns"])]),
-                np.concatenate([to_int(mine["end_ns"]), to_int(own["end_ns"])]),
-                np.repeat([0, 1], [len(mine), len(own)]),
+    seg = sweep([(gid[:len(mine)], to_int(mine["begin_ns"]), to_int(mine["end_ns"])),
+                 (gid[len(mine):], to_int(own["begin_ns"]), to_int(own["end_ns"]))],
                 lambda opened: np.where(opened(0) & opened(1), 0, -1))
     row = np.zeros(gid.max() + 1, np.int64)
     row[gid] = np.arange(len(gid))  # a row of each group, for its pid, thread and task
@@ -334,36 +329,38 @@ def task_waits(trace: Trace) -> pd.DataFrame:
                          "begin_ns": seg.begin, "end_ns": seg.end})
 
 
+def _layer(table: pd.DataFrame, begin: str = "begin_ns", end: str = "end_ns",
+           rows: np.ndarray | None = None) -> Layer:
+    """A layer of sweep(): the intervals of ``table`` (its ``rows``; None: all) per
+    thread, as int64 arrays (the table's own where they are int64 already)."""
+    def ints(name: str) -> np.ndarray:
+        values = table[name].to_numpy()
+        return np.asarray(values if rows is None else values[rows], np.int64)
+
+    return thread_key(ints("pid"), ints("thread")), ints(begin), ints(end)
+
+
 @per_trace
 def thread_states(trace: Trace) -> Segments:
     """Per thread (group = pid << 32 | thread), disjoint segments in the states of
     THREAD_STATES; the time between them is idle."""
-    implicit = region_tasks(trace)
     waits = closed(trace, tables.wait_intervals)
-    pieces = tables.task_pieces(trace)
-    mutex = tables.mutex(trace)
     by_task = _explicit_owned(trace)
     barrier = is_barrier(waits["kind"])
-    tw = task_waits(trace)
-
-    stalls = tool_stalls(trace)
-    locked = mutex.dropna(subset=["acquire_ns", "acquired_ns"]) if len(mutex) else mutex
+    mutex = tables.mutex(trace)
+    # The locks waited for: both ends known (a hold without its wait has no acquire).
+    asked = mutex["acquire_ns"].notna().to_numpy() & mutex["acquired_ns"].notna().to_numpy()
     region, piece, bar, sync, xwait, lock, stall = range(7)
-    parts = [
-        (region, implicit["pid"], implicit["thread"], implicit["begin_ns"], implicit["end_ns"]),
-        (piece, pieces["pid"], pieces["thread"], pieces["begin_ns"], pieces["end_ns"]),
-        (bar, *(waits.loc[~by_task & barrier, c] for c in ("pid", "thread", "begin_ns",
-                                                          "end_ns"))),
-        (sync, *(waits.loc[~by_task & ~barrier, c] for c in ("pid", "thread", "begin_ns",
-                                                            "end_ns"))),
-        (xwait, tw["pid"], tw["thread"], tw["begin_ns"], tw["end_ns"]),
-        (lock, locked["pid"], locked["thread"], locked["acquire_ns"], locked["acquired_ns"]),
-        (stall, stalls["pid"], stalls["thread"], stalls["begin_ns"], stalls["end_ns"]),
+    # A layer at a time, each of int64 arrays (no frame per kind of interval).
+    layers = [
+        _layer(region_tasks(trace)),
+        _layer(tables.task_pieces(trace)),
+        _layer(waits, rows=np.flatnonzero(~by_task & barrier)),
+        _layer(waits, rows=np.flatnonzero(~by_task & ~barrier)),
+        _layer(task_waits(trace)),
+        _layer(mutex, "acquire_ns", "acquired_ns", None if asked.all() else np.flatnonzero(asked)),
+        _layer(tool_stalls(trace)),
     ]
-    group = np.concatenate([thread_key(p[1], p[2]) for p in parts])
-    begin = np.concatenate([np.asarray(p[3], dtype=np.int64) for p in parts])
-    end = np.concatenate([np.asarray(p[4], dtype=np.int64) for p in parts])
-    layer = np.repeat([p[0] for p in parts], [len(p[1]) for p in parts])
 
     def classify(opened: Callable[[int], np.ndarray]) -> np.ndarray:
         state = np.full(len(opened(region)), -1, dtype=np.int8)
@@ -376,7 +373,7 @@ def thread_states(trace: Trace) -> Segments:
         state[opened(stall)] = _STALL
         return state
 
-    return sweep(group, begin, end, layer, classify)
+    return sweep(layers, classify)
 
 
 def thread_totals(trace: Trace) -> pd.DataFrame:

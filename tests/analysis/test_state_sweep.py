@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ompt_py import _core
 from ompt_py.analysis import states
 
 
@@ -57,7 +58,8 @@ def test_sweep_and_cumulative_as_defined(seed, ordered):
         sets = sum(opened(k).astype(np.int64) << k for k in range(layers))
         return table[sets]
 
-    seg = states.sweep(group, begin, end, layer, classify)
+    seg = states.sweep([(group[layer == k], begin[layer == k], end[layer == k])
+                        for k in range(layers)], classify)
     want = _by_the_definition(group, begin, end, layer, table)
     got = np.column_stack([seg.group, seg.begin, seg.end, seg.state]).astype(np.int64)
     np.testing.assert_array_equal(got, want)
@@ -84,10 +86,24 @@ def test_sweep_and_cumulative_as_defined(seed, ordered):
 
 def test_sweep_keeps_times_far_from_zero_and_refuses_a_span_beyond_a_trace():
     base = 1 << 62
-    seg = states.sweep(np.zeros(2, np.int64), np.array([base, base + 10]),
-                       np.array([base + 20, base + 30]), np.zeros(2, np.uint8),
+    seg = states.sweep([(np.zeros(2, np.int64), np.array([base, base + 10]),
+                         np.array([base + 20, base + 30]))],
                        lambda opened: np.where(opened(0), 1, -1))
     assert (seg.begin.tolist(), seg.end.tolist(), seg.state.tolist()) == ([base], [base + 30], [1])
     with pytest.raises(ValueError, match="span more than"):
-        states.sweep(np.zeros(2, np.int64), np.array([0, base]), np.array([1, base + 1]),
-                     np.zeros(2, np.uint8), lambda opened: np.where(opened(0), 1, -1))
+        states.sweep([(np.zeros(2, np.int64), np.array([0, base]), np.array([1, base + 1]))],
+                     lambda opened: np.where(opened(0), 1, -1))
+
+
+def test_sweep_refuses_what_is_not_its_layers():
+    one = np.zeros(1, np.int64)
+    with pytest.raises(ValueError, match="not in keys"):
+        _core.sweep([(one + 5, one, one + 1)], one, np.array([-1, 0], np.int8))
+    with pytest.raises(ValueError, match="sorted and distinct"):
+        _core.sweep([(one, one, one + 1)], np.array([1, 0]), np.array([-1, 0], np.int8))
+    with pytest.raises(ValueError, match="2\\*\\*1 states"):
+        _core.sweep([(one, one, one + 1)], one, np.array([-1, 0, 0, 0], np.int8))
+    with pytest.raises(ValueError, match="as many as"):
+        _core.sweep([(one, np.zeros(2, np.int64), one)], one, np.array([-1, 0], np.int8))
+    with pytest.raises(TypeError, match="a layer is"):
+        _core.sweep([(one, one)], one, np.array([-1, 0], np.int8))
