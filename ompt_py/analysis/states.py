@@ -383,9 +383,10 @@ def thread_totals(trace: Trace) -> pd.DataFrame:
     require_states(trace, "thread_totals()")
     keys = threads(trace)
     seg = thread_states(trace)
-    row = np.searchsorted(keys, seg.keys)[seg.code]
-    totals = np.zeros((len(keys), len(THREAD_STATES)), dtype=np.int64)
-    np.add.at(totals, (row, seg.state), seg.end - seg.begin)
+    # Each thread's time per state before the end of its last segment: its totals
+    # (in C, nothing made per segment).
+    totals = cumulative(seg, len(THREAD_STATES), keys,
+                        np.full(len(keys), seg.end.max() if len(seg.end) else 0))
     pid, thread = key_pid_thread(keys)
     out = pd.DataFrame({"pid": pid, "thread": thread})
     for i, s in enumerate(THREAD_STATES):
