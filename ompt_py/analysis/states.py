@@ -298,9 +298,11 @@ def tool_stalls(trace: Trace) -> pd.DataFrame:
 @per_trace
 def _explicit_owned(trace: Trace) -> np.ndarray:
     """Which rows of closed(trace, wait_intervals) belong to explicit tasks (taskwait in a task)."""
-    waits = closed(trace, tables.wait_intervals)
-    explicit = np.unique(to_int(tables.created(trace)["task_id"], np.uint64))
-    return np.isin(to_int(waits["task_id"], np.uint64), explicit)
+    waits = to_int(closed(trace, tables.wait_intervals)["task_id"], np.uint64)
+    explicit = np.sort(to_int(tables.created(trace)["task_id"], np.uint64))
+    if not len(explicit):
+        return np.zeros(len(waits), bool)
+    return explicit[np.minimum(np.searchsorted(explicit, waits), len(explicit) - 1)] == waits
 
 
 @per_trace
