@@ -795,13 +795,15 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
     # each key are sized for the rows), the locks' keys put back after.
     m, group = kept_groups(m, keys)
     m = m.assign(_lock=grouper(group))
-    g = m.groupby("_lock", sort=False, observed=True)
-    out = g.agg(acquisitions=("thread", "size"), threads=("thread", "nunique"),
-                wait_total_ns=("wait_ns", "sum"), wait_mean_ns=("wait_ns", "mean"),
-                wait_max_ns=("wait_ns", "max"), hold_total_ns=("hold_ns", "sum"),
-                hold_mean_ns=("hold_ns", "mean"), hold_max_ns=("hold_ns", "max"))
-    out["wait_p95_ns"] = g["wait_ns"].quantile(0.95)
-    out["hold_p50_ns"] = g["hold_ns"].median()
+    # (Each grouping made where it is used: a groupby keeps its group indices and
+    # sort orders while it is held.)
+    out = m.groupby("_lock", sort=False, observed=True).agg(
+        acquisitions=("thread", "size"), wait_total_ns=("wait_ns", "sum"),
+        wait_mean_ns=("wait_ns", "mean"), wait_max_ns=("wait_ns", "max"),
+        hold_total_ns=("hold_ns", "sum"), hold_mean_ns=("hold_ns", "mean"),
+        hold_max_ns=("hold_ns", "max"))
+    out["wait_p95_ns"] = m.groupby("_lock", sort=False, observed=True)["wait_ns"].quantile(0.95)
+    out["hold_p50_ns"] = m.groupby("_lock", sort=False, observed=True)["hold_ns"].median()
     top_holder(m, ["_lock"], "hold_ns", out)
     for most in ("codeptr", "py_location"):  # where it was taken most often
         if most not in keys:
@@ -820,12 +822,14 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
 
 
 def top_holder(m: pd.DataFrame, keys: list[str], hold: str, out: pd.DataFrame) -> None:
-    """``out``'s top_holder (per lock of ``keys``: the thread that held it longest, by
-    the sum of ``m[hold]``) and top_holder_share (of out's hold_total_ns)."""
+    """``out``'s threads (per lock of ``keys``: how many threads took it),
+    top_holder (the thread that held it longest, by the sum of ``m[hold]``) and
+    top_holder_share (of out's hold_total_ns)."""
     # Per lock and thread (first_seen_groups, as for lock_contention's locks).
     m, pair = kept_groups(m, [*keys, "thread"])
     sums = m[hold].groupby(grouper(pair), sort=False, observed=True).sum()
     held = m[[*keys, "thread"]].iloc[first_rows(pair)].reset_index(drop=True)
+    out["threads"] = held.groupby(keys, sort=False, observed=True).size()
     held[hold] = sums.to_numpy()
     held = held.sort_values(hold, ascending=False, kind="stable").drop_duplicates(keys)
     held = held.set_index(keys)

@@ -253,7 +253,7 @@ def lock_contention(prof: Profile, by: str = "lock") -> pd.DataFrame:
         return ns_columns(text_columns(pd.DataFrame(columns=columns),
                                        ["kind", *tables.SOURCE_COLUMNS]))
     g = m.groupby(keys, sort=False)
-    out = g.agg(acquisitions=("acquisitions", "sum"), threads=("thread", "nunique"),
+    out = g.agg(acquisitions=("acquisitions", "sum"),
                 wait_total_ns=("wait_total_ns", "sum"), wait_min_ns=("wait_min_ns", "min"),
                 wait_max_ns=("wait_max_ns", "max"), hold_total_ns=("hold_total_ns", "sum"),
                 hold_max_ns=("hold_max_ns", "max"))
