@@ -662,12 +662,13 @@ def task_sites(trace: Trace, by: str = "source") -> pd.DataFrame:
         made = made.assign(py_location=where.fillna(NO_PYTHON))
     runs = task_runs(trace)[["pid", "task_id", "busy_ns"]]
     made = tables.with_source(trace, made.merge(runs, on=["pid", "task_id"], how="left"))
-    gaps = _creation_gaps(trace)
-    gaps = tables.with_source(trace, gaps)
-    g = made.groupby(keys, sort=False, dropna=False)
-    out = g.agg(function=("function", "first"), tasks=("task_id", "size"),
-                ran=("busy_ns", "count"), busy_ns=("busy_ns", "sum"),
-                median_busy_ns=("busy_ns", "median")).reset_index()
+    # The tasks' table and its grouping dropped before the gaps are made (a held
+    # groupby keeps its group indices).
+    out = made.groupby(keys, sort=False, dropna=False).agg(
+        function=("function", "first"), tasks=("task_id", "size"), ran=("busy_ns", "count"),
+        busy_ns=("busy_ns", "sum"), median_busy_ns=("busy_ns", "median")).reset_index()
+    del made, runs
+    gaps = tables.with_source(trace, _creation_gaps(trace))
     site = gaps.groupby(["pid", "location"], sort=False)["gap_ns"].median().rename("create_ns")
     out = out.merge(site.reset_index(), on=["pid", "location"], how="left")
     out["create_ns"] = out["create_ns"].fillna(_median_gap(gaps))
