@@ -152,15 +152,15 @@ typedef struct {
   Py_ssize_t n;
 } sweep_layer;
 
-/* The segments of one group's points keys[from..to) (in time order), from the
- * running depth of each layer and the set of open ones; each written at
- * *count when out is not NULL (else only counted), or the last one extended. */
+/* Where sweep() writes its segments. */
 typedef struct {
   int32_t *group;
   int64_t *begin, *end;
   int8_t *state;
 } sweep_out;
 
+/* The walk over every group's points: each layer's depth (intervals begun and
+ * not ended), the set of open layers, the segments so far and the last one. */
 typedef struct {
   int64_t depth[MAX_LAYERS];
   uint32_t open;
@@ -170,6 +170,9 @@ typedef struct {
   int64_t last_end;
 } sweep_walk;
 
+/* The segments of group g's points keys[from..to) (in time order): each
+ * written at w->count when out is not NULL (else only counted), or the last
+ * one extended when it goes on in the same state. */
 static void walk_group(sweep_walk *w, const uint64_t *keys, size_t from, size_t to, uint32_t g,
                        int64_t lo, const int8_t *table, const sweep_out *out) {
   for (size_t i = from; i < to; i++) {
