@@ -227,6 +227,20 @@ def _optional(values: Any) -> Column:
     return number(series.fillna(0).to_numpy(np.int64), series.isna().to_numpy())
 
 
+#: The events whose begins' code addresses the slices name (_Locations).
+_LOCATED = ("parallel_begin", "work")
+
+
+def _symbolize_located(rec: _Records) -> None:
+    """Symbolizes (tables.symbolize: cached) the code addresses of the records of
+    _LOCATED, which _Locations then finds made: called while the records are
+    paired, it takes the symbolizer's start off the export's longest path."""
+    codes = [EVENT_CODES[e] for e in _LOCATED]
+    if rec.has(codes):
+        rows = np.flatnonzero(np.isin(rec.ev["event"], codes))
+        tables.symbolize(rec.trace, np.unique(rec.ev["codeptr"][rows]))
+
+
 class _Locations:
     """The source location of the code addresses of some records (Trace.symbolize),
     as JSON strings."""
@@ -1189,6 +1203,7 @@ def tracks(trace: Trace, flt: ExportFilter, first_flow: int = 1) -> Tracks:
         metadata = _metadata(trace, flt) + ([] if devices is None
                                              else _device_metadata(devices, flt))
         unpaired = _unpaired(rec, first_flow)
+        _symbolize_located(rec)
         paired, found = pairs.result()
     regions = paired["parallel"]
     # The sync regions' waits (a find in C, without the GIL) made while the regions'
