@@ -93,13 +93,17 @@ DATASET_ANALYSES: list[tuple[str, Callable[[Any], Any]]] = [
 ]
 
 
+#: The stored directories that are datasets (``pid=N/`` partitions) too.
+DATASETS = ("ranks", "saved", os.path.join("format-v1", "dataset"))
+
+
 def stored(names: list[str]) -> list[str]:
     """The stored traces of tests/data (files and directories), by name."""
     found = [e for e in sorted(os.listdir(HERE))
-             if e.endswith((".parquet", ".omptraw")) or e in ("ranks", "saved")]
-    found += [os.path.join("format-v1", e) for e in sorted(os.listdir(os.path.join(HERE,
-                                                                                  "format-v1")))
-              if e.endswith(".parquet")]
+             if e.endswith((".parquet", ".omptraw")) or e in DATASETS]
+    v1 = os.path.join(HERE, "format-v1")
+    found += [os.path.join("format-v1", e) for e in sorted(os.listdir(v1))
+              if e.endswith(".parquet") or os.path.isdir(os.path.join(v1, e))]
     return [e for e in found if not names or e.startswith(tuple(names))]
 
 
@@ -143,7 +147,7 @@ def main() -> None:
             subject = ompt_py.load(path)
         kind = TRACE_ANALYSES if isinstance(subject, ompt_py.Trace) else PROFILE_ANALYSES
         dump(name, subject, kind[::step])
-        if name in ("ranks", "saved"):
+        if name in DATASETS:
             dump(f"{name} (dataset)", ompt_py.open_dataset(path), DATASET_ANALYSES[::step])
         sys.stdout.flush()
 
