@@ -441,7 +441,8 @@ TRACE_META = Obj({"format": Int(), "origin_mono_ns": Maybe(Int(0, I64)),
 
 #: A profile's columns (``Profile.save``; io/profile.py), per table: the key columns
 #: of every table, then the table's own.  Types: "int64", "uint64", "str" and
-#: "hist" (the log2 histogram: PROFILE_BUCKETS counts).
+#: "hist" (the log2 histogram: PROFILE_BUCKETS counts, a list of variable size in the
+#: file; earlier files' fixed-size lists read too: io/profile.py _read_table).
 PROFILE_KEYS = {"pid": "int64", "thread": "int64", "codeptr": "uint64"}
 PROFILE_COLUMNS: dict[str, dict[str, str]] = {
     "constructs": {"construct": "str", "kind": "str", "count": "int64", "total_ns": "int64",

@@ -13,7 +13,8 @@ that cannot be read is a TraceFileError; rows lost to full tables a TraceWarning
 A profile file (``Profile.save``, ``ompt-py run --profile``) is one Parquet file:
 the four tables' rows one after the other, a ``table`` column naming each row's
 table and the union of their columns (schema.PROFILE_COLUMNS; a column not of
-a row's table is null there), the metadata as JSON under the key-value key
+a row's table is null there; ``hist`` a list of PROFILE_BUCKETS counts, of
+variable size, see _ARROW), the metadata as JSON under the key-value key
 ``ompt_py`` (schema.PROFILE_META; its ``profile`` key, the format's version,
 tells a profile from a trace).  One file rather than a directory of four:
 ``-o prof.parquet`` names one file, as a trace's does, the metadata is said once,
@@ -27,6 +28,7 @@ import json
 import os
 import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -53,6 +55,9 @@ from ..units import text
 from . import open_regular, rawfile, warn_skipped
 from .parquet import PARQUET_KEY, open_file
 from .streaming import output
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 #: A parallel region's and an implicit task's kinds in a profile row (the tool's
 #: flags: a teams league, an initial task).
@@ -265,15 +270,21 @@ def from_memory(meta: dict, stats: dict, blocks: bytes) -> ProfileParts:
 
 # ---- profile files ----------------------------------------------------------------------
 
+#: The Arrow types of schema.PROFILE_COLUMNS' kinds.  A histogram (PROFILE_BUCKETS
+#: counts) is a list of variable size, not a fixed-size one: the column is null in
+#: the rows of the tables without one, and pyarrow before 26 cannot read a
+#: fixed-size list with nulls from Parquet (apache/arrow#35692: "Expected all lists
+#: to be of size=64"); the reader checks the sizes.
 _ARROW = {"int64": pa.int64(), "uint64": pa.uint64(), "str": pa.string(),
-          "hist": pa.list_(pa.int64(), PROFILE_BUCKETS)}
+          "hist": pa.list_(pa.int64())}
 
 
 def _arrow_column(values: pd.Series, kind: str) -> pa.Array:
     if kind == "hist":
         flat = np.stack(values.to_list()).astype(np.int64).ravel() if len(values) else \
             np.empty(0, np.int64)
-        return pa.FixedSizeListArray.from_arrays(pa.array(flat), PROFILE_BUCKETS)
+        offsets = np.arange(0, len(flat) + 1, PROFILE_BUCKETS, dtype=np.int32)
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
     return pa.array(values.to_numpy(object if kind == "str" else None), _ARROW[kind])
 
 
@@ -296,7 +307,7 @@ def write(parts: ProfileParts, path: str | os.PathLike) -> None:
         pq.write_table(table, out, compression="zstd")
 
 
-def _file_meta(path: str) -> tuple[dict | None, object]:
+def _file_meta(path: str) -> tuple[dict | None, pq.ParquetFile]:
     """A Parquet file's ompt_py metadata (None: it has none) and the open file."""
     parquet_file = open_file(path)
     raw = (parquet_file.metadata.metadata or {}).get(PARQUET_KEY)
@@ -321,7 +332,7 @@ def read(path: str | os.PathLike) -> ProfileParts:
         raise TraceFileError(f"{path}: its ompt_py metadata is corrupt ({bad}); the file was "
                              "damaged or not written by Profile.save")
     try:
-        table = parquet_file.read()  # type: ignore[attr-defined]
+        table = _read_table(path, parquet_file)
     except (pa.ArrowException, OSError) as e:
         raise TraceFileError(f"{path} cannot be read as a profile ({type(e).__name__}: {e}); "
                              "it may be truncated") from e
@@ -345,12 +356,53 @@ def read(path: str | os.PathLike) -> ProfileParts:
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
                 raise TraceFileError(f"{path}: its column {column} is of type {values.type}, "
                                      f"not {_ARROW[kind]}; it is not an ompt-py profile") from e
+            if kind == "hist":
+                frame[column] = _histograms(values, f"{path}: its {name}")
+                continue
             array = values.to_numpy(zero_copy_only=False)
-            frame[column] = [np.asarray(h, np.int64) for h in array] if kind == "hist" \
-                else text(array) if kind == "str" else array
+            frame[column] = text(array) if kind == "str" else array
         frames[name] = pd.DataFrame(frame)
     meta = {k: v for k, v in doc.items() if k != "profile"}
     return ProfileParts(**frames, meta=meta)
+
+
+def _read_table(path: str, parquet_file: pq.ParquetFile) -> pa.Table:
+    """A profile file's table.  The files written before the histograms were lists
+    of variable size (_ARROW) hold them as fixed-size lists, null in the rows of the
+    tables without one, which pyarrow before 26 cannot read: those are read as their
+    Parquet schema says, lists of variable size, without the Arrow schema stored
+    beside it (a copy of their metadata without it, the same row groups), on every
+    pyarrow alike.  A file whose Parquet schema is not the one pyarrow writes for
+    these columns (another writer's) is read as it is."""
+    import pyarrow.parquet as pq
+
+    stored = parquet_file.schema_arrow
+    if not any(pa.types.is_fixed_size_list(f.type) for f in stored):
+        return parquet_file.read()
+    plain = pa.schema([f.with_type(pa.list_(f.type.value_field))
+                       if pa.types.is_fixed_size_list(f.type) else f for f in stored])
+    sink = pa.BufferOutputStream()
+    pq.ParquetWriter(sink, plain, store_schema=False).close()
+    metadata = pq.read_metadata(pa.BufferReader(sink.getvalue()))
+    try:
+        metadata.append_row_groups(parquet_file.metadata)
+    except RuntimeError:  # "AppendRowGroups requires equal schemas"
+        return parquet_file.read()
+    return pq.ParquetFile(path, metadata=metadata).read()
+
+
+def _histograms(values: pa.ChunkedArray, what: str) -> list[np.ndarray]:
+    """A histogram column's values (lists of int64, no null list), one array of
+    PROFILE_BUCKETS counts per row; TraceFileError when a list is of another size
+    or holds a null."""
+    sizes = pc.list_value_length(values).to_numpy()
+    if (sizes != PROFILE_BUCKETS).any():
+        raise TraceFileError(f"{what} have histograms of {sorted(set(sizes.tolist()))} "
+                             f"counts, not {PROFILE_BUCKETS}; the file is corrupt")
+    counts = pc.list_flatten(values)
+    if counts.null_count:
+        raise TraceFileError(f"{what} have histograms with null counts; the file is corrupt")
+    return list(counts.to_numpy().reshape(-1, PROFILE_BUCKETS))
 
 
 def holds_profile(path: str) -> bool:

@@ -1,6 +1,9 @@
 """Profile files (Profile.save, ompt-py run --profile): written and read back
-whole; ompt_py.load tells them from traces by their metadata; a damaged one is a
-TraceFileError that says what is wrong.  Synthetic aggregates, nothing built."""
+whole, on every supported Python (make test-pythons: each installs another
+pyarrow), as are the files of earlier ompt-py (histograms as fixed-size lists,
+which pyarrow before 26 cannot read as they are); ompt_py.load tells them from
+traces by their metadata; a damaged one is a TraceFileError that says what is
+wrong.  Synthetic aggregates and the stored profiles, nothing built."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import json
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -16,9 +20,11 @@ import ompt_py
 from ompt_py import _core, schema
 from ompt_py.errors import TraceFileError
 from ompt_py.io import profile
-from ompt_py.records import EVENT_CODES, PROFILE_ROW_DTYPE
+from ompt_py.records import EVENT_CODES, PROFILE_BUCKETS, PROFILE_ROW_DTYPE
 
 DATA = __import__("pathlib").Path(__file__).parents[1] / "data"
+
+pytestmark = pytest.mark.pythons
 
 
 def _parts() -> profile.ProfileParts:
@@ -65,6 +71,65 @@ def test_a_profile_file_reads_back_as_written(tmp_path):
     # For other readers: one table at a time, by the table column.
     locks = pq.read_table(path, filters=[("table", "=", "locks")])
     assert locks.num_rows == 1
+
+
+def test_new_files_hold_no_fixed_size_list(tmp_path):
+    # What pyarrow before 26 reads (apache/arrow#35692): a fixed-size list column
+    # with nulls (the hist of the regions_threads rows) it cannot.
+    ompt_py.Profile(_parts()).save(tmp_path / "p.parquet")
+    types = pq.read_schema(tmp_path / "p.parquet").types
+    assert pa.list_(pa.int64()) in types
+    assert not [t for t in types if pa.types.is_fixed_size_list(t)]
+
+
+def _as_before(src, dst, **options):
+    """The profile file ``src`` as ompt-py wrote it before: its histograms a
+    fixed-size list column, null in the rows of the tables without one
+    (``options``: pq.write_table's)."""
+    table = pq.read_table(src)
+    i = table.column_names.index("hist")
+    # from Python lists: a null's 64 slots are null, as in the old writer's column
+    # (pyarrow before 26 cannot write the zeros a cast gives them)
+    fixed = pa.array(table.column(i).to_pylist(), pa.list_(pa.int64(), PROFILE_BUCKETS))
+    pq.write_table(table.set_column(i, "hist", fixed), dst, **options)
+
+
+def test_a_file_of_fixed_size_histograms_reads_back(tmp_path):
+    parts = _parts()
+    ompt_py.Profile(parts).save(tmp_path / "new.parquet")
+    _as_before(tmp_path / "new.parquet", tmp_path / "old.parquet")
+    hist = pq.read_table(tmp_path / "new.parquet").column("hist")
+    assert hist.null_count  # the regions_threads rows: what pyarrow before 26 fails on
+    assert pa.types.is_fixed_size_list(pq.read_schema(tmp_path / "old.parquet").field("hist").type)
+    _same(parts, ompt_py.load(tmp_path / "old.parquet").parts)
+
+
+def test_another_writer_s_fixed_size_histograms_without_nulls_read_back(tmp_path):
+    # A Parquet list of another shape (element named item): read as it is, which
+    # every pyarrow can where no histogram is null (no regions_threads rows).
+    full = _parts()
+    parts = profile.ProfileParts(**{name: getattr(full, name) for name in schema.PROFILE_COLUMNS
+                                    if name != "regions_threads"},
+                                 regions_threads=full.regions_threads.iloc[:0], meta=full.meta)
+    ompt_py.Profile(parts).save(tmp_path / "new.parquet")
+    _as_before(tmp_path / "new.parquet", tmp_path / "item.parquet",
+               use_compliant_nested_type=False)
+    leaves = pq.ParquetFile(tmp_path / "item.parquet").schema
+    assert "hist.list.item" in [leaves.column(i).path for i in range(len(leaves))]
+    _same(parts, ompt_py.load(tmp_path / "item.parquet").parts)
+
+
+@pytest.mark.parametrize("name", ["profile-mixed", "profile-cxx", "profile-known-tasks"])
+def test_the_stored_profiles_load(name):
+    # Written before the histograms were lists of variable size: the form users have.
+    assert pa.types.is_fixed_size_list(pq.read_schema(DATA / f"{name}.parquet").field("hist").type)
+    parts = ompt_py.load(DATA / f"{name}.parquet").parts
+    assert len(parts.constructs) and len(parts.regions_threads) and len(parts.tasks)
+    for table, count in (("constructs", "count"), ("locks", "acquisitions"), ("tasks", "ran")):
+        frame = getattr(parts, table)
+        assert all(len(h) == PROFILE_BUCKETS for h in frame["hist"]), table
+        # every duration the tool measured is in one bucket of its histogram
+        assert [int(h.sum()) for h in frame["hist"]] == frame[count].tolist(), table
 
 
 def test_an_empty_profile_reads_back(tmp_path):
@@ -115,6 +180,24 @@ def test_a_column_of_another_type_or_with_nulls_is_refused(tmp_path):
     pq.write_table(text, tmp_path / "text.parquet")
     with pytest.raises(TraceFileError, match="column count"):
         ompt_py.Profile.from_parquet(tmp_path / "text.parquet")
+
+
+def test_a_histogram_of_another_size_is_refused(tmp_path):
+    good = tmp_path / "good.parquet"
+    ompt_py.Profile(_parts()).save(good)
+    table = pq.read_table(good)
+    short = pc.list_slice(table.column("hist"), 0, 32)
+    pq.write_table(table.set_column(table.column_names.index("hist"), "hist", short),
+                   tmp_path / "short.parquet")
+    with pytest.raises(TraceFileError, match="histograms of \\[32\\] counts, not 64"):
+        ompt_py.Profile.from_parquet(tmp_path / "short.parquet")
+    holes = pc.if_else(pc.equal(table.column("table"), "constructs"),
+                       pa.scalar([None] * PROFILE_BUCKETS, pa.list_(pa.int64())),
+                       table.column("hist"))
+    pq.write_table(table.set_column(table.column_names.index("hist"), "hist", holes),
+                   tmp_path / "holes.parquet")
+    with pytest.raises(TraceFileError, match="histograms with null counts"):
+        ompt_py.Profile.from_parquet(tmp_path / "holes.parquet")
 
 
 def test_a_file_that_is_not_parquet_is_a_trace_file_error(tmp_path):
