@@ -137,6 +137,7 @@ def test_every_rule_on_the_program_built_for_them():
     assert summary.advice["finding"].tolist() == found["finding"].tolist()
 
 
+@pytest.mark.pythons
 def test_a_profile_gives_the_rules_its_aggregates_allow():
     prof = load_stored("profile-cxx")  # cxx_names under ompt-py run --profile
     found = prof.advice()

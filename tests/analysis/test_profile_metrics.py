@@ -13,6 +13,8 @@ from conftest import load_stored, printed, stored_output
 from ompt_py.analysis import profile as answers
 from ompt_py.records import PROFILE_BUCKETS
 
+pytestmark = pytest.mark.pythons  # on every supported Python (make test-pythons)
+
 #: What a profile cannot give, per answer (the functions' docstrings say why).
 LEFT_OUT = {"constructs": set(), "imbalance": {"imbalance_max", "schedule"},
             "lock_contention": {"hold_p50_ns", "py_location"},

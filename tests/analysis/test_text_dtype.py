@@ -71,7 +71,7 @@ def _assert_text(name: str, frame: pd.DataFrame) -> None:
     assert not wrong, f"{name}: text columns not of units.TEXT: {wrong}"
 
 
-# The trace tests run on every supported Python too (make test-pythons): pandas 2.3
+# These tests run on every supported Python too (make test-pythons): pandas 2.3
 # (Python 3.9, 3.10) infers object where pandas 3 infers str.
 @pytest.mark.pythons
 @pytest.mark.parametrize("name", ["inprocess-mixed-libomp19", "pystacks-inprocess", "known-lock",
@@ -108,6 +108,7 @@ def test_empty_tables_have_the_text_dtype_of_full_ones(empty, full):
     assert compared >= 10
 
 
+@pytest.mark.pythons
 @pytest.mark.parametrize("name", ["profile-mixed", "profile-cxx", "profile-known-tasks"])
 def test_a_profile_s_text_columns_are_text(name):
     p = load_stored(name)

@@ -83,6 +83,7 @@ def test_report_of_raw_directory():
     assert re.search(r"parallel", r.stdout, re.I)
 
 
+@pytest.mark.pythons
 def test_report_of_a_profile(tmp_path):
     """A profile's report: its processes and the summary's sections (no plot: a
     profile has no timeline, which --plot says)."""
