@@ -85,13 +85,16 @@ def test_new_files_hold_no_fixed_size_list(tmp_path):
 def _as_before(src, dst, **options):
     """The profile file ``src`` as ompt-py wrote it before: its histograms a
     fixed-size list column, null in the rows of the tables without one
-    (``options``: pq.write_table's)."""
+    (``options``: pq.write_table's).  Made as that writer made it, one table after
+    the other and the missing columns null, which pyarrow before 26 can write."""
     table = pq.read_table(src)
-    i = table.column_names.index("hist")
-    # from Python lists: a null's 64 slots are null, as in the old writer's column
-    # (pyarrow before 26 cannot write the zeros a cast gives them)
-    fixed = pa.array(table.column(i).to_pylist(), pa.list_(pa.int64(), PROFILE_BUCKETS))
-    pq.write_table(table.set_column(i, "hist", fixed), dst, **options)
+    pieces = []
+    for name, own in schema.PROFILE_COLUMNS.items():
+        rows = table.filter(pc.equal(table.column("table"), name))
+        hist = rows.column_names.index("hist")
+        pieces.append(rows.set_column(hist, "hist", rows.column(hist).cast(
+            pa.list_(pa.int64(), PROFILE_BUCKETS))) if "hist" in own else rows.remove_column(hist))
+    pq.write_table(pa.concat_tables(pieces, promote_options="default"), dst, **options)
 
 
 def test_a_file_of_fixed_size_histograms_reads_back(tmp_path):
