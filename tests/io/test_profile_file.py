@@ -124,8 +124,10 @@ def test_another_writer_s_fixed_size_histograms_without_nulls_read_back(tmp_path
 
 @pytest.mark.parametrize("name", ["profile-mixed", "profile-cxx", "profile-known-tasks"])
 def test_the_stored_profiles_load(name):
-    # Written before the histograms were lists of variable size: the form users have.
-    assert pa.types.is_fixed_size_list(pq.read_schema(DATA / f"{name}.parquet").field("hist").type)
+    hist = pq.read_schema(DATA / f"{name}.parquet").field("hist").type
+    assert pa.types.is_fixed_size_list(hist), (
+        f"{name} was remade: the stored profiles are of the form users have, written "
+        "before the histograms were lists of variable size (tests/data/README.md)")
     parts = ompt_py.load(DATA / f"{name}.parquet").parts
     assert len(parts.constructs) and len(parts.regions_threads) and len(parts.tasks)
     for table, count in (("constructs", "count"), ("locks", "acquisitions"), ("tasks", "ran")):
