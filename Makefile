@@ -245,7 +245,7 @@ $(FUZZ_STAMP): pyproject.toml $(STAMP)
 	@touch $@
 
 lint: setup
-	$(BIN)/ruff check ompt_py tests bench runtime setup.py
+	$(BIN)/ruff check ompt_py tests bench runtime notebooks setup.py
 
 bench: setup
 	$(BIN)/python bench/overhead.py
