@@ -50,6 +50,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
@@ -217,9 +218,31 @@ def _columns(cat: str, n: int, label: Label, strings: _Strings) -> list[tuple]:
     return columns
 
 
-def _payloads(cat: str, n: int, label: Label, strings: _Strings) -> tuple[bytes, np.ndarray]:
-    offsets = np.empty(n + 1, np.int64)
-    return _core.proto_payloads(_columns(cat, n, label, strings), offsets), offsets
+class _Turns:
+    """The batches' turns, in their order (0, 1, ...): what batch k does in its
+    ``turn(k)`` (interning its strings) is done once the batches before it are
+    ``done``, in the batches' order whatever the threads' timing: the strings'
+    iids, and so the file, are a function of the trace."""
+
+    def __init__(self) -> None:
+        self.next = 0
+        self.changed = threading.Condition()
+
+    @contextmanager
+    def turn(self, k: int) -> Iterator[None]:
+        """Batch k's turn: once the batches before it are done, to its end."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.next >= k)
+        try:
+            yield
+        finally:
+            self.done(k)
+
+    def done(self, k: int) -> None:
+        """Batch k's turn over (also when it failed: so that no later one waits)."""
+        with self.changed:
+            self.next = max(self.next, k + 1)
+            self.changed.notify_all()
 
 
 class _TrackUuids:
@@ -372,26 +395,36 @@ class SliceOrder:
                                np.ascontiguousarray(query_time, np.int64), held, self.seq)
         return cut, held
 
-    def payloads(self, at: np.ndarray, strings: _Strings) -> tuple[bytes, np.ndarray, np.ndarray]:
+    def payloads(self, at: np.ndarray, strings: _Strings,
+                 turn: AbstractContextManager) -> tuple[bytes, bytes, np.ndarray, np.ndarray]:
         """The payloads of the slices at these positions, made source by source (by
-        ``labels``): the bytes, their offsets, and the slot of each position's."""
+        ``labels``): their labels, then in ``turn`` their columns, whose strings are
+        interned then; returns the InternedData packet of the strings new to them
+        (b"": none), the payloads' bytes, their offsets, and the slot of each
+        position's."""
         which = np.searchsorted(self.starts, at, "right") - 1
         # a radix sort, in one pass (a few sources: fewer than 2^15)
         by_source = np.argsort(which.astype(np.int16), kind="stable")
-        data, offsets, base = [], [], 0
+        labelled = []
         for i, first, stop in runs(which[by_source]):
             rows = at[by_source[first:stop]] - self.starts[i]
             if self.perm[i] is not None:
                 rows = self.perm[i][rows]
             cat, label = self.labels[i]
-            made, own = _payloads(cat, len(rows), label(rows), strings)
-            data.append(made)
+            labelled.append((cat, len(rows), label(rows)))
+        with turn:
+            columns = [_columns(cat, n, label, strings) for cat, n, label in labelled]
+            interned = strings.packet()
+        data, offsets, base = [], [], 0
+        for (_, n, _), made in zip(labelled, columns):
+            own = np.empty(n + 1, np.int64)
+            data.append(_core.proto_payloads(made, own))
             offsets.append(own[:-1] + base)
-            base += len(made)
+            base += len(data[-1])
         offsets.append(np.array([base], np.int64))
         slots = np.empty(len(at), np.int64)
         slots[by_source] = np.arange(len(at))
-        return b"".join(data), np.concatenate(offsets), slots
+        return interned, b"".join(data), np.concatenate(offsets), slots
 
 
 def runs(values: np.ndarray) -> Iterator[tuple[int, int, int]]:
@@ -467,18 +500,24 @@ def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source
     track_uuids = np.array([uuids("thread" if t < 1 << 30 else "device", p, t)
                             for p, t in index], np.uint64)
 
-    def batch(part: slice) -> tuple[int, bytes]:
-        seq = order.seq[part]
-        payload, offsets, slots = order.payloads(seq[(seq & 1) == 0] >> 1, strings)
-        return len(seq), _core.proto_packets(seq, order.begin, order.end, order.track,
-                                             track_uuids, payload, offsets, slots, *flows,
-                                             SEQUENCE)
+    turns = _Turns()
+
+    def batch(k: int, part: slice) -> tuple[int, bytes, bytes]:
+        try:
+            seq = order.seq[part]
+            interned, payload, offsets, slots = order.payloads(
+                seq[(seq & 1) == 0] >> 1, strings, turns.turn(k))
+        finally:
+            turns.done(k)  # also when it failed before its turn: no later one waits
+        return len(seq), interned, _core.proto_packets(
+            seq, order.begin, order.end, order.track, track_uuids, payload, offsets, slots,
+            *flows, SEQUENCE)
     progress.grow(len(order.seq))
-    for count, packets in in_order(lambda p=part: batch(p)
-                                   for part in batches(len(order.seq), PACKETS_AT_ONCE)):
-        # every string the batch uses is interned by now: written before it (apart:
-        # no copy of the batch's packets)
-        out.write(strings.packet())
+    for count, interned, packets in in_order(
+            lambda k=k, p=part: batch(k, p)
+            for k, part in enumerate(batches(len(order.seq), PACKETS_AT_ONCE))):
+        # the strings new to the batch, before it (apart: no copy of its packets)
+        out.write(interned)
         out.write(packets)
         progress.update(count)
     return cut, unbound, int(order.begin.min()) if len(order.begin) else 0
