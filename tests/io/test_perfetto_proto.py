@@ -318,6 +318,22 @@ def test_packets_made_in_many_batches(monkeypatch, tmp_path):
     same_counters(proto, events)
 
 
+def test_the_same_file_whatever_the_threads_timing(monkeypatch, tmp_path):
+    """Batches made at once by several threads intern their strings in their own
+    order: the same trace gives the same bytes, export after export (and the
+    same bytes as batches made one after the other)."""
+    monkeypatch.setattr(perfetto_proto, "PACKETS_AT_ONCE", 64)
+    trace = load_stored("export-mixed")
+    made = []
+    for i in range(4):
+        export(trace, tmp_path / f"{i}.pftrace", "perfetto-proto")
+        made.append((tmp_path / f"{i}.pftrace").read_bytes())
+    monkeypatch.setattr(perfetto_proto, "in_order", lambda jobs: (job() for job in jobs))
+    export(trace, tmp_path / "in-turn.pftrace", "perfetto-proto")
+    assert all(m == made[0] for m in made)
+    assert (tmp_path / "in-turn.pftrace").read_bytes() == made[0]
+
+
 def test_the_ranks_of_a_job_are_processes_on_one_time_axis(tmp_path):
     """A hand-made job (tests/mpi_records.py): a process per rank named "rank N:
     command", with the JSON export's slices (MPI calls among them) at its times
