@@ -11,6 +11,7 @@ Names are applied here, never in C: the categorical names of ``to_pandas()``
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -452,6 +453,16 @@ PY_STACK_FIELDS = {"parallel_begin": ("u64a", 0), "task_create": ("u32a", 1),
                    "target_emi": ("u32b", 0), "target": ("u32b", 0), "region": ("u64b", 0)}
 
 
+def of_events(codes: np.ndarray, events: Iterable[int]) -> np.ndarray:
+    """Whether each of ``codes`` (event numbers: the records' field, or a copy) is one
+    of ``events``: a comparison per event, where np.isin took 10 to 30 times as long
+    on 10^7 records (it makes a table over the codes' range)."""
+    wanted = np.zeros(len(codes), bool)
+    for event in events:
+        wanted |= codes == event
+    return wanted
+
+
 def time_order(times: np.ndarray) -> np.ndarray:
     """The rows of records in time order (``times``: their time_ns), at equal times in
     the order of the records: the order of to_pandas()'s rows, of the pairings
@@ -617,7 +628,7 @@ def shift_times(events: np.ndarray, delta: int) -> None:
     """Moves events (EVENT_DTYPE) by ``delta`` ns, in place: every time_ns and the
     second time of SECOND_TIME_EVENTS (a trace's origin changed)."""
     events["time_ns"] += delta
-    second = np.flatnonzero(np.isin(events["event"], SECOND_TIME_EVENTS))
+    second = np.flatnonzero(of_events(events["event"], SECOND_TIME_EVENTS))
     events["u64b"][second] = (events["u64b"][second].view(np.int64) + delta).view(np.uint64)
 
 
@@ -632,7 +643,7 @@ def to_events(records: np.ndarray, first: dict, last: dict | None, tick_ns_estim
     scale = tick_scale(first, last, tick_ns_estimate)
     _core.ticks_to_ns(records, first["ticks"], first["mono_ns"], scale, origin_ns)
     # A second time (u64b) is in ticks too: on the same line.
-    pairs = np.flatnonzero(np.isin(records["event"], SECOND_TIME_EVENTS))
+    pairs = np.flatnonzero(of_events(records["event"], SECOND_TIME_EVENTS))
     if len(pairs):
         after = records[pairs]
         after["time"] = after["u64b"]

@@ -53,6 +53,7 @@ from .records import (
     SCOPE_BEGIN,
     SIGNED_COLUMNS,
     SINCE,
+    of_events,
     python_stack_ids,
     shift_times,
     time_order,
@@ -368,7 +369,7 @@ class Trace:
             if unknown:
                 raise ValueError(f"to_pandas(events=...): {unknown} are not event names; the "
                                  f"names are {sorted(EVENT_CODES)}")
-            order = order[np.isin(ev["event"][order], [EVENT_CODES[e] for e in wanted])]
+            order = order[of_events(ev["event"][order], [EVENT_CODES[e] for e in wanted])]
         return self.frame_at(order, columns)
 
     @_small_pages()

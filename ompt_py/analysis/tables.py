@@ -28,6 +28,7 @@ from ..records import (
     PARALLEL_LEAGUE,
     SCOPE_BEGIN,
     Names,
+    of_events,
     python_stack_ids,
     time_order,
 )
@@ -68,9 +69,7 @@ def kinds(trace: Trace) -> np.ndarray:
 
 def event_rows(trace: Trace, events: list[str], columns: list[str]) -> pd.DataFrame:
     """``columns`` of the rows of ``events``, in time order."""
-    codes = kinds(trace)
-    at = (np.flatnonzero(codes == EVENT_CODES[events[0]]) if len(events) == 1
-          else np.flatnonzero(np.isin(codes, [EVENT_CODES[e] for e in events])))
+    at = np.flatnonzero(of_events(kinds(trace), [EVENT_CODES[e] for e in events]))
     return select(trace, at, columns)
 
 

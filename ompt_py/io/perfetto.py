@@ -88,6 +88,7 @@ from ..records import (
     PARALLEL_LEAGUE,
     TASK_INITIAL,
     kind_keys,
+    of_events,
     python_stack_ids,
     time_order,
 )
@@ -145,17 +146,16 @@ class _Records:
         return ({name: _Pairs(f.begins, self.time(f.ends)) for name, f in found.pairs.items()},
                 found.found)
 
+    def rows(self, *events: str) -> np.ndarray:
+        """The rows of these events, in the records' order."""
+        if not self.has(EVENT_CODES[e] for e in events):
+            return np.zeros(0, np.int64)
+        return np.flatnonzero(of_events(self.ev["event"], [EVENT_CODES[e] for e in events]))
+
     def select(self, *events: str) -> np.ndarray:
         """The rows of these events in time order (stable: at equal times, in the order
         of the records)."""
-        if not self.has(EVENT_CODES[e] for e in events):
-            return np.zeros(0, np.int64)
-        codes = self.ev["event"]
-        wanted = codes == EVENT_CODES[events[0]]
-        for event in events[1:]:
-            wanted |= codes == EVENT_CODES[event]
-        rows = np.flatnonzero(wanted)
-        del wanted
+        rows = self.rows(*events)
         return rows[time_order(self.time(rows))]
 
     def time(self, rows: np.ndarray) -> np.ndarray:
@@ -235,9 +235,8 @@ def _symbolize_located(rec: _Records) -> None:
     """Symbolizes (tables.symbolize: cached) the code addresses of the records of
     _LOCATED, which _Locations then finds made: called while the records are
     paired, it takes the symbolizer's start off the export's longest path."""
-    codes = [EVENT_CODES[e] for e in _LOCATED]
-    if rec.has(codes):
-        rows = np.flatnonzero(np.isin(rec.ev["event"], codes))
+    rows = rec.rows(*_LOCATED)
+    if len(rows):
         tables.symbolize(rec.trace, np.unique(rec.ev["codeptr"][rows]))
 
 
