@@ -14,10 +14,12 @@ is timed.  Each worker's peak (VmHWM, through ``client.run``)
 less ``own`` is what the analysis took; it is printed against a partition's
 size in memory (its events: 64 bytes each, as a Trace holds them; the
 largest partition) and on disk (its Parquet file).  Target: at most two
-partitions.
+partitions.  Each number of workers runs with Dask's statistical profiler on
+(Dask's default) and off (``--profiler``; bench/cluster.py): what a worker
+takes with it off is the analysis' own, the difference the profiler's.
 
     python bench/dataset.py [--ranks 64] [--events 1000000] [--workers 1,2]
-                            [--keep DIR] [--json FILE]
+                            [--profiler on,off] [--keep DIR] [--json FILE]
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "tests")]  # this checkout's ompt_py
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "tests"), str(BENCH_DIR)]  # this checkout's
 
+from cluster import local_client  # noqa: E402
 from synthetic_dataset import write_dataset  # noqa: E402
 
 import ompt_py  # noqa: E402
@@ -56,13 +59,10 @@ def _prepare() -> None:
     import ompt_py.analysis.dataset  # noqa: F401  (the workers' libraries, loaded before)
 
 
-def run(path: Path, workers: int) -> dict:
-    """d.summary on a fresh LocalCluster of ``workers`` processes."""
-    from dask.distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      memory_limit=0, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+def run(path: Path, workers: int, profiler: bool) -> dict:
+    """d.summary on a fresh LocalCluster of ``workers`` processes, Dask's profiler
+    on or off in them."""
+    with local_client(workers, profiler) as client:
         client.run(_prepare)
         own = {w: m["rss"] for w, m in client.run(_memory).items()}
         d = ompt_py.open_dataset(path)
@@ -70,8 +70,8 @@ def run(path: Path, workers: int) -> dict:
         s = d.summary(client=client)
         wall = time.perf_counter() - start
         peaks = {w: m["peak"] for w, m in client.run(_memory).items()}
-    return {"workers": workers, "wall_s": wall, "events": s.overview["events"],
-            "own_bytes": own, "peak_bytes": peaks,
+    return {"workers": workers, "profiler": profiler, "wall_s": wall,
+            "events": s.overview["events"], "own_bytes": own, "peak_bytes": peaks,
             "added_bytes": {w: peaks[w] - own[w] for w in peaks}}
 
 
@@ -80,10 +80,16 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--events", type=int, default=1_000_000, help="per rank")
     parser.add_argument("--workers", default="1,2", help="numbers of workers, comma-separated")
+    parser.add_argument("--profiler", default="on,off", help="Dask's statistical profiler "
+                        "in the workers: on, off or both (comma-separated), for each number "
+                        "of workers")
     parser.add_argument("--keep", type=Path, help="write the dataset here and keep it "
                         "(reused when it is there)")
     parser.add_argument("--json", type=Path, help="write the figures there too")
     args = parser.parse_args()
+    profilers = [{"on": True, "off": False}.get(p) for p in args.profiler.split(",")]
+    if None in profilers:
+        parser.error(f"--profiler {args.profiler}: say on, off or on,off")
     path = args.keep or Path(tempfile.mkdtemp(prefix="ompt-py-bench-dataset-")) / "run1"
     try:
         if not path.exists():
@@ -101,17 +107,22 @@ def main() -> int:
               "on disk")
         results = []
         for n in (int(w) for w in args.workers.split(",")):
-            r = run(path, n)
-            results.append(r)
-            added = max(r["added_bytes"].values())
-            print(f"{n} worker(s): {r['wall_s']:.1f} s, {r['events'] / r['wall_s'] / 1e6:.2f} M "
-                  f"events/s; per worker: own {max(r['own_bytes'].values()) / 2**20:.0f} MiB, "
-                  f"peak {max(r['peak_bytes'].values()) / 2**20:.0f} MiB, added "
-                  f"{added / 2**20:.0f} MiB = {added / in_memory:.2f} partitions in memory "
-                  f"({added / on_disk:.1f} on disk; target: at most 2 in memory)")
-        if len(results) > 1:
-            print(f"speed-up {results[0]['wall_s'] / results[-1]['wall_s']:.2f} "
-                  f"({results[0]['workers']} -> {results[-1]['workers']} workers)")
+            for profiler in profilers:
+                r = run(path, n, profiler)
+                results.append(r)
+                added = max(r["added_bytes"].values())
+                print(f"{n} worker(s), profiler {'on' if profiler else 'off'}: "
+                      f"{r['wall_s']:.1f} s, {r['events'] / r['wall_s'] / 1e6:.2f} M events/s; "
+                      f"per worker: own {max(r['own_bytes'].values()) / 2**20:.0f} MiB, "
+                      f"peak {max(r['peak_bytes'].values()) / 2**20:.0f} MiB, added "
+                      f"{added / 2**20:.0f} MiB = {added / in_memory:.2f} partitions in "
+                      f"memory ({added / on_disk:.1f} on disk; target: at most 2 in memory)")
+        for profiler in profilers:
+            runs = [r for r in results if r["profiler"] == profiler]
+            if len(runs) > 1:
+                print(f"speed-up {runs[0]['wall_s'] / runs[-1]['wall_s']:.2f} "
+                      f"({runs[0]['workers']} -> {runs[-1]['workers']} workers, profiler "
+                      f"{'on' if profiler else 'off'})")
         if args.json:
             args.json.write_text(json.dumps({"partition_events": rows, "partition_bytes":
                                              in_memory, "partition_file_bytes": on_disk,

@@ -19,8 +19,11 @@ the worker's peak and the step that set it; per step its highest peak.  With
 costs once (code paged in, the libraries' caches and pools, Dask's profiler)
 is then already resident.  With ``--read-only`` the workers only read the
 partitions (``Dataset.map(len)``): the peak of a worker that analyses nothing.
+With ``--no-profiler`` the workers run without Dask's statistical profiler
+(bench/cluster.py).
 
-    python bench/worker_memory.py DIR [--workers 1] [--runs 1] [--read-only] [--quiet]
+    python bench/worker_memory.py DIR [--workers 1] [--runs 1] [--read-only]
+                                  [--no-profiler] [--quiet]
 
 (``bench/dataset.py --keep DIR`` writes a dataset.)
 """
@@ -127,18 +130,18 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1, help="summaries on the same workers")
     parser.add_argument("--read-only", action="store_true", help="only read the partitions "
                         "(Dataset.map(len)), not summarise them")
+    parser.add_argument("--no-profiler", action="store_true", help="the workers without "
+                        "Dask's statistical profiler")
     parser.add_argument("--quiet", action="store_true", help="without the per-step lines")
     args = parser.parse_args()
-    from dask.distributed import Client, LocalCluster
+    from cluster import local_client
 
     from ompt_py.records import EVENT_DTYPE
 
     d = ompt_py.open_dataset(args.dataset)
     partition = max(p.rows for p in d.partitions) * EVENT_DTYPE.itemsize
     print(f"{len(d)} partitions; the largest {partition / MIB:.0f} MiB of events in memory")
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                      memory_limit=0, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with local_client(args.workers, profiler=not args.no_profiler) as client:
         own = client.run(_own)
         client.run(_install)
         for run in range(1, args.runs + 1):
