@@ -259,10 +259,10 @@ def sweep(
 ) -> tuple[bytearray, bytearray, bytearray, bytearray]:
     """The segments of the layers' intervals (each layer (group, begin, end)) per group
     of keys, each piece in the state table[set of open layers], as bytearrays
-    (group, begin, end, state)."""
+    (first, begin, end, state): group g's segments are [first[g], first[g + 1])."""
 
 def cumulative(
-    group: Buffer,
+    first: Buffer,
     begin: Buffer,
     end: Buffer,
     state: Buffer,

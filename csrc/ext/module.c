@@ -423,9 +423,9 @@ static PyMethodDef methods[] = {
      DOC("sweep($module, layers, keys, table, /)",
          "The segments of the layers' intervals (each layer (group, begin, end)) per group "
          "of keys, each piece in the state table[set of open layers], as bytearrays "
-         "(group, begin, end, state).")},
+         "(first, begin, end, state): group g's segments are [first[g], first[g + 1]).")},
     {"cumulative", omptpy_py_cumulative, METH_VARARGS,
-     DOC("cumulative($module, group, begin, end, state, query_group, query_time, out, spans, /)",
+     DOC("cumulative($module, first, begin, end, state, query_group, query_time, out, spans, /)",
          "Each query's group's time in each state of the segments before its time, into "
          "out (queries x states); with spans, the time between each of the first half of "
          "the queries and the same one of the second half (queries / 2 x states).")},

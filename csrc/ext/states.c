@@ -152,10 +152,9 @@ typedef struct {
   Py_ssize_t n;
 } sweep_layer;
 
-/* Where sweep() writes its segments. */
+/* Where sweep() writes its segments (first: where each group's start). */
 typedef struct {
-  int32_t *group;
-  int64_t *begin, *end;
+  int64_t *first, *begin, *end;
   int8_t *state;
 } sweep_out;
 
@@ -188,7 +187,6 @@ static void walk_group(sweep_walk *w, const uint64_t *keys, size_t from, size_t 
       if (out) out->end[w->count - 1] = z;
     } else {
       if (out) {
-        out->group[w->count] = (int32_t)g;
         out->begin[w->count] = a;
         out->end[w->count] = z;
         out->state[w->count] = state;
@@ -201,14 +199,16 @@ static void walk_group(sweep_walk *w, const uint64_t *keys, size_t from, size_t 
   }
 }
 
-/* sweep(layers, keys, table) -> (group, begin, end, state)
+/* sweep(layers, keys, table) -> (first, begin, end, state)
  * layers: a sequence of (group, begin, end), int64 arrays of one length each,
  * layer k the k-th; keys: int64, the groups' keys, sorted and distinct, every
  * group among them; table: int8, the state of each set of open layers (bit k:
  * layer k has more intervals begun than ended), -1 for none, 2**len(layers)
- * items.  Returns four bytearrays of the segments: their group (int32, its
- * position in keys), begin, end (int64) and state (int8), sorted by group then
- * begin.  The layers are read where they are (no array of them all made). */
+ * items.  Returns four bytearrays: where each group's segments start (int64,
+ * one per key and their number at the end: group g's are [first[g],
+ * first[g + 1])) and the segments' begin, end (int64) and state (int8), sorted
+ * by group then begin.  The layers are read where they are (no array of them
+ * all made). */
 PyObject *omptpy_py_sweep(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *layers_arg, *keys_obj, *table_obj, *result = NULL, *outs[4] = {0};
@@ -330,16 +330,18 @@ PyObject *omptpy_py_sweep(PyObject *m, PyObject *args) {
   tmp = NULL;
   Py_ssize_t count = (Py_ssize_t)w.count;
   for (int k = 0; k < 4; k++)
-    if (!(outs[k] = new_output(count, k == 0 ? 4 : k == 3 ? 1 : 8))) goto done;
-  sweep_out out = {(int32_t *)PyByteArray_AS_STRING(outs[0]), (int64_t *)PyByteArray_AS_STRING(outs[1]),
+    if (!(outs[k] = new_output(k == 0 ? (Py_ssize_t)groups + 1 : count, k == 3 ? 1 : 8))) goto done;
+  sweep_out out = {(int64_t *)PyByteArray_AS_STRING(outs[0]), (int64_t *)PyByteArray_AS_STRING(outs[1]),
                    (int64_t *)PyByteArray_AS_STRING(outs[2]), (int8_t *)PyByteArray_AS_STRING(outs[3])};
   w = (sweep_walk){{0}, 0, 0, 0, 0, 0};
   Py_BEGIN_ALLOW_THREADS
   size_t from = 0;
   for (uint32_t g = 0; g < groups; g++) {
+    out.first[g] = (int64_t)w.count;
     walk_group(&w, keys, from, first[g], g, lo, table, &out);
     from = first[g];
   }
+  out.first[groups] = (int64_t)w.count;
   Py_END_ALLOW_THREADS
   result = PyTuple_Pack(4, outs[0], outs[1], outs[2], outs[3]);
 done:
@@ -353,10 +355,11 @@ done:
   return result;
 }
 
-/* cumulative(group, begin, end, state, query_group, query_time, out, spans)
- * The segments (group: int32, sorted; begin, end: int64, disjoint in a group
- * and sorted by begin; state: int8) and queries (query_group: int32, a
- * segment group or -1 for one without segments; query_time: int64): out
+/* cumulative(first, begin, end, state, query_group, query_time, out, spans)
+ * The segments (sweep's: first, int64, where each group's start and their
+ * number at the end; begin, end: int64, disjoint in a group and sorted by
+ * begin; state: int8) and queries (query_group: int32, a group or -1 for one
+ * without segments; query_time: int64): out
  * (int64, zeros) gets, per state, each query's group's time before its time
  * (spans false: queries x states), or with spans the time between each of the
  * first half of the queries and the same one of the second half (the spans'
@@ -369,8 +372,8 @@ PyObject *omptpy_py_cumulative(PyObject *m, PyObject *args) {
                         &objs[5], &objs[6], &spans))
     return NULL;
   Py_buffer b[7] = {{0}};
-  Py_ssize_t n = -1, q = -1, no = -1;
-  if (!omptpy_get_items(objs[0], &b[0], 4, &n, 0, "cumulative: group") ||
+  Py_ssize_t nf = -1, n = -1, q = -1, no = -1;
+  if (!omptpy_get_items(objs[0], &b[0], 8, &nf, 0, "cumulative: first") ||
       !omptpy_get_items(objs[1], &b[1], 8, &n, 0, "cumulative: begin") ||
       !omptpy_get_items(objs[2], &b[2], 8, &n, 0, "cumulative: end") ||
       !omptpy_get_items(objs[3], &b[3], 1, &n, 0, "cumulative: state") ||
@@ -381,25 +384,34 @@ PyObject *omptpy_py_cumulative(PyObject *m, PyObject *args) {
   Py_ssize_t states = b[6].ndim == 2 ? b[6].shape[1] : 0;
   Py_ssize_t out_rows = spans ? q / 2 : q;
   if (b[6].ndim != 2 || b[6].shape[0] != out_rows || (spans && q % 2) || states < 1 ||
-      states > 64 || q >= UINT32_MAX) {
+      states > 64 || q >= UINT32_MAX || nf < 1 || nf > UINT32_MAX) {
     PyErr_SetString(PyExc_ValueError,
                     "cumulative: out of shape (queries, states) or, with spans, (queries / 2, "
-                    "states), at most 64 states, 2**32 rows");
+                    "states), at most 64 states, 2**32 rows; first of 1 to 2**32 items");
     goto done;
   }
-  const int32_t *group = b[0].buf, *qgroup = b[4].buf;
-  const int64_t *begin = b[1].buf, *end = b[2].buf, *qtime = b[5].buf;
+  const int32_t *qgroup = b[4].buf;
+  const int64_t *first_seg = b[0].buf, *begin = b[1].buf, *end = b[2].buf, *qtime = b[5].buf;
   const int8_t *state = b[3].buf;
   int64_t *out = b[6].buf;
-  for (Py_ssize_t i = 0; i < n; i++) {
-    if (state[i] < 0 || state[i] >= states || group[i] < 0 || (i && group[i] < group[i - 1])) {
+  uint32_t groups = (uint32_t)(nf - 1);
+  for (uint32_t g = 0; g <= groups; g++) {
+    if ((g ? first_seg[g] < first_seg[g - 1] : first_seg[g] != 0) || first_seg[g] > n ||
+        (g == groups && first_seg[g] != n)) {
       PyErr_Format(PyExc_ValueError,
-                   "cumulative: segment %zd has state %d or group %d out of order or range", i,
-                   (int)state[i], (int)group[i]);
+                   "cumulative: first[%u] = %lld: not where group %u's segments start (from 0, "
+                   "not decreasing, the segments' number at the end)", (unsigned)g,
+                   (long long)first_seg[g], (unsigned)g);
       goto done;
     }
   }
-  uint32_t groups = n ? (uint32_t)group[n - 1] + 1 : 0;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (state[i] < 0 || state[i] >= states) {
+      PyErr_Format(PyExc_ValueError, "cumulative: segment %zd has state %d, not one of %zd", i,
+                   (int)state[i], states);
+      goto done;
+    }
+  }
   int64_t lo = INT64_MAX;
   for (Py_ssize_t i = 0; i < q; i++) {
     if (qgroup[i] < -1 || qgroup[i] >= (int64_t)groups) {
@@ -411,13 +423,11 @@ PyObject *omptpy_py_cumulative(PyObject *m, PyObject *args) {
   }
   uint64_t *keys = scratch((size_t)q, sizeof(uint64_t)), *tmp = scratch((size_t)q, sizeof(uint64_t));
   uint32_t *rows = scratch((size_t)q, sizeof(uint32_t)), *tmp_rows = scratch((size_t)q, sizeof(uint32_t));
-  size_t *first = calloc((size_t)groups + 2, sizeof(size_t)), *seg = calloc((size_t)groups + 2, sizeof(size_t));
+  size_t *first = calloc((size_t)groups + 2, sizeof(size_t));
   size_t *counts = malloc((64 / DIGIT_BITS + 1) * DIGITS * sizeof(size_t));
-  int failed = !keys || !tmp || !rows || !tmp_rows || !first || !seg || !counts;
+  int failed = !keys || !tmp || !rows || !tmp_rows || !first || !counts;
   Py_BEGIN_ALLOW_THREADS
   if (!failed) {
-    for (Py_ssize_t i = 0; i < n; i++) seg[group[i] + 1]++;
-    starts(seg, groups);
     /* The queries in group order (a counting sort), then each group's by time. */
     for (Py_ssize_t i = 0; i < q; i++)
       if (qgroup[i] >= 0) first[qgroup[i] + 1]++;
@@ -434,7 +444,7 @@ PyObject *omptpy_py_cumulative(PyObject *m, PyObject *args) {
       size_t to = first[g];
       sort_keys(keys + from, rows + from, tmp, tmp_rows, to - from, 0, counts);
       /* The group's segments walked once along its queries in time order. */
-      size_t j = seg[g], stop = seg[g + 1];
+      size_t j = (size_t)first_seg[g], stop = (size_t)first_seg[g + 1];
       memset(sums, 0, sizeof(sums));
       for (size_t i = from; i < to; i++) {
         int64_t t = (int64_t)(keys[i] + (uint64_t)lo);
@@ -460,7 +470,6 @@ PyObject *omptpy_py_cumulative(PyObject *m, PyObject *args) {
   free(rows);
   free(tmp_rows);
   free(first);
-  free(seg);
   free(counts);
   Py_END_ALLOW_THREADS
   result = failed ? PyErr_NoMemory() : omptpy_py_none();

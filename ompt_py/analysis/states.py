@@ -140,16 +140,20 @@ def require_states(trace: Trace, analysis_name: str) -> None:
 class Segments:
     """Disjoint time segments per group, sorted by (group, begin), each with a state."""
 
-    code: np.ndarray  # int32: the segment's group, as a row of keys
-    keys: np.ndarray  # int64: the distinct groups, sorted
+    first: np.ndarray  # int64: where each group's segments start, and their number
+    keys: np.ndarray  # int64: the distinct groups, sorted (keys[g]: segments first[g:g + 2])
     begin: np.ndarray  # int64
     end: np.ndarray  # int64
     state: np.ndarray  # int8
 
+    def per_segment(self, values: np.ndarray) -> np.ndarray:
+        """A value per group (one per key) repeated for each of its segments."""
+        return np.repeat(values, np.diff(self.first))
+
     @property
     def group(self) -> np.ndarray:
         """Each segment's group (int64)."""
-        return self.keys[self.code]
+        return self.per_segment(self.keys)
 
 
 def thread_key(pid: Iterable, thread: Iterable) -> np.ndarray:
@@ -182,8 +186,8 @@ def sweep(layers: list[Layer], classify: Callable[[Callable[[int], np.ndarray]],
     sets = np.arange(1 << len(layers))
     table = np.asarray(classify(lambda k: (sets >> k & 1).astype(bool)), np.int8)
     keys = distinct(np.concatenate([distinct(group) for group, _, _ in layers]))
-    g, b, e, s = _core.sweep(layers, keys, table)
-    return Segments(np.frombuffer(g, np.int32), keys, np.frombuffer(b, np.int64),
+    f, b, e, s = _core.sweep(layers, keys, table)
+    return Segments(np.frombuffer(f, np.int64), keys, np.frombuffer(b, np.int64),
                     np.frombuffer(e, np.int64), np.frombuffer(s, np.int8))
 
 
@@ -193,9 +197,9 @@ def _state_times(seg: Segments, n_states: int, group: np.ndarray, t: np.ndarray,
     out = np.zeros((len(group) // 2 if spans else len(group), n_states), dtype=np.int64)
     group = np.asarray(group, np.int64)
     at = np.searchsorted(seg.keys, group)
-    known = at < (int(seg.code[-1]) + 1 if len(seg.code) else 0)  # groups with segments
+    known = at < len(seg.keys)
     known[known] = seg.keys[at[known]] == group[known]
-    _core.cumulative(seg.code, seg.begin, seg.end, seg.state,
+    _core.cumulative(seg.first, seg.begin, seg.end, seg.state,
                      np.where(known, at, -1).astype(np.int32), np.asarray(t, np.int64), out, spans)
     return out
 
@@ -325,7 +329,7 @@ def task_waits(trace: Trace) -> pd.DataFrame:
                 lambda opened: np.where(opened(0) & opened(1), 0, -1))
     row = np.zeros(gid.max() + 1, np.int64)
     row[gid] = np.arange(len(gid))  # a row of each group, for its pid, thread and task
-    at = row[seg.keys][seg.code]
+    at = seg.per_segment(row[seg.keys])
     return pd.DataFrame({"pid": to_int(keys["pid"])[at], "thread": to_int(keys["thread"])[at],
                          "task_id": to_int(keys["task_id"], np.uint64)[at],
                          "begin_ns": seg.begin, "end_ns": seg.end})

@@ -107,3 +107,17 @@ def test_sweep_refuses_what_is_not_its_layers():
         _core.sweep([(one, np.zeros(2, np.int64), one)], one, np.array([-1, 0], np.int8))
     with pytest.raises(TypeError, match="a layer is"):
         _core.sweep([(one, one)], one, np.array([-1, 0], np.int8))
+
+
+def test_cumulative_refuses_segments_not_where_first_says():
+    seg = states.sweep([(np.array([3, 3, 5]), np.array([0, 4, 1]), np.array([2, 6, 3]))],
+                       lambda opened: np.where(opened(0), 0, -1))
+    assert seg.first.tolist() == [0, 2, 3] and seg.group.tolist() == [3, 3, 5]
+    out = np.zeros((1, 1), np.int64)
+    for first in ([1, 2, 3], [0, 3, 2], [0, 2, 2], [0, 2, 4]):
+        with pytest.raises(ValueError, match="not where group"):
+            _core.cumulative(np.array(first, np.int64), seg.begin, seg.end, seg.state,
+                             np.zeros(1, np.int32), np.zeros(1, np.int64), out, False)
+    with pytest.raises(ValueError, match="first of 1"):
+        _core.cumulative(np.zeros(0, np.int64), seg.begin[:0], seg.end[:0], seg.state[:0],
+                         np.zeros(1, np.int32), np.zeros(1, np.int64), out, False)
