@@ -273,7 +273,8 @@ ANCHOR = Obj({"ticks": Int(0, U64), "mono_ns": Int(0, I64)})
 MODULE = Obj({"path": Str(), "base": _ADDRESS, "start": _ADDRESS, "end": _ADDRESS},
              {"build_id": Str()})
 CONFIG = Obj({}, {"enabled": Bool(), "buffer_bytes": _COUNT, "overflow": Str(),
-                  "drain_ms": Num(), "sample_hz": Num(), "place_info": Bool(), "sink": Str(),
+                  "drain_ms": Num(), "populate_ahead": Bool(), "sample_hz": Num(),
+                  "place_info": Bool(), "sink": Str(),
                   "output": Str(), "error": Str(), "handler_queue_bytes": _COUNT,
                   "zero_copy": Bool(), "device_trace": Bool(), "device_buffer_bytes": _COUNT,
                   "device_memory_bytes": _COUNT, "profile": Bool(), "profile_entries": _COUNT})

@@ -251,6 +251,7 @@ int omptpy_config_read(omptpy_config *cfg) {
   cfg->overflow = OMPTPY_OVERFLOW_FLUSH;
   cfg->clock = -1;
   cfg->drain_ms = 10;
+  cfg->populate_ahead = true;
   cfg->sample_signal = SIGRTMIN + 4;
   cfg->zero_copy = true;
 
@@ -311,6 +312,14 @@ int omptpy_config_read(omptpy_config *cfg) {
     if (parse_range(v, 1, 1000, &ms) != 0)
       return bad(cfg, "OMPTPY_DRAIN_MS", v, "a whole number of milliseconds from 1 to 1000");
     cfg->drain_ms = (unsigned)ms;
+  }
+  if ((v = getenv("OMPTPY_TEST_POPULATE_AHEAD")) && *v) {
+    int s = parse_switch(v);
+    if (s < 0)
+      return bad(cfg, "OMPTPY_TEST_POPULATE_AHEAD", v,
+                 "on or off (a test setting: off leaves every next region to a writer's "
+                 "stall, docs/stalls.md)");
+    cfg->populate_ahead = s;
   }
   if ((v = getenv("OMPTPY_PLACE_INFO")) && *v) {
     int s = parse_switch(v);

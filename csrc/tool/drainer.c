@@ -22,6 +22,7 @@
 
 static struct {
   unsigned drain_ms;             /* longest sleep (OMPTPY_DRAIN_MS) */
+  bool populates_ahead;          /* makes the file's next region resident (a test turns it off) */
   bool idle;                     /* runs only on otherwise idle CPUs (SCHED_IDLE) */
   pthread_t thread;
   _Atomic int tid;               /* the drainer's kernel thread id (0: none) */
@@ -197,7 +198,7 @@ static void *drainer_main(void *arg) {
       pthread_mutex_unlock(&omptpy_buf.drain_lock);
       if (atomic_exchange_explicit(&D.boosted, 0, memory_order_acq_rel)) set_idle(true);
     }
-    if (omptpy_buf.zc) populate_ahead();
+    if (omptpy_buf.zc && D.populates_ahead) populate_ahead();
     /* Poll fast while chunks arrive, back off to drain_ms when idle. */
     sleep_ms = nfull ? 1 : (sleep_ms * 2 > D.drain_ms ? D.drain_ms : sleep_ms * 2);
     if (nfull && omptpy_sink_is_file() && omptpy_monotonic_ns() - last_stats > 200000000u) {
@@ -246,6 +247,7 @@ void omptpy_drainer_stop(void) {
 
 void omptpy_drainer_init(const omptpy_config *cfg) {
   D.drain_ms = cfg->drain_ms;
+  D.populates_ahead = cfg->populate_ahead;
   /* With the flush policy, moving a chunk (a copy, or a write() into the
    * page cache) costs a writer no more than it costs the drainer, and a
    * drainer that takes a CPU from a busy OpenMP thread stalls its whole team:

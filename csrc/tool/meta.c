@@ -293,10 +293,11 @@ int omptpy_meta_json(omptpy_str *s) {
                      (unsigned long long)g->start_anchor.mono_ns,
                      (unsigned long long)g->start_realtime_ns);
   rc = rc ? rc : omptpy_put(s, "\"config\":{\"enabled\":%s,\"buffer_bytes\":%zu,\"overflow\":\"%s\","
-                     "\"drain_ms\":%u,\"sample_hz\":%u,\"place_info\":%s,\"sink\":\"%s\","
-                     "\"output\":",
+                     "\"drain_ms\":%u,\"populate_ahead\":%s,\"sample_hz\":%u,"
+                     "\"place_info\":%s,\"sink\":\"%s\",\"output\":",
                      g->cfg.enabled ? "true" : "false", g->cfg.buffer_bytes,
-                     overflow_name(g->cfg.overflow), g->cfg.drain_ms, g->cfg.sample_hz,
+                     overflow_name(g->cfg.overflow), g->cfg.drain_ms,
+                     g->cfg.populate_ahead ? "true" : "false", g->cfg.sample_hz,
                      g->cfg.place_info ? "true" : "false",
                      g->cfg.output[0] ? "file" : "memory");
   rc = rc ? rc : omptpy_put_string(s, g->cfg.output, strlen(g->cfg.output));

@@ -65,6 +65,8 @@ typedef struct omptpy_config {
   omptpy_overflow overflow;
   int clock;              /* OMPTPY_CLOCK: -1 auto, else omptpy_clock_kind */
   unsigned drain_ms;      /* OMPTPY_DRAIN_MS: longest sleep of the drainer */
+  bool populate_ahead;    /* the drainer makes the file's next region resident
+                           * (OMPTPY_TEST_POPULATE_AHEAD=off: never, a writer always does) */
   unsigned sample_hz;     /* OMPTPY_SAMPLE_HZ: state samples per second and thread, 0 off */
   int sample_signal;      /* OMPTPY_SAMPLE_SIGNAL: the signal the sampling timers send */
   char sample_error[160]; /* why the sampler is not armed ("" if it is, or is off) */

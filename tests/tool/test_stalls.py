@@ -7,8 +7,11 @@ interval written into the trace as a tool_stall record of its thread.
 `many N` (tests/programs: one region of 2 threads, a dynamic,1 loop of N
 iterations) makes N + 32 records of the program's (tests/tool/test_overflow.py).
 Whether a writer stalls, rather than the drainer making the next region
-resident in time, is the scheduler's choice: every run must account for every
-record and stall, and one of five at least must have stalled."""
+resident in time, is the scheduler's choice (on an idle machine the drainer
+keeps up): so the stalls are tested with the drainer kept from making regions
+resident (OMPTPY_TEST_POPULATE_AHEAD=off, a test setting), where every next
+region is a writer's stall, and a run at the defaults must account for every
+record and whatever stalls it had."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from conftest import run_with_tool, select
 
 import ompt_py
 from ompt_py import _core
+from ompt_py.live import attach
 
 pytestmark = [pytest.mark.needs_clang, pytest.mark.any_libomp]
 
@@ -26,8 +30,8 @@ BURST = 2_500_000  # 160 MB of records: three regions of 64 MiB
 REGION_BYTES = 64 << 20
 
 
-def stall_run(programs, out):
-    r = run_with_tool([programs.many, str(BURST)], out, timeout=180, OMPTPY_RESERVE="1M")
+def stall_run(programs, out, **env):
+    r = run_with_tool([programs.many, str(BURST)], out, timeout=180, OMPTPY_RESERVE="1M", **env)
     assert r.returncode == 0, r.stderr
     t = ompt_py.load(out)
     (proc,) = t.meta["processes"]
@@ -78,11 +82,26 @@ def check_stalls(t, proc) -> int:
 
 
 def test_stalls_are_recorded_and_counted(programs, tmp_path):
-    for attempt in range(5):
-        if check_stalls(*stall_run(programs, tmp_path / str(attempt))):
-            return
-    pytest.fail("no writer stalled in 5 bursts of 160 MB on 64 MiB regions: the drainer "
-                "made every next region resident in time")
+    """Every region after the reserve's is made resident by a writer: at least the
+    second and third of the burst's three."""
+    t, proc = stall_run(programs, tmp_path / "raw", OMPTPY_TEST_POPULATE_AHEAD="off")
+    assert proc["config"].get("populate_ahead") is False
+    assert check_stalls(t, proc) >= 2
+    made = t.tool_stalls().query("reason != 'wait'")
+    assert set(made["region"]) >= {2, 3}
+
+
+def test_stalls_at_the_defaults_are_counted(programs, tmp_path):
+    """At the defaults the drainer makes regions resident while it gets a CPU: a
+    writer stalls or not, every record and stall is accounted for either way."""
+    check_stalls(*stall_run(programs, tmp_path / "raw"))
+
+
+def test_a_bad_test_setting_says_what_it_takes(monkeypatch):
+    monkeypatch.setenv("OMPTPY_TEST_POPULATE_AHEAD", "sometimes")
+    with pytest.raises(ompt_py.ConfigError,
+                       match=r"OMPTPY_TEST_POPULATE_AHEAD='sometimes'.*on or off"):
+        attach.check_environment()
 
 
 def test_no_stall_with_overflow_drop(programs, tmp_path):
