@@ -106,27 +106,23 @@ def _packet(*fields: bytes) -> bytes:
 class _Interned:
     """Interned strings of one kind (an InternedData field: 1 categories, 2 event
     names, 3 annotation names, 29 annotation string values): iids from 1, and
-    those not yet written."""
+    those not yet written.  One thread at a time: the batches intern in their
+    turn (_Turns)."""
 
     def __init__(self, field: int) -> None:
         self.field = field
         self.iids: dict[str, int] = {}
         self.new: list[str] = []
-        self.lock = threading.Lock()  # batches are made by several threads
 
     def __call__(self, text: str) -> int:
         iid = self.iids.get(text)
         if iid is None:
-            with self.lock:
-                iid = self.iids.get(text)
-                if iid is None:
-                    iid = self.iids[text] = len(self.iids) + 1
-                    self.new.append(text)
+            iid = self.iids[text] = len(self.iids) + 1
+            self.new.append(text)
         return iid
 
     def written(self) -> bytes:
-        with self.lock:
-            new, self.new = self.new, []
+        new, self.new = self.new, []
         return b"".join(_len(self.field, _int(1, self.iids[t]) + _len(2, t)) for t in new)
 
 
