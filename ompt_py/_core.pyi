@@ -219,15 +219,18 @@ def pair(
     the latest open begin of the key when begin i opened, or -1."""
 
 def pair_events(
-    order: Buffer,
+    order: Buffer | None,
     events: _KeyColumn,
     endpoints: _KeyColumn,
     pairings: list[tuple[Buffer, list[_KeyColumn]]],
     as_rows: bool = False,
     lookups: list[tuple[int, int, list[_KeyColumn]]] | None = None,
+    times: Buffer | None = None,
     /,
-) -> tuple[list[tuple[bytes, bytes, int]], list[bytearray]]:
-    """Several pairings of the records in one pass over them in ``order`` (int64), each
+) -> tuple[list[tuple[bytes, bytes, int]], list[bytearray]] | None:
+    """Several pairings of the records in one pass over them in ``order`` (int64; None,
+    with as_rows: the time order of ``times``, the records' int64 times, merged as the
+    pass goes, or None back when they are not in a few chains of runs), each
     as pair() pairs: columns of the records (events, endpoints, keys), a pairing
     (roles, keys), roles[4 * event + endpoint] a PAIR_* (endpoint 1 to 3, else 0); a
     lookup (pairing, in, keys): per begin of the pairing, the pair of ``in`` whose

@@ -170,6 +170,22 @@ def parallel_records(n: int) -> int:
     return PER_REGION * n + PER_PROCESS
 
 
+def as_written(thread: np.ndarray, times: np.ndarray, rng: np.random.Generator,
+               least: int = 1) -> np.ndarray:
+    """The positions of records (their ``thread`` and ``times``) as the tool writes
+    them: each thread's in time order, in chunks of ``least`` to 40, the threads'
+    chunks one after the other at random."""
+    streams = [list(np.flatnonzero(thread == t)[np.argsort(times[thread == t], kind="stable")])
+               for t in np.unique(thread)]
+    out: list[int] = []
+    while any(streams):
+        s = int(rng.choice([i for i, left in enumerate(streams) if left]))
+        take = int(rng.integers(least, 41))
+        out += streams[s][:take]
+        del streams[s][:take]
+    return np.array(out, np.int64)
+
+
 # ---- toolchain -------------------------------------------------------------
 
 

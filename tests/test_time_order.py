@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import load_stored
+from conftest import as_written, load_stored
 
 from ompt_py import _core
 from ompt_py.records import EVENT_DTYPE, time_order
@@ -17,17 +17,10 @@ def reference(times: np.ndarray) -> np.ndarray:
 
 
 def interleaved(rng: np.random.Generator, n: int, threads: int, ties: int) -> np.ndarray:
-    """Times as threads write them: each thread's in time order, cut into chunks
-    of up to 40 interleaved at random (times from 0 to ``ties``: many equal)."""
-    times, thread = np.sort(rng.integers(0, ties, n)), rng.integers(0, threads, n)
-    streams = [list(times[thread == s]) for s in range(threads)]
-    out: list[int] = []
-    while any(streams):
-        s = int(rng.choice([i for i, left in enumerate(streams) if left]))
-        take = int(rng.integers(1, 41))
-        out += streams[s][:take]
-        del streams[s][:take]
-    return np.array(out, np.int64)
+    """Times as threads write them (conftest.as_written; times from 0 to ``ties``:
+    many equal)."""
+    times = rng.integers(0, ties, n)
+    return times[as_written(rng.integers(0, threads, n), times, rng)]
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 7, 40])

@@ -54,6 +54,38 @@ PyObject *omptpy_py_ticks_to_ns(PyObject *m, PyObject *args);
 
 /* ---- order.c: the records' time order --------------------------------------------- */
 
+enum { OMPTPY_MAX_CHAINS = 64 };
+
+typedef struct {
+  Py_ssize_t start, stop, next; /* next: the chain's run after this one, -1: none */
+} omptpy_run;
+
+typedef struct {
+  Py_ssize_t last;     /* its last run */
+  int64_t last_time;   /* the time of that run's last record */
+  Py_ssize_t at, stop; /* the merge's cursor: a position, the end of its run */
+  Py_ssize_t run;      /* the run of the cursor */
+} omptpy_chain;
+
+/* The records' time order as it is merged: time_order() makes it an array,
+ * pair_events() reads it a block at a time (no array of it). */
+typedef struct {
+  const char *base; /* the times: int64 at base + i * stride */
+  Py_ssize_t stride;
+  omptpy_run *runs;
+  omptpy_chain chains[OMPTPY_MAX_CHAINS];
+  int heap[OMPTPY_MAX_CHAINS], size; /* the chains not done, a heap by their cursors */
+} omptpy_order;
+
+/* Chains the runs of the n times: the number of chains, 0 when they are not in a
+ * few chains of runs (the caller sorts them), -1 out of memory.  No Python: it
+ * may run without the GIL.  omptpy_order_end() frees it, whatever it returned. */
+int omptpy_order_start(omptpy_order *o, const char *base, Py_ssize_t stride, Py_ssize_t n);
+/* The next positions in time order, at most max of them, into out: how many (0:
+ * none left). */
+Py_ssize_t omptpy_order_fill(omptpy_order *o, int64_t *out, Py_ssize_t max);
+void omptpy_order_end(omptpy_order *o);
+
 PyObject *omptpy_py_time_order(PyObject *m, PyObject *args);
 
 /* ---- pairing.c: keys, hash tables, begin/end pairing, lookups ------------------ */

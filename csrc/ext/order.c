@@ -11,49 +11,35 @@
  * stable argsort needs them contiguous: a copy of 8 bytes a record, in memory
  * first touched then; in a fresh process it took twice as long on that trace,
  * 0.53 against 0.25 s, and about as long once its memory was reused).  More chains than
- * MAX_CHAINS, or runs shorter than MIN_RUN (times in no such runs): not ordered,
- * the caller sorts them.
+ * OMPTPY_MAX_CHAINS, or runs shorter than MIN_RUN (times in no such runs): not ordered,
+ * the caller sorts them.  The merge fills a block of positions at a time: the
+ * whole array (time_order), or a small block as pair_events' pass reads them
+ * (no array of the order: 8 bytes a record of fresh memory, and its pages'
+ * faults, that the export need not pay).
  */
 #include "ext.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* At most this many chains, and runs of MIN_RUN records on average (shorter
- * runs: the runs' list would take more memory than numpy's sort, 24 bytes a
- * run, for no gain). */
-enum { MAX_CHAINS = 64, MIN_RUN = 16 };
+/* Runs of MIN_RUN records on average at least (shorter runs: the runs' list
+ * would take more memory than numpy's sort, 24 bytes a run, for no gain). */
+enum { MIN_RUN = 16 };
 
-typedef struct {
-  Py_ssize_t start, stop, next; /* next: the chain's run after this one, -1: none */
-} run;
-
-typedef struct {
-  Py_ssize_t last;      /* its last run */
-  int64_t last_time;    /* the time of that run's last record */
-  Py_ssize_t at, stop;  /* the merge's cursor: a position, the end of its run */
-  Py_ssize_t run;       /* the run of the cursor */
-} chain;
-
-typedef struct {
-  const char *base;
-  Py_ssize_t stride;
-} times;
-
-static inline int64_t time_at(const times *t, Py_ssize_t i) {
+static inline int64_t time_at(const omptpy_order *o, Py_ssize_t i) {
   int64_t v;
-  memcpy(&v, t->base + i * t->stride, sizeof v);
+  memcpy(&v, o->base + i * o->stride, sizeof v);
   return v;
 }
 
 /* Whether the record at a comes before the one at b. */
-static inline int before(const times *t, Py_ssize_t a, Py_ssize_t b) {
-  int64_t ta = time_at(t, a), tb = time_at(t, b);
+static inline int before(const omptpy_order *o, Py_ssize_t a, Py_ssize_t b) {
+  int64_t ta = time_at(o, a), tb = time_at(o, b);
   return ta < tb || (ta == tb && a < b);
 }
 
 /* Moves chain c's cursor on; 0 when the chain is done. */
-static inline int advance(chain *c, const run *runs) {
+static inline int advance(omptpy_chain *c, const omptpy_run *runs) {
   if (++c->at < c->stop) return 1;
   Py_ssize_t r = runs[c->run].next;
   if (r < 0) return 0;
@@ -63,37 +49,38 @@ static inline int advance(chain *c, const run *runs) {
   return 1;
 }
 
-/* Chains the runs of t's n records; returns the number of chains, 0 for more
- * than MAX_CHAINS or too many runs, -1 out of memory (*runs_out: the runs, to
- * free). */
-static int chain_runs(const times *t, Py_ssize_t n, chain *chains, run **runs_out) {
+/* Chains the runs of the n records; returns the number of chains, 0 for more
+ * than OMPTPY_MAX_CHAINS or too many runs, -1 out of memory (o->runs: the runs,
+ * to free). */
+static int chain_runs(omptpy_order *o, Py_ssize_t n) {
   Py_ssize_t cap = 1024, nruns = 0;
-  run *runs = malloc((size_t)cap * sizeof *runs);
-  *runs_out = runs;
+  omptpy_run *runs = malloc((size_t)cap * sizeof *runs);
+  omptpy_chain *chains = o->chains;
+  o->runs = runs;
   if (!runs) return -1;
   int nchains = 0;
   for (Py_ssize_t start = 0; start < n;) {
     Py_ssize_t stop = start + 1;
-    if (nruns > n / MIN_RUN + MAX_CHAINS) return 0;
-    int64_t first = time_at(t, start), last = first;
-    for (int64_t next; stop < n && (next = time_at(t, stop)) >= last; stop++) last = next;
+    if (nruns > n / MIN_RUN + OMPTPY_MAX_CHAINS) return 0;
+    int64_t first = time_at(o, start), last = first;
+    for (int64_t next; stop < n && (next = time_at(o, stop)) >= last; stop++) last = next;
     int best = -1;
     for (int c = 0; c < nchains; c++)
       if (chains[c].last_time <= first && (best < 0 || chains[c].last_time > chains[best].last_time))
         best = c;
     if (best < 0) {
-      if (nchains == MAX_CHAINS) return 0;
+      if (nchains == OMPTPY_MAX_CHAINS) return 0;
       best = nchains++;
       chains[best].run = nruns;
     } else {
       runs[chains[best].last].next = nruns;
     }
     if (nruns == cap) {
-      run *more = realloc(runs, (size_t)(cap *= 2) * sizeof *runs);
+      omptpy_run *more = realloc(runs, (size_t)(cap *= 2) * sizeof *runs);
       if (!more) return -1;
-      *runs_out = runs = more;
+      o->runs = runs = more;
     }
-    runs[nruns] = (run){start, stop, -1};
+    runs[nruns] = (omptpy_run){start, stop, -1};
     chains[best].last = nruns++;
     chains[best].last_time = last;
     start = stop;
@@ -106,11 +93,13 @@ static int chain_runs(const times *t, Py_ssize_t n, chain *chains, run **runs_ou
 }
 
 /* Moves heap[p] down to its place in the heap of chains (by their cursors). */
-static void sift_down(const times *t, const chain *chains, int *heap, int size, int p) {
+static void sift_down(omptpy_order *o, int p) {
+  const omptpy_chain *chains = o->chains;
+  int *heap = o->heap;
   for (;;) {
     int l = 2 * p + 1, m = p;
-    if (l < size && before(t, chains[heap[l]].at, chains[heap[m]].at)) m = l;
-    if (l + 1 < size && before(t, chains[heap[l + 1]].at, chains[heap[m]].at)) m = l + 1;
+    if (l < o->size && before(o, chains[heap[l]].at, chains[heap[m]].at)) m = l;
+    if (l + 1 < o->size && before(o, chains[heap[l + 1]].at, chains[heap[m]].at)) m = l + 1;
     if (m == p) return;
     int swap = heap[p];
     heap[p] = heap[m];
@@ -119,33 +108,58 @@ static void sift_down(const times *t, const chain *chains, int *heap, int size, 
   }
 }
 
-/* Merges the chains into out, by (time, position): a heap of the chains by their
- * cursors' records; two (the common case: two threads) compared directly, which
- * took 0.057 s on 10^7 records where the heap took 0.089 s. */
-static void merge(const times *t, chain *chains, int nchains, const run *runs, int64_t *out) {
-  Py_ssize_t o = 0;
-  if (nchains == 2) {
-    chain *a = &chains[0], *b = &chains[1];
-    for (;;) {
-      chain *first = before(t, a->at, b->at) ? a : b;
-      out[o++] = first->at;
+int omptpy_order_start(omptpy_order *o, const char *base, Py_ssize_t stride, Py_ssize_t n) {
+  memset(o, 0, sizeof *o);
+  o->base = base;
+  o->stride = stride;
+  int nchains = chain_runs(o, n);
+  o->size = nchains > 0 ? nchains : 0;
+  for (int c = 0; c < o->size; c++) o->heap[c] = c;
+  if (o->size > 2)
+    for (int i = o->size / 2 - 1; i >= 0; i--) sift_down(o, i);
+  return nchains;
+}
+
+void omptpy_order_end(omptpy_order *o) {
+  free(o->runs);
+  o->runs = NULL;
+}
+
+/* Two chains (the common case: two threads) are compared directly, which took
+ * 0.057 s on 10^7 records where the heap took 0.089 s; one is read in order. */
+Py_ssize_t omptpy_order_fill(omptpy_order *o, int64_t *out, Py_ssize_t max) {
+  Py_ssize_t k = 0;
+  const omptpy_run *runs = o->runs;
+  if (o->size == 2) {
+    omptpy_chain *a = &o->chains[o->heap[0]], *b = &o->chains[o->heap[1]];
+    while (k < max) {
+      omptpy_chain *first = before(o, a->at, b->at) ? a : b;
+      out[k++] = first->at;
       if (!advance(first, runs)) {
-        chain *rest = first == a ? b : a;
-        do out[o++] = rest->at;
-        while (advance(rest, runs));
-        return;
+        o->heap[0] = first == a ? o->heap[1] : o->heap[0];
+        o->size = 1;
+        break;
       }
     }
   }
-  int heap[MAX_CHAINS], size = nchains;
-  for (int c = 0; c < nchains; c++) heap[c] = c;
-  for (int i = size / 2 - 1; i >= 0; i--) sift_down(t, chains, heap, size, i);
-  while (size) {
-    chain *top = &chains[heap[0]];
-    out[o++] = top->at;
-    if (!advance(top, runs)) heap[0] = heap[--size];
-    sift_down(t, chains, heap, size, 0);
+  if (o->size == 1) {
+    omptpy_chain *c = &o->chains[o->heap[0]];
+    while (k < max) {
+      out[k++] = c->at;
+      if (!advance(c, runs)) {
+        o->size = 0;
+        break;
+      }
+    }
   }
+  while (o->size > 2 && k < max) {
+    omptpy_chain *top = &o->chains[o->heap[0]];
+    out[k++] = top->at;
+    if (!advance(top, runs)) o->heap[0] = o->heap[--o->size];
+    sift_down(o, 0);
+  }
+  if (o->size == 2 && k < max) k += omptpy_order_fill(o, out + k, max - k);
+  return k;
 }
 
 /* time_order(times, out): out (int64, as many) = the positions of times (int64,
@@ -169,18 +183,13 @@ PyObject *omptpy_py_time_order(PyObject *m, PyObject *args) {
     PyBuffer_Release(&tb);
     return NULL;
   }
-  times t = {tb.buf, tb.strides[0]};
-  chain chains[MAX_CHAINS];
-  run *runs = NULL;
+  omptpy_order o;
   int nchains;
   Py_BEGIN_ALLOW_THREADS
-  nchains = chain_runs(&t, n, chains, &runs);
-  if (nchains == 1)
-    for (Py_ssize_t i = 0; i < n; i++) out[i] = i;
-  else if (nchains > 1)
-    merge(&t, chains, nchains, runs, out);
+  nchains = omptpy_order_start(&o, tb.buf, tb.strides[0], n);
+  if (nchains > 0) omptpy_order_fill(&o, out, n);
   Py_END_ALLOW_THREADS
-  free(runs);
+  omptpy_order_end(&o);
   PyBuffer_Release(&ob);
   PyBuffer_Release(&tb);
   if (nchains < 0) return PyErr_NoMemory();

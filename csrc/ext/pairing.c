@@ -459,7 +459,7 @@ static inline Py_ssize_t role_index(uint64_t event, uint64_t endpoint) {
 }
 
 /* Reads the keys of a spec (a list), every column of the records (no rows of their
- * own), then made to read through `order`. */
+ * own), then made to read through `order` (NULL: read by row). */
 static int keys_through(keyset *k, PyObject *spec, Py_ssize_t *records, const int64_t *order) {
   if (keyset_get(k, spec, records) < 0) return -1;
   for (Py_ssize_t j = 0; j < k->ncol; j++) {
@@ -512,19 +512,30 @@ static int64_t look_in(pairing *in, const key *q) {
 
 /* ---- the pass ---------------------------------------------------------------------- */
 
-/* What the pass reads: per record its role index (`role`, the last: nothing to do),
- * per role index the pairings it opens and closes (bit k: pairing k), per pairing
- * the lookups of its begins (their indices). */
+/* What the pass reads: the records in time order (`order`, n of them, or as
+ * `merge` makes it), per record its role index (of its event and endpoint; the
+ * last, nroles - 1: nothing to do), per role index the pairings it opens and
+ * closes (bit k: pairing k), per pairing the lookups of its begins (their
+ * indices); `as_rows`: the begins and ends are held as rows, else as positions
+ * in the order. */
 typedef struct {
   pairing *g;
   lookup *lk;
   const int64_t *order;
-  Py_ssize_t n;
-  const uint16_t *role;
+  omptpy_order *merge;
+  Py_ssize_t n, nroles;
+  const column *events, *endpoints;
+  int as_rows;
   const uint32_t *opens, *closes;
   const Py_ssize_t *capacity; /* per pairing: its begins counted before the pass */
   Py_ssize_t looks[MAX_PAIRINGS][MAX_PAIRINGS], nlooks[MAX_PAIRINGS];
 } passing;
+
+/* The role index of the record at `row`. */
+static inline Py_ssize_t role_at(const passing *w, Py_ssize_t row) {
+  Py_ssize_t at = role_index(column_at(w->events, row), column_at(w->endpoints, row));
+  return at < w->nroles ? at : w->nroles - 1;
+}
 
 /* The lookups of the begin at record `row`, slot s, of pairing k. */
 static void look_up(const passing *w, Py_ssize_t k, Py_ssize_t s, Py_ssize_t row) {
@@ -536,38 +547,55 @@ static void look_up(const passing *w, Py_ssize_t k, Py_ssize_t s, Py_ssize_t row
   }
 }
 
-/* The pass over the records in time order.  Returns 0, 1 when out of memory, 2
- * when order names a row twice. */
+/* The records' rows a merged order gives at a time. */
+enum { BLOCK = 1024 };
+
+/* The pass over the records in time order, a block of them at a time.  Returns
+ * 0, 1 when out of memory, 2 when order names a row twice. */
 static int pass(const passing *w) {
   key q;
-  for (Py_ssize_t i = 0; i < w->n; i++) {
-    Py_ssize_t row = w->order[i], at = w->role[row];
-    uint32_t opening = w->opens[at];
-    for (uint32_t todo = opening | w->closes[at]; todo; todo &= todo - 1) {
-      Py_ssize_t k = __builtin_ctz(todo), s;
-      pairing *p = &w->g[k];
-      key_at(&p->keys, row, &q);
-      p->changes++;
-      if (!(opening >> k & 1)) {
-        if (stacks_close(&p->st, &q, i) < 0) p->unmatched_ends++;
-        continue;
+  int64_t block[BLOCK];
+  for (Py_ssize_t first = 0;; first += BLOCK) {
+    const int64_t *rows = block;
+    Py_ssize_t m;
+    if (w->merge) {
+      m = omptpy_order_fill(w->merge, block, BLOCK);
+    } else {
+      rows = w->order + first;
+      m = w->n - first < BLOCK ? w->n - first : BLOCK;
+    }
+    if (m <= 0) return 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+      Py_ssize_t row = rows[j], at = role_at(w, row), held = w->as_rows ? row : first + j;
+      uint32_t opening = w->opens[at];
+      for (uint32_t todo = opening | w->closes[at]; todo; todo &= todo - 1) {
+        Py_ssize_t k = __builtin_ctz(todo), s;
+        pairing *p = &w->g[k];
+        key_at(&p->keys, row, &q);
+        p->changes++;
+        if (!(opening >> k & 1)) {
+          if (stacks_close(&p->st, &q, held) < 0) p->unmatched_ends++;
+          continue;
+        }
+        if ((s = p->count) == w->capacity[k]) return 2;
+        ((int64_t *)PyBytes_AS_STRING(p->begins))[s] = held;
+        if (stacks_open(&p->st, &q, s) == -2 || (p->seen && see(p, &q, s) < 0)) return 1;
+        p->count++;
+        look_up(w, k, s, row);
       }
-      if ((s = p->count) == w->capacity[k]) return 2;
-      ((int64_t *)PyBytes_AS_STRING(p->begins))[s] = i;
-      if (stacks_open(&p->st, &q, s) == -2 || (p->seen && see(p, &q, s) < 0)) return 1;
-      p->count++;
-      look_up(w, k, s, row);
     }
   }
-  return 0;
 }
 
-/* pair_events(order, events, endpoints, pairings[, as_rows, lookups]): several
- * pairings of the records in one pass over them in time order, each as pair()
- * pairs (no tags), for the tables and the exports.  The columns (see above; no
- * rows of their own) are of the records: `events` and `endpoints` their event
- * numbers and endpoints; `order` (int64) the records in time order, through
- * which the pass reads every column.  A pairing is (roles, keys): roles, bytes,
+/* pair_events(order, events, endpoints, pairings[, as_rows, lookups, times]):
+ * several pairings of the records in one pass over them in time order, each as
+ * pair() pairs (no tags), for the tables and the exports.  The columns (see
+ * above; no rows of their own) are of the records: `events` and `endpoints`
+ * their event numbers and endpoints; `order` (int64) the records in time order,
+ * through which the pass reads every column, or None with as_rows: the pass
+ * merges the time order of `times` (the records' int64 times, any stride) as
+ * it goes (time_order's merge, no array of it), and returns None when they are
+ * not in a few chains of runs (the caller orders them then).  A pairing is (roles, keys): roles, bytes,
  * 4 per event number e: what a record of e does (PAIR_*) at roles[4 e +
  * endpoint], the endpoint 1 to 3, 0 for any other (event numbers beyond:
  * nothing); keys, a list of columns.  A lookup is (pairing, in, keys): for each
@@ -587,18 +615,18 @@ static int pass(const passing *w) {
 PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *order_obj, *events_spec, *endpoints_spec, *list, *result = NULL;
-  PyObject *lookup_list = NULL;
+  PyObject *lookup_list = NULL, *times_obj = Py_None;
   int as_rows = 0;
-  if (!PyArg_ParseTuple(args, "OOOO!|pO!", &order_obj, &events_spec, &endpoints_spec,
-                        &PyList_Type, &list, &as_rows, &PyList_Type, &lookup_list))
+  if (!PyArg_ParseTuple(args, "OOOO!|pO!O", &order_obj, &events_spec, &endpoints_spec,
+                        &PyList_Type, &list, &as_rows, &PyList_Type, &lookup_list, &times_obj))
     return NULL;
   Py_ssize_t records = -1, npairings = PyList_GET_SIZE(list);
   Py_ssize_t nlk = lookup_list ? PyList_GET_SIZE(lookup_list) : 0;
   uint32_t *opens = NULL, *closes = NULL;
   Py_ssize_t *there = NULL;
-  uint16_t *role_of = NULL; /* per record: its role index, read by the pass */
   column events = {0}, endpoints = {0};
-  Py_buffer order_buf = {0};
+  Py_buffer order_buf = {0}, times_buf = {0};
+  omptpy_order merge = {0};
   pairing g[MAX_PAIRINGS];
   lookup lk[MAX_PAIRINGS];
   memset(g, 0, sizeof g);
@@ -609,28 +637,39 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     return NULL;
   }
   if (column_get(&events, events_spec, &records) < 0 ||
-      column_get(&endpoints, endpoints_spec, &records) < 0 ||
-      PyObject_GetBuffer(order_obj, &order_buf, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+      column_get(&endpoints, endpoints_spec, &records) < 0)
     goto done;
-  const int64_t *order = order_buf.buf;
-  Py_ssize_t n = order_buf.len / 8;
-  const char *bad = omptpy_is_int64(&order_buf) ? NULL : "pair_events: order, an array of int64";
+  const char *bad = NULL;
+  if (order_obj != Py_None) {
+    if (PyObject_GetBuffer(order_obj, &order_buf, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+    if (!omptpy_is_int64(&order_buf)) bad = "pair_events: order, an array of int64";
+  } else if (!as_rows || times_obj == Py_None) {
+    bad = "pair_events: without an order, times to merge and as_rows";
+  } else {
+    if (PyObject_GetBuffer(times_obj, &times_buf, PyBUF_STRIDES | PyBUF_FORMAT) < 0) goto done;
+    if (times_buf.ndim != 1 || !omptpy_is_int64(&times_buf) || times_buf.shape[0] != records)
+      bad = "pair_events: times, int64 of one dimension, one a record";
+  }
+  const int64_t *order = order_buf.obj ? order_buf.buf : NULL;
+  Py_ssize_t n = order ? order_buf.len / 8 : records;
   if (events.at || endpoints.at) bad = "pair_events: events read through order, not rows";
   if (bad) {
     PyErr_SetString(PyExc_ValueError, bad);
     goto done;
   }
+  /* With rows held (as_rows), the keys are read by row: no order between. */
+  const int64_t *through = as_rows ? NULL : order;
   for (Py_ssize_t k = 0; k < npairings; k++) {
     PyObject *roles, *keys;
     if (!PyArg_ParseTuple(PyList_GET_ITEM(list, k), "OO", &roles, &keys) ||
         PyObject_GetBuffer(roles, &g[k].roles, PyBUF_SIMPLE) < 0 ||
-        keys_through(&g[k].keys, keys, &records, order) < 0)
+        keys_through(&g[k].keys, keys, &records, through) < 0)
       goto done;
   }
   for (Py_ssize_t l = 0; l < nlk && !bad; l++) {
     PyObject *keys;
     if (!PyArg_ParseTuple(PyList_GET_ITEM(lookup_list, l), "nnO", &lk[l].of, &lk[l].in, &keys) ||
-        keys_through(&lk[l].keys, keys, &records, order) < 0)
+        keys_through(&lk[l].keys, keys, &records, through) < 0)
       goto done;
     int same = lk[l].of >= 0 && lk[l].of < npairings && lk[l].in >= 0 && lk[l].in < npairings &&
                lk[l].keys.ncol == g[lk[l].in].keys.ncol;
@@ -655,8 +694,7 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   opens = PyMem_Calloc((size_t)nroles, sizeof *opens);
   closes = PyMem_Calloc((size_t)nroles, sizeof *closes);
   there = PyMem_Calloc((size_t)nroles, sizeof *there);
-  role_of = PyMem_Malloc((size_t)records * sizeof *role_of + 1);
-  if (!opens || !closes || !there || !role_of) {
+  if (!opens || !closes || !there) {
     PyErr_NoMemory();
     goto done;
   }
@@ -666,24 +704,22 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
       if (role == PAIR_OPEN) opens[at] |= 1u << k;
       if (role == PAIR_CLOSE) closes[at] |= 1u << k;
     }
-  /* Each record's role index and how many have each; order checked. */
-  for (Py_ssize_t i = 0; i < n && !bad; i++)
+  passing w = {.g = g, .lk = lk, .order = order, .n = n, .nroles = nroles, .events = &events,
+               .endpoints = &endpoints, .as_rows = as_rows, .opens = opens, .closes = closes};
+  /* How many records have each role index; order checked. */
+  for (Py_ssize_t i = 0; order && i < n && !bad; i++)
     if (order[i] < 0 || order[i] >= records) bad = "pair_events: order names rows not there";
   if (bad) {
     PyErr_SetString(PyExc_ValueError, bad);
     goto done;
   }
-  for (Py_ssize_t r = 0; r < records; r++) {
-    Py_ssize_t at = role_index(column_at(&events, r), column_at(&endpoints, r));
-    role_of[r] = (uint16_t)(at < nroles ? at : nroles - 1);
-    there[role_of[r]]++;
-  }
+  for (Py_ssize_t r = 0; r < records; r++) there[role_at(&w, r)]++;
   /* The begins of each pairing, counted: its outputs are made that long. */
   Py_ssize_t counts[MAX_PAIRINGS] = {0};
   for (Py_ssize_t at = 0; at < nroles; at++)
     for (Py_ssize_t k = 0; k < npairings; k++)
       if (opens[at] >> k & 1) counts[k] += there[at];
-  events.at = endpoints.at = order;
+  w.capacity = counts;
   for (Py_ssize_t k = 0; k < npairings; k++) {
     g[k].begins = PyBytes_FromStringAndSize(NULL, 8 * counts[k]);
     g[k].ends = PyBytes_FromStringAndSize(NULL, 8 * counts[k]);
@@ -710,12 +746,15 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     }
     in->twice.rows = in->st.open.rows;
   }
-  passing w = {.g = g, .lk = lk, .order = order, .n = n, .role = role_of, .opens = opens,
-               .closes = closes, .capacity = counts};
   for (Py_ssize_t l = 0; l < nlk; l++) w.looks[lk[l].of][w.nlooks[lk[l].of]++] = l;
-  int failed;
+  int failed = 0;
   Py_BEGIN_ALLOW_THREADS
-  failed = pass(&w);
+  if (!order) {
+    int chains = omptpy_order_start(&merge, times_buf.buf, times_buf.strides[0], records);
+    failed = chains < 0 ? 1 : chains == 0 && records > 0 ? 3 : 0;
+    w.merge = &merge;
+  }
+  if (!failed) failed = pass(&w);
   /* Each pairing looked into, its closed begins numbered; each lookup's found, per
    * closed begin, as the index of a closed pair. */
   for (Py_ssize_t k = 0; k < npairings && !failed; k++) {
@@ -738,7 +777,7 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     }
   }
   /* The closed pairs first, then the begins never closed (each in begin order), as
-   * positions in order or, with as_rows, as rows. */
+   * the pass held them: positions in order or, with as_rows, rows. */
   for (Py_ssize_t k = 0; k < npairings && !failed; k++) {
     int64_t *begins = (int64_t *)PyBytes_AS_STRING(g[k].begins), *open_begins;
     Py_ssize_t *link = g[k].st.link, closed = 0, open = 0;
@@ -749,12 +788,12 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     }
     open = 0;
     for (Py_ssize_t s = 0; s < g[k].count; s++) { /* closed <= s: read before written */
-      int64_t begin = as_rows ? order[begins[s]] : begins[s];
+      int64_t begin = begins[s];
       if (link[s] < 0) {
         open_begins[open++] = begin;
         continue;
       }
-      link[closed] = as_rows ? order[link[s]] : link[s];
+      link[closed] = link[s];
       begins[closed++] = begin;
     }
     memcpy(begins + closed, open_begins, (size_t)open * sizeof *begins);
@@ -762,6 +801,10 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     g[k].closed = closed;
   }
   Py_END_ALLOW_THREADS
+  if (failed == 3) { /* times not in a few chains of runs: the caller orders them */
+    result = omptpy_py_none();
+    goto done;
+  }
   if (failed) {
     if (failed == 1) PyErr_NoMemory();
     else PyErr_SetString(PyExc_ValueError, "pair_events: order names a row twice");
@@ -798,12 +841,13 @@ done:
     Py_XDECREF(lk[l].out);
     keyset_release(&lk[l].keys);
   }
-  PyMem_Free(role_of);
+  omptpy_order_end(&merge);
   PyMem_Free(there);
   PyMem_Free(closes);
   PyMem_Free(opens);
   for (Py_ssize_t k = 0; k < npairings; k++) pairing_release(&g[k]);
   if (order_buf.obj) PyBuffer_Release(&order_buf);
+  if (times_buf.obj) PyBuffer_Release(&times_buf);
   column_release(&endpoints);
   column_release(&events);
   return result;

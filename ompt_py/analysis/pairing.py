@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .. import _core
-from ..records import EVENT_CODES, KIND_RAW_CATEGORIES, kind_keys
+from ..records import EVENT_CODES, KIND_RAW_CATEGORIES, kind_keys, time_order
 
 
 @dataclass
@@ -256,14 +256,16 @@ class Paired(NamedTuple):
     found: dict[str, np.ndarray]
 
 
-def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray,
+def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray | None,
                 names: list[str], as_rows: bool = False,
                 lookups: dict[str, Lookup] | None = None) -> Paired:
     """The pairings ``names`` (of PAIRINGS) of the records ``events`` (their
     processes ``pids``; None: all of one), in one pass over them in time order
-    (``order``: records.time_order of their times): per pairing, its begins and
-    ends as positions in ``order`` (the rows of to_pandas()), or with ``as_rows``
-    as rows of ``events``, as ``pair`` pairs; and the ``lookups`` (among the
+    (``order``: records.time_order of their times; None, with ``as_rows``: the
+    pass merges that order as it reads the records, with no array of it, where
+    their times come in a few chains of runs): per pairing, its begins and ends
+    as positions in ``order`` (the rows of to_pandas()), or with ``as_rows`` as
+    rows of ``events``, as ``pair`` pairs; and the ``lookups`` (among the
     pairings ``names``), looked up in the pass as each pair begins."""
     lookups = lookups or {}
     for lk in lookups.values():
@@ -278,10 +280,14 @@ def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray,
             roles[EVENT_CODES[event]] = _ROLES[role]
         specs.append((roles.tobytes(),
                       pid + [_key_column(events, field, pairing) for field in pairing.key]))
-    found = _core.pair_events(
-        np.asarray(order, np.int64), column(events["event"]), column(events["endpoint"]), specs,
-        as_rows, [(names.index(lk.of), names.index(lk.into),
-                   [*pid, column(events[lk.query_field], True)]) for lk in lookups.values()])
+    looks = [(names.index(lk.of), names.index(lk.into),
+              [*pid, column(events[lk.query_field], True)]) for lk in lookups.values()]
+    args = column(events["event"]), column(events["endpoint"]), specs, as_rows, looks
+    if order is not None:
+        found = _core.pair_events(np.asarray(order, np.int64), *args)
+    elif (found := _core.pair_events(None, *args, events["time_ns"])) is None:
+        order = time_order(events["time_ns"])  # not in a few chains of runs: sorted
+        found = _core.pair_events(order, *args)
     pairs = {}
     for name, (begins, ends, unmatched) in zip(names, found[0]):
         begins, ends = np.frombuffer(begins, np.int64), np.frombuffer(ends, np.int64)

@@ -141,8 +141,7 @@ class _Records:
               ) -> tuple[dict[str, _Pairs], dict[str, np.ndarray]]:
         """The pairings ``names`` (pairing.PAIRINGS), as the tables pair them, and the
         ``lookups`` among them, in one pass over the records."""
-        found = pairing.pair_events(self.ev, self.pids, time_order(self.ev["time_ns"]), names,
-                                    True, lookups)
+        found = pairing.pair_events(self.ev, self.pids, None, names, True, lookups)
         return ({name: _Pairs(f.begins, self.time(f.ends)) for name, f in found.pairs.items()},
                 found.found)
 

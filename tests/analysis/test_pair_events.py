@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import as_written
 
 from ompt_py import _core
 from ompt_py.analysis import pairing
@@ -91,6 +92,42 @@ def test_every_pairing_in_one_pass_is_pair_on_its_rows(seed):
         assert rows[name].begins.tolist() == order[got.begins].tolist()
         assert rows[name].ends.tolist() == order[got.ends].tolist()
         assert rows[name].open.tolist() == order[got.open].tolist()
+    # times in no few runs: not merged in the pass, ordered by time_order
+    assert not _core.time_order(ev["time_ns"], np.empty(len(ev), np.int64))
+    _same_pairs(pairing.pair_events(ev, pids, None, list(pairing.PAIRINGS), as_rows=True).pairs,
+                rows)
+
+
+def _same_pairs(got: dict[str, pairing.Pairs], want: dict[str, pairing.Pairs]) -> None:
+    assert list(got) == list(want)
+    for name in want:
+        for field in ("begins", "ends", "open", "unmatched_ends"):
+            assert np.array_equal(getattr(got[name], field), getattr(want[name], field)), name
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_pass_merges_the_time_order_of_the_threads_runs(seed):
+    ev, pids = _records(4000, seed)
+    at = as_written(ev["thread"], ev["time_ns"], np.random.default_rng(seed), least=16)
+    ev, pids = ev[at], pids[at]
+    assert _core.time_order(ev["time_ns"], np.empty(len(ev), np.int64)), "merged in the pass"
+    names = list(pairing.PAIRINGS)
+    _same_pairs(pairing.pair_events(ev, pids, None, names, as_rows=True).pairs,
+                pairing.pair_events(ev, pids, time_order(ev["time_ns"]), names, as_rows=True).pairs)
+    one = ev["thread"] == 0  # one thread: a chain read in order
+    _same_pairs(pairing.pair_events(ev[one], None, None, names, as_rows=True).pairs,
+                pairing.pair_events(ev[one], None, np.arange(one.sum()), names, as_rows=True).pairs)
+
+
+def test_no_order_needs_rows_and_times():
+    ev, _ = _records(50, 1)
+    with pytest.raises(ValueError, match="without an order"):
+        pairing.pair_events(ev, None, None, ["work"])
+    args = (pairing.column(ev["event"]), pairing.column(ev["endpoint"]), [], True, [])
+    with pytest.raises(ValueError, match="without an order"):
+        _core.pair_events(None, *args)
+    with pytest.raises(ValueError, match="one a record"):
+        _core.pair_events(None, *args, ev["time_ns"][:-1])
 
 
 def test_one_process_needs_no_pid_column():
@@ -174,9 +211,9 @@ def test_lookups_find_the_first_closed_pair_of_the_key(seed):
     lookups = {"region": pairing.Lookup("implicit_task", "parallel", "parallel_id", "parallel_id"),
                "same": pairing.Lookup("parallel", "parallel", "parallel_id", "parallel_id"),
                "task": pairing.Lookup("parallel", "implicit_task", "task_id", "task_id")}
-    for p in (pids, None):
-        found = pairing.pair_events(ev, p, time_order(ev["time_ns"]), ["parallel", "implicit_task"],
-                                    True, lookups)
+    for p, order in [(pids, time_order(ev["time_ns"])), (None, time_order(ev["time_ns"])),
+                     (pids, None)]:  # None: merged in the pass
+        found = pairing.pair_events(ev, p, order, ["parallel", "implicit_task"], True, lookups)
         for name, lk in lookups.items():
             table, query = found.pairs[lk.into].begins, found.pairs[lk.of].begins
             want = np.empty(len(query), np.intp)
