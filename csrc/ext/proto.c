@@ -428,14 +428,18 @@ PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args) {
       begin ? omptpy_get_items(objs[2], &bufs[2], 8, &n, 0, "proto_packets end") : NULL;
   if (!end) goto done;
   Py_ssize_t nbegins = 0;
-  for (Py_ssize_t k = 0; k < nseq; k++) { /* the slices seq names (their tracks: below) */
+  int bad = 0;
+  Py_BEGIN_ALLOW_THREADS; /* the checks too: the other batches' threads go on */
+  for (Py_ssize_t k = 0; k < nseq && !bad; k++) { /* the slices seq names (tracks: below) */
     int negative;
     uint64_t e = omptpy_ints_get(&seqs, k, &negative);
-    if (negative || e / 2 >= (uint64_t)n) {
-      PyErr_SetString(PyExc_ValueError, "proto_packets: seq names a slice that is not there");
-      goto done;
-    }
+    bad = negative || e / 2 >= (uint64_t)n;
     nbegins += !(e & 1);
+  }
+  Py_END_ALLOW_THREADS;
+  if (bad) {
+    PyErr_SetString(PyExc_ValueError, "proto_packets: seq names a slice that is not there");
+    goto done;
   }
   nslots = nbegins;
   Py_ssize_t noffsets = nbegins + 1;
@@ -443,14 +447,17 @@ PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args) {
       omptpy_get_items(objs[5], &bufs[5], 8, &noffsets, 0, "proto_packets offsets");
   if (!offsets || omptpy_get_ints(objs[10], &bufs[10], &slots, &nslots, "proto_packets slots") < 0)
     goto done;
-  for (Py_ssize_t k = 0; k < nbegins; k++) {
+  Py_BEGIN_ALLOW_THREADS;
+  for (Py_ssize_t k = 0; k < nbegins && !bad; k++) {
     int negative;
     uint64_t slot = omptpy_ints_get(&slots, k, &negative);
-    if (offsets[k] < 0 || offsets[k] > offsets[k + 1] || offsets[k + 1] > payload_len ||
-        negative || slot >= (uint64_t)nbegins) {
-      PyErr_SetString(PyExc_ValueError, "proto_packets: offsets outside the payload");
-      goto done;
-    }
+    bad = offsets[k] < 0 || offsets[k] > offsets[k + 1] || offsets[k + 1] > payload_len ||
+          negative || slot >= (uint64_t)nbegins;
+  }
+  Py_END_ALLOW_THREADS;
+  if (bad) {
+    PyErr_SetString(PyExc_ValueError, "proto_packets: offsets outside the payload");
+    goto done;
   }
   const int64_t *from =
       omptpy_get_items(objs[6], &bufs[6], 8, &nfrom, 0, "proto_packets flows_from");

@@ -347,3 +347,27 @@ def test_the_ranks_of_a_job_are_processes_on_one_time_axis(tmp_path):
     mpi_slices = [s for rows in proto.slices.values() for s in rows if s["cat"] == "mpi"]
     assert sorted((s["name"], s["ts"]) for s in mpi_slices) == sorted(
         [("MPI barrier", t) for t in (1000, 1010, 1020, 1030)] + [("MPI allreduce", 2000)])
+
+
+def test_the_packets_kernel_refuses_what_names_nothing():
+    """_core.proto_packets checks what it is given (without the GIL): a sequence
+    naming a slice that is not there, payload offsets outside the payload or slots
+    beyond the begins, a track without a uuid."""
+    begin, end, track = (np.array([10, 30], np.int64), np.array([20, 40], np.int64),
+                         np.array([0, 1], np.int16))
+    none = np.zeros(0, np.int64)
+
+    def packets(seq, offsets=(0, 1, 2), slots=(0, 1), uuids=(7, 8)):
+        return _core.proto_packets(np.array(seq, np.uint32), begin, end, track,
+                                   np.array(uuids, np.uint64), b"\x00\x00",
+                                   np.array(offsets, np.int64), np.array(slots, np.int64),
+                                   none, none, none, none, 1)
+    assert packets([0, 1, 2, 3])  # both slices, begin then end
+    with pytest.raises(ValueError, match="seq names a slice that is not there"):
+        packets([0, 4])
+    with pytest.raises(ValueError, match="offsets outside the payload"):
+        packets([0, 2], offsets=(0, 1, 3))
+    with pytest.raises(ValueError, match="offsets outside the payload"):
+        packets([0, 2], slots=(0, 2))
+    with pytest.raises(ValueError, match="a track without a uuid"):
+        packets([0, 2], uuids=(7,))
