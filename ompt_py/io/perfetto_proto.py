@@ -57,7 +57,7 @@ import numpy as np
 
 from .. import _core
 from .filters import ExportFilter
-from .perfetto import Flows, Label, Part, Slices, Source, Tracks, _Spans, tracks
+from .perfetto import Flows, Label, Part, Slices, Source, Tracks, tracks
 from .streaming import HEX, NUMBER, TEXT, Column, Progress, batches, in_order, output
 
 if TYPE_CHECKING:
@@ -343,36 +343,36 @@ class SliceOrder:
         n = int(self.starts[-1])
         self.begin, self.end = np.empty(n, np.int64), np.empty(n, np.int64)
         self.track = np.empty(n, np.int16 if len(index) < 1 << 15 else np.int32)
-        self.perm: list[np.ndarray | None] = []
         self.labels: list[tuple[str, Callable[[Part], Label]]] = []
         _core.trim_heap()
-        # Each source's spans (gathered from the records, mostly without the GIL) made
-        # in a thread while the previous ones are put in the order: one ahead.
-        with ThreadPoolExecutor(1) as pool:
-            ahead = pool.submit(sources[0].spans) if sources else None
+        # Two sources at a time, each in a thread (the gathers and copies release the
+        # GIL), into their own parts of the order; each source's arrays go once its
+        # part is made.
+        with ThreadPoolExecutor(2) as pool:
+            placed = []
             for start, stop in zip(self.starts[:-1], self.starts[1:]):
                 source = sources.pop(0)
                 self.labels.append((source.cat, source.label))
-                spans = ahead.result()
-                ahead = pool.submit(sources[0].spans) if sources else None
-                self._place(start, stop, source.cat, spans, index)
-                del source, spans  # so its arrays go, once they are in the order
+                placed.append(pool.submit(self._place, start, stop, source, index))
+                del source
+            self.perm: list[np.ndarray | None] = [p.result() for p in placed]
         _core.trim_heap()
 
-    def _place(self, start: int, stop: int, cat: str, spans: _Spans,
-               index: dict[tuple[int, int], int]) -> None:
-        """A source's ``spans`` put at [start, stop) of the order, in the order of
-        their begins."""
+    def _place(self, start: int, stop: int, source: Source,
+               index: dict[tuple[int, int], int]) -> np.ndarray | None:
+        """A source's spans put at [start, stop) of the order, in the order of their
+        begins; returns that order (None: theirs)."""
+        spans = source.spans()
         begin = np.asarray(spans.begin, np.int64)
         perm = (np.argsort(begin, kind="stable")
                 if len(begin) > 1 and (begin[1:] < begin[:-1]).any() else None)
         track = track_index(index, spans.pid, spans.thread)
         if (track < 0).any():
-            raise ValueError(f"{cat} slices on a track the metadata does not name")
+            raise ValueError(f"{source.cat} slices on a track the metadata does not name")
         self.begin[start:stop] = self.arranged(perm, begin)
         self.end[start:stop] = self.arranged(perm, spans.end)
         self.track[start:stop] = self.arranged(perm, track)
-        self.perm.append(perm)
+        return perm
 
     @staticmethod
     def arranged(perm: np.ndarray | None, values: np.ndarray) -> np.ndarray:
