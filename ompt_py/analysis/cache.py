@@ -14,6 +14,7 @@ analysis.
 from __future__ import annotations
 
 import functools
+import inspect
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -58,8 +59,10 @@ def per_trace(fn: F) -> F:
 
 
 def _made_by(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The function a ``@per_trace`` function's values are kept under."""
-    return getattr(fn, "__wrapped__", fn)
+    """The function a ``@per_trace`` function's values are kept under: the innermost
+    one, through any other wrapper made by functools.wraps (bench/worker_memory.py
+    wraps the analyses to measure them)."""
+    return inspect.unwrap(fn)
 
 
 def made(trace: Trace, fn: Callable[..., Any]) -> bool:

@@ -318,7 +318,7 @@ def open_file(path: str) -> pq.ParquetFile:
 
     open_regular(path).close()  # a FIFO would block pyarrow
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, pre_buffer=False)
     except (pa.ArrowException, OSError, ValueError) as e:
         raise TraceFileError(f"{path} cannot be read as a Parquet file ({type(e).__name__}: "
                              f"{e}); it may be truncated or not an ompt-py file") from e
