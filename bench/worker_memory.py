@@ -8,8 +8,9 @@ as bench/dataset.py starts it); each worker imports ompt_py's analysis (its RSS
 then is ``own``), then its steps are wrapped: the partition's read
 (``ompt_py.dataset._read``), each analysis that ``partial_summary`` calls
 (those it calls through the modules and names of ``ompt_py.analysis.dataset``;
-the analyses they call in turn are inside their step), the heap's trim after
-each partition (``_core.trim_heap``) and the task histogram's second pass.
+the analyses they call in turn are inside their step), the memory given back
+after each partition (``cache.give_back``: glibc's heap trimmed, Arrow's
+allocator's free pages released) and the task histogram's second pass.
 Around each step the worker's peak is reset (VmHWM through
 /proc/self/clear_refs: Linux) and read after it, and so is the peak between
 steps (the worker's own work: Dask's comms, the results).  Printed, over
@@ -56,7 +57,7 @@ def _install() -> None:
 
     import ompt_py.analysis.dataset as ad
     import ompt_py.dataset as od
-    from ompt_py import _core
+    from ompt_py.analysis import cache
 
     log: list[tuple] = []
     state = {"pid": None, "depth": 0}
@@ -79,6 +80,7 @@ def _install() -> None:
                 log.append((state["pid"], step, m["VmHWM"], m["VmRSS"],
                             time.perf_counter() - start))
                 reset_peak()
+        run.logged = True  # type: ignore[attr-defined]
         return run
 
     class Module:
@@ -87,8 +89,8 @@ def _install() -> None:
 
         def __getattr__(self, attr: str) -> object:
             value = getattr(self._module, attr)
-            return (logged(f"{self._name}.{attr}", value)
-                    if callable(value) and not isinstance(value, type) else value)
+            return (logged(f"{self._name}.{attr}", value) if callable(value) and not
+                    isinstance(value, type) and not hasattr(value, "logged") else value)
 
     for name in MODULES:
         setattr(ad, name, Module(getattr(ad, name), name))
@@ -102,7 +104,7 @@ def _install() -> None:
         return read(part, origin)
 
     od._read = read_partition
-    _core.trim_heap = logged("trim_heap", _core.trim_heap)
+    cache.give_back = logged("give_back", cache.give_back)
     builtins._worker_memory_log = log  # type: ignore[attr-defined]
 
 

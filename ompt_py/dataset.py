@@ -61,10 +61,10 @@ def _on_partition(fn: Callable[[Trace], R], part: Partition, origin: int | None
                   ) -> R | _Unreadable:
     """``fn`` of the partition's Trace (run where the partition is read: a Dask worker
     or this process); _Unreadable when its file cannot be read.  What the partition
-    took is given back to the system before the next one (_core.trim_heap): Dask
-    pauses a worker whose resident size nears its memory limit, and freed memory
-    that the C library keeps counts."""
-    from . import _core
+    took is given back to the system before the next one (analysis.cache.give_back):
+    Dask pauses a worker whose resident size nears its memory limit, and freed
+    memory that the C library or Arrow's allocator keeps counts."""
+    from .analysis import cache
 
     try:
         trace = _read(part, origin)
@@ -72,7 +72,7 @@ def _on_partition(fn: Callable[[Trace], R], part: Partition, origin: int | None
         return _Unreadable(part.path, str(e))
     result = fn(trace)
     del trace
-    _core.trim_heap()
+    cache.give_back()
     return result
 
 

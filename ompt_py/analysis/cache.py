@@ -7,8 +7,8 @@ events change (``Trace.revision``: a trace still recording grows at each
 arguments; its cache key is the function itself, so every derived table is
 named by the function that makes it.  A caller that knows a value is not asked
 for again (a dataset's partition, summarised once) can ``forget`` it, or
-``keep`` only those still asked for, to give its memory back before the next
-analysis.
+``keep`` only those still asked for, and ``give_back`` what they took to the
+system before the next analysis.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ import inspect
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
+
+import pyarrow as pa
+
+from .. import _core
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -91,3 +95,14 @@ def keep(trace: Trace, *fns: Callable[..., Any]) -> None:
     ``fns`` made (for any arguments): the rest is made again if asked for."""
     kept = {_made_by(fn) for fn in fns}
     _drop(trace, lambda made_by: made_by not in kept)
+
+
+def give_back() -> None:
+    """Give the memory of the values dropped (and of anything else freed) back to the
+    system: glibc keeps the holes that freed tables leave in its heaps
+    (_core.trim_heap), and Arrow's allocator (mimalloc) the pages of freed text
+    columns (pandas' text is Arrow strings), which it does not reuse for the next
+    analysis' (bench/README.md, Dataset benchmark: 10 MiB of a known-tasks
+    partition's task_sites)."""
+    _core.trim_heap()
+    pa.default_memory_pool().release_unused()

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from .. import _core
 from ..errors import MissingEventsError
 from ..meta import why_empty
 from ..records import CONSTRUCTS
@@ -296,17 +295,17 @@ def partial_summary(trace: Trace, top: int, python: bool, job: bool) -> PartialS
         out.arrivals = ranks.arrivals(trace)
     # Every analysis that reads the thread states and the intervals is made.  The
     # tasks, then the locks, each with only the tables it reads held: the rest
-    # dropped and given back to the system (_core.trim_heap: glibc keeps the holes
-    # that tables dropped leave in its heap).
+    # dropped and given back to the system (cache.give_back: glibc and Arrow's
+    # allocator keep what freed tables leave).
     if "task_create" in present:
         cache.keep(trace, *TASK_TABLES)
-        _core.trim_heap()
+        cache.give_back()
         out.tasks = attempt("tasks", lambda: TaskStats.of(trace))
         if out.thread_states is not None and "task_schedule" in present:
             out.sites = attempt("sites", lambda: metrics.task_sites(trace, by=by))
     if present & {"mutex_acquire", "mutex_acquired"}:
         cache.keep(trace, *LOCK_TABLES)
-        _core.trim_heap()
+        cache.give_back()
         out.locks = attempt("locks", lambda: metrics.lock_contention(trace))
     # The notes in the order of summary.summary's parts, whatever order they were
     # made in.
