@@ -93,6 +93,30 @@ def test_keep_drops_every_table_but_those_named():
     assert again is not regions
     pd.testing.assert_frame_equal(again.table, regions.table)
 
+
+def test_forget_and_keep_see_through_wrappers():
+    """A @per_trace function wrapped again (functools.wraps, as bench/worker_memory.py
+    wraps the analyses to measure them) names the same values: forget and keep
+    drop them (they found them through one wrapper only, and forgot nothing)."""
+    import functools
+
+    from ompt_py.analysis import cache, tables
+
+    def wrapped(fn):
+        @functools.wraps(fn)
+        def run(*args):
+            return fn(*args)
+        return run
+
+    t = stored("contended", STORED_RUNTIMES[0])
+    mutex = wrapped(tables.mutex)
+    assert mutex(t) is tables.mutex(t)
+    cache.forget(t, mutex)
+    assert not cache.made(t, tables.mutex)
+    tables.mutex(t), tables.order(t)
+    cache.keep(t, wrapped(tables.order))
+    assert not cache.made(t, mutex) and cache.made(t, tables.order)
+
 def test_acquisitions_at_one_clock_tick_pair_one_to_one():
     """Many acquisitions of one lock on one thread at the same time (a coarse clock,
     a synthetic trace): each wait pairs with one hold, in their order, so mutex()
