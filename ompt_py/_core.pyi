@@ -226,11 +226,13 @@ def pair_events(
     as_rows: bool = False,
     lookups: list[tuple[int, int, list[_KeyColumn]]] | None = None,
     times: Buffer | None = None,
+    end_times: bool = False,
     /,
 ) -> tuple[list[tuple[bytes, bytes, int]], list[bytearray]] | None:
     """Several pairings of the records in one pass over them in ``order`` (int64; None,
     with as_rows: the time order of ``times``, the records' int64 times, merged as the
-    pass goes, or None back when they are not in a few chains of runs), each
+    pass goes, or None back when they are not in a few chains of runs; end_times: the
+    ends given as their records' times), each
     as pair() pairs: columns of the records (events, endpoints, keys), a pairing
     (roles, keys), roles[4 * event + endpoint] a PAIR_* (endpoint 1 to 3, else 0); a
     lookup (pairing, in, keys): per begin of the pairing, the pair of ``in`` whose

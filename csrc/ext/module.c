@@ -405,10 +405,11 @@ static PyMethodDef methods[] = {
          "enclosing[i]: the latest open begin of the key when begin i opened, or -1.")},
     {"pair_events", omptpy_py_pair_events, METH_VARARGS,
      DOC("pair_events($module, order, events, endpoints, pairings, as_rows=False, "
-         "lookups=None, times=None, /)",
+         "lookups=None, times=None, end_times=False, /)",
          "Several pairings of the records in one pass over them in order (None, with "
          "as_rows: the time order of times merged as the pass goes; None back when they "
-         "are not in a few chains of runs), each as pair() pairs; a pairing is (roles, keys): roles[4 * event + endpoint] (PAIR_*), its key "
+         "are not in a few chains of runs; end_times: the ends as their times), each as "
+         "pair() pairs; a pairing is (roles, keys): roles[4 * event + endpoint] (PAIR_*), its key "
          "columns; a lookup (pairing, in, keys): per begin, the pair of `in` with its key, "
          "found among those open.  Returns ([(begins, ends, ends that closed nothing)], "
          "[found]): int64 bytes, the begins' positions in order (as_rows: rows), those "

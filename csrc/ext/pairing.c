@@ -420,6 +420,7 @@ typedef struct {
   Py_ssize_t seen_mask;
   table twice;
   int64_t *rank;
+  int64_t *end_time; /* with end_times: per begin, its end's time once closed */
   /* Looked into: the changes of its stacks so far (opens and ends), and the last
    * key looked up in it (the hash and values), when, and what it found: a lookup
    * of the same key with no change since finds the same (the begins of a region
@@ -444,6 +445,7 @@ enum { LOOK_AGAIN = -2 };
 
 static void pairing_release(pairing *g) {
   free(g->rank);
+  free(g->end_time);
   free(g->seen);
   table_free(&g->twice);
   table_free(&g->st.open);
@@ -524,7 +526,7 @@ typedef struct {
   const int64_t *order;
   omptpy_order *merge;
   Py_ssize_t n, nroles;
-  const column *events, *endpoints;
+  const column *events, *endpoints, *times; /* times: of the ends, with end_times */
   int as_rows;
   const uint32_t *opens, *closes;
   const Py_ssize_t *capacity; /* per pairing: its begins counted before the pass */
@@ -574,7 +576,11 @@ static int pass(const passing *w) {
         key_at(&p->keys, row, &q);
         p->changes++;
         if (!(opening >> k & 1)) {
-          if (stacks_close(&p->st, &q, held) < 0) p->unmatched_ends++;
+          Py_ssize_t closed = stacks_close(&p->st, &q, held);
+          if (closed < 0)
+            p->unmatched_ends++;
+          else if (p->end_time)
+            p->end_time[closed] = (int64_t)column_at(w->times, row);
           continue;
         }
         if ((s = p->count) == w->capacity[k]) return 2;
@@ -587,7 +593,7 @@ static int pass(const passing *w) {
   }
 }
 
-/* pair_events(order, events, endpoints, pairings[, as_rows, lookups, times]):
+/* pair_events(order, events, endpoints, pairings[, as_rows, lookups, times, end_times]):
  * several pairings of the records in one pass over them in time order, each as
  * pair() pairs (no tags), for the tables and the exports.  The columns (see
  * above; no rows of their own) are of the records: `events` and `endpoints`
@@ -595,7 +601,9 @@ static int pass(const passing *w) {
  * through which the pass reads every column, or None with as_rows: the pass
  * merges the time order of `times` (the records' int64 times, any stride) as
  * it goes (time_order's merge, no array of it), and returns None when they are
- * not in a few chains of runs (the caller orders them then).  A pairing is (roles, keys): roles, bytes,
+ * not in a few chains of runs (the caller orders them then); with end_times
+ * (and times), the ends are given as their records' times, read as the pass
+ * closes them (no gather of them after it).  A pairing is (roles, keys): roles, bytes,
  * 4 per event number e: what a record of e does (PAIR_*) at roles[4 e +
  * endpoint], the endpoint 1 to 3, 0 for any other (event numbers beyond:
  * nothing); keys, a list of columns.  A lookup is (pairing, in, keys): for each
@@ -616,9 +624,10 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *order_obj, *events_spec, *endpoints_spec, *list, *result = NULL;
   PyObject *lookup_list = NULL, *times_obj = Py_None;
-  int as_rows = 0;
-  if (!PyArg_ParseTuple(args, "OOOO!|pO!O", &order_obj, &events_spec, &endpoints_spec,
-                        &PyList_Type, &list, &as_rows, &PyList_Type, &lookup_list, &times_obj))
+  int as_rows = 0, end_times = 0;
+  if (!PyArg_ParseTuple(args, "OOOO!|pO!Op", &order_obj, &events_spec, &endpoints_spec,
+                        &PyList_Type, &list, &as_rows, &PyList_Type, &lookup_list, &times_obj,
+                        &end_times))
     return NULL;
   Py_ssize_t records = -1, npairings = PyList_GET_SIZE(list);
   Py_ssize_t nlk = lookup_list ? PyList_GET_SIZE(lookup_list) : 0;
@@ -640,16 +649,21 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
       column_get(&endpoints, endpoints_spec, &records) < 0)
     goto done;
   const char *bad = NULL;
+  column times = {0}; /* the records' times (read in place, never released as a column) */
+  if (times_obj != Py_None) {
+    if (PyObject_GetBuffer(times_obj, &times_buf, PyBUF_STRIDES | PyBUF_FORMAT) < 0) goto done;
+    if (times_buf.ndim != 1 || !omptpy_is_int64(&times_buf) || times_buf.shape[0] != records)
+      bad = "pair_events: times, int64 of one dimension, one a record";
+    else
+      times.base = times_buf.buf, times.stride = times_buf.strides[0], times.size = 8;
+  }
   if (order_obj != Py_None) {
     if (PyObject_GetBuffer(order_obj, &order_buf, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
     if (!omptpy_is_int64(&order_buf)) bad = "pair_events: order, an array of int64";
   } else if (!as_rows || times_obj == Py_None) {
     bad = "pair_events: without an order, times to merge and as_rows";
-  } else {
-    if (PyObject_GetBuffer(times_obj, &times_buf, PyBUF_STRIDES | PyBUF_FORMAT) < 0) goto done;
-    if (times_buf.ndim != 1 || !omptpy_is_int64(&times_buf) || times_buf.shape[0] != records)
-      bad = "pair_events: times, int64 of one dimension, one a record";
   }
+  if (end_times && times_obj == Py_None) bad = "pair_events: end_times without times";
   const int64_t *order = order_buf.obj ? order_buf.buf : NULL;
   Py_ssize_t n = order ? order_buf.len / 8 : records;
   if (events.at || endpoints.at) bad = "pair_events: events read through order, not rows";
@@ -705,7 +719,8 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
       if (role == PAIR_CLOSE) closes[at] |= 1u << k;
     }
   passing w = {.g = g, .lk = lk, .order = order, .n = n, .nroles = nroles, .events = &events,
-               .endpoints = &endpoints, .as_rows = as_rows, .opens = opens, .closes = closes};
+               .endpoints = &endpoints, .times = &times, .as_rows = as_rows, .opens = opens,
+               .closes = closes};
   /* How many records have each role index; order checked. */
   for (Py_ssize_t i = 0; order && i < n && !bad; i++)
     if (order[i] < 0 || order[i] >= records) bad = "pair_events: order names rows not there";
@@ -725,6 +740,10 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     g[k].ends = PyBytes_FromStringAndSize(NULL, 8 * counts[k]);
     if (!g[k].begins || !g[k].ends || table_init(&g[k].st.open, 512) < 0) {
       if (!PyErr_Occurred()) PyErr_NoMemory();
+      goto done;
+    }
+    if (end_times && !(g[k].end_time = malloc(8 * (size_t)counts[k] + 1))) {
+      PyErr_NoMemory();
       goto done;
     }
     g[k].st.open.rows = (const int64_t *)PyBytes_AS_STRING(g[k].begins);
@@ -750,7 +769,7 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   int failed = 0;
   Py_BEGIN_ALLOW_THREADS
   if (!order) {
-    int chains = omptpy_order_start(&merge, times_buf.buf, times_buf.strides[0], records);
+    int chains = omptpy_order_start(&merge, times.base, times.stride, records);
     failed = chains < 0 ? 1 : chains == 0 && records > 0 ? 3 : 0;
     w.merge = &merge;
   }
@@ -793,7 +812,7 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
         open_begins[open++] = begin;
         continue;
       }
-      link[closed] = link[s];
+      link[closed] = g[k].end_time ? g[k].end_time[s] : link[s];
       begins[closed++] = begin;
     }
     memcpy(begins + closed, open_begins, (size_t)open * sizeof *begins);

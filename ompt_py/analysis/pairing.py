@@ -258,15 +258,16 @@ class Paired(NamedTuple):
 
 def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray | None,
                 names: list[str], as_rows: bool = False,
-                lookups: dict[str, Lookup] | None = None) -> Paired:
+                lookups: dict[str, Lookup] | None = None, end_times: bool = False) -> Paired:
     """The pairings ``names`` (of PAIRINGS) of the records ``events`` (their
     processes ``pids``; None: all of one), in one pass over them in time order
     (``order``: records.time_order of their times; None, with ``as_rows``: the
     pass merges that order as it reads the records, with no array of it, where
     their times come in a few chains of runs): per pairing, its begins and ends
     as positions in ``order`` (the rows of to_pandas()), or with ``as_rows`` as
-    rows of ``events``, as ``pair`` pairs; and the ``lookups`` (among the
-    pairings ``names``), looked up in the pass as each pair begins."""
+    rows of ``events``, as ``pair`` pairs (with ``end_times``, the ends as their
+    records' times, read in the pass); and the ``lookups`` (among the pairings
+    ``names``), looked up in the pass as each pair begins."""
     lookups = lookups or {}
     for lk in lookups.values():
         if PAIRINGS[lk.into].key != (lk.field,):
@@ -282,10 +283,11 @@ def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray |
                       pid + [_key_column(events, field, pairing) for field in pairing.key]))
     looks = [(names.index(lk.of), names.index(lk.into),
               [*pid, column(events[lk.query_field], True)]) for lk in lookups.values()]
-    args = column(events["event"]), column(events["endpoint"]), specs, as_rows, looks
+    args = (column(events["event"]), column(events["endpoint"]), specs, as_rows, looks,
+            events["time_ns"], end_times)
     if order is not None:
         found = _core.pair_events(np.asarray(order, np.int64), *args)
-    elif (found := _core.pair_events(None, *args, events["time_ns"])) is None:
+    elif (found := _core.pair_events(None, *args)) is None:
         order = time_order(events["time_ns"])  # not in a few chains of runs: sorted
         found = _core.pair_events(order, *args)
     pairs = {}

@@ -141,9 +141,9 @@ class _Records:
               ) -> tuple[dict[str, _Pairs], dict[str, np.ndarray]]:
         """The pairings ``names`` (pairing.PAIRINGS), as the tables pair them, and the
         ``lookups`` among them, in one pass over the records."""
-        found = pairing.pair_events(self.ev, self.pids, None, names, True, lookups)
-        return ({name: _Pairs(f.begins, self.time(f.ends)) for name, f in found.pairs.items()},
-                found.found)
+        found = pairing.pair_events(self.ev, self.pids, None, names, True, lookups,
+                                    end_times=True)
+        return {name: _Pairs(f.begins, f.ends) for name, f in found.pairs.items()}, found.found
 
     def rows(self, *events: str) -> np.ndarray:
         """The rows of these events, in the records' order."""

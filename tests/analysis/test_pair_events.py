@@ -114,6 +114,10 @@ def test_the_pass_merges_the_time_order_of_the_threads_runs(seed):
     names = list(pairing.PAIRINGS)
     _same_pairs(pairing.pair_events(ev, pids, None, names, as_rows=True).pairs,
                 pairing.pair_events(ev, pids, time_order(ev["time_ns"]), names, as_rows=True).pairs)
+    timed = pairing.pair_events(ev, pids, None, names, as_rows=True, end_times=True).pairs
+    for name, got in pairing.pair_events(ev, pids, None, names, as_rows=True).pairs.items():
+        assert timed[name].ends.tolist() == ev["time_ns"][got.ends].tolist(), name
+        assert timed[name].begins.tolist() == got.begins.tolist(), name
     one = ev["thread"] == 0  # one thread: a chain read in order
     _same_pairs(pairing.pair_events(ev[one], None, None, names, as_rows=True).pairs,
                 pairing.pair_events(ev[one], None, np.arange(one.sum()), names, as_rows=True).pairs)
@@ -128,6 +132,8 @@ def test_no_order_needs_rows_and_times():
         _core.pair_events(None, *args)
     with pytest.raises(ValueError, match="one a record"):
         _core.pair_events(None, *args, ev["time_ns"][:-1])
+    with pytest.raises(ValueError, match="end_times without times"):
+        _core.pair_events(time_order(ev["time_ns"]), *args, None, True)
 
 
 def test_one_process_needs_no_pid_column():
