@@ -281,6 +281,15 @@ def cumulative(
     out (queries x states); with spans, the time between each of the first half of
     the queries and the same one of the second half (queries / 2 x states)."""
 
+def waiting(
+    series: list[tuple[Buffer, Buffer, Buffer, Buffer]], /
+) -> tuple[bytearray, bytearray, list[bytearray]]:
+    """How many threads wait per process after each change: series, a list of (pid,
+    thread, begin, end), a series' waits in the order of their begins; a thread's waits
+    that nest or touch count once.  Returns (pid, time, [count per series]): int32,
+    int64 and int32 bytearrays, a row per process and time at which a spell begins or
+    ends, by process then time."""
+
 def lod_sum(
     begin: Buffer,
     end: Buffer,

@@ -105,6 +105,7 @@ PyObject *omptpy_py_find(PyObject *m, PyObject *args);
 
 PyObject *omptpy_py_sweep(PyObject *m, PyObject *args);
 PyObject *omptpy_py_cumulative(PyObject *m, PyObject *args);
+PyObject *omptpy_py_waiting(PyObject *m, PyObject *args);
 
 /* ---- format.c: rows of text, and the integer columns the exports' kernels read --- */
 

@@ -431,6 +431,13 @@ static PyMethodDef methods[] = {
          "Each query's group's time in each state of the segments before its time, into "
          "out (queries x states); with spans, the time between each of the first half of "
          "the queries and the same one of the second half (queries / 2 x states).")},
+    {"waiting", omptpy_py_waiting, METH_VARARGS,
+     DOC("waiting($module, series, /)",
+         "How many threads wait per process after each change: series, a list of (pid, "
+         "thread, begin, end), a series' waits in the order of their begins; a thread's "
+         "waits that nest or touch count once.  Returns (pid, time, [count per series]): "
+         "bytearrays of int32, int64 and int32, a row per process and time at which a "
+         "spell begins or ends, by process then time.")},
     {"format_rows", omptpy_py_format_rows, METH_VARARGS,
      DOC("format_rows($module, parts, columns, /)",
          "Rows of text, each parts[0] value parts[1] ... parts[-1]; a column is (FORMAT_*, "

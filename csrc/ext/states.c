@@ -14,6 +14,10 @@
  * in time order (sort_keys: a merge of the runs the tables come in, or a radix
  * sort).  The order of points of one group and time does not matter: a
  * piece's state is taken after every point at its start.
+ *
+ * - waiting(): the exports' counter of threads waiting, per process after each
+ *   change: each thread's waits made spells, their points sorted by process and
+ *   time (sort_keys), counted.
  */
 #include "ext.h"
 
@@ -475,5 +479,285 @@ PyObject *omptpy_py_cumulative(PyObject *m, PyObject *args) {
   result = failed ? PyErr_NoMemory() : omptpy_py_none();
 done:
   release_all(b, 7);
+  return result;
+}
+
+/* ---- waiting(): the threads waiting per process ------------------------------------ */
+
+enum { MAX_SERIES = 8 };
+
+/* A slot of the table of tracks: (pid << 32) ^ thread -> the track's index (-1: empty). */
+typedef struct {
+  uint64_t key;
+  int64_t track;
+} track_slot;
+
+/* A thread's waits, one spell at a time: the waits that nest or touch are one. */
+typedef struct {
+  int64_t pid, start, reach; /* the spell under way: from start to reach */
+  Py_ssize_t spells;         /* its spells (counted), then written */
+  int open;
+} track;
+
+/* A series' waits and their threads' tracks. */
+typedef struct {
+  omptpy_ints pid, thread;
+  const int64_t *begin, *end;
+  Py_ssize_t n;
+  int64_t *track_at; /* per wait, its track */
+  track_slot *slots;
+  size_t mask;
+  track *tracks;
+  size_t ntracks, cap;
+  Py_ssize_t *first; /* per track: where its points start (its begins, then its ends) */
+} series_waits;
+
+static size_t slot_of(uint64_t key, size_t mask) {
+  return (size_t)((key * 0x9E3779B97F4A7C15u) >> 20) & mask;
+}
+
+/* The track of (pid, thread), made if new; -1: out of memory. */
+static int64_t track_of(series_waits *w, int64_t pid, uint64_t thread) {
+  uint64_t key = (uint64_t)pid << 32 ^ thread;
+  size_t s = slot_of(key, w->mask);
+  for (; w->slots[s].track >= 0; s = (s + 1) & w->mask)
+    if (w->slots[s].key == key) return w->slots[s].track;
+  if (2 * (w->ntracks + 1) > w->mask + 1) { /* half full: twice as large, then again */
+    size_t size = 2 * (w->mask + 1);
+    track_slot *bigger = malloc(size * sizeof *bigger);
+    if (!bigger) return -1;
+    for (size_t i = 0; i < size; i++) bigger[i].track = -1;
+    for (size_t i = 0; i <= w->mask; i++) {
+      if (w->slots[i].track < 0) continue;
+      size_t d = slot_of(w->slots[i].key, size - 1);
+      while (bigger[d].track >= 0) d = (d + 1) & (size - 1);
+      bigger[d] = w->slots[i];
+    }
+    free(w->slots);
+    w->slots = bigger;
+    w->mask = size - 1;
+    return track_of(w, pid, thread);
+  }
+  if (w->ntracks == w->cap) {
+    size_t cap = w->cap ? 2 * w->cap : 16;
+    track *more = realloc(w->tracks, cap * sizeof *more);
+    if (!more) return -1;
+    w->tracks = more;
+    w->cap = cap;
+  }
+  w->slots[s] = (track_slot){key, (int64_t)w->ntracks};
+  w->tracks[w->ntracks] = (track){pid, 0, 0, 0, 0};
+  return (int64_t)w->ntracks++;
+}
+
+/* Where the points of the spells go: NULL keys to count the spells per track;
+ * else a point per spell's begin and end (key: its process's shift plus the
+ * time from low; payload: series << 1 | is_end), at the track's first points. */
+typedef struct {
+  uint64_t *keys;
+  uint32_t *payload;
+  const uint64_t *shift; /* per track */
+  int64_t low;
+  uint32_t series;
+} points;
+
+/* The spell under way of track k is over. */
+static void spell_over(series_waits *w, size_t k, const points *pt, Py_ssize_t *written) {
+  track *tr = &w->tracks[k];
+  if (!pt->keys) {
+    tr->spells++;
+    return;
+  }
+  Py_ssize_t begin_at = w->first[k] + written[k]++, end_at = begin_at + tr->spells;
+  pt->keys[begin_at] = pt->shift[k] + (uint64_t)(tr->start - pt->low);
+  pt->payload[begin_at] = pt->series << 1;
+  pt->keys[end_at] = pt->shift[k] + (uint64_t)(tr->reach - pt->low);
+  pt->payload[end_at] = pt->series << 1 | 1;
+}
+
+/* The spells of a series' waits (in the order of their begins), per track: a wait
+ * that begins after every earlier wait of its track has ended starts a spell. */
+static int spells(series_waits *w, const points *pt) {
+  Py_ssize_t *written = pt->keys ? calloc(w->ntracks + 1, sizeof *written) : NULL;
+  if (pt->keys && !written) return -1;
+  for (size_t k = 0; k < w->ntracks; k++) w->tracks[k].open = 0;
+  for (Py_ssize_t i = 0; i < w->n; i++) {
+    size_t k = (size_t)w->track_at[i];
+    track *tr = &w->tracks[k];
+    if (tr->open && w->begin[i] <= tr->reach) {
+      if (w->end[i] > tr->reach) tr->reach = w->end[i];
+      continue;
+    }
+    if (tr->open) spell_over(w, k, pt, written);
+    tr->open = 1;
+    tr->start = w->begin[i];
+    tr->reach = w->end[i];
+  }
+  for (size_t k = 0; k < w->ntracks; k++)
+    if (w->tracks[k].open) spell_over(w, k, pt, written);
+  free(written);
+  return 0;
+}
+
+static int by_value(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* waiting(series): how many threads wait per process, after each change: series,
+ * a list (of at most MAX_SERIES: sync, mutex) of (pid, thread, begin, end), a
+ * series' waits in the order of their begins (pid and thread integers of any
+ * width, begin and end int64); a thread's waits that nest or touch count once,
+ * from the first begin to the last end (a spell).  Returns (pid, time, counts):
+ * bytearrays of int32 and int64, a row per process and time at which a spell of
+ * any series begins or ends (by process, then time), and per series one of int32,
+ * its threads waiting after every change at that time. */
+PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *list, *result = NULL, *outs[2 + MAX_SERIES] = {0};
+  if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
+  Py_ssize_t nseries = PyList_GET_SIZE(list);
+  if (nseries > MAX_SERIES) {
+    PyErr_Format(PyExc_ValueError, "waiting: at most %d series", (int)MAX_SERIES);
+    return NULL;
+  }
+  series_waits w[MAX_SERIES];
+  Py_buffer bufs[4 * MAX_SERIES];
+  memset(w, 0, sizeof w);
+  memset(bufs, 0, sizeof bufs);
+  uint64_t *keys = NULL, *tmp = NULL, *shift = NULL;
+  uint32_t *payload = NULL, *tmp_payload = NULL;
+  size_t *counts = NULL;
+  int64_t *pids = NULL;
+  for (Py_ssize_t s = 0; s < nseries; s++) {
+    PyObject *pid, *thread, *begin, *end;
+    Py_ssize_t n = -1;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(list, s), "OOOO", &pid, &thread, &begin, &end) ||
+        omptpy_get_ints(pid, &bufs[4 * s], &w[s].pid, &n, "waiting pid") < 0 ||
+        omptpy_get_ints(thread, &bufs[4 * s + 1], &w[s].thread, &n, "waiting thread") < 0 ||
+        !(w[s].begin = omptpy_get_items(begin, &bufs[4 * s + 2], 8, &n, 0, "waiting begin")) ||
+        !(w[s].end = omptpy_get_items(end, &bufs[4 * s + 3], 8, &n, 0, "waiting end")))
+      goto done;
+    w[s].n = n;
+  }
+  int failed = 0; /* 1: out of memory, 2: times too far apart */
+  Py_ssize_t npoints = 0, rows = 0;
+  size_t npids = 0;
+  int64_t low = INT64_MAX, high = INT64_MIN;
+  Py_BEGIN_ALLOW_THREADS
+  /* Each wait's track; the processes (sorted: their shifts); the times' range. */
+  for (Py_ssize_t s = 0; s < nseries && !failed; s++) {
+    w[s].mask = 15;
+    w[s].slots = malloc(16 * sizeof *w[s].slots);
+    w[s].track_at = malloc((size_t)w[s].n * sizeof *w[s].track_at + 1);
+    if (!w[s].slots || !w[s].track_at) {
+      failed = 1;
+      break;
+    }
+    for (size_t i = 0; i < 16; i++) w[s].slots[i].track = -1;
+    for (Py_ssize_t i = 0; i < w[s].n && !failed; i++) {
+      int negative;
+      uint64_t p = omptpy_ints_get(&w[s].pid, i, &negative);
+      int64_t pid = negative ? -(int64_t)p : (int64_t)p;
+      uint64_t thread = omptpy_ints_bits(&w[s].thread, i) & 0xFFFFFFFFu;
+      failed = (w[s].track_at[i] = track_of(&w[s], pid, thread)) < 0;
+      int64_t b = w[s].begin[i], e = w[s].end[i];
+      if ((b < e ? b : e) < low) low = b < e ? b : e;
+      if ((b > e ? b : e) > high) high = b > e ? b : e;
+    }
+  }
+  size_t ntracks = 0;
+  for (Py_ssize_t s = 0; s < nseries; s++) ntracks += w[s].ntracks;
+  if (!failed && !(pids = malloc(ntracks * sizeof *pids + 1))) failed = 1;
+  for (Py_ssize_t s = 0; s < nseries && !failed; s++)
+    for (size_t k = 0; k < w[s].ntracks; k++) pids[npids++] = w[s].tracks[k].pid;
+  if (!failed && npids) {
+    qsort(pids, npids, sizeof *pids, by_value);
+    size_t distinct = 1;
+    for (size_t i = 1; i < npids; i++)
+      if (pids[i] != pids[distinct - 1]) pids[distinct++] = pids[i];
+    npids = distinct;
+    uint64_t span = (uint64_t)high - (uint64_t)low + 1;
+    if (span == 0 || span > UINT64_MAX / npids) failed = 2;
+  }
+  /* The spells counted, then their points laid out a track at a time and written. */
+  for (Py_ssize_t s = 0; s < nseries && !failed; s++) {
+    points count = {0};
+    if (spells(&w[s], &count) < 0 || !(w[s].first = malloc(w[s].ntracks * sizeof(Py_ssize_t) + 1))) {
+      failed = 1;
+      break;
+    }
+    for (size_t k = 0; k < w[s].ntracks; k++) {
+      w[s].first[k] = npoints;
+      npoints += 2 * w[s].tracks[k].spells;
+    }
+  }
+  if (!failed && (!(keys = malloc((size_t)npoints * 8 + 1)) || !(tmp = malloc((size_t)npoints * 8 + 1)) ||
+                  !(payload = malloc((size_t)npoints * 4 + 1)) ||
+                  !(tmp_payload = malloc((size_t)npoints * 4 + 1)) ||
+                  !(counts = malloc(6 * DIGITS * sizeof *counts)) ||
+                  !(shift = malloc(ntracks * sizeof *shift + 1))))
+    failed = 1;
+  for (Py_ssize_t s = 0; s < nseries && !failed; s++) {
+    uint64_t span = (uint64_t)high - (uint64_t)low + 1;
+    for (size_t k = 0; k < w[s].ntracks; k++) {
+      int64_t *at = bsearch(&w[s].tracks[k].pid, pids, npids, sizeof *pids, by_value);
+      shift[k] = (uint64_t)(at - pids) * span;
+    }
+    points write = {keys, payload, shift, low, (uint32_t)s};
+    failed = spells(&w[s], &write) < 0;
+  }
+  /* In process and time order (a merge of the tracks' runs, or a radix sort); a row
+   * per key, after every change at it. */
+  if (!failed) {
+    sort_keys(keys, payload, tmp, tmp_payload, (size_t)npoints, 0, counts);
+    for (Py_ssize_t i = 0; i < npoints; i++) rows += i + 1 == npoints || keys[i + 1] != keys[i];
+  }
+  Py_END_ALLOW_THREADS
+  if (failed) {
+    if (failed == 1) PyErr_NoMemory();
+    else PyErr_SetString(PyExc_ValueError, "waiting: times too far apart for one key");
+    goto done;
+  }
+  for (Py_ssize_t o = 0; o < 2 + nseries; o++)
+    if (!(outs[o] = new_output(rows, o == 1 ? 8 : 4))) goto done;
+  int32_t *pid_out = (int32_t *)PyByteArray_AS_STRING(outs[0]);
+  int64_t *time_out = (int64_t *)PyByteArray_AS_STRING(outs[1]);
+  uint64_t span = (uint64_t)high - (uint64_t)low + 1;
+  int32_t now[MAX_SERIES] = {0};
+  Py_BEGIN_ALLOW_THREADS
+  for (Py_ssize_t i = 0, r = 0; i < npoints; i++) {
+    now[payload[i] >> 1] += payload[i] & 1 ? -1 : 1;
+    if (i + 1 < npoints && keys[i + 1] == keys[i]) continue;
+    pid_out[r] = (int32_t)pids[keys[i] / span];
+    time_out[r] = low + (int64_t)(keys[i] % span);
+    for (Py_ssize_t s = 0; s < nseries; s++) ((int32_t *)PyByteArray_AS_STRING(outs[2 + s]))[r] = now[s];
+    r++;
+  }
+  Py_END_ALLOW_THREADS
+  PyObject *per_series = PyList_New(nseries);
+  if (!per_series) goto done;
+  for (Py_ssize_t s = 0; s < nseries; s++) {
+    PyList_SET_ITEM(per_series, s, outs[2 + s]);
+    outs[2 + s] = NULL;
+  }
+  result = Py_BuildValue("NNN", outs[0], outs[1], per_series);
+  outs[0] = outs[1] = NULL;
+done:
+  for (int o = 0; o < 2 + MAX_SERIES; o++) Py_XDECREF(outs[o]);
+  for (Py_ssize_t s = 0; s < MAX_SERIES; s++) {
+    free(w[s].track_at);
+    free(w[s].slots);
+    free(w[s].tracks);
+    free(w[s].first);
+  }
+  release_all(bufs, 4 * MAX_SERIES);
+  free(keys);
+  free(tmp);
+  free(payload);
+  free(tmp_payload);
+  free(counts);
+  free(shift);
+  free(pids);
   return result;
 }

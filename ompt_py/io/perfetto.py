@@ -604,43 +604,19 @@ def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter) -> S
     """A counter per process and time: how many threads wait in sync regions and
     for mutexes, after each change.  A thread counts once while it waits, however
     many of its waits nest (a taskwait in a task run inside a barrier's wait),
-    and only on the threads and processes ``flt`` keeps, in its window."""
-    series = [_waiting_threads(rec.pid(p.rows), rec.ev["thread"][p.rows], rec.time(p.rows),
-                               p.end, flt) for p in (sync, mutex)]
-    n_sync, n_mutex = len(series[0][0]), len(series[1][0])
-    # Every thread's waiting spells' begins and ends, by process and time (stable):
-    # the sync ones, then the mutex ones.  (Each array replaced one at a time, so
-    # that the old ones go as the new ones come: the counter is of every event's
-    # size.)
-    pid = np.concatenate([p for p, _, _ in series] * 2)
-    time = np.concatenate([b for _, b, _ in series] + [e for _, _, e in series])
-    del series
-    order = np.argsort(time, kind="stable")
-    time = time[order]
-    pid = pid[order]
-    if len(pid) and (pid != pid[0]).any():
-        by_process = np.argsort(pid, kind="stable")
-        order = order[by_process]
-        time = time[by_process]
-        pid = pid[by_process]
-        del by_process
-    # Every spell adds 1 and removes 1 within its process, so a running sum over the
-    # rows sorted by process starts each process at 0.
-    n = n_sync + n_mutex
-    counts = []
-    for begin_at, end_at, count in ((0, n, n_sync), (n_sync, n + n_sync, n_mutex)):
-        begins = (order >= begin_at) & (order < begin_at + count)
-        ends = (order >= end_at) & (order < end_at + count)
-        counts.append(np.cumsum(begins.view(np.int8) - ends.view(np.int8), dtype=np.int32))
-    del order, begins, ends
-    last = np.ones(len(pid), bool)  # the counts after the last change at each time
-    last[:-1] = (pid[1:] != pid[:-1]) | (time[1:] != time[:-1])
-    in_sync = counts[0][last]
-    in_mutex = counts[1][last]
-    del counts
-    pid = pid[last]
-    time = time[last]
-    del last
+    and only on the threads and processes ``flt`` keeps, in its window
+    (_core.waiting: each thread's waits made spells, counted in C)."""
+    series = []
+    for p in (sync, mutex):
+        pid, thread = rec.pid(p.rows), rec.ev["thread"][p.rows]
+        keep = flt.tracks(pid, thread)
+        begin, end = rec.time(p.rows), p.end
+        if not keep.all():
+            pid, thread, begin, end = pid[keep], thread[keep], begin[keep], end[keep]
+        series.append((pid, thread, begin, np.asarray(end, np.int64)))
+    pid, time, (in_sync, in_mutex) = _core.waiting(series)
+    pid, time = np.frombuffer(pid, np.int32), np.frombuffer(time, np.int64)
+    in_sync, in_mutex = np.frombuffer(in_sync, np.int32), np.frombuffer(in_mutex, np.int32)
     if flt.active:  # (steps keeps every row of an inactive filter, as they are)
         at, time = flt.steps(pid, time)
         pid, in_sync, in_mutex = pid[at], in_sync[at], in_mutex[at]
@@ -649,38 +625,6 @@ def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter) -> S
         return Counter("threads waiting", pid[part], time[part],
                        [("sync", in_sync[part]), ("mutex", in_mutex[part])])
     return Source(len(pid), batch)
-
-
-def _waiting_threads(pid: np.ndarray, thread: np.ndarray, begin: np.ndarray, end: np.ndarray,
-                     flt: ExportFilter) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The spells in which each thread (kept by ``flt``) waits, from waits that
-    may nest or touch (in the order of their begins): the union of a thread's
-    waits, as (pid, begin, end) per spell."""
-    keep = flt.tracks(pid, thread)
-    if not keep.all():
-        pid, thread, begin, end = pid[keep], thread[keep], begin[keep], end[keep]
-    del keep
-    if not len(begin):
-        return pid, np.asarray(begin, np.int64), np.asarray(end, np.int64)
-    # Each thread's waits together, in the order of their begins (a stable sort on
-    # the thread's number among the trace's, a radix sort for up to 2^16 threads).
-    track = pd.factorize(pid.astype(np.int64) << 32 | thread)[0]
-    order = np.argsort(track.astype(np.uint16) if track.max() < 1 << 16 else track,
-                       kind="stable")
-    track, pid, begin, end = track[order], pid[order], begin[order], end[order]
-    del order
-    # Shifted by track, the times of one track lie above those of the tracks before,
-    # so one running maximum of the ends serves them all: a spell starts where a
-    # wait begins after every wait of its track before it has ended.
-    low, span = int(begin.min()), int(end.max()) - int(begin.min()) + 1
-    track *= span
-    track -= low  # now the shift of each wait
-    reach = np.maximum.accumulate(end + track)
-    new = np.ones(len(begin), bool)
-    new[1:] = begin[1:] + track[1:] > reach[:-1]
-    del reach, track
-    spells = np.flatnonzero(new)
-    return pid[spells], begin[spells], np.maximum.reduceat(end, spells)
 
 
 # ---- offload: the host's target constructs, data operations and submissions; the devices --------

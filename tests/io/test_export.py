@@ -30,6 +30,7 @@ import pytest
 from conftest import cli, load_stored, no_traceback, ok, stored_path
 
 import ompt_py
+from ompt_py import _core
 from ompt_py import io as export
 from ompt_py.analysis import cache, tables
 from ompt_py.io import csv as csv_export
@@ -284,6 +285,41 @@ def test_threads_waiting_counter(trace, perfetto):
             nested_waits += len(open_at) > sum(threads.values())
         assert max(v["mutex"] for _, v in series) >= 1
     assert nested_waits > 0  # a taskwait's wait in a task run in a barrier's wait
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_waiting_kernel_counts_each_thread_once(seed):
+    """_core.waiting, the counter's kernel, against the threads in a spell of waiting
+    (its waits that nest or touch) just after each time a spell begins or ends, on
+    random waits of two series, two processes and three threads a process."""
+    rng = np.random.default_rng(seed)
+    series, spells = [], []
+    for _ in range(2):
+        begin = np.sort(rng.integers(-50, 500, 400))
+        end = begin + rng.choice([0, 1, 5, 40], len(begin))
+        pid = rng.choice(np.array([7, 300], np.int32), len(begin))
+        thread = rng.integers(0, 3, len(begin)).astype(np.uint32)
+        series.append((pid, thread, begin, end))
+        mine: dict[tuple[int, int], list[list[int]]] = {}
+        for p, t, b, e in zip(pid.tolist(), thread.tolist(), begin.tolist(), end.tolist()):
+            spell = mine.setdefault((p, t), [])
+            if spell and b <= spell[-1][1]:
+                spell[-1][1] = max(spell[-1][1], e)
+            else:
+                spell.append([b, e])
+        spells.append(mine)
+    pid, time, counts = _core.waiting(series)
+    rows = list(zip(np.frombuffer(pid, np.int32).tolist(), np.frombuffer(time, np.int64).tolist()))
+    assert rows == sorted({(p, x) for mine in spells for (p, _), s in mine.items()
+                           for spell in s for x in spell})
+    for mine, got in zip(spells, counts):
+        want = [sum(any(b <= t < e for b, e in s) for (q, _), s in mine.items() if q == p)
+                for p, t in rows]
+        assert np.frombuffer(got, np.int32).tolist() == want
+    assert max(max(np.frombuffer(c, np.int32)) for c in counts) > 1
+    empty = _core.waiting([(np.zeros(0, np.int32), np.zeros(0, np.uint32), np.zeros(0, np.int64),
+                            np.zeros(0, np.int64))] * 2)
+    assert [len(empty[0]), len(empty[1]), [len(c) for c in empty[2]]] == [0, 0, [0, 0]]
 
 
 def test_perfetto_of_several_saved_processes_from_the_cli(trace_file, tmp_path):
