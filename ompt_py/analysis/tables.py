@@ -90,16 +90,20 @@ def _pair(trace: Trace, names: list[str]) -> dict[str, pairing.Pairs]:
                                order(trace), names).pairs
 
 
-def _scoped(trace: Trace, name: str, columns: list[str]) -> Intervals:
-    """The intervals of a pairing of ``paired``: its begins' ``columns``.  Each
-    table made of a pairing is kept (cache.per_trace, or made by a function that
-    is), so its pairs leave ``paired`` here, not to be held as long as the
-    trace; a pairing asked for again is paired anew, alone."""
+def _pairs(trace: Trace, name: str) -> pairing.Pairs:
+    """The pairs of a pairing of ``paired``.  Each table made of a pairing is kept
+    (cache.per_trace, or made by a function that is), so its pairs leave
+    ``paired`` here, not to be held as long as the trace; a pairing asked for
+    again is paired anew, alone."""
     pairs = paired(trace)
-    found = pairs.pop(name) if name in pairs else _pair(trace, [name])[name]
+    return pairs.pop(name) if name in pairs else _pair(trace, [name])[name]
+
+
+def _scoped(trace: Trace, name: str, columns: list[str]) -> Intervals:
+    """The intervals of a pairing of ``paired`` (``_pairs``): its begins' ``columns``."""
     ev, at = trace.events, order(trace)
     return pairing.intervals(lambda rows, cols: select(trace, rows, cols),
-                             lambda rows: ev["time_ns"][at[rows]], found, columns)
+                             lambda rows: ev["time_ns"][at[rows]], _pairs(trace, name), columns)
 
 
 @per_trace
@@ -169,17 +173,6 @@ def work_intervals(trace: Trace) -> Intervals:
 @per_trace
 def masked_intervals(trace: Trace) -> Intervals:
     return _scoped(trace, "masked", [*_BASE, "parallel_id", "codeptr"])
-
-
-def _mutex_waits(trace: Trace) -> pd.DataFrame:
-    """acquire -> acquired per thread and wait id: how long each lock/critical was waited for."""
-    return _scoped(trace, "mutex_wait", [*_BASE, "kind", "wait_id", "codeptr"]).table
-
-
-def _mutex_holds(trace: Trace) -> pd.DataFrame:
-    """acquired -> released per thread and wait id: how long each lock/critical was held
-    (the kind and code address are the wait's)."""
-    return _scoped(trace, "mutex_hold", [*_BASE, "wait_id"]).table
 
 
 @per_trace
@@ -405,27 +398,55 @@ def task_graph(trace: Trace) -> pd.DataFrame:
 @per_trace
 def mutex(trace: Trace) -> pd.DataFrame:
     """One row per acquisition of a lock, nest lock, critical or ordered: when it was
-    asked for, got and given back, ``wait_ns`` and ``hold_ns``."""
-    waits = _mutex_waits(trace).rename(columns={"begin_ns": "acquire_ns",
-                                               "end_ns": "acquired_ns", "duration_ns": "wait_ns"})
-    holds = _mutex_holds(trace).rename(columns={"begin_ns": "acquired_ns",
-                                                "end_ns": "released_ns", "duration_ns": "hold_ns"})
-    keys = [*_BASE, "wait_id", "acquired_ns"]
+    asked for, got and given back, ``wait_ns`` and ``hold_ns``.
+
+    The waits (acquire -> acquired per thread and wait id) and holds (acquired ->
+    released) joined (pairing.acquisitions); a hold's kind and code address are
+    its wait's (a hold without its wait, or a wait without its hold: NaN in the
+    other's columns).  Made a column at a time, each from the records at the
+    pairs' rows, the inputs dropped as they are read: no table of the waits or
+    of the holds (the table is the largest of a contended trace)."""
+    waits, holds = _pairs(trace, "mutex_wait"), _pairs(trace, "mutex_hold")
+    at, time = order(trace), trace.events["time_ns"]
+
+    def keys(begins: np.ndarray, acquired: np.ndarray) -> pd.DataFrame:
+        out = select(trace, begins, [*_BASE, "wait_id"])
+        out["acquired_ns"] = acquired
+        return out
 
     def key_arrays(t: pd.DataFrame) -> list[np.ndarray]:
         return [t["pid"].to_numpy(), t["thread"].to_numpy(),
                 t["wait_id"].to_numpy(np.uint64, na_value=0), t["acquired_ns"].to_numpy()]
 
-    w, h = pairing.acquisitions(key_arrays(waits), key_arrays(holds))
-    rows = np.where(w >= 0, w, len(waits) + h)
-    # The keys from either side; the rest of the wait's (label -1: a hold without
-    # its wait, NaN), a column at a time.
-    out = pd.DataFrame({c: pd.concat([waits[c], holds[c]], ignore_index=True).array.take(rows)
-                        if c in keys else waits[c].reindex(w).array for c in waits.columns},
-                       copy=False)
-    held = holds[["released_ns", "hold_ns"]].reindex(h).reset_index(drop=True)
-    out[["released_ns", "hold_ns"]] = held
-    return out
+    acquire, acquired = time[at[waits.begins]], time[at[waits.ends]]
+    of_wait = keys(waits.begins, acquired)
+    held_from = time[at[holds.begins]]
+    of_hold = keys(holds.begins, held_from)
+    wait_rows, hold_ends = waits.begins, holds.ends
+    del waits, holds
+    w, h = pairing.acquisitions(key_arrays(of_wait), key_arrays(of_hold))
+    # The keys from either side (label -1: the other's row, a hold without its
+    # wait); the rest of the wait's or the hold's (-1: NaN), a column at a time.
+    rows = np.where(w >= 0, w, len(of_wait) + h)
+
+    def of(values: Any, labels: np.ndarray) -> Any:
+        return pd.Series(values).reindex(labels).array
+
+    out = {"acquire_ns": of(acquire, w)}
+    for c in [*_BASE, "kind", "wait_id", "codeptr", "acquired_ns"]:
+        if c in of_hold:  # a key
+            out[c] = pd.concat([of_wait.pop(c), of_hold.pop(c)], ignore_index=True
+                               ).array.take(rows)
+        else:
+            out[c] = of(select(trace, wait_rows, [c])[c], w)
+    del wait_rows, rows
+    out["wait_ns"] = of(acquired - acquire, w)
+    del acquire, acquired, w
+    released = time[at[hold_ends]]
+    del hold_ends
+    out["released_ns"] = of(released, h)
+    out["hold_ns"] = of(released - held_from, h)
+    return pd.DataFrame(out, copy=False)
 
 
 # ---- regions of user code (ompt_py.region, omptpy_region.h) ------------------------------------
