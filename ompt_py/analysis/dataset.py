@@ -46,6 +46,7 @@ from ..meta import why_empty
 from ..records import CONSTRUCTS
 from ..units import TEXT, ns_columns
 from . import advice, cache, metrics, offload, profile, pystacks, ranks, summary, tables
+from .pairing import first_rows, first_seen_groups, grouper
 from .states import task_waits, thread_totals, tool_stalls
 from .states import threads as thread_keys
 
@@ -81,11 +82,14 @@ def construct_stats(trace: Trace, raw: bool = False) -> pd.DataFrame:
     kind = "kind_raw" if raw else "kind"
     parts = []
     for inst in metrics.per_construct(metrics.construct_instances(trace)):
-        g = inst.groupby(["construct", kind], observed=True, sort=False, dropna=False)
-        out = g["duration_ns"].agg(count="count", total_ns="sum", min_ns="min", max_ns="max")
+        # Grouped by one number per group (first_seen_groups; as metrics.constructs).
+        group = first_seen_groups([inst["construct"], inst[kind]], dropna=False)
+        g = inst["duration_ns"].groupby(grouper(group), observed=True, sort=False)
+        out = g.agg(["count", "sum", "min", "max"]).rename(
+            columns={"sum": "total_ns", "min": "min_ns", "max": "max_ns"})
+        out.index = pd.MultiIndex.from_frame(inst[["construct", kind]].iloc[first_rows(group)])
         out = out.reset_index().rename(columns={kind: "kind"})
-        out["hist"] = list(profile.histograms(inst["duration_ns"].to_numpy(),
-                                              g.ngroup().to_numpy(), len(out)))
+        out["hist"] = list(profile.histograms(inst["duration_ns"].to_numpy(), group, len(out)))
         parts.append(out)
     return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 

@@ -302,14 +302,19 @@ def per_construct(frame: pd.DataFrame) -> list[pd.DataFrame]:
 
 
 def _group_stats(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """_STAT_COLUMNS per group of ``keys`` of ``frame`` (per_construct's), the most
-    total time first."""
+    """_STAT_COLUMNS per group of ``keys`` of ``frame`` (per_construct's; missing
+    values a key of their own), the most total time first.  Grouped by one number
+    per group (first_seen_groups; groupby's hash tables of each key are sized for
+    the rows), the groups' keys put back after."""
     parts = []
     for part in per_construct(frame):
-        g = part.groupby(keys, observed=True, sort=False, dropna=False)["duration_ns"]
+        group = first_seen_groups([part[k] for k in keys], dropna=False)
+        g = part["duration_ns"].groupby(grouper(group), observed=True, sort=False)
         stats = g.agg(["count", "sum", "mean", "max"]).rename(
             columns={"sum": "total_ns", "mean": "mean_ns", "max": "max_ns"})
         stats["p50_ns"], stats["p95_ns"] = g.quantile(0.5), g.quantile(0.95)
+        del g
+        stats.index = pd.MultiIndex.from_frame(part[keys].iloc[first_rows(group)])
         parts.append(stats[_STAT_COLUMNS])
     stats = pd.concat(parts) if len(parts) > 1 else parts[0]
     return stats.sort_values("total_ns", ascending=False).reset_index()

@@ -93,30 +93,44 @@ def numbered(values: np.ndarray, among: np.ndarray) -> np.ndarray:
     return out
 
 
-def first_seen_groups(columns: list[pd.Series]) -> np.ndarray:
+def first_seen_groups(columns: list[pd.Series], dropna: bool = True) -> np.ndarray:
     """Per row, the number of its combination of ``columns``' values in the order
     the combinations first appear (groupby(sort=False).ngroup()), -1 where a value
-    is missing (groupby leaves those rows out): each column numbered a chunk at a
-    time (distinct, numbered), not hashed whole as groupby does (its tables are
-    sized for the rows)."""
+    is missing (groupby leaves those rows out), or with ``dropna=False`` a missing
+    value a value of its own (groupby(dropna=False)): each column numbered a chunk
+    at a time (distinct, numbered), not hashed whole as groupby does (its tables
+    are sized for the rows)."""
     n = len(columns[0]) if columns else 0
     ids, count = np.zeros(n, np.int64), 1
     missing = np.zeros(n, bool)
-    for c in columns:
+
+    def values_of(c: pd.Series) -> list[np.ndarray]:
         if isinstance(c.dtype, pd.CategoricalDtype):
-            values = np.asarray(c.array.codes)
-            missing |= values < 0
-        else:
-            missing |= np.asarray(c.isna())
-            values = c.to_numpy(na_value=0) if c.hasnans else c.to_numpy()
-        seen = distinct(values, first_seen=True)
-        if count * len(seen) >= 1 << 62:  # renumber before the product overflows
-            among = distinct(ids, first_seen=True)
-            ids, count = numbered(ids, among).astype(np.int64), len(among)
-        ids = ids * len(seen) + numbered(values, seen)
-        count *= len(seen)
+            codes = np.asarray(c.array.codes)
+            if dropna:
+                missing[:] |= codes < 0
+            return [codes]  # (-1: missing, a code of its own)
+        lacks = np.asarray(c.isna())
+        if not c.hasnans:
+            return [c.to_numpy()]
+        if dropna:
+            missing[:] |= lacks
+            return [c.to_numpy(na_value=0)]
+        return [c.to_numpy(na_value=0), lacks.view(np.uint8)]  # missing apart from 0
+
+    for c in columns:
+        for values in values_of(c):
+            seen = distinct(values, first_seen=True)
+            if count * len(seen) >= 1 << 62:  # renumber before the product overflows
+                among = distinct(ids, first_seen=True)
+                ids, count = numbered(ids, among).astype(np.int64), len(among)
+            ids *= len(seen)  # (in place: a column of the rows' size at a time)
+            ids += numbered(values, seen)
+            count *= len(seen)
     kept = ids[~missing] if missing.any() else ids
-    out = numbered(ids, distinct(kept, first_seen=True)).astype(np.int64)
+    out = numbered(ids, distinct(kept, first_seen=True))
+    del ids, kept
+    out = out.astype(np.int64)
     out[missing] = -1
     return out
 
