@@ -84,12 +84,17 @@ def construct_stats(trace: Trace, raw: bool = False) -> pd.DataFrame:
     for inst in metrics.per_construct(metrics.construct_instances(trace)):
         # Grouped by one number per group (first_seen_groups; as metrics.constructs).
         group = first_seen_groups([inst["construct"], inst[kind]], dropna=False)
-        g = inst["duration_ns"].groupby(grouper(group), observed=True, sort=False)
+        index = pd.MultiIndex.from_frame(inst[["construct", kind]].iloc[first_rows(group)])
+        codes = grouper(group)  # (the numbers in the fewest bytes: not held twice)
+        del group
+        g = inst["duration_ns"].groupby(codes, observed=True, sort=False)
         out = g.agg(["count", "sum", "min", "max"]).rename(
             columns={"sum": "total_ns", "min": "min_ns", "max": "max_ns"})
-        out.index = pd.MultiIndex.from_frame(inst[["construct", kind]].iloc[first_rows(group)])
+        del g
+        out.index = index
         out = out.reset_index().rename(columns={kind: "kind"})
-        out["hist"] = list(profile.histograms(inst["duration_ns"].to_numpy(), group, len(out)))
+        out["hist"] = list(profile.histograms(inst["duration_ns"].to_numpy(), codes.codes,
+                                              len(out)))
         parts.append(out)
     return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 

@@ -72,12 +72,16 @@ def histograms(values: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
     """Per group (0 .. n - 1), the log2 histogram of its ``values`` (durations in
     ns) as a profile keeps one: bucket b counts those in [_LO[b], _HI[b]); NaN
     values are not counted.  An array of n rows of PROFILE_BUCKETS counts."""
-    values = np.asarray(values, np.float64)
+    values, groups = np.asarray(values, np.float64), np.asarray(groups)
     kept = ~np.isnan(values)
-    exponent = np.frexp(values[kept])[1]  # v = m 2^e, 0.5 <= m < 1: v in [2^(e-1), 2^e)
-    bucket = np.clip(np.where(values[kept] >= 1, exponent, 0), 0, PROFILE_BUCKETS - 1)
+    if not kept.all():  # (else no copies)
+        values, groups = values[kept], groups[kept]
+    del kept
+    bucket = np.frexp(values)[1]  # v = m 2^e, 0.5 <= m < 1: v in [2^(e-1), 2^e)
+    bucket[values < 1] = 0
+    np.clip(bucket, 0, PROFILE_BUCKETS - 1, out=bucket)
     out = np.zeros((n, PROFILE_BUCKETS), np.int64)
-    np.add.at(out, (np.asarray(groups)[kept], bucket), 1)
+    np.add.at(out, (groups, bucket), 1)
     return out
 
 
