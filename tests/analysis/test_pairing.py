@@ -146,5 +146,16 @@ def test_first_seen_groups_number_as_groupby_does_across_chunks():
     got = pairing.first_seen_groups([frame[k] for k in keys])
     want = frame.groupby(keys, sort=False, observed=True).ngroup().fillna(-1).to_numpy()
     assert (got == want).all() and (got < 0).sum() > 50
+    # dropna=False: a missing value a value of its own (not 0, nor another's), as
+    # groupby(dropna=False) numbers it.
+    frame.loc[rng.choice(n, 50), "wait_id"] = 0
+    got = pairing.first_seen_groups([frame[k] for k in keys], dropna=False)
+    want = frame.groupby(keys, sort=False, observed=True, dropna=False).ngroup().to_numpy()
+    assert (got == want).all()
+    # Each group's first row, found a chunk at a time (groups first seen in every chunk).
+    first = pairing.first_rows(got)
+    assert len(first) == got.max() + 1 and (got[first] == np.arange(len(first))).all()
+    assert all((got[:row] != g).all() for g, row in enumerate(first))
+    assert first[-1] > pairing.CHUNK
     assert pairing.distinct(frame["pid"].to_numpy()).tolist() == [3, 7]
     assert pairing.distinct(frame["where"].to_numpy(), first_seen=True)[0] == frame["where"][0]
