@@ -152,7 +152,7 @@ def test_first_seen_groups_number_as_groupby_does_across_chunks():
     got = pairing.first_seen_groups([frame[k] for k in keys], dropna=False)
     want = frame.groupby(keys, sort=False, observed=True, dropna=False).ngroup().to_numpy()
     assert (got == want).all()
-    # Each group's first row, found a chunk at a time (groups first seen in every chunk).
+    # Each group's first row (groups first seen in every chunk).
     first = pairing.first_rows(got)
     assert len(first) == got.max() + 1 and (got[first] == np.arange(len(first))).all()
     assert all((got[:row] != g).all() for g, row in enumerate(first))
