@@ -644,6 +644,7 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
   Py_ssize_t npoints = 0, rows = 0;
   size_t npids = 0;
   int64_t low = INT64_MAX, high = INT64_MIN;
+  uint64_t span = 0; /* the times' range: a process's keys are its rank times span */
   Py_BEGIN_ALLOW_THREADS
   /* Each wait's track; the processes (sorted: their shifts); the times' range. */
   for (Py_ssize_t s = 0; s < nseries && !failed; s++) {
@@ -677,7 +678,7 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
     for (size_t i = 1; i < npids; i++)
       if (pids[i] != pids[distinct - 1]) pids[distinct++] = pids[i];
     npids = distinct;
-    uint64_t span = (uint64_t)high - (uint64_t)low + 1;
+    span = (uint64_t)high - (uint64_t)low + 1;
     if (span == 0 || span > UINT64_MAX / npids) failed = 2;
   }
   /* The spells counted, then their points laid out a track at a time and written. */
@@ -692,14 +693,14 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
       npoints += 2 * w[s].tracks[k].spells;
     }
   }
-  if (!failed && (!(keys = malloc((size_t)npoints * 8 + 1)) || !(tmp = malloc((size_t)npoints * 8 + 1)) ||
-                  !(payload = malloc((size_t)npoints * 4 + 1)) ||
-                  !(tmp_payload = malloc((size_t)npoints * 4 + 1)) ||
-                  !(counts = malloc(6 * DIGITS * sizeof *counts)) ||
+  if (!failed && (!(keys = scratch((size_t)npoints, sizeof *keys)) ||
+                  !(tmp = scratch((size_t)npoints, sizeof *tmp)) ||
+                  !(payload = scratch((size_t)npoints, sizeof *payload)) ||
+                  !(tmp_payload = scratch((size_t)npoints, sizeof *tmp_payload)) ||
+                  !(counts = malloc((64 / DIGIT_BITS + 1) * DIGITS * sizeof *counts)) ||
                   !(shift = malloc(ntracks * sizeof *shift + 1))))
     failed = 1;
   for (Py_ssize_t s = 0; s < nseries && !failed; s++) {
-    uint64_t span = (uint64_t)high - (uint64_t)low + 1;
     for (size_t k = 0; k < w[s].ntracks; k++) {
       int64_t *at = bsearch(&w[s].tracks[k].pid, pids, npids, sizeof *pids, by_value);
       shift[k] = (uint64_t)(at - pids) * span;
@@ -721,9 +722,9 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
   }
   for (Py_ssize_t o = 0; o < 2 + nseries; o++)
     if (!(outs[o] = new_output(rows, o == 1 ? 8 : 4))) goto done;
-  int32_t *pid_out = (int32_t *)PyByteArray_AS_STRING(outs[0]);
+  int32_t *pid_out = (int32_t *)PyByteArray_AS_STRING(outs[0]), *count_out[MAX_SERIES];
   int64_t *time_out = (int64_t *)PyByteArray_AS_STRING(outs[1]);
-  uint64_t span = (uint64_t)high - (uint64_t)low + 1;
+  for (Py_ssize_t s = 0; s < nseries; s++) count_out[s] = (int32_t *)PyByteArray_AS_STRING(outs[2 + s]);
   int32_t now[MAX_SERIES] = {0};
   Py_BEGIN_ALLOW_THREADS
   for (Py_ssize_t i = 0, r = 0; i < npoints; i++) {
@@ -731,7 +732,7 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
     if (i + 1 < npoints && keys[i + 1] == keys[i]) continue;
     pid_out[r] = (int32_t)pids[keys[i] / span];
     time_out[r] = low + (int64_t)(keys[i] % span);
-    for (Py_ssize_t s = 0; s < nseries; s++) ((int32_t *)PyByteArray_AS_STRING(outs[2 + s]))[r] = now[s];
+    for (Py_ssize_t s = 0; s < nseries; s++) count_out[s][r] = now[s];
     r++;
   }
   Py_END_ALLOW_THREADS
