@@ -46,7 +46,7 @@ from ..meta import why_empty
 from ..records import CONSTRUCTS
 from ..units import TEXT, ns_columns
 from . import advice, cache, metrics, offload, profile, pystacks, ranks, summary, tables
-from .pairing import first_rows, first_seen_groups, grouper
+from .pairing import key_groups
 from .states import task_waits, thread_totals, tool_stalls
 from .states import threads as thread_keys
 
@@ -82,11 +82,8 @@ def construct_stats(trace: Trace, raw: bool = False) -> pd.DataFrame:
     kind = "kind_raw" if raw else "kind"
     parts = []
     for inst in metrics.per_construct(metrics.construct_instances(trace)):
-        # Grouped by one number per group (first_seen_groups; as metrics.constructs).
-        group = first_seen_groups([inst["construct"], inst[kind]], dropna=False)
-        index = pd.MultiIndex.from_frame(inst[["construct", kind]].iloc[first_rows(group)])
-        codes = grouper(group)  # (the numbers in the fewest bytes: not held twice)
-        del group
+        # Grouped by one number per group (pairing.key_groups; as metrics.constructs).
+        codes, index = key_groups(inst, ["construct", kind])
         g = inst["duration_ns"].groupby(codes, observed=True, sort=False)
         out = g.agg(["count", "sum", "min", "max"]).rename(
             columns={"sum": "total_ns", "min": "min_ns", "max": "max_ns"})

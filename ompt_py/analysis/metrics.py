@@ -40,6 +40,7 @@ from .pairing import (
     grouper,
     innermost,
     kept_groups,
+    key_groups,
 )
 from .states import (
     STATE_COLUMNS,
@@ -304,15 +305,11 @@ def per_construct(frame: pd.DataFrame) -> list[pd.DataFrame]:
 def _group_stats(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """_STAT_COLUMNS per group of ``keys`` of ``frame`` (per_construct's; missing
     values a key of their own), the most total time first.  Grouped by one number
-    per group (first_seen_groups; groupby's hash tables of each key are sized for
-    the rows), the groups' keys put back after."""
+    per group (key_groups), the groups' keys put back after."""
     parts = []
     for part in per_construct(frame):
-        group = first_seen_groups([part[k] for k in keys], dropna=False)
-        index = pd.MultiIndex.from_frame(part[keys].iloc[first_rows(group)])
-        # (The numbers as a categorical's codes, of the fewest bytes: not held twice.)
-        g = part["duration_ns"].groupby(grouper(group), observed=True, sort=False)
-        del group
+        codes, index = key_groups(part, keys)
+        g = part["duration_ns"].groupby(codes, observed=True, sort=False)
         stats = g.agg(["count", "sum", "mean", "max"]).rename(
             columns={"sum": "total_ns", "mean": "mean_ns", "max": "max_ns"})
         stats["p50_ns"], stats["p95_ns"] = g.quantile(0.5), g.quantile(0.95)

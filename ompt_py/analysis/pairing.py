@@ -160,6 +160,17 @@ def grouper(groups: np.ndarray) -> pd.Categorical:
                                                                    if len(groups) else 0))
 
 
+def key_groups(frame: pd.DataFrame, keys: list[str]) -> tuple[pd.Categorical, pd.MultiIndex]:
+    """``frame``'s rows grouped by ``keys`` as groupby(keys, sort=False, dropna=False)
+    groups them, by one number per group (first_seen_groups: groupby's hash tables of
+    each key are sized for the rows): the numbers as a key groupby reads (grouper: a
+    categorical's codes of the fewest bytes, the numbers not held twice), and the
+    groups' keys (their first rows), in the same order."""
+    group = first_seen_groups([frame[k] for k in keys], dropna=False)
+    index = pd.MultiIndex.from_frame(frame[keys].iloc[first_rows(group)])
+    return grouper(group), index
+
+
 def column(values: np.ndarray, missing_if_zero: bool = False, table: Any = None,
            rows: np.ndarray | None = None) -> tuple:
     """A key column of _core.pair, pair_events and find: the integers ``values``, an
