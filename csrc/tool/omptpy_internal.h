@@ -466,6 +466,8 @@ void omptpy_zc_set_window(bool open, uint64_t now);
 /* The drainer: populates ahead of the leases, and makes the file's next region
  * and a step of it resident; whether that region has more steps to go. */
 bool omptpy_zc_populate_ahead(void);
+/* Whether the file's next region is due and not yet wholly resident. */
+bool omptpy_zc_next_wanted(void);
 void omptpy_zc_after_fork_child(void);
 /* The in-place file route (the file sink's zero-copy regions): its first
  * region (a thread attaches), its end (finalize) and its writers' stalls. */

@@ -556,6 +556,12 @@ uint32_t omptpy_zc_drain(bool partial) {
   return nfull;
 }
 
+/* In the file, the next region is due once seven eighths of the current one
+ * are leased. */
+static bool next_due(omptpy_region *r) {
+  return r && F.on && atomic_load(&r->next) >= r->cap / 8 * 7;
+}
+
 /* Page faults off the writers' path: populate ahead of the leases (drainer).
  * In the file, the next region is made once seven eighths of the current one
  * are leased: late enough that a trace which fits its reserve never pays for
@@ -569,7 +575,7 @@ bool omptpy_zc_populate_ahead(void) {
   omptpy_region *r = atomic_load(&R);
   if (r) region_populate_ahead(r);
   pthread_mutex_unlock(&omptpy_buf.drain_lock);
-  if (!r || !F.on || atomic_load(&r->next) < r->cap / 8 * 7) return false;
+  if (!next_due(r)) return false;
   pthread_mutex_lock(&F.grow);
   omptpy_region *s = atomic_load(&r->succ);
   if (!s && may_grow() && (s = region_new())) atomic_store(&r->succ, s);
@@ -581,6 +587,13 @@ bool omptpy_zc_populate_ahead(void) {
   }
   pthread_mutex_unlock(&F.grow);
   return more;
+}
+
+bool omptpy_zc_next_wanted(void) {
+  omptpy_region *r = atomic_load(&R);
+  if (!next_due(r)) return false;
+  omptpy_region *s = atomic_load(&r->succ);
+  return s ? !resident(s) : may_grow();
 }
 
 /* The in-place route's first region, when a thread attaches (buffer.c) and
