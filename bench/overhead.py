@@ -126,15 +126,20 @@ if sys.argv[2] == "count":
 # The tool's stalls (docs/stalls.md), and the wall time at least one thread was in
 # one: the union of their intervals (a thread's stall holds its team up at the
 # next barrier; another thread waiting for the same region has a stall of its own).
+# The union's spans are on CLOCK_MONOTONIC (the trace's times are from its origin),
+# for a program that times its own parts (bench/apps.py).
 stalls = trace.tool_stalls()
 out["stalls"] = len(stalls)
-union, reach = 0, None
+origin = trace.meta.get("origin_mono_ns") or 0
+spans = []
 for begin, end in sorted(zip(stalls["begin_ns"].tolist(), stalls["end_ns"].tolist())):
-    if reach is None or begin > reach:
-        union, reach = union + end - begin, end
-    elif end > reach:
-        union, reach = union + end - reach, end
-out["stall_s"] = union / 1e9
+    begin, end = begin + origin, end + origin
+    if spans and begin <= spans[-1][1]:
+        spans[-1][1] = max(spans[-1][1], end)
+    else:
+        spans.append([begin, end])
+out["stall_spans"] = spans
+out["stall_s"] = sum(e - b for b, e in spans) / 1e9
 print("OMPTPY_LOAD " + json.dumps(out))
 """
 
@@ -441,6 +446,8 @@ class LoadResult:
     error: str | None = None
     stalls: int | None = None  # tool_stall records (docs/stalls.md)
     stall_s: float | None = None  # wall time at least one thread was stalled
+    # that time's spans, [begin, end] ns on CLOCK_MONOTONIC, in order
+    stall_spans: list[list[int]] | None = None
 
 
 def load_trace(omptpy: OmptPy, outdir: Path, count_events: bool) -> LoadResult:
@@ -465,6 +472,7 @@ def load_trace(omptpy: OmptPy, outdir: Path, count_events: bool) -> LoadResult:
         error=data.get("meta_error"),
         stalls=data.get("stalls"),
         stall_s=data.get("stall_s"),
+        stall_spans=data.get("stall_spans"),
     )
 
 

@@ -2,15 +2,24 @@
  * Driver of bench/apps.py:
  *   apps --list                  one line per kernel: name size quick_size what
  *   apps [KERNEL[=SIZE] ...]     warm-up, then each kernel in turn, one line each:
- *     APP name size seconds checksum reference ops
+ *     APP name size seconds checksum reference ops window=BEGIN:END
+ * (BEGIN, END: CLOCK_MONOTONIC ns around the kernel's run, in which
+ * bench/apps.py finds the tool's stalls that the kernel's time holds).
  * SIZE defaults to the kernel's default size; with no kernel, only the
  * warm-up runs (bench/apps.py counts its events to subtract them).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "apps.h"
+
+static long long mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 static int usage(const char *prog) {
   fprintf(stderr, "usage: %s --list | [KERNEL[=SIZE] ...]\n", prog);
@@ -57,9 +66,11 @@ int main(int argc, char **argv) {
     const app_kernel_t *k = find(argv[a], len);
     long size = eq ? strtol(eq + 1, NULL, 10) : k->size;
     app_result_t r;
+    long long begin = mono_ns();
     apps_run(k->name, size, &r);
-    printf("APP %s %ld %.9f %.17g %.9f %.0f\n", k->name, size, r.seconds, r.checksum,
-           r.reference, r.ops);
+    long long end = mono_ns();
+    printf("APP %s %ld %.9f %.17g %.9f %.0f window=%lld:%lld\n", k->name, size, r.seconds,
+           r.checksum, r.reference, r.ops, begin, end);
     fflush(stdout);
   }
   return 0;

@@ -16,7 +16,8 @@ import pytest
 from conftest import PYTHON, REPO, clean_env
 
 BENCH = REPO / "bench" / "apps.py"
-CONFIGS = ["none", "noop", "minrec", "file", "reserved", "memory", "profile"]
+CONFIGS = ["none", "noop", "minrec", "file", "reserved", "memory", "profile", "file~",
+           "reserved~"]
 #: A cell: median (s, or ns per construct for epcc_*), spread, slowdown over no tool.
 CELL = re.compile(r"^-?\d+(\.\d+)?(s|ns) (\d+%|n/a) (-?\d+\.\d\dx|n/a)$")
 
@@ -57,3 +58,12 @@ def test_quick_table(tmp_path):
                 assert len(k["configs"][cfg]["values"]) == figures["reps"], (name, cfg)
         for cfg in ("file", "reserved", "memory"):
             assert k["configs"][cfg]["dropped"] == [0] * figures["reps"], (name, cfg)
+        # the same runs with the stalls inside each kernel's run taken off: never
+        # more, and an EPCC kernel's fastest batch as it was
+        for cfg in ("file", "reserved"):
+            raw, less = k["configs"][cfg]["values"], k["configs"][cfg + "~"]["values"]
+            if name.startswith("epcc_"):
+                assert less == raw, (name, cfg)
+            else:
+                assert all(0 < v <= r for v, r in zip(less, raw)) and len(less) == len(raw), \
+                    (name, cfg, raw, less)
