@@ -155,21 +155,25 @@ class Dataset:
         the results gathered here: keep them small.  A partition whose file cannot
         be read is left out (a TraceWarning, ``meta["skipped"]``) and the rest are
         mapped."""
+        return self._map([fn] * len(self._partitions), client, stacklevel=3)
+
+    def _map(self, fns: list[Callable[[Trace], R]], client: Any, stacklevel: int) -> list[R]:
+        """map, with a function of each partition's own (``fns``, in partition order);
+        ``stacklevel``: the warnings' (warnings.warn's) from the caller."""
         from .io import warn_skipped
 
         parts, origin = self._partitions, self.origin
         if client is None:
-            results = [_on_partition(fn, p, origin) for p in parts]
+            results = [_on_partition(fn, p, origin) for fn, p in zip(fns, parts)]
         else:
             if not isinstance(client, _distributed().Client):
                 raise TypeError(f"client: a dask.distributed.Client, not {type(client).__name__}")
-            futures = client.map(_on_partition, [fn] * len(parts), parts,
-                                 [origin] * len(parts), pure=False)
+            futures = client.map(_on_partition, fns, parts, [origin] * len(parts), pure=False)
             results = client.gather(futures)
         failed = [(p, r) for p, r in zip(parts, results) if isinstance(r, _Unreadable)]
         if failed:
             said = [{"source": r.source, "reason": r.reason} for _, r in failed]
-            warn_skipped(said, stacklevel=2)
+            warn_skipped(said, stacklevel=stacklevel)
             self.meta["skipped"] = [*self.meta["skipped"], *said]
             gone = {id(p) for p, _ in failed}
             self._partitions = [p for p in parts if id(p) not in gone]
@@ -189,8 +193,7 @@ class Dataset:
         python = any((p.get("python") or {}).get("stacks") for p in self.meta["processes"])
         job = ranks.several(self.meta)
         parts = self.map(lambda t: dataset.partial_summary(t, top, python, job), client)
-        labels = [f"rank {p.rank} (pid {p.pid})" if p.rank is not None else f"pid {p.pid}"
-                  for p in self._partitions]
+        labels = [p.label for p in self._partitions]
         return dataset.merge_summary(parts, self.meta, self._mapper(client), top, labels)
 
     def constructs(self, by: str = "construct", raw: bool = False, client: Any = None
@@ -235,26 +238,41 @@ class Dataset:
 
         return dataset.task_granularity(self._mapper(client), bins=bins)
 
-    # ---- exports, partition after partition ---------------------------------------------
+    # ---- exports, partition by partition, joined (ompt_py.io.dataset.export) ------------
 
-    def _traces(self) -> Any:
-        return (self.partition(i) for i in range(len(self)))
-
-    def to_perfetto(self, path: str | os.PathLike) -> None:
-        """One Perfetto / Chrome JSON trace of every partition (each rank a process,
-        on one time axis), written partition after partition: one in memory at a
-        time."""
+    def _export(self, path: str | os.PathLike, format: str, client: Any) -> None:
         from .io import dataset
 
-        dataset.export(self._traces(), path, "perfetto", ranked=False)
+        dataset.export(lambda fns: self._map(fns, client, stacklevel=6), self._partitions, path,
+                       format, ranked=any(r is not None for r in self.partition_ranks))
 
-    def to_csv(self, path: str | os.PathLike) -> None:
-        """One CSV file of every partition's events (the columns of Trace.to_pandas()),
-        partition after partition, each in time order: one in memory at a time."""
-        from .io import dataset
+    def to_perfetto(self, path: str | os.PathLike, client: Any = None) -> None:
+        """One Perfetto trace of every partition, each rank a process on one time axis:
+        JSON, or Perfetto's protobuf for a path ending in ``.pftrace`` or
+        ``.perfetto-trace`` (as Trace.to_perfetto); the same content as the export
+        of ``ompt_py.load(path)`` but for the flows' ids (and, in the protobuf, the
+        track uuids and packet sequences: a partition's own).
 
-        dataset.export(self._traces(), path, "csv",
-                       ranked=any(r is not None for r in self.partition_ranks))
+        Each partition's part is made where it is read, one partition at a time:
+        without a ``client`` in this process, one after the other; with one (a
+        ``dask.distributed.Client``) on the workers.  The parts go to a temporary
+        directory beside ``path`` (the workers must write where this process
+        reads: the same machine, or a shared file system; a part missing or short
+        is a TraceFileError), then are joined here into ``path`` in partition
+        order, a part at a time; the directory is removed whatever happens.  The
+        file is the same, byte for byte, with a client or without.  A partition
+        that cannot be read is left out and said (TraceWarning), as ``map``
+        says it."""
+        from .io import format_of
+
+        self._export(path, "perfetto-proto" if format_of(path) == "perfetto-proto"
+                     else "perfetto", client)
+
+    def to_csv(self, path: str | os.PathLike, client: Any = None) -> None:
+        """One CSV file of every partition's events (the columns of Trace.to_pandas(),
+        one header), the partitions one after the other, each in time order; made
+        and joined as ``to_perfetto`` makes and joins its parts."""
+        self._export(path, "csv", client)
 
 
 def open_dataset(path: str | os.PathLike) -> Dataset:

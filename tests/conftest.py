@@ -924,3 +924,29 @@ def grown_raw_file(source: Path, out: Path, copies: int, block_records: int = 10
             f.write(unit)
         f.write(b"".join(rest))
     return len(payload) // 64 * copies
+
+
+# ---- a local Dask cluster (tests/analysis/test_dataset.py, tests/io/test_dataset_exports.py) --
+
+#: The Dask workers' memory limit (dask_client): their own memory (interpreter and
+#: libraries: 170 MB fresh, 230 MB after the other tests' work, measured) and room
+#: for two partitions of test_dataset.py's 64-rank dataset, but not for its events
+#: (280 MB).
+DASK_MEMORY_LIMIT = 384 << 20
+
+
+@pytest.fixture(scope="module")
+def dask_client():
+    """A client of a local Dask cluster of two worker processes of one thread each,
+    for the tests of a module (skipped without dask.distributed)."""
+    dask = pytest.importorskip("dask")
+    distributed = pytest.importorskip("dask.distributed")
+    # Not paused near the limit (80 %: a worker paused with nothing to free waits
+    # forever, and so would the test); beyond 95 % the nanny restarts it, which the
+    # test sees.
+    with dask.config.set({"distributed.worker.memory.pause": False}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     memory_limit=DASK_MEMORY_LIMIT,
+                                     dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as c:
+        yield c

@@ -17,15 +17,22 @@ gives one partition's data with its times moved to that origin: what
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
+
+import numpy as np
 
 from ..errors import TraceFileError
 from ..meta import trace_meta
 from ..records import shift_times
 from . import Parts, plan_merge, regular_files, warn_skipped
 from . import parquet as parquet_io
+from .streaming import ArrayWriter, Progress, Writable, output
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -43,6 +50,11 @@ class Partition:
     rows: int
     origin: int | None
     process: dict = field(compare=False, repr=False)
+
+    @property
+    def label(self) -> str:
+        """Its name in what is said of it: "rank R (pid P)", or "pid P"."""
+        return f"rank {self.rank} (pid {self.pid})" if self.rank is not None else f"pid {self.pid}"
 
     @property
     def clock(self) -> dict | None:
@@ -114,20 +126,137 @@ def read(part: Partition, origin: int | None) -> Parts:
     return parts
 
 
-def export(traces: Iterable[Trace], path: str | os.PathLike, format: str, ranked: bool
+#: The formats a dataset exports to (Dataset.to_perfetto, to_csv).
+FORMATS = ("perfetto", "perfetto-proto", "csv")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a partition's part of an export goes and what it is: the partition's
+    position (``index``; the protobuf's packet sequence and track uuids:
+    perfetto_proto.part_ids), the first id of its flows (after the records of
+    the partitions before it: each has fewer flows than records), its part
+    file, the partition's name (for errors)."""
+
+    index: int
+    first_flow: int
+    path: str
+    label: str
+
+
+class Made(NamedTuple):
+    """A part made (make_part): its file, its size, and what the file's ends need
+    of it (the JSON's otherData, perfetto_proto.Written, the CSV's header)."""
+
+    path: str
+    size: int
+    result: Any
+
+
+def make_part(format: str, ranked: bool, scratch: str, slot: Slot, trace: Trace) -> Made:
+    """Writes the part of ``trace`` (a partition, read where this runs: a Dask
+    worker or the driver) of an export in ``format`` to ``slot.path``: the JSON's
+    events each after SEP, the protobuf's packets on their own sequence, the
+    CSV's rows (``ranked``: with a rank column) without a header."""
+    from .filters import ExportFilter
+
+    with open(slot.path, "wb") as out:
+        if format == "perfetto":
+            from . import perfetto
+
+            with Progress(0, "perfetto") as progress:
+                result: Any = perfetto.write_events(trace, out, ExportFilter(), slot.first_flow,
+                                                    scratch, progress)
+        elif format == "perfetto-proto":
+            from . import perfetto_proto
+
+            result = perfetto_proto.write_events(trace, out, ExportFilter(), slot.first_flow,
+                                                 *perfetto_proto.part_ids(slot.index))
+        else:
+            from . import csv
+
+            csv.write_rows(trace, out, ranked)
+            result = csv.header(trace, ranked)
+        return Made(slot.path, out.tell(), result)
+
+
+def export(map_parts: Callable[[list[Callable[[Trace], Made]]], list[Made]],
+           partitions: list[Partition], path: str | os.PathLike, format: str, ranked: bool
            ) -> None:
-    """Writes the traces (a dataset's partitions, each made when its turn comes) one
-    after the other into one file at ``path``: ``perfetto`` (JSON: each partition's
-    process with its tracks) or ``csv`` (each partition's rows in time order, the
-    partitions one after the other; ``ranked``: with a rank column)."""
-    if format == "perfetto":
-        from .perfetto import write_all
+    """Writes a dataset's ``partitions`` into one file at ``path`` in ``format``
+    (FORMATS): each partition's part made where it is read (``map_parts``: runs
+    a function per partition, each on its Trace, in this process or on Dask
+    workers: Dataset._map) into a file of a temporary directory beside ``path``,
+    then the parts joined here in partition order, a part at a time (each
+    removed once copied), between the file's beginning and end, which this
+    process makes from the parts' small results (the JSON's otherData merged,
+    the protobuf's "ompt-py" track on a sequence of its own, the CSV's header).
+    The directory is removed whatever happens.  A part file missing or short
+    (workers that do not see the files this process sees) is a TraceFileError."""
+    if format not in FORMATS:
+        raise ValueError(f"a dataset exports as {', '.join(FORMATS)}, not {format!r}: "
+                         "export a partition's Trace (Dataset.partition(i)) to the others")
+    path = os.fspath(path)
+    where = os.path.dirname(os.path.abspath(path))
+    try:
+        scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.parts-", dir=where)
+    except OSError as e:
+        raise type(e)(e.errno, f"cannot write the export's parts beside {path} (in {where}): "
+                      f"{e.strerror}; choose another path") from e
+    try:
+        suffix = {"perfetto": ".json", "perfetto-proto": ".pftrace", "csv": ".csv"}[format]
+        first = np.cumsum([1] + [p.rows for p in partitions])
+        slots = [Slot(i, int(first[i]), os.path.join(scratch, f"part-{i:06d}{suffix}"), p.label)
+                 for i, p in enumerate(partitions)]
+        made = map_parts([partial(make_part, format, ranked, scratch, s) for s in slots])
+        if not made:
+            raise TraceFileError(f"no partition of the dataset could be read: {path} is not "
+                                 "written (the warnings say why)")
+        labels = {s.path: s.label for s in slots}
+        _join(made, path, format, len(partitions), labels)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
-        write_all(traces, path)
-    elif format == "csv":
-        from . import csv
 
-        csv.write_all(traces, path, ranked)
-    else:
-        raise ValueError(f"a dataset exports as 'perfetto' or 'csv', not {format!r}: export a "
-                         "partition's Trace (Dataset.partition(i)) to the other formats")
+def _join(made: list[Made], path: str, format: str, count: int, labels: dict[str, str]
+          ) -> None:
+    """The parts ``made`` (of ``count`` partitions) joined into ``path``, streaming."""
+    with output(path) as out:
+        if format == "perfetto":
+            from . import perfetto
+
+            out.write(perfetto.HEAD)
+            body: Writable = ArrayWriter(out)  # the file's first SEP dropped
+        else:
+            body = out
+        if format == "csv":
+            out.write(made[0].result)
+        for part in made:
+            with _opened(part, labels[part.path], path) as src:
+                shutil.copyfileobj(src, body, 1 << 24)
+            os.remove(part.path)
+        if format == "perfetto":
+            out.write(perfetto.tail(p.result for p in made))
+        elif format == "perfetto-proto":
+            from . import perfetto_proto
+
+            out.write(perfetto_proto.ending([p.result for p in made],
+                                            *perfetto_proto.part_ids(count)))
+
+
+@contextmanager
+def _opened(part: Made, label: str, path: str) -> Iterator[BinaryIO]:
+    """The part file of ``part``, checked to be as long as it was written; a
+    TraceFileError that says what happened otherwise."""
+    where = ("the parts are written where the partitions are read (on the Dask workers) "
+             f"and joined here: the workers must see the directory {os.path.dirname(part.path)} "
+             "as this process does (the same machine, or a shared file system)")
+    if not os.path.exists(part.path):
+        raise TraceFileError(f"the part of {label} of {path} is missing ({part.path}): "
+                             f"{where}")
+    with open(part.path, "rb") as src:
+        size = os.fstat(src.fileno()).st_size
+        if size != part.size:
+            raise TraceFileError(f"the part of {label} of {path} ({part.path}) has {size:,} "
+                                 f"bytes of the {part.size:,} written: {where}")
+        yield src

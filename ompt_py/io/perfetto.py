@@ -98,6 +98,7 @@ from .streaming import (
     ArrayWriter,
     Column,
     Progress,
+    Writable,
     batches,
     hexadecimal,
     ident,
@@ -1011,12 +1012,15 @@ class _Unpaired(NamedTuple):
     flows: Source
     mpi: Source
     stalls: Source
+    next_flow: int  # the first id after the tasks' flows (the offload flows' first)
 
 
 def _unpaired(rec: _Records, first_flow: int) -> _Unpaired:
     """The sources of _Unpaired; the flows' ids from ``first_flow``."""
     trace = rec.trace
-    return _Unpaired(_user_slices(trace), *_tasks(rec, first_flow), _mpi(trace), _stalls(trace))
+    tasks, flows = _tasks(rec, first_flow)
+    return _Unpaired(_user_slices(trace), tasks, flows, _mpi(trace), _stalls(trace),
+                     first_flow + flows.count)
 
 
 def _track_sources(rec: _Records, paired: dict[str, _Pairs],
@@ -1054,7 +1058,7 @@ def _track_sources(rec: _Records, paired: dict[str, _Pairs],
     yield unpaired.stalls
     yield unpaired.flows
     if devices is not None:
-        yield _device_flows(devices, unpaired.flows.count + 1)
+        yield _device_flows(devices, unpaired.next_flow)
     waits += [sync_wait_pairs, mutex_waits]
 
 
@@ -1183,7 +1187,7 @@ def tracks(trace: Trace, flt: ExportFilter, first_flow: int = 1) -> Tracks:
                   lambda: filtered(_python_frames(stacks, items, holders), flt), made_other)
 
 
-def _write_sources(writer: ArrayWriter, sources: Iterable[Source], progress: Progress) -> None:
+def _write_sources(writer: Writable, sources: Iterable[Source], progress: Progress) -> None:
     """Formats the events of ``sources`` a batch at a time, in parallel, and writes
     them in order (the progress bar's total grows as the tables are made)."""
     def jobs() -> Iterator[Callable[[], tuple[int, bytes]]]:
@@ -1196,6 +1200,11 @@ def _write_sources(writer: ArrayWriter, sources: Iterable[Source], progress: Pro
         progress.update(rows)
 
 
+#: The beginning of a JSON file: its events follow, each after SEP (but the
+#: first: ArrayWriter), then its tail (``tail``).
+HEAD = b'{"traceEvents":[\n'
+
+
 def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None) -> None:
     """Writes ``trace`` as a Perfetto / Chrome trace (JSON Trace Event Format), of
     what ``flt`` keeps (default: everything).
@@ -1205,45 +1214,53 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
     written to a temporary file beside ``path`` first, then copied after the
     frames (each slice is made once: no second pass over the records).  The
     otherData come last: they hold what the filter clipped."""
-    write_all([trace], path, flt)
-
-
-def write_all(traces: Iterable[Trace], path: str | os.PathLike,
-              flt: ExportFilter | None = None) -> None:
-    """Writes several traces of one time axis (a dataset's partitions, each made
-    when its turn comes and dropped after) into one file, as ``write`` writes one:
-    each trace's processes, tracks and slices one after the other, the flows'
-    ids of each after those of the ones before (as many as their task_create
-    records); otherData from the first, with the device operations not drawn
-    summed over them."""
     with output(path) as out, Progress(0, "perfetto") as progress:
-        out.write(b'{"traceEvents":[\n')
-        writer = ArrayWriter(out)
-        other: dict[str, Any] = {}
-        first_flow = 1
-        for trace in traces:
-            made = tracks(trace, flt or ExportFilter(), first_flow)
-            first_flow += int(np.count_nonzero(trace.events["event"]
-                                               == EVENT_CODES["task_create"]))
-            writer.write("".join(SEP + json.dumps(m) for m in made.metadata).encode())
-            if made.frames is None:
-                _write_sources(writer, made.sources, progress)
-                _write_sources(writer, [made.counter()], progress)
-            else:
-                with tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(path))) as rest:
-                    rest_writer = ArrayWriter(rest)
-                    _write_sources(rest_writer, made.sources, progress)
-                    _write_sources(rest_writer, [made.counter()], progress)
-                    _write_sources(writer, [made.frames()], progress)
-                    if rest.tell():
-                        writer.write(SEP.encode())  # a separator, if anything came before
-                        rest.seek(0)
-                        shutil.copyfileobj(rest, out, 1 << 24)
-            mine = made.other()
-            undrawn = dict(other.get("device_operations_not_drawn", {}))
-            for kind, n in mine.get("device_operations_not_drawn", {}).items():
-                undrawn[kind] = undrawn.get(kind, 0) + n
-            other = {**mine, **other}
-            if undrawn:
-                other["device_operations_not_drawn"] = undrawn
-        out.write(f'\n],"otherData":{json.dumps(other)}}}\n'.encode())
+        out.write(HEAD)
+        other = write_events(trace, ArrayWriter(out), flt or ExportFilter(), 1,
+                             os.path.dirname(os.path.abspath(path)), progress)
+        out.write(tail([other]))
+
+
+def write_events(trace: Trace, out: Writable, flt: ExportFilter, first_flow: int,
+                 scratch: str, progress: Progress) -> dict:
+    """Writes the events of ``trace`` (what ``flt`` keeps) to ``out``, each after
+    SEP: its processes' and threads' metadata, then its slices, flows and counter
+    (with Python stacks, the frames first: the rest goes to a temporary file in
+    the directory ``scratch`` meanwhile); the flows' ids from ``first_flow`` (as
+    many as the trace has records, at most: the parts of one file made apart
+    take their ids from the records before theirs, ompt_py.io.dataset).  Returns
+    its otherData (``tail`` merges those of several traces)."""
+    made = tracks(trace, flt, first_flow)
+    out.write("".join(SEP + json.dumps(m) for m in made.metadata).encode())
+    if made.frames is None:
+        _write_sources(out, made.sources, progress)
+        _write_sources(out, [made.counter()], progress)
+    else:
+        with tempfile.TemporaryFile(dir=scratch) as rest:
+            _write_sources(rest, made.sources, progress)
+            _write_sources(rest, [made.counter()], progress)
+            _write_sources(out, [made.frames()], progress)
+            rest.seek(0)
+            shutil.copyfileobj(rest, out, 1 << 24)
+    return made.other()
+
+
+def other_data(others: Iterable[dict]) -> dict:
+    """The otherData of a file of several traces of one time axis (a dataset's
+    partitions), from each trace's: the first's, with the device operations not
+    drawn summed over them."""
+    other: dict[str, Any] = {}
+    for mine in others:
+        undrawn = dict(other.get("device_operations_not_drawn", {}))
+        for kind, n in mine.get("device_operations_not_drawn", {}).items():
+            undrawn[kind] = undrawn.get(kind, 0) + n
+        other = {**mine, **other}
+        if undrawn:
+            other["device_operations_not_drawn"] = undrawn
+    return other
+
+
+def tail(others: Iterable[dict]) -> bytes:
+    """The end of a JSON file of the events of traces whose otherData are
+    ``others`` (other_data)."""
+    return f'\n],"otherData":{json.dumps(other_data(others))}}}\n'.encode()

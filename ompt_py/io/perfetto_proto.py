@@ -51,19 +51,20 @@ import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple
 
 import numpy as np
 
 from .. import _core
 from .filters import ExportFilter
-from .perfetto import Flows, Label, Part, Slices, Source, Tracks, tracks
+from .perfetto import Flows, Label, Part, Slices, Source, Tracks, other_data, tracks
 from .streaming import HEX, NUMBER, TEXT, Column, Progress, batches, in_order, output
 
 if TYPE_CHECKING:
     from ..trace import Trace
 
-#: The trusted packet sequence of every packet that uses interned data.
+#: The trusted packet sequence of every packet of a trace's file that uses
+#: interned data (a dataset's file: each partition's its own, part_ids).
 SEQUENCE = 1
 #: Begins and ends made into packets at a time (a few MB of records, payloads
 #: and packets each; with 2^18, the batches in flight added 0.2x the records to
@@ -127,9 +128,10 @@ class _Interned:
 
 
 class _Strings:
-    """The interned strings of the file."""
+    """The interned strings of a packet sequence (``sequence``: its id)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sequence: int = SEQUENCE) -> None:
+        self.sequence = sequence
         self.categories, self.names = _Interned(1), _Interned(2)
         self.keys, self.values = _Interned(3), _Interned(29)
         self.first = True
@@ -145,7 +147,7 @@ class _Strings:
             return b""
         flags = _CLEARED | _NEEDS_STATE if self.first else _NEEDS_STATE
         self.first = False
-        return _packet(_int(_SEQUENCE_ID, SEQUENCE), _int(_SEQUENCE_FLAGS, flags),
+        return _packet(_int(_SEQUENCE_ID, self.sequence), _int(_SEQUENCE_FLAGS, flags),
                        _len(_INTERNED_DATA, data))
 
     def name(self, text: bytes) -> bytes:
@@ -242,13 +244,24 @@ class _Turns:
 
 
 class _TrackUuids:
-    """A uuid per track: processes, their threads and devices, counters."""
+    """A uuid per track: processes, their threads and devices, counters; from
+    ``base`` + 1 on."""
 
-    def __init__(self) -> None:
+    def __init__(self, base: int = 0) -> None:
+        self.base = base
         self.uuids: dict[tuple, int] = {}
 
     def __call__(self, *key: Any) -> int:
-        return self.uuids.setdefault(key, len(self.uuids) + 1)
+        return self.uuids.setdefault(key, self.base + len(self.uuids) + 1)
+
+
+def part_ids(index: int) -> tuple[_Strings, _TrackUuids]:
+    """The interned strings and track uuids of the ``index``-th (from 0) of the
+    parts of one file made apart (a dataset's partitions, ompt_py.io.dataset),
+    which must not collide: its own packet sequence (index + 1: the first part's
+    is a trace's, SEQUENCE) and its own range of uuids (from index * 2^32 + 1).
+    The last (``index``: the number of parts) is the file's end (``ending``)."""
+    return _Strings(index + 1), _TrackUuids(index << 32)
 
 
 def _descriptors(made: Tracks, uuids: _TrackUuids) -> tuple[bytes, dict[tuple[int, int], int]]:
@@ -299,7 +312,7 @@ def _metadata_packet(other: dict, time: int, uuids: _TrackUuids, strings: _Strin
     event = (_int(_TYPE, _INSTANT) + _int(_TRACK_UUID, uuids("ompt-py"))
              + _int(_NAME_IID, strings.names("ompt-py export")) + annotations)
     return track + strings.packet() + _packet(
-        _int(_TIMESTAMP, time), _int(_SEQUENCE_ID, SEQUENCE),
+        _int(_TIMESTAMP, time), _int(_SEQUENCE_ID, strings.sequence),
         _int(_SEQUENCE_FLAGS, _NEEDS_STATE), _len(_TRACK_EVENT, event))
 
 
@@ -445,7 +458,7 @@ def _flows(sources: list, index: dict[tuple[int, int], int]) -> tuple[np.ndarray
     return ids.astype(np.int64), *ends[0], *ends[1]
 
 
-def _write_counters(out: BinaryIO, source: Source, uuids: _TrackUuids) -> None:
+def _write_counters(out: BinaryIO, source: Source, uuids: _TrackUuids, sequence: int) -> None:
     """The counter's tracks (per process and series) and a packet per change of a
     series (the first value of each process's series, then each new one), made
     PACKETS_AT_ONCE rows of the counter at a time."""
@@ -465,17 +478,18 @@ def _write_counters(out: BinaryIO, source: Source, uuids: _TrackUuids) -> None:
             at = (np.full(int(mine.sum()), uuid[0]) if len(pids) == 1
                   else uuid[np.searchsorted(pids, pid[part][mine])])
             out.write(_core.proto_counters(time[part][mine], at,
-                                           np.asarray(values[part][mine], np.int64), SEQUENCE))
+                                           np.asarray(values[part][mine], np.int64), sequence))
 
 
 def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source],
                   index: dict[tuple[int, int], int], uuids: _TrackUuids, strings: _Strings,
-                  progress: Progress) -> tuple[int, int, int]:
+                  progress: Progress) -> tuple[int, int, int | None]:
     """The begins and ends of ``slices`` (a list it empties once it has their
     spans, keeping their labels), with the flows of ``flow_sources`` bound to the
     slices holding their ends, in the order of their begins (SliceOrder), made a
     batch at a time in parallel and written in order; returns how many slices
-    were cut, how many flows were bound to no slice, and the first begin."""
+    were cut, how many flows were bound to no slice, and the first begin (None:
+    no slice)."""
     flow_ids, from_track, from_time, to_track, to_time = _flows(flow_sources, index)
     order = SliceOrder(slices, index)
     # The flows' ends: the slices holding them (proto_nest's queries, in time order).
@@ -507,7 +521,7 @@ def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source
             turns.done(k)  # also when it failed before its turn: no later one waits
         return len(seq), interned, _core.proto_packets(
             seq, order.begin, order.end, order.track, track_uuids, payload, offsets, slots,
-            *flows, SEQUENCE)
+            *flows, strings.sequence)
     progress.grow(len(order.seq))
     for count, interned, packets in in_order(
             lambda k=k, p=part: batch(k, p)
@@ -516,15 +530,37 @@ def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source
         out.write(interned)
         out.write(packets)
         progress.update(count)
-    return cut, unbound, int(order.begin.min()) if len(order.begin) else 0
+    return cut, unbound, int(order.begin.min()) if len(order.begin) else None
+
+
+class Written(NamedTuple):
+    """What the file's end (``ending``) needs of a trace's packets (write_events):
+    its otherData, how many slices were cut and flows bound to no slice, its
+    first slice's begin (None: no slice)."""
+
+    other: dict
+    cut: int
+    unbound: int
+    first: int | None
 
 
 def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None) -> None:
     """Writes ``trace`` as a Perfetto protobuf trace, of what ``flt`` keeps
-    (default: everything): the slices and flows, then the counter (made once the
-    slices are written, so never held with them)."""
-    made = tracks(trace, flt or ExportFilter())
-    uuids, strings = _TrackUuids(), _Strings()
+    (default: everything)."""
+    strings, uuids = _Strings(), _TrackUuids()
+    with output(path) as out:
+        written = write_events(trace, out, flt or ExportFilter(), 1, strings, uuids)
+        out.write(ending([written], strings, uuids))
+
+
+def write_events(trace: Trace, out: BinaryIO, flt: ExportFilter, first_flow: int,
+                 strings: _Strings, uuids: _TrackUuids) -> Written:
+    """Writes the packets of ``trace`` (what ``flt`` keeps) to ``out``, on the
+    packet sequence of ``strings`` with the track uuids of ``uuids``: its tracks,
+    the slices and flows (ids from ``first_flow``, as the JSON's: perfetto.
+    write_events), then the counter (made once the slices are written, so never
+    held with them).  The file's end (``ending``) comes after."""
+    made = tracks(trace, flt, first_flow)
     descriptors, index = _descriptors(made, uuids)
     sources = list(made.sources)
     if made.frames is not None:
@@ -533,13 +569,23 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
     slices = [s for s, kind in zip(sources, kinds) if kind is Slices]
     flow_sources = [s for s, kind in zip(sources, kinds) if kind is Flows]
     del sources
-    with output(path) as out, Progress(0, "perfetto-proto") as progress:
+    with Progress(0, "perfetto-proto") as progress:
         out.write(strings.packet() + descriptors)
         cut, unbound, first = _write_slices(out, slices, flow_sources, index, uuids, strings,
                                             progress)
-        del slices, flow_sources
-        _write_counters(out, made.counter(), uuids)
-        other = made.other()
-        if cut or unbound:
-            other = {**other, "slices_cut": cut, "flows_unbound": unbound}
-        out.write(_metadata_packet(other, first, uuids, strings))
+    del slices, flow_sources
+    _write_counters(out, made.counter(), uuids, strings.sequence)
+    return Written(made.other(), cut, unbound, first)
+
+
+def ending(written: list[Written], strings: _Strings, uuids: _TrackUuids) -> bytes:
+    """The end of a file of the packets of one or more traces (``written``: what
+    write_events returned for each): the "ompt-py" track and its instant at the
+    first slice's begin, with the otherData merged (perfetto.other_data), the
+    slices cut and flows unbound summed."""
+    other = other_data(w.other for w in written)
+    cut, unbound = sum(w.cut for w in written), sum(w.unbound for w in written)
+    if cut or unbound:
+        other = {**other, "slices_cut": cut, "flows_unbound": unbound}
+    first = min((w.first for w in written if w.first is not None), default=0)
+    return _metadata_packet(other, first, uuids, strings)

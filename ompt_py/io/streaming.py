@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple, Protocol
 
 import numpy as np
 
@@ -163,8 +163,16 @@ def json_names(names: Iterable[Any], suffix: str = "") -> list[str]:
     return [json.dumps(f"{name}{suffix}") for name in names]
 
 
+class Writable(Protocol):
+    """Where an export writes: a binary file, or an ArrayWriter."""
+
+    def write(self, data: bytes, /) -> Any: ...
+
+
 class ArrayWriter:
-    """Writes JSON values, each prefixed with ``SEP``, as the elements of one array."""
+    """Writes JSON values, each prefixed with ``SEP``, as the elements of one array:
+    what is written to it, but the first SEP (a file of values each prefixed
+    with SEP can be copied into it: shutil.copyfileobj)."""
 
     def __init__(self, out: BinaryIO) -> None:
         self.out = out

@@ -17,13 +17,13 @@ repeated, per rank).
 
 from __future__ import annotations
 
-import json
 import sys
 import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import DASK_MEMORY_LIMIT as LIMIT
 from synthetic_dataset import FIRST_PID, rank_trace, write_dataset
 
 import ompt_py
@@ -45,24 +45,6 @@ def small(tmp_path_factory):
     path = tmp_path_factory.mktemp("small") / "run1"
     write_dataset(path, RANKS, 1200)
     return path, ompt_py.load(path)
-
-
-#: The workers' memory limit: their own memory (interpreter and libraries: 170 MB
-#: fresh, 230 MB after the other tests' work, measured) and room for two
-#: partitions of the 64-rank dataset, but not for its events (280 MB).
-LIMIT = 384 << 20
-
-
-@pytest.fixture(scope="module")
-def client():
-    # Not paused near the limit (80 %: a worker paused with nothing to free waits
-    # forever, and so would the test); beyond 95 % the nanny restarts it, which the
-    # test sees.
-    with dask.config.set({"distributed.worker.memory.pause": False}), \
-            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                     memory_limit=LIMIT, dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as c:
-        yield c
 
 
 def _same_rows(a: pd.DataFrame, b: pd.DataFrame, keys: list[str]) -> None:
@@ -197,14 +179,14 @@ def test_summary_merged_equals_loads(small):
     _check_summary(ompt_py.open_dataset(path).summary(), t.summary())
 
 
-def test_on_dask_the_answers_are_this_process_s(small, client):
+def test_on_dask_the_answers_are_this_process_s(small, dask_client):
     path, t = small
     d = ompt_py.open_dataset(path)
-    on_dask = d.summary(client=client)
+    on_dask = d.summary(client=dask_client)
     _check_summary(on_dask, t.summary())
     pd.testing.assert_frame_equal(on_dask.constructs, d.summary().constructs)
-    pd.testing.assert_frame_equal(d.lock_contention(client=client), d.lock_contention())
-    pids = d.map(lambda trace: int(trace.pids[0]), client=client)
+    pd.testing.assert_frame_equal(d.lock_contention(client=dask_client), d.lock_contention())
+    pids = d.map(lambda trace: int(trace.pids[0]), client=dask_client)
     assert pids == d.pids
 
 
@@ -236,20 +218,20 @@ def _rss() -> int:
 
 
 @pytest.mark.slow
-def test_64_ranks_larger_than_a_worker_s_memory_are_summarised(tmp_path, client):
+def test_64_ranks_larger_than_a_worker_s_memory_are_summarised(tmp_path, dask_client):
     """The dataset's events alone (64 bytes each, as a Trace holds them) need more
     than the room the workers' limit leaves beyond their own memory, which holds
     two partitions."""
     write_dataset(tmp_path / "big", 64, 70_000)
     d = ompt_py.open_dataset(tmp_path / "big")
     sizes = [p.rows * EVENT_DTYPE.itemsize for p in d.partitions]
-    client.run(lambda: __import__("ompt_py.analysis.dataset"))
-    own = max(client.run(_rss).values())
+    dask_client.run(lambda: __import__("ompt_py.analysis.dataset"))
+    own = max(dask_client.run(_rss).values())
     assert 2 * max(sizes) < LIMIT - own < sum(sizes)
-    workers = set(client.scheduler_info()["workers"])
-    s = d.summary(client=client)
-    assert set(client.scheduler_info()["workers"]) == workers  # none died and came back
-    assert max(client.run(_rss_peak).values()) < LIMIT
+    workers = set(dask_client.scheduler_info()["workers"])
+    s = d.summary(client=dask_client)
+    assert set(dask_client.scheduler_info()["workers"]) == workers  # none died and came back
+    assert max(dask_client.run(_rss_peak).values()) < LIMIT
     assert s.overview["events"] == sum(p.rows for p in d.partitions)
     assert s.overview["processes"] == 64
 
@@ -316,36 +298,6 @@ def test_duckdb_reads_the_same_files_as_one_table(small):
         FROM read_parquet('{small[0]}/*/*.parquet', hive_partitioning = true)
         GROUP BY rank ORDER BY rank""").fetchall()
     assert rows == [(p.rank, p.rows) for p in d.partitions]
-
-
-# ---- exports ----------------------------------------------------------------------------------
-
-
-def test_csv_export_partition_by_partition_holds_loads_rows(small, tmp_path):
-    path, t = small
-    ompt_py.open_dataset(path).to_csv(tmp_path / "d.csv")
-    t.to_csv(tmp_path / "t.csv")
-    mine = (tmp_path / "d.csv").read_text().splitlines()
-    theirs = (tmp_path / "t.csv").read_text().splitlines()
-    assert mine[0] == theirs[0] and sorted(mine) == sorted(theirs)
-
-
-def test_perfetto_export_partition_by_partition_has_every_rank_as_a_process(small, tmp_path):
-    path, t = small
-    ompt_py.open_dataset(path).to_perfetto(tmp_path / "d.json")
-    t.to_perfetto(tmp_path / "t.json")
-    mine = json.loads((tmp_path / "d.json").read_text())["traceEvents"]
-    theirs = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
-
-    def key(e: dict) -> str:  # flows numbered per partition: ids apart
-        return json.dumps({k: v for k, v in e.items() if k != "id" or e["ph"] not in "sf"},
-                          sort_keys=True)
-    assert sorted(map(key, mine)) == sorted(map(key, theirs))
-    for phase in "sf":  # each flow's start and finish have an id of their own
-        ids = [e["id"] for e in mine if e["ph"] == phase]
-        assert len(set(ids)) == len(ids) == len([e for e in theirs if e["ph"] == phase])
-    names = {e["pid"]: e["args"]["name"] for e in mine if e.get("name") == "process_name"}
-    assert sorted(names) == [FIRST_PID + r for r in range(RANKS)]
 
 
 # The hand-made job's hosts have no clock fits (said on loading).

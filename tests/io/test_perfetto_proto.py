@@ -39,13 +39,15 @@ class ProtoTrace:
     """A protobuf trace read back as Perfetto reads it: per track (pid, tid, or
     ("device", pid, name), ("counter", pid, name)) its slices in the order they
     begin (dicts: ts, dur, name, cat, args, depth, parent), its counter values,
-    the flows (id -> start slice, finish slice) and the names."""
+    the flows (id -> start slice, finish slice) and the names; the packet
+    sequences of its events (``sequences``: a trace's one, a dataset's one per
+    partition and one more), each with interned strings of its own."""
 
     def __init__(self, path) -> None:
         trace = pb.Trace()
         with open(path, "rb") as f:
             trace.ParseFromString(f.read())
-        names: dict[int, dict[int, str]] = defaultdict(dict)
+        names: dict[tuple[int, str], dict[int, str]] = defaultdict(dict)
         tracks: dict[int, tuple] = {}
         self.process_names: dict[int, str] = {}
         self.thread_names: dict[tuple[int, int], str] = {}
@@ -56,18 +58,21 @@ class ProtoTrace:
         flow_from: dict[int, dict] = {}
         self.flows: dict[int, tuple[dict, dict]] = {}
         self.sequence_flags = []
+        self.sequences: set[int] = set()
         for packet in trace.packet:
+            seq = packet.trusted_packet_sequence_id
             if packet.HasField("interned_data"):
                 data = packet.interned_data
                 for kind, entries in (("cat", data.event_categories), ("name", data.event_names),
                                       ("key", data.debug_annotation_names)):
                     for e in entries:
-                        assert e.iid not in names[kind], "an iid interned twice"
-                        names[kind][e.iid] = e.name
+                        assert e.iid not in names[seq, kind], "an iid interned twice"
+                        names[seq, kind][e.iid] = e.name
                 for e in data.debug_annotation_string_values:
-                    names["value"][e.iid] = e.str.decode()
+                    names[seq, "value"][e.iid] = e.str.decode()
             if packet.HasField("track_descriptor"):
                 d = packet.track_descriptor
+                assert d.uuid not in tracks, "a track uuid described twice"
                 if d.HasField("process"):
                     tracks[d.uuid] = ("process", d.process.pid)
                     self.process_names[d.process.pid] = d.process.process_name
@@ -80,7 +85,7 @@ class ProtoTrace:
                     tracks[d.uuid] = (kind, parent, d.name) if parent is not None else (d.name,)
             if not packet.HasField("track_event"):
                 continue
-            assert packet.trusted_packet_sequence_id == 1
+            self.sequences.add(seq)
             e = packet.track_event
             track = tracks[e.track_uuid]
             if e.type == pb.TrackEvent.TYPE_COUNTER:
@@ -92,16 +97,16 @@ class ProtoTrace:
                 continue
             args = {}
             for a in e.debug_annotations:
-                key = names["key"][a.name_iid]
+                key = names[seq, "key"][a.name_iid]
                 field = a.WhichOneof("value")
                 value = getattr(a, field)
                 if field == "string_value_iid":
-                    value = names["value"][value]
+                    value = names[seq, "value"][value]
                 elif field == "pointer_value":
                     value = hex(value)
                 args[key] = value
-            s = {"ts": packet.timestamp, "name": names["name"][e.name_iid], "args": args,
-                 "cat": names["cat"][e.category_iids[0]] if e.category_iids else None}
+            s = {"ts": packet.timestamp, "name": names[seq, "name"][e.name_iid], "args": args,
+                 "cat": names[seq, "cat"][e.category_iids[0]] if e.category_iids else None}
             if e.type == pb.TrackEvent.TYPE_INSTANT:
                 self.instants.append(s)
                 continue
@@ -197,7 +202,9 @@ def both(trace, tmp_path, **filters) -> tuple[ProtoTrace, dict]:
     export(trace, tmp_path / "t.pftrace", "perfetto-proto", **filters)
     with open(tmp_path / "t.json") as f:
         doc = json.load(f)
-    return ProtoTrace(tmp_path / "t.pftrace"), doc
+    proto = ProtoTrace(tmp_path / "t.pftrace")
+    assert proto.sequences == {perfetto_proto.SEQUENCE}
+    return proto, doc
 
 
 @pytest.mark.parametrize("name", ["export-mixed", "pystacks-inprocess", "offload.omptraw",

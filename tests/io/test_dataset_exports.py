@@ -1,0 +1,196 @@
+"""A dataset's exports made partition by partition and joined
+(``Dataset.to_perfetto``, ``to_csv``; ompt_py.io.dataset.export), in this
+process and on a local Dask cluster.
+
+Spec (docs/dataset.md, Exports): each partition's part is made where the
+partition is read (this process, or a Dask worker), written to a temporary
+directory beside the output, and the parts are joined in partition order; the
+file is the same bytes with a client and without, and holds what the export
+of ``ompt_py.load(DIR)`` holds (every rank a process on one time axis), but
+for the ids the parts give themselves apart: the flows' (each partition's from
+the records before it), and in the protobuf the track uuids and packet
+sequences (a partition's own; its interned strings on its sequence).  A
+partition that cannot be read is left out and said; a part file missing or
+short, or a path where nothing can be written, is an error that says so; the
+temporary directory never stays.
+
+The datasets are made at test time (tests/synthetic_dataset.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import pytest
+from conftest import load_stored
+from synthetic_dataset import FIRST_PID, write_dataset
+from test_perfetto_proto import ProtoTrace
+
+import ompt_py
+from ompt_py.errors import TraceFileError, TraceWarning
+from ompt_py.io import dataset as dataset_io
+from ompt_py.io import perfetto
+from ompt_py.io.filters import ExportFilter
+from ompt_py.io.streaming import Progress
+
+RANKS = 4
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """A dataset of 4 ranks small enough to load whole, and the whole trace."""
+    path = tmp_path_factory.mktemp("small") / "run1"
+    write_dataset(path, RANKS, 1200)
+    return path, ompt_py.load(path)
+
+
+def _left_behind(directory) -> list[str]:
+    return [n for n in os.listdir(directory) if ".parts-" in n or n.endswith(".partial")]
+
+
+def _both_ways(small, tmp_path, name: str, client) -> bytes:
+    """The dataset exported to ``name`` without a client and with one: the same
+    bytes (returned); nothing left beside them."""
+    d = ompt_py.open_dataset(small[0])
+    (tmp_path / "here").mkdir()
+    (tmp_path / "dask").mkdir()
+    write = d.to_csv if name.endswith(".csv") else d.to_perfetto
+    write(tmp_path / "here" / name)
+    on_dask = tmp_path / "dask" / name
+    write(on_dask, client=client)
+    made = (tmp_path / "here" / name).read_bytes()
+    assert made == on_dask.read_bytes()
+    assert _left_behind(tmp_path / "here") == _left_behind(tmp_path / "dask") == []
+    return made
+
+
+def _flow_ends(events: list[dict]) -> tuple[Counter, list[tuple[str, str]]]:
+    """The events but the flows' ("s", "f") as keys, and each flow as its start's
+    and finish's keys without its id; asserts each id is one flow's."""
+    def key(e: dict) -> str:
+        return json.dumps({k: v for k, v in e.items() if k != "id"}, sort_keys=True)
+    ends: dict = {}
+    for e in events:
+        if e["ph"] in "sf":
+            assert e["ph"] not in ends.setdefault(e["id"], {}), "an id of two flows"
+            ends[e["id"]][e["ph"]] = key(e)
+    flows = sorted((f["s"], f["f"]) for f in ends.values())
+    return Counter(key(e) for e in events if e["ph"] not in "sf"), flows
+
+
+def test_json_is_the_same_with_dask_and_holds_what_load_s_export_holds(small, tmp_path,
+                                                                       dask_client):
+    made = json.loads(_both_ways(small, tmp_path, "d.json", dask_client))
+    small[1].to_perfetto(tmp_path / "t.json")
+    whole = json.loads((tmp_path / "t.json").read_text())
+    assert _flow_ends(made["traceEvents"]) == _flow_ends(whole["traceEvents"])
+    assert made["otherData"] == whole["otherData"]
+    names = {e["pid"]: e["args"]["name"] for e in made["traceEvents"]
+             if e.get("name") == "process_name"}
+    assert sorted(names) == [FIRST_PID + r for r in range(RANKS)]
+    assert all(names[FIRST_PID + r].startswith(f"rank {r}") for r in range(RANKS))
+
+
+def test_protobuf_is_the_same_with_dask_and_holds_what_load_s_export_holds(small, tmp_path,
+                                                                           dask_client):
+    _both_ways(small, tmp_path, "d.pftrace", dask_client)
+    made = ProtoTrace(tmp_path / "here" / "d.pftrace")
+    small[1].to_perfetto(tmp_path / "t.pftrace")
+    whole = ProtoTrace(tmp_path / "t.pftrace")
+    # a sequence per partition, and the file's end's
+    assert made.sequences == set(range(1, RANKS + 2)) and whole.sequences == {1}
+    assert made.slices == whole.slices and sum(map(len, made.slices.values())) > 0
+    assert made.counters == whole.counters
+    assert made.process_names == whole.process_names
+    assert made.thread_names == whole.thread_names
+
+    def plain(s: dict) -> tuple:
+        return s["ts"], s["dur"], s["name"], json.dumps(s["args"], sort_keys=True)
+    assert len(made.flows) == len(whole.flows) > 0
+    assert sorted((plain(a), plain(b)) for a, b in made.flows.values()) == sorted(
+        (plain(a), plain(b)) for a, b in whole.flows.values())
+    assert made.instants == whole.instants
+
+
+def test_csv_is_the_same_with_dask_and_holds_load_s_rows(small, tmp_path, dask_client):
+    made = _both_ways(small, tmp_path, "d.csv", dask_client).decode().splitlines()
+    small[1].to_csv(tmp_path / "t.csv")
+    whole = (tmp_path / "t.csv").read_text().splitlines()
+    assert made[0] == whole[0] and made.count(made[0]) == 1
+    assert sorted(made) == sorted(whole)
+
+
+def test_a_partition_s_flows_keep_to_its_range():
+    """The ids of a part's flows (tasks' and offload's) are from its first on, fewer
+    than its records: the parts made apart never share one."""
+    trace = load_stored("offload.omptraw")
+    first = 1_000_000
+    out = _Collect()
+    with Progress(0, "test") as progress:
+        perfetto.write_events(trace, out, ExportFilter(), first, ".", progress)
+    events = json.loads(b"[" + out.data[len(perfetto.SEP):] + b"]")
+    ids = [e["id"] for e in events if e["ph"] == "s"]
+    cats = {e["cat"] for e in events if e["ph"] == "s"}
+    assert cats == {"offload"} or cats == {"task", "offload"}
+    assert len(set(ids)) == len(ids) > 0
+    assert first <= min(ids) and max(ids) < first + len(trace)
+
+
+class _Collect:
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += bytes(data)
+
+
+def test_a_partition_unreadable_on_its_worker_is_left_out_and_said(tmp_path, dask_client):
+    files = write_dataset(tmp_path / "run", 3, 300)
+    d = ompt_py.open_dataset(tmp_path / "run")
+    files[1].write_bytes(b"PAR1 not any more")
+    with pytest.warns(TraceWarning, match="left out, the rest is loaded"):
+        d.to_perfetto(tmp_path / "d.json", client=dask_client)
+    events = json.loads((tmp_path / "d.json").read_text())["traceEvents"]
+    assert {e["pid"] for e in events} == {FIRST_PID, FIRST_PID + 2}
+    assert d.meta["skipped"][-1]["source"] == str(files[1])
+    assert _left_behind(tmp_path) == []
+
+
+def test_a_path_where_nothing_can_be_written_is_said(small, tmp_path):
+    d = ompt_py.open_dataset(small[0])
+    with pytest.raises(FileNotFoundError, match="cannot write the export's parts beside"):
+        d.to_perfetto(tmp_path / "no such directory" / "d.json")
+    (tmp_path / "a file").write_text("")
+    with pytest.raises(NotADirectoryError, match="choose another path"):
+        d.to_csv(tmp_path / "a file" / "d.csv")
+
+
+@pytest.mark.parametrize("damage", ["missing", "short"])
+def test_a_part_missing_or_short_is_said(small, tmp_path, damage):
+    """As when the workers write where this process does not read: the file is not
+    written, and the parts are removed."""
+    d = ompt_py.open_dataset(small[0])
+
+    def map_parts(fns):
+        made = d._map(fns, None, stacklevel=2)
+        if damage == "missing":
+            os.remove(made[2].path)
+        else:
+            with open(made[2].path, "r+b") as f:
+                f.truncate(made[2].size // 2)
+        return made
+    with pytest.raises(TraceFileError, match=(
+            r"the part of rank 2 \(pid 4002\) of .*d.pftrace (is missing \(.*\)|\(.*\) has "
+            r"[0-9,]+ bytes of the [0-9,]+ written): .* the workers must see the directory")):
+        dataset_io.export(map_parts, d.partitions, tmp_path / "d.pftrace", "perfetto-proto",
+                          ranked=True)
+    assert os.listdir(tmp_path) == []
+
+
+def test_other_formats_are_refused(small, tmp_path):
+    with pytest.raises(ValueError, match="export a partition's Trace"):
+        dataset_io.export(lambda fns: [], ompt_py.open_dataset(small[0]).partitions,
+                          tmp_path / "d", "otf2", ranked=True)
+    assert os.listdir(tmp_path) == []
