@@ -13,9 +13,12 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..dataset import Dataset
 
 T = TypeVar("T")
 
@@ -78,6 +81,11 @@ Write a trace for other tools: perfetto (JSON for ui.perfetto.dev), perfetto-pro
 otf2-print), csv (a row per event), parquet (a file, or a dataset by process).
 A time window (slices crossing it are clipped), threads, processes: docs/exports.md.
 
+A dataset directory (pid=N/ partitions, one per process of a job) exports to
+perfetto, perfetto-proto and csv a partition at a time, never loaded whole, on a
+Dask cluster with --dask (docs/dataset.md); with --start/--end/--threads/--pid, or
+to the other formats, it is loaded whole, as any trace.
+
 speedscope: speedscope.app's profile of the time per Python stack, region and
 thread state, per thread (no time window: docs/viewing.md).
 """
@@ -89,6 +97,7 @@ examples:
   ompt-py export trace.parquet --format otf2 -o trace-otf2
   ompt-py export trace.parquet --format parquet -o trace-dataset
   ompt-py export trace.parquet --format speedscope -o trace.speedscope.json
+  ompt-py export run1/ -o run1.pftrace --dask tcp://scheduler:8786
 """
 
 VIEW_DESCRIPTION = """\
@@ -573,7 +582,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from ..dataset import open_dataset
     from ..io import EXPORT_FORMATS, SUFFIX_FORMATS, export, format_of
+    from ..io.dataset import FORMATS as DATASET_FORMATS
     from ..io.filters import parse_numbers, parse_time
     from ..trace import Trace, load
 
@@ -587,20 +598,66 @@ def cmd_export(args: argparse.Namespace) -> int:
     threads = None if args.threads is None else parse_numbers(args.threads, "--threads")
     pids = None if args.pid is None else parse_numbers(args.pid, "--pid")
     _check_output(args.output, "-o", directory_ok=fmt in ("parquet", "otf2"))
-    trace = load(args.trace)
-    if not isinstance(trace, Trace):
-        raise ConfigError(f"{args.trace} is a profile, not a trace: it has no events to "
-                          "export (it is a Parquet file already; ompt-py report reads it)")
+    filtered = any(v is not None for v in (args.start, args.end, args.threads, args.pid))
+    if fmt in DATASET_FORMATS and not filtered and _is_dataset(args.trace):
+        dataset = open_dataset(args.trace)
+        what = (f"{sum(p.rows for p in dataset.partitions):,} events from {len(dataset)} "
+                f"partition(s), one at a time{' on ' + args.dask if args.dask else ''}")
+
+        def write() -> None:
+            _export_dataset(dataset, args.output, fmt, args.dask)
+    else:
+        if args.dask is not None:
+            raise ConfigError(f"--dask exports a dataset directory (pid=N/ partitions) to "
+                              f"{', '.join(DATASET_FORMATS)} without --start/--end/--threads/"
+                              f"--pid; this export loads {args.trace} whole: drop --dask")
+        trace = load(args.trace)
+        if not isinstance(trace, Trace):
+            raise ConfigError(f"{args.trace} is a profile, not a trace: it has no events to "
+                              "export (it is a Parquet file already; ompt-py report reads it)")
+        what = f"{len(trace):,} events from {len(trace.meta['processes'])} process(es)"
+
+        def write() -> None:
+            export(trace, args.output, fmt, start=start, end=end, threads=threads, pid=pids)
     try:
-        export(trace, args.output, fmt, start=start, end=end, threads=threads, pid=pids)
+        write()
     except OSError as e:
         print(f"ompt-py export: cannot write {args.output}: {e.strerror or e}; choose "
               "another -o", file=sys.stderr)
         return 1
     if not args.quiet:
-        print(f"ompt-py: {len(trace):,} events from {len(trace.meta['processes'])} process(es) "
-              f"-> {args.output} ({fmt})", file=sys.stderr)
+        print(f"ompt-py: {what} -> {args.output} ({fmt})", file=sys.stderr)
     return 0
+
+
+def _is_dataset(path: str) -> bool:
+    """Whether ``path`` is a dataset directory that open_dataset reads as load reads
+    it: Parquet files, each in a partition (pid=N/), no raw file, no profile."""
+    from ..io import parquet as parquet_io
+    from ..io import rawfile
+    from ..io.profile import holds_profile
+
+    if not os.path.isdir(path) or rawfile.list_dir(path) or holds_profile(path):
+        return False
+    files = parquet_io.trace_files(path)
+    return bool(files) and all(os.path.basename(os.path.dirname(f)).startswith("pid=")
+                               for f in files)
+
+
+def _export_dataset(dataset: Dataset, output: str, fmt: str, address: str | None) -> None:
+    """The dataset exported partition by partition (on the Dask cluster at
+    ``address``), never loaded whole."""
+    from ..dataset import _distributed
+
+    client = None if address is None else _distributed().Client(address)
+    try:
+        if fmt == "csv":
+            dataset.to_csv(output, client=client)
+        else:
+            dataset.to_perfetto(output, client=client)
+    finally:
+        if client is not None:
+            client.close()
 
 
 def cmd_view(args: argparse.Namespace) -> int:
@@ -857,6 +914,10 @@ def parser() -> argparse.ArgumentParser:
                      help="keep these thread numbers, e.g. 0,2,4-7 (default: all)")
     exp.add_argument("--pid", metavar="LIST",
                      help="keep these processes (pids, e.g. 4121 or 4121,4130; default: all)")
+    exp.add_argument("--dask", metavar="ADDRESS",
+                     help="a dataset directory: make its partitions' parts on the Dask cluster "
+                          "whose scheduler is at ADDRESS (e.g. tcp://scheduler:8786; its "
+                          "workers must see the dataset and the output's directory)")
     exp.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     exp.set_defaults(func=cmd_export)
     vw = sub.add_parser("view", help="write an interactive timeline and flame view (one "

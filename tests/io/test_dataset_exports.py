@@ -24,7 +24,7 @@ import os
 from collections import Counter
 
 import pytest
-from conftest import load_stored
+from conftest import cli, load_stored, no_traceback, ok
 from synthetic_dataset import FIRST_PID, write_dataset
 from test_perfetto_proto import ProtoTrace
 
@@ -193,4 +193,35 @@ def test_other_formats_are_refused(small, tmp_path):
     with pytest.raises(ValueError, match="export a partition's Trace"):
         dataset_io.export(lambda fns: [], ompt_py.open_dataset(small[0]).partitions,
                           tmp_path / "d", "otf2", ranked=True)
+    assert os.listdir(tmp_path) == []
+
+
+# ---- the CLI ----------------------------------------------------------------------------------
+
+
+def test_cli_exports_a_dataset_partition_by_partition(small, tmp_path, dask_client):
+    """``ompt-py export DIR``: the dataset's export (not a whole load), here or on the
+    cluster at --dask; filtered, the whole load's."""
+    ompt_py.open_dataset(small[0]).to_perfetto(tmp_path / "api.pftrace")
+    r = ok(cli("export", small[0], "-o", tmp_path / "cli.pftrace"))
+    assert "one at a time ->" in r.stderr
+    address = dask_client.scheduler.address
+    r = ok(cli("export", small[0], "-o", tmp_path / "dask.pftrace", "--dask", address))
+    assert f"one at a time on {address} ->" in r.stderr
+    made = (tmp_path / "api.pftrace").read_bytes()
+    assert (tmp_path / "cli.pftrace").read_bytes() == made
+    assert (tmp_path / "dask.pftrace").read_bytes() == made
+    r = ok(cli("export", small[0], "-o", tmp_path / "rank1.json", "--pid", FIRST_PID + 1))
+    assert "process(es) ->" in r.stderr
+    events = json.loads((tmp_path / "rank1.json").read_text())["traceEvents"]
+    assert {e["pid"] for e in events if e["ph"] == "X"} == {FIRST_PID + 1}
+
+
+@pytest.mark.parametrize("how", [["-o", "out.json", "--pid", str(FIRST_PID)],
+                                 ["-o", "out", "--format", "otf2"]])
+def test_cli_dask_without_a_dataset_export_is_refused(small, tmp_path, how):
+    r = cli("export", small[0], "--dask", "tcp://nowhere:8786", *how, cwd=tmp_path)
+    no_traceback(r)
+    assert r.returncode == 2
+    assert "--dask exports a dataset directory" in r.stderr and "drop --dask" in r.stderr
     assert os.listdir(tmp_path) == []
