@@ -12,8 +12,10 @@ Trace, in this process one after the other or on Dask workers, each of which
 reads its partition from the file (no Trace is shipped); the answers
 (``summary``, ``constructs``, ...) map the per-trace analysis over the
 partitions and merge the small results (ompt_py.analysis.dataset, which says
-what is exact and what estimated).  Like the Trace, a facade: each method
-imports its layer when called.
+what is exact and what estimated); the exports (``to_perfetto``, ``to_csv``)
+make a part per partition the same way and join them here
+(ompt_py.io.dataset.export).  Like the Trace, a facade: each method imports
+its layer when called.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A job's dataset opened lazily (``ompt_py.open_dataset``): its partitions found
 and checked from their Parquet footers alone, each read into a trace of its own
-on the dataset's time axis when asked, and exports written partition after
-partition.
+on the dataset's time axis when asked, and exports made a part per partition
+where the partition is read and joined into one file (``export``).
 
 A dataset is a directory of Parquet trace files, one per process
 (``pid=N/part-0.parquet``, as ``Trace.save`` and ``ompt-py run -o DIR/``

@@ -33,7 +33,8 @@ filter), the JSON writer being the reference:
 * counters: a ``TrackEvent`` of type COUNTER per change of a series.
 
 The names, categories, annotation names and texts are interned (sequence
-SEQUENCE's ``InternedData``, added as new ones appear).  Timestamps are the
+SEQUENCE's ``InternedData``, added as new ones appear; in a dataset's file,
+each partition's sequence its own: part_ids).  Timestamps are the
 trace's times in nanoseconds (as the JSON's microseconds, to the
 nanosecond).  The packets are written in C (csrc/ext/proto.c) a batch at a
 time; the slices are first put in order across their sources (SliceOrder:
