@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigError, TraceFileError
 
-__all__ = ["Dataset", "open_dataset"]
+__all__ = ["Dataset", "connect", "open_dataset"]
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -83,9 +83,22 @@ def _distributed() -> Any:
     try:
         import dask.distributed
     except ImportError as e:
-        raise ConfigError(f"Dataset.map(client=...) runs on Dask, which is not installed "
-                          f"({e}): {DASK_EXTRA}") from e
+        raise ConfigError(f"a dataset's work on a Dask cluster needs Dask, which is not "
+                          f"installed ({e}): {DASK_EXTRA}") from e
     return dask.distributed
+
+
+def connect(address: str, timeout: float = 30) -> Any:
+    """A ``dask.distributed.Client`` of the scheduler at ``address`` (close it when
+    done), for the ``client`` of a Dataset's methods; ConfigError when Dask is not
+    installed or no scheduler answers there within ``timeout`` seconds."""
+    distributed = _distributed()
+    try:
+        return distributed.Client(address, timeout=timeout)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise ConfigError(f"no Dask scheduler answered at {address!r} ({e}); start one "
+                          "(dask scheduler) and give the address it prints, such as "
+                          "tcp://host:8786") from e
 
 
 class Dataset:

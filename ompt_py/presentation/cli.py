@@ -647,9 +647,9 @@ def _is_dataset(path: str) -> bool:
 def _export_dataset(dataset: Dataset, output: str, fmt: str, address: str | None) -> None:
     """The dataset exported partition by partition (on the Dask cluster at
     ``address``), never loaded whole."""
-    from ..dataset import _distributed
+    from ..dataset import connect
 
-    client = None if address is None else _distributed().Client(address)
+    client = None if address is None else connect(address)
     try:
         if fmt == "csv":
             dataset.to_csv(output, client=client)

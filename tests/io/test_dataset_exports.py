@@ -225,3 +225,15 @@ def test_cli_dask_without_a_dataset_export_is_refused(small, tmp_path, how):
     assert r.returncode == 2
     assert "--dask exports a dataset directory" in r.stderr and "drop --dask" in r.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_no_scheduler_at_the_address_is_said():
+    """ompt_py.dataset.connect (ompt-py export --dask): an address where no scheduler
+    answers is a ConfigError that says how to start one."""
+    pytest.importorskip("dask.distributed")
+    from ompt_py.dataset import connect
+    from ompt_py.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"no Dask scheduler answered at 'tcp://127.0.0.1:1'.*"
+                                          r"dask scheduler"):
+        connect("tcp://127.0.0.1:1", timeout=1)
