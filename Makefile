@@ -204,7 +204,8 @@ test-sanitize: setup
 	OMPTPY_NATIVE_DEPTH=4 PYTHONPATH=$(SANITIZE_PY) \
 	$(BIN)/python tests/programs/pystacks_app.py $(SANITIZE_PY)/trace.parquet on
 	@# The extension's kernels in the same copy: the thread states' intervals and the
-	@# exports' threads-waiting counter (states.c), the
+	@# exports' threads-waiting counter (states.c), the records' counts and rows per event
+	@# (columns.c), the
 	@# pairing pass (pairing.c), the records' time order (order.c), the view's levels of
 	@# detail (lod.c), the Perfetto protobuf's packets (proto.c), and the OTF2 writer (csrc/otf2/) (PYTHONSAFEPATH: not the source
 	@# tree's package, which the current directory would put first).
@@ -214,9 +215,9 @@ test-sanitize: setup
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/analysis/test_state_sweep.py \
 	  tests/analysis/test_pair_events.py tests/presentation/test_view.py \
 	  tests/io/test_perfetto_proto.py tests/io/test_otf2.py tests/test_time_order.py \
-	  tests/io/test_export.py \
+	  tests/io/test_export.py tests/test_records.py \
 	  -k "state_sweep or pair_events or lod or aggregates or blobs or large_trace or proto or otf2 \
-	      or time_order or waiting"
+	      or time_order or waiting or event_counts or event_groups"
 
 sanitize: test-sanitize
 	@mkdir -p $(TSAN_DIR)

@@ -346,6 +346,15 @@ def proto_packets(
 def proto_counters(time: Buffer, uuid: Buffer, value: Buffer, sequence: int, /) -> bytes:
     """A counter TracePacket per row, as a Trace's bytes."""
 
+def event_counts(records: Buffer, out: Buffer, /) -> None:
+    """out[e] += the records of event number e, in one pass (out: int64, 65536
+    entries)."""
+
+def event_rows(records: Buffer, group: Buffer, outs: list[Buffer], /) -> None:
+    """The rows of each group of events, in the records' order, in one pass: group
+    (uint8, 65536 entries) is each event number's group, 1 to len(outs), 0 for none;
+    outs[g - 1] (int64) gets group g's rows and must hold exactly as many."""
+
 def tick_scale(
     first_ticks: int, first_ns: int, last_ticks: int | None, last_ns: int | None,
     estimate: float, /,

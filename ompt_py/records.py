@@ -463,6 +463,40 @@ def of_events(codes: np.ndarray, events: Iterable[int]) -> np.ndarray:
     return wanted
 
 
+#: The numbers a record's event field can hold: count_events' and event_groups'
+#: tables have an entry each.
+EVENT_NUMBERS = 1 << 16
+
+
+def count_events(records: np.ndarray) -> np.ndarray:
+    """The ``records`` (a contiguous array of them) of each event number: int64,
+    EVENT_NUMBERS entries, counted in C in one pass over the records."""
+    counts = np.zeros(EVENT_NUMBERS, np.int64)
+    _core.event_counts(np.ascontiguousarray(records), counts)
+    return counts
+
+
+def event_groups(records: np.ndarray, groups: Iterable[Iterable[int]],
+                 counts: np.ndarray | None = None) -> list[np.ndarray]:
+    """The rows (int64, in the records' order) of each group of event numbers, in one
+    pass over the ``records`` (a contiguous array of them) whatever the groups, where
+    ``of_events`` compares the whole field once per event; ``counts``: their
+    count_events, if made already (else counted first: a pass more)."""
+    if counts is None:
+        counts = count_events(records)
+    table = np.zeros(EVENT_NUMBERS, np.uint8)
+    outs = []
+    for number, events in enumerate(groups, 1):
+        codes = np.unique(np.fromiter(events, np.int64))
+        if table[codes].any():
+            raise ValueError("event_groups: an event in two groups")
+        table[codes] = number
+        outs.append(np.empty(int(counts[codes].sum()), np.int64))
+    if any(len(rows) for rows in outs):
+        _core.event_rows(np.ascontiguousarray(records), table, outs)
+    return outs
+
+
 def time_order(times: np.ndarray) -> np.ndarray:
     """The rows of records in time order (``times``: their time_ns), at equal times in
     the order of the records: the order of to_pandas()'s rows, of the pairings

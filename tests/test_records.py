@@ -1,12 +1,21 @@
 """records.of_events: which records are of some events, the records' field read
-in place, as np.isin tells it."""
+in place, as np.isin tells it; records.count_events and event_groups (C, one pass
+each): the counts numpy's bincount gives, the rows of_events finds."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ompt_py.records import EVENT_DTYPE, of_events
+from ompt_py import _core
+from ompt_py.records import (
+    EVENT_DTYPE,
+    EVENT_NUMBERS,
+    RAW_DTYPE,
+    count_events,
+    event_groups,
+    of_events,
+)
 
 
 @pytest.mark.parametrize("events", [[], [3], [3, 7, 40], [1000]])
@@ -18,3 +27,54 @@ def test_of_events_is_isin(events):
         got = of_events(codes, events)
         assert got.dtype == bool
         np.testing.assert_array_equal(got, np.isin(codes, events))
+
+
+def _records(n: int, seed: int) -> np.ndarray:
+    """Records of events 0 to 44, and a few of numbers no event has (yet)."""
+    rng = np.random.default_rng(seed)
+    records = np.zeros(n, RAW_DTYPE)
+    records["event"] = rng.integers(0, 45, n)
+    records["event"][rng.integers(0, n, n // 100)] = 65535
+    return records
+
+
+@pytest.mark.parametrize("n", [0, 1, 100_003])
+def test_event_counts_and_groups_are_numpy_s(n):
+    records = _records(n, n)
+    counts = count_events(records)
+    assert counts.dtype == np.int64 and len(counts) == EVENT_NUMBERS
+    np.testing.assert_array_equal(counts, np.bincount(records["event"], minlength=EVENT_NUMBERS))
+    groups = [[3, 7, 40], [65535], [1000], [0]]
+    for given in (counts, None):
+        found = event_groups(records, groups, given)
+        assert [rows.dtype for rows in found] == [np.int64] * len(groups)
+        for codes, rows in zip(groups, found):
+            np.testing.assert_array_equal(rows, np.flatnonzero(of_events(records["event"], codes)))
+
+
+def test_event_groups_of_a_strided_view_are_its_own():
+    """A view of every other record (not contiguous): its own rows, not the base's."""
+    records = _records(10_000, 1)
+    view = records[::2]
+    rows, = event_groups(view, [[5]])
+    np.testing.assert_array_equal(rows, np.flatnonzero(view["event"] == 5))
+
+
+def test_event_groups_refusals():
+    records = _records(1000, 2)
+    with pytest.raises(ValueError, match="two groups"):
+        event_groups(records, [[1, 2], [2]])
+    table = np.zeros(EVENT_NUMBERS, np.uint8)
+    table[3] = 1
+    short = np.empty(int((records["event"] == 3).sum()) - 1, np.int64)
+    with pytest.raises(ValueError, match="do not fill its output exactly"):
+        _core.event_rows(records, table, [short])
+    table[4] = 2  # a group without an output
+    with pytest.raises(ValueError, match="out of range"):
+        _core.event_rows(records, table, [np.empty(int((records["event"] == 3).sum()), np.int64)])
+    with pytest.raises(ValueError, match="1 to 255 groups"):
+        _core.event_rows(records, table, [])
+    with pytest.raises(ValueError, match="65536"):
+        _core.event_counts(records, np.zeros(10, np.int64))
+    with pytest.raises(ValueError, match="64-byte records"):
+        _core.event_counts(np.zeros(10, np.uint8), np.zeros(EVENT_NUMBERS, np.int64))

@@ -276,3 +276,102 @@ PyObject *omptpy_py_ticks_to_ns(PyObject *m, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+
+/* The records' buffer (64-byte records), read-only, in b; NULL with an exception. */
+static const omptpy_record *records_of(PyObject *obj, Py_buffer *b, Py_ssize_t *n) {
+  if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+  if (b->len % (Py_ssize_t)sizeof(omptpy_record)) {
+    PyErr_SetString(PyExc_ValueError, "records: a buffer of 64-byte records");
+    PyBuffer_Release(b);
+    return NULL;
+  }
+  *n = b->len / (Py_ssize_t)sizeof(omptpy_record);
+  return b->buf;
+}
+
+/* event_counts(records, out): out[e] += the records of event number e, one pass
+ * (out: int64, OMPTPY_EVENT_NUMBERS entries). */
+PyObject *omptpy_py_event_counts(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *records, *out_obj;
+  if (!PyArg_ParseTuple(args, "OO", &records, &out_obj)) return NULL;
+  Py_buffer rb, ob;
+  Py_ssize_t n;
+  const omptpy_record *r = records_of(records, &rb, &n);
+  if (!r) return NULL;
+  if (PyObject_GetBuffer(out_obj, &ob, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+    PyBuffer_Release(&rb);
+    return NULL;
+  }
+  if (ob.len != OMPTPY_EVENT_NUMBERS * (Py_ssize_t)sizeof(int64_t)) {
+    PyErr_SetString(PyExc_ValueError, "event_counts: out holds 65536 int64 counts");
+    PyBuffer_Release(&ob);
+    PyBuffer_Release(&rb);
+    return NULL;
+  }
+  int64_t *counts = ob.buf;
+  Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n; i++) counts[r[i].event]++;
+  Py_END_ALLOW_THREADS PyBuffer_Release(&ob);
+  PyBuffer_Release(&rb);
+  Py_RETURN_NONE;
+}
+
+/* event_rows(records, group, outs): the rows of each group of events, in the
+ * records' order, in one pass: group (uint8, OMPTPY_EVENT_NUMBERS entries) gives
+ * each event number's group, 1 to len(outs), or 0 for none; outs[g - 1] (int64)
+ * gets group g's rows and must hold exactly as many (event_counts). */
+PyObject *omptpy_py_event_rows(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *records, *group_obj, *outs;
+  if (!PyArg_ParseTuple(args, "OOO!", &records, &group_obj, &PyList_Type, &outs)) return NULL;
+  Py_ssize_t ngroups = PyList_GET_SIZE(outs);
+  if (ngroups < 1 || ngroups > 255) {
+    PyErr_SetString(PyExc_ValueError, "event_rows: 1 to 255 groups");
+    return NULL;
+  }
+  Py_buffer rb, gb, ob[255];
+  Py_ssize_t n, nout = 0;
+  PyObject *result = NULL;
+  const omptpy_record *r = records_of(records, &rb, &n);
+  if (!r) return NULL;
+  if (PyObject_GetBuffer(group_obj, &gb, PyBUF_C_CONTIGUOUS) < 0) goto no_group;
+  int64_t *rows[256] = {0};
+  Py_ssize_t cap[256] = {0}, at[256] = {0};
+  if (gb.len != OMPTPY_EVENT_NUMBERS) {
+    PyErr_SetString(PyExc_ValueError, "event_rows: group holds 65536 group numbers (uint8)");
+    goto done;
+  }
+  for (; nout < ngroups; nout++) {
+    if (PyObject_GetBuffer(PyList_GET_ITEM(outs, nout), &ob[nout],
+                           PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+      goto done;
+    rows[nout + 1] = ob[nout].buf;
+    cap[nout + 1] = ob[nout].len / (Py_ssize_t)sizeof(int64_t);
+  }
+  const uint8_t *g = gb.buf;
+  int overflow = 0;
+  Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n; i++) {
+    unsigned k = g[r[i].event];
+    if (!k) continue;
+    if (k > (unsigned)ngroups || at[k] == cap[k]) {
+      overflow = 1;
+      break;
+    }
+    rows[k][at[k]++] = i;
+  }
+  Py_END_ALLOW_THREADS for (Py_ssize_t k = 1; k <= ngroups && !overflow; k++) overflow =
+      at[k] != cap[k];
+  if (overflow) {
+    PyErr_SetString(PyExc_ValueError,
+                    "event_rows: a group's rows do not fill its output exactly (count them "
+                    "with event_counts on the same records), or a group number is out of range");
+    goto done;
+  }
+  result = omptpy_py_none();
+done:
+  while (nout > 0) PyBuffer_Release(&ob[--nout]);
+  PyBuffer_Release(&gb);
+no_group:
+  PyBuffer_Release(&rb);
+  return result;
+}

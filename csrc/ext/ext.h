@@ -49,6 +49,11 @@ enum {
 };
 
 PyObject *omptpy_py_columns(PyObject *m, PyObject *args);
+/* The event numbers a record can hold (its uint16 field): event_counts' and
+ * event_rows' tables are this long. */
+enum { OMPTPY_EVENT_NUMBERS = 1 << 16 };
+PyObject *omptpy_py_event_counts(PyObject *m, PyObject *args);
+PyObject *omptpy_py_event_rows(PyObject *m, PyObject *args);
 PyObject *omptpy_py_tick_scale(PyObject *m, PyObject *args);
 PyObject *omptpy_py_ticks_to_ns(PyObject *m, PyObject *args);
 

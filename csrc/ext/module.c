@@ -469,6 +469,15 @@ static PyMethodDef methods[] = {
          "bins >> delta, or None) added, and the rows of each key (bin << gbits | group) "
          "summed: (key, covered, bars, largest, site of the first largest) as int64 bytes, "
          "by key.")},
+    {"event_counts", omptpy_py_event_counts, METH_VARARGS,
+     DOC("event_counts($module, records, out, /)",
+         "out[e] += the records of event number e, in one pass (out: int64, 65536 "
+         "entries).")},
+    {"event_rows", omptpy_py_event_rows, METH_VARARGS,
+     DOC("event_rows($module, records, group, outs, /)",
+         "The rows of each group of events, in the records' order, in one pass: group "
+         "(uint8, 65536 entries) is each event number's group, 1 to len(outs), 0 for none; "
+         "outs[g - 1] (int64) gets group g's rows and must hold exactly as many.")},
     {"tick_scale", omptpy_py_tick_scale, METH_VARARGS,
      DOC("tick_scale($module, first_ticks, first_ns, last_ticks, last_ns, estimate, /)",
          "Nanoseconds per tick: the slope between the anchors when they are far enough "

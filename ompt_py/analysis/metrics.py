@@ -625,7 +625,7 @@ def _creation_gaps(trace: Trace) -> pd.DataFrame:
     thread and parent with nothing else recorded between them (back-to-back
     creations: the gap is what creating the second cost)."""
     ev = trace.events
-    at = np.flatnonzero(ev["event"] == EVENT_CODES["task_create"])
+    at = tables.rows_of(trace, "task_create")
     at = at[at > 0]
     # events holds each thread's records in order: the one before a record of
     # the same thread is that thread's previous record.

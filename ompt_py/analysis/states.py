@@ -288,7 +288,7 @@ def tool_stalls(trace: Trace) -> pd.DataFrame:
     ``wait`` waited for another thread, or the drainer, doing either), bytes (made
     resident) and region (the file's region it made room in, from 1)."""
     ev = trace.events
-    rows = np.flatnonzero(ev["event"] == EVENT_CODES["tool_stall"])
+    rows = tables.rows_of(trace, "tool_stall")
     begin = ev["time_ns"][rows]
     end = ev["u64b"][rows].view(np.int64)
     out = pd.DataFrame({

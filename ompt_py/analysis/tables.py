@@ -28,6 +28,8 @@ from ..records import (
     PARALLEL_LEAGUE,
     SCOPE_BEGIN,
     Names,
+    count_events,
+    event_groups,
     of_events,
     python_stack_ids,
     time_order,
@@ -65,6 +67,19 @@ def select(trace: Trace, at: np.ndarray, columns: list[str]) -> pd.DataFrame:
 def kinds(trace: Trace) -> np.ndarray:
     """The records' event codes in time order (``order``)."""
     return trace.events["event"][order(trace)]
+
+
+@per_trace
+def counts_by_number(trace: Trace) -> np.ndarray:
+    """The records of each event number (records.count_events), counted once."""
+    return count_events(trace.events)
+
+
+def rows_of(trace: Trace, *events: str) -> np.ndarray:
+    """The rows of these events in the records' order (records.event_groups: one
+    pass over the records, the counts made once per trace)."""
+    return event_groups(trace.events, [[EVENT_CODES[e] for e in events]],
+                        counts_by_number(trace))[0]
 
 
 def event_rows(trace: Trace, events: list[str], columns: list[str]) -> pd.DataFrame:
@@ -451,7 +466,6 @@ def mutex(trace: Trace) -> pd.DataFrame:
 
 # ---- regions of user code (ompt_py.region, omptpy_region.h) ------------------------------------
 
-_REGION = EVENT_CODES["region"]
 USER_REGION_COLUMNS = ["pid", "thread", "id", "name", "level", "parent_id", "parent", "begin_ns",
                        "end_ns", "duration_ns", "codeptr", *pystacks.COLUMNS]
 
@@ -474,7 +488,7 @@ def user_regions(trace: Trace) -> pd.DataFrame:
     without a name and for no parent.
     """
     ev = trace.events
-    rows = np.flatnonzero(ev["event"] == _REGION)
+    rows = rows_of(trace, "region")
     pids = trace.pids_at(rows)
     order = np.lexsort((ev["time_ns"][rows], ev["thread"][rows], pids))
     markers, pids = ev[rows[order]], pids[order]
@@ -535,7 +549,7 @@ def mpi_calls(trace: Trace) -> pd.DataFrame:
     <NA> where not known) and codeptr (the caller of the MPI function, 0 from
     Python)."""
     ev = trace.events
-    rows = np.flatnonzero(ev["event"] == EVENT_CODES["mpi"])
+    rows = rows_of(trace, "mpi")
     calls, pids = ev[rows], trace.pids_at(rows)
     peer = calls["u32a"].view(np.int32)
     rank = ranks(trace.meta, pids)
@@ -563,7 +577,7 @@ def mpi_calls(trace: Trace) -> pd.DataFrame:
 def event_counts(trace: Trace) -> pd.Series:
     """How many records of each event the trace holds (the events it has, by name,
     the most first)."""
-    counts = np.bincount(kinds(trace)) if len(trace) else np.zeros(0, np.int64)
+    counts = counts_by_number(trace)
     names = {code: name for name, code in EVENT_CODES.items()}
     known = [c for c in np.flatnonzero(counts).tolist() if c in names]
     return pd.Series(counts[known], index=[names[c] for c in known], name="count",

@@ -87,8 +87,8 @@ from ..records import (
     PARALLEL_INVOKER_RUNTIME,
     PARALLEL_LEAGUE,
     TASK_INITIAL,
+    event_groups,
     kind_keys,
-    of_events,
     python_stack_ids,
     time_order,
 )
@@ -125,18 +125,24 @@ class _Records:
         self.bytes = self.ev.view(np.uint8).reshape(len(self.ev), self.ev.itemsize)
         # One process: no pid column (nor key: it would be the same for all).
         self.pids = None if trace.single_pid is not None else trace.pids
+        self._selected: dict[tuple[str, ...], np.ndarray] = {}
 
     @cached_property
     def counts(self) -> np.ndarray:
         """The records of each event number (made once asked: while they are paired)."""
-        counts = np.zeros(max(EVENT_CODES.values()) + 1, np.int64)
-        for part in batches(len(self.ev), 1 << 20):
-            counts += np.bincount(self.ev["event"][part], minlength=len(counts))[:len(counts)]
-        return counts
+        return tables.counts_by_number(self.trace)
 
     def has(self, codes: Iterable[int]) -> bool:
         """Whether any record is of these events."""
-        return bool(self.counts[[c for c in codes if c < len(self.counts)]].any())
+        return bool(self.counts[list(codes)].any())
+
+    @cached_property
+    def _grouped(self) -> dict[tuple[str, ...], np.ndarray]:
+        """The rows of the events the file asks for by group (_GROUPED), found
+        together in one pass."""
+        found = event_groups(self.ev, [[EVENT_CODES[e] for e in g] for g in _GROUPED],
+                             self.counts)
+        return dict(zip(_GROUPED, found))
 
     def pairs(self, names: list[str], lookups: dict[str, pairing.Lookup]
               ) -> tuple[dict[str, _Pairs], dict[str, np.ndarray]]:
@@ -148,15 +154,17 @@ class _Records:
 
     def rows(self, *events: str) -> np.ndarray:
         """The rows of these events, in the records' order."""
-        if not self.has(EVENT_CODES[e] for e in events):
-            return np.zeros(0, np.int64)
-        return np.flatnonzero(of_events(self.ev["event"], [EVENT_CODES[e] for e in events]))
+        if events in _GROUPED:
+            return self._grouped[events]
+        return event_groups(self.ev, [[EVENT_CODES[e] for e in events]], self.counts)[0]
 
     def select(self, *events: str) -> np.ndarray:
         """The rows of these events in time order (stable: at equal times, in the order
-        of the records)."""
-        rows = self.rows(*events)
-        return rows[time_order(self.time(rows))]
+        of the records); made once."""
+        if events not in self._selected:
+            rows = self.rows(*events)
+            self._selected[events] = rows[time_order(self.time(rows))]
+        return self._selected[events]
 
     def time(self, rows: np.ndarray) -> np.ndarray:
         return self.ev["time_ns"][rows]
@@ -229,6 +237,8 @@ def _optional(values: Any) -> Column:
 
 #: The events whose begins' code addresses the slices name (_Locations).
 _LOCATED = ("parallel_begin", "work")
+#: The groups of events whose rows the file asks for (_Records.rows).
+_GROUPED = (_LOCATED, ("task_schedule",), ("task_create",))
 
 
 def _symbolize_located(rec: _Records) -> None:
