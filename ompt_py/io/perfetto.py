@@ -78,7 +78,7 @@ import pandas as pd
 
 from .. import _core
 from ..analysis import metrics, offload, pairing, pystacks, states, tables
-from ..analysis.states import thread_key, to_int
+from ..analysis.states import key_pid_thread, thread_key, to_int
 from ..records import (
     EVENT_CODES,
     KIND_CATEGORIES,
@@ -794,12 +794,9 @@ def _metadata(trace: Trace, flt: ExportFilter) -> list[dict]:
     """process_name/thread_name (and sort indexes) of every process and thread
     ``flt`` keeps."""
     procs = {p["pid"]: p for p in trace.meta.get("processes", [])}
-    ev = trace.events
     threads: dict[int, set[int]] = {pid: set() for pid in procs}
-    for part in batches(len(ev), 1 << 20):
-        pids = trace.pids_at(part).astype(np.int64)
-        for key in pd.unique(pids << 32 | ev["thread"][part]).tolist():
-            threads.setdefault(key >> 32, set()).add(key & 0xFFFFFFFF)
+    for pid, thread in zip(*(a.tolist() for a in key_pid_thread(states.threads(trace)))):
+        threads.setdefault(pid, set()).add(thread)
     out = []
     for i, pid in enumerate(sorted(threads)):
         if not flt.process_kept(pid):
