@@ -4,7 +4,8 @@
  * the events a part at a time (the slices' Enter and Leave events as arrays,
  * then each metric series), written without the GIL, and the definitions as
  * lists when it closes; so the caller frees the arrays of one part before it
- * makes the next.
+ * makes the next.  One function, definitions: an archive of definitions and
+ * mapping tables only, into which a dataset's parts' event files are moved.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -68,7 +69,8 @@ static int failed(OTF2_ErrorCode rc, const char *what) {
 }
 
 /* The definitions: strings, regions, the system tree nodes, groups, locations
- * (with their event counts), the metric's members and class. */
+ * (with their event counts: `counts`, or NULL: each location's fourth item), the
+ * metric's members and class. */
 static int write_definitions(OTF2_Archive *archive, PyObject *strings, PyObject *regions,
                              PyObject *nodes, PyObject *groups, PyObject *locations,
                              const uint64_t *counts, PyObject *members, uint64_t offset,
@@ -129,9 +131,13 @@ static int write_definitions(OTF2_Archive *archive, PyObject *strings, PyObject 
   }
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(locations); i++) {
     unsigned int name, type, group;
-    if (!PyArg_ParseTuple(PyList_GET_ITEM(locations, i), "III", &name, &type, &group) ||
+    unsigned long long events = 0;
+    PyObject *location = PyList_GET_ITEM(locations, i);
+    if (!(counts ? PyArg_ParseTuple(location, "III", &name, &type, &group)
+                 : PyArg_ParseTuple(location, "IIIK", &name, &type, &group, &events)) ||
         failed(OTF2_GlobalDefWriter_WriteLocation(defs, (OTF2_LocationRef)i, name,
-                                                  (OTF2_LocationType)type, counts[i], group),
+                                                  (OTF2_LocationType)type,
+                                                  counts ? counts[i] : events, group),
                "location"))
       return -1;
   }
@@ -154,6 +160,35 @@ static int write_definitions(OTF2_Archive *archive, PyObject *strings, PyObject 
              "metric class"))
     return -1;
   return failed(OTF2_Archive_CloseGlobalDefWriter(archive, defs), "global definitions");
+}
+
+/* The archive's properties [(name, value)]. */
+static int set_properties(OTF2_Archive *archive, PyObject *properties) {
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(properties); i++) {
+    const char *name, *value;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(properties, i), "ss", &name, &value) ||
+        failed(OTF2_Archive_SetProperty(archive, name, value, true), name))
+      return -1;
+  }
+  return 0;
+}
+
+/* An archive opened for writing in `directory` (NULL with an OSError). */
+static OTF2_Archive *open_archive(const char *directory) {
+  OTF2_Archive *archive = OTF2_Archive_Open(directory, ARCHIVE_NAME, OTF2_FILEMODE_WRITE,
+                                            EVENT_CHUNK, DEF_CHUNK, OTF2_SUBSTRATE_POSIX,
+                                            OTF2_COMPRESSION_NONE);
+  if (!archive) {
+    PyErr_Format(PyExc_OSError, "libotf2: cannot create an archive in %s", directory);
+    return NULL;
+  }
+  if (failed(OTF2_Archive_SetCreator(archive, "ompt-py"), "creator") ||
+      failed(OTF2_Archive_SetFlushCallbacks(archive, &flush_callbacks, NULL), "flush") ||
+      failed(OTF2_Archive_SetSerialCollectiveCallbacks(archive), "collectives")) {
+    OTF2_Archive_Close(archive);
+    return NULL;
+  }
+  return archive;
 }
 
 /* ---- Archive ---------------------------------------------------------------------- */
@@ -277,17 +312,8 @@ static PyObject *archive_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
   ArchiveObject *self = (ArchiveObject *)type->tp_alloc(type, 0);
   if (!self) return NULL;
   self->members = -1;
-  self->archive = OTF2_Archive_Open(directory, ARCHIVE_NAME, OTF2_FILEMODE_WRITE, EVENT_CHUNK,
-                                    DEF_CHUNK, OTF2_SUBSTRATE_POSIX, OTF2_COMPRESSION_NONE);
-  if (!self->archive) {
-    PyErr_Format(PyExc_OSError, "libotf2: cannot create an archive in %s", directory);
-    Py_DECREF(self);
-    return NULL;
-  }
-  if (failed(OTF2_Archive_SetCreator(self->archive, "ompt-py"), "creator") ||
-      failed(OTF2_Archive_SetFlushCallbacks(self->archive, &flush_callbacks, NULL), "flush") ||
+  if (!(self->archive = open_archive(directory)) ||
       failed(OTF2_Archive_SetMemoryCallbacks(self->archive, &memory_callbacks, self), "memory") ||
-      failed(OTF2_Archive_SetSerialCollectiveCallbacks(self->archive), "collectives") ||
       failed(OTF2_Archive_OpenEvtFiles(self->archive), "event files")) {
     Py_DECREF(self);
     return NULL;
@@ -431,7 +457,8 @@ PyDoc_STRVAR(close_doc,
              "locations [(name, type, group)] (every one of an event among them), metric "
              "members [(name, unit)] (as many as the Metric events have); the clock from "
              "offset, length ns; the archive's properties [(name, value)] (names "
-             "NAMESPACE::NAME).  On an error the archive is closed as it is.");
+             "NAMESPACE::NAME).  Returns the number of events of each location.  On an error "
+             "the archive is closed as it is.");
 
 static PyObject *archive_close(ArchiveObject *self, PyObject *args) {
   PyObject *strings, *regions, *nodes, *groups, *locations, *members, *properties;
@@ -455,12 +482,7 @@ static PyObject *archive_close(ArchiveObject *self, PyObject *args) {
                                       "(at most 255)");
     goto fail;
   }
-  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(properties); i++) {
-    const char *name, *value;
-    if (!PyArg_ParseTuple(PyList_GET_ITEM(properties, i), "ss", &name, &value) ||
-        failed(OTF2_Archive_SetProperty(archive, name, value, true), name))
-      goto fail;
-  }
+  if (set_properties(archive, properties) < 0) goto fail;
   if (writers_upto(self, nlocations) < 0) goto fail; /* an event file for every location */
   for (Py_ssize_t i = 0; i < self->room; i++) {
     OTF2_EvtWriter *w = self->writers[i];
@@ -479,11 +501,17 @@ static PyObject *archive_close(ArchiveObject *self, PyObject *args) {
       write_definitions(archive, strings, regions, nodes, groups, locations, self->counts,
                         members, offset, length) < 0)
     goto fail;
+  PyObject *counts = PyList_New(nlocations);
+  for (Py_ssize_t i = 0; counts && i < nlocations; i++) {
+    PyObject *count = PyLong_FromUnsignedLongLong(self->counts[i]);
+    if (!count) Py_CLEAR(counts);
+    else PyList_SET_ITEM(counts, i, count);
+  }
   self->archive = NULL;
   OTF2_ErrorCode rc = OTF2_Archive_Close(archive);
   abandon(self);
-  if (failed(rc, "close")) return NULL;
-  Py_RETURN_NONE;
+  if (failed(rc, "close")) Py_CLEAR(counts);
+  return counts;
 fail:
   abandon(self);
   return NULL;
@@ -504,6 +532,86 @@ static PyObject *archive_exit(ArchiveObject *self, PyObject *args) {
   abandon(self);
   Py_RETURN_FALSE;
 }
+
+/* ---- an archive of definitions, its events moved in ---------------------------------- */
+
+/* Location `location`'s local definitions: its mapping tables [(type, global ids)]. */
+static int write_mappings(OTF2_Archive *archive, Py_ssize_t location, PyObject *tables) {
+  OTF2_DefWriter *local = OTF2_Archive_GetDefWriter(archive, (OTF2_LocationRef)location);
+  if (!local) return failed(OTF2_ERROR_MEM_ALLOC_FAILED, "local definitions");
+  int ok = PyList_Check(tables);
+  if (!ok) PyErr_SetString(PyExc_TypeError, "_otf2: definitions: a location's mappings: a list");
+  for (Py_ssize_t k = 0; ok && k < PyList_GET_SIZE(tables); k++) {
+    unsigned int type;
+    PyObject *ids;
+    Py_buffer buf = {0};
+    Py_ssize_t n = -1;
+    const uint64_t *global = NULL;
+    ok = PyArg_ParseTuple(PyList_GET_ITEM(tables, k), "IO", &type, &ids) &&
+         (global = get_array(ids, &buf, 8, &n, "definitions mapping")) != NULL;
+    if (ok && type >= OTF2_MAPPING_MAX) {
+      PyErr_Format(PyExc_ValueError, "_otf2: definitions: no mapping type %u", type);
+      ok = 0;
+    }
+    Py_ssize_t moved = 0; /* the identity needs no table (and libotf2 makes none of it) */
+    for (Py_ssize_t j = 0; ok && j < n; j++) moved += global[j] != (uint64_t)j;
+    OTF2_IdMap *map = moved ? OTF2_IdMap_CreateFromUint64Array((uint64_t)n, global, true) : NULL;
+    if (moved && !map) ok = !failed(OTF2_ERROR_MEM_ALLOC_FAILED, "mapping table");
+    if (map) {
+      ok = !failed(OTF2_DefWriter_WriteMappingTable(local, (OTF2_MappingType)type, map),
+                   "mapping table");
+      OTF2_IdMap_Free(map);
+    }
+    if (buf.obj) PyBuffer_Release(&buf);
+  }
+  OTF2_ErrorCode rc = OTF2_Archive_CloseDefWriter(archive, local);
+  return ok && !failed(rc, "local definitions") ? 0 : -1;
+}
+
+PyDoc_STRVAR(definitions_doc,
+             "definitions(directory, strings, regions, nodes, groups, locations, members, "
+             "offset, length, properties, mappings, /)\n--\n\n"
+             "Makes in `directory` an archive of definitions only, its event files "
+             "(traces/<location>.evt) to be moved in: the definitions as Archive.close "
+             "takes them, but locations [(name, type, group, events)], and for each "
+             "location the mapping tables of its local definitions [(OTF2_MappingType, "
+             "uint64 array: the global id of each local id)], which readers apply to its "
+             "events.");
+
+static PyObject *otf2_definitions(PyObject *module, PyObject *args) {
+  (void)module;
+  const char *directory;
+  PyObject *strings, *regions, *nodes, *groups, *locations, *members, *properties, *mappings;
+  unsigned long long offset, length;
+  if (!PyArg_ParseTuple(args, "sO!O!O!O!O!O!KKO!O!:definitions", &directory, &PyList_Type,
+                        &strings, &PyList_Type, &regions, &PyList_Type, &nodes, &PyList_Type,
+                        &groups, &PyList_Type, &locations, &PyList_Type, &members, &offset,
+                        &length, &PyList_Type, &properties, &PyList_Type, &mappings))
+    return NULL;
+  Py_ssize_t nlocations = PyList_GET_SIZE(locations);
+  if (PyList_GET_SIZE(mappings) != nlocations || PyList_GET_SIZE(members) > MAX_MEMBERS) {
+    PyErr_SetString(PyExc_ValueError, "_otf2: definitions: not a list of mappings per "
+                                      "location, or more than 255 metric members");
+    return NULL;
+  }
+  OTF2_Archive *archive = open_archive(directory);
+  if (!archive) return NULL;
+  int ok = set_properties(archive, properties) == 0 &&
+           !failed(OTF2_Archive_OpenDefFiles(archive), "definition files");
+  for (Py_ssize_t i = 0; ok && i < nlocations; i++)
+    ok = write_mappings(archive, i, PyList_GET_ITEM(mappings, i)) == 0;
+  ok = ok && !failed(OTF2_Archive_CloseDefFiles(archive), "definition files") &&
+       write_definitions(archive, strings, regions, nodes, groups, locations, NULL, members,
+                         offset, length) == 0;
+  OTF2_ErrorCode rc = OTF2_Archive_Close(archive);
+  if (!ok || failed(rc, "close")) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"definitions", otf2_definitions, METH_VARARGS, definitions_doc},
+    {NULL, NULL, 0, NULL},
+};
 
 static PyMethodDef archive_methods[] = {
     {"slices", (PyCFunction)archive_slices, METH_VARARGS, slices_doc},
@@ -530,7 +638,7 @@ static PyTypeObject ArchiveType = {
 
 static struct PyModuleDef moduledef = {
     PyModuleDef_HEAD_INIT, "ompt_py._otf2",
-    "OTF2 archives written through libotf2 (ompt_py.io.otf2).", -1, NULL,
+    "OTF2 archives written through libotf2 (ompt_py.io.otf2).", -1, module_methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -44,6 +44,13 @@ and Leave events first, then, their order freed, the counter made and
 written a batch at a time, then the definitions; libotf2 holds a few MiB of
 events and writes them out as they come.  The archive is made beside DIR and
 moved there once whole.
+
+A dataset's archive (``Dataset.to_otf2``, io.dataset.export) is joined from
+archives of its partitions (``write_archive``, each with its own ids, written
+where the partition is read): ``join`` unifies their definitions, writes
+them with a mapping table per location (the part's strings and regions to the
+archive's; the extension's ``definitions``) and moves the parts' event files
+in, as Score-P makes its archives.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +69,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..records import MPI_CALL_KINDS
 from .filters import ExportFilter
-from .perfetto import STALL_CAT, Label, Part, Slices, Source, tracks
+from .perfetto import STALL_CAT, Label, Part, Slices, Source, other_data, tracks
 from .perfetto_proto import SliceOrder, runs
 from .streaming import Progress, batches, in_order
 
@@ -81,6 +89,7 @@ _CPU_THREAD, _ACCELERATOR_STREAM, _METRIC = 1, 2, 3
     1, 3, 4, 5, 6, 9, 12, 14, 15, 16, 18, 20, 22, 30)
 _COLL_ONE2ALL, _COLL_ALL2ONE, _COLL_ALL2ALL, _POINT2POINT = 23, 24, 25, 28
 _ARTIFICIAL = 31
+_MAPPING_STRING, _MAPPING_REGION = 0, 3  # OTF2_MappingType
 #: The role of each MPI call's region ("MPI barrier"...: records.MPI_CALLS); setup
 #: calls (MPI_Init, MPI_Finalize, ompt-py's clock measurement) have none: CODE.
 _MPI_ROLES = {
@@ -142,11 +151,32 @@ class _Names:
     def region(self, cat: str, name: str) -> int:
         paradigm = {"python": _USER, "user_region": _USER, "mpi": _MPI,
                     STALL_CAT: _MEASUREMENT}.get(cat, _OPENMP)
-        key = (name, _role(cat, name), paradigm)
+        return self.defined(name, _role(cat, name), paradigm)
+
+    def defined(self, name: str, role: int, paradigm: int) -> int:
+        """The region of ``name``, ``role`` and ``paradigm`` (defined if new)."""
+        key = (name, role, paradigm)
         if key not in self.region_ids:
             self.region_ids[key] = len(self.regions)
-            self.regions.append((self.ref(name), key[1], key[2]))
+            self.regions.append((self.ref(name), role, paradigm))
         return self.region_ids[key]
+
+
+@dataclass(frozen=True)
+class Definitions:
+    """The definitions of an archive written (write_archive), as ``Archive.close``
+    takes them, with each location's number of events, the clock's length and the
+    otherData its properties hold: what a dataset's part gives back for ``join``."""
+
+    strings: list[str]
+    regions: list[tuple[int, int, int]]
+    nodes: list[tuple[int, int, int]]
+    groups: list[tuple[int, int, int, int]]
+    locations: list[tuple[int, int, int]]
+    counts: list[int]
+    members: list[tuple[int, int]]
+    length: int
+    other: dict
 
 
 def _regions(cat: str, label: Callable[[Part], Label], count: int, names: _Names
@@ -214,7 +244,13 @@ def _write_counter(archive: Any, counter: Source, names: _Names,
     return members, last
 
 
-def _target(path: str) -> str:
+def _properties(other: dict) -> list[tuple[str, str]]:
+    """The archive's properties (OMPT_PY::KEY) of the JSON export's otherData."""
+    return [(f"OMPT_PY::{key.upper()}", value if isinstance(value, str) else json.dumps(value))
+            for key, value in other.items() if value is not None]
+
+
+def target(path: str) -> str:
     """``path``, checked: a new name, an empty directory or an OTF2 archive (which
     the new one replaces); ConfigError otherwise."""
     if os.path.isdir(path) and os.listdir(path) and not os.path.exists(
@@ -230,9 +266,28 @@ def _target(path: str) -> str:
 def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None) -> None:
     """Writes ``trace`` as an OTF2 archive in the directory ``path`` (made; an
     archive there is replaced), of what ``flt`` keeps (default: everything)."""
+    path = target(os.fspath(path))
+    partial = f"{path}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        write_archive(trace, partial, flt or ExportFilter())
+        _replace(partial, path)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
+def _replace(partial: str, path: str) -> None:
+    """The archive made in ``partial`` moved to ``path`` (an archive there replaced)."""
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    os.replace(partial, path)
+
+
+def write_archive(trace: Trace, directory: str, flt: ExportFilter) -> Definitions:
+    """Writes ``trace`` (what ``flt`` keeps of it) as an OTF2 archive in ``directory``
+    (a new name); returns its definitions."""
     otf2 = _writer()
-    path = _target(os.fspath(path))
-    made = tracks(trace, flt or ExportFilter())
+    made = tracks(trace, flt)
     sources = list(made.sources)
     if made.frames is not None:
         sources.insert(0, made.frames())
@@ -269,22 +324,80 @@ def write(trace: Trace, path: str | os.PathLike, flt: ExportFilter | None = None
             index[pid, tid] = len(locations)
             locations.append((names.ref(m["args"]["name"]),
                               _ACCELERATOR_STREAM if tid >= DEVICE_TID else _CPU_THREAD, group))
+    with otf2.Archive(directory) as archive:
+        last_end = _write_slices(archive, slices, index, names)
+        members, last_time = _write_counter(archive, made.counter(), names, locations, group_of)
+        other = made.other()
+        length = max((t for t in (last_end, last_time) if t is not None), default=0)
+        counts = archive.close(names.strings, names.regions, nodes, groups, locations, members,
+                               0, length, _properties(other))
+    return Definitions(names.strings, names.regions, nodes, groups, locations, counts, members,
+                       length, other)
+
+
+def event_files(directory: str, defs: Definitions) -> list[str]:
+    """The event file of each location of the archive in ``directory``."""
+    return [os.path.join(directory, "traces", f"{i}.evt") for i in range(len(defs.locations))]
+
+
+def join(parts: list[tuple[str, Definitions]], path: str | os.PathLike) -> None:
+    """One archive at ``path`` (an archive there replaced) of the archives ``parts``
+    (each its directory and definitions: write_archive's, a dataset's partitions in
+    order), made here as Score-P makes its archives: the parts' definitions
+    unified (strings, regions and system tree nodes once; the groups and locations
+    of each part after those of the parts before it), written with a mapping
+    table per location (each part's own string and region ids to the archive's,
+    which readers apply to its events), and the parts' event files moved in,
+    renamed to their locations' ids in the archive."""
+    otf2 = _writer()
+    path = target(os.fspath(path))
+    names = _Names()
+    nodes: list[tuple[int, int, int]] = []
+    node_ids: dict[tuple[int, int, int], int] = {}
+    groups: list[tuple[int, int, int, int]] = []
+    locations: list[tuple[int, int, int, int]] = []
+    mappings: list[list[tuple[int, np.ndarray]]] = []
+    members = [(names.ref(name), names.ref(unit)) for name, unit in _member_names(parts)]
+    moves: list[tuple[str, int]] = []
+    for directory, defs in parts:
+        string = np.array([names.ref(text) for text in defs.strings], np.uint64)
+        region = np.array([names.defined(defs.strings[name], role, paradigm)
+                           for name, role, paradigm in defs.regions], np.uint64)
+        node = []
+        for name, kind, parent in defs.nodes:  # parents before their children
+            key = (int(string[name]), int(string[kind]), node[parent] if parent >= 0 else -1)
+            if key not in node_ids:
+                node_ids[key] = len(nodes)
+                nodes.append(key)
+            node.append(node_ids[key])
+        first = len(groups)
+        groups.extend((int(string[name]), kind, creator + first if creator >= 0 else -1,
+                       node[at]) for name, kind, creator, at in defs.groups)
+        for (name, kind, group), count, evt in zip(defs.locations, defs.counts,
+                                                   event_files(directory, defs)):
+            moves.append((evt, len(locations)))
+            locations.append((int(string[name]), kind, group + first, count))
+            mappings.append([(_MAPPING_STRING, string), (_MAPPING_REGION, region)])
     partial = f"{path}.partial"
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        with otf2.Archive(partial) as archive:
-            last_end = _write_slices(archive, slices, index, names)
-            members, last_time = _write_counter(archive, made.counter(), names, locations,
-                                                group_of)
-            other = made.other()
-            properties = [(f"OMPT_PY::{key.upper()}", value if isinstance(value, str)
-                           else json.dumps(value))
-                          for key, value in other.items() if value is not None]
-            archive.close(names.strings, names.regions, nodes, groups, locations, members, 0,
-                          max((t for t in (last_end, last_time) if t is not None), default=0),
-                          properties)
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        os.replace(partial, path)
+        otf2.definitions(partial, names.strings, names.regions, nodes, groups, locations,
+                         members, 0, max((d.length for _, d in parts), default=0),
+                         _properties(other_data(d.other for _, d in parts)), mappings)
+        os.makedirs(os.path.join(partial, "traces"), exist_ok=True)
+        for evt, location in moves:
+            os.replace(evt, os.path.join(partial, "traces", f"{location}.evt"))
+        _replace(partial, path)
     finally:
         shutil.rmtree(partial, ignore_errors=True)
+
+
+def _member_names(parts: list[tuple[str, Definitions]]) -> list[tuple[str, str]]:
+    """The counter's metric members (name, unit) of the ``parts``: the same in each
+    (one metric class, 0, in every part: no mapping table needed)."""
+    named = {tuple((d.strings[name], d.strings[unit]) for name, unit in d.members)
+             for _, d in parts}
+    if len(named) > 1:
+        raise ValueError(f"the parts' counters have different members ({sorted(named)}): "
+                         "parts of one version of ompt-py can be joined")
+    return list(named.pop()) if named else []

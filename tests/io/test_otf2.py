@@ -32,6 +32,8 @@ from ompt_py import _core, _otf2
 from ompt_py.analysis.states import STALL_LABEL
 from ompt_py.errors import ConfigError
 from ompt_py.io import export
+from ompt_py.io import otf2 as otf2_io
+from ompt_py.io.filters import ExportFilter
 
 OTF2_PRINT = shutil.which("otf2-print")
 pytestmark = pytest.mark.skipif(OTF2_PRINT is None, reason="otf2-print (Debian: otf2-tools; "
@@ -195,6 +197,32 @@ def test_from_the_cli_into_an_archive_or_not(tmp_path):
     assert r.returncode == 2
     no_traceback(r)
     assert "traces.otf2" in r.stderr and (other / "notes.txt").read_text() == "mine"
+
+
+def test_archives_joined_keep_each_location_s_events(tmp_path):
+    """otf2.join (a dataset's archive, Dataset.to_otf2: tests/io/test_dataset_exports.py):
+    the parts' definitions unified, each location's events read through its mapping
+    tables; the device group of the second part under its own process's group (the
+    group ids of a part after those of the parts before it)."""
+    parts, alone = [], {}
+    for name in ("export-mixed", "offload.omptraw"):
+        trace = load_stored(name)
+        directory = str(tmp_path / f"{name}.part")
+        parts.append((directory, otf2_io.write_archive(trace, directory, ExportFilter())))
+        trace.to_otf2(tmp_path / f"{name}.otf2")
+        archive = Archive(tmp_path / f"{name}.otf2")
+        alone.update({where: archive.events.get(loc, [])
+                      for loc, where in archive.locations.items()})
+    otf2_io.join(parts, tmp_path / "j.otf2")
+    joined = Archive(tmp_path / "j.otf2")
+    assert {where: joined.events.get(loc, []) for loc, where in joined.locations.items()} == alone
+    assert len(joined.locations) == len(alone)
+    assert any(kind == "ACCELERATOR_STREAM" for _, _, kind in joined.locations.values())
+    creators = dict(re.findall(rf'^LOCATION_GROUP +\d+ +Name: {_NAME}.*Creator: (?:{_NAME}|UNDEF)',
+                               otf2_print("-G", tmp_path / "j.otf2" / "traces.otf2"), re.M))
+    (devices,) = [group for group in creators if group.startswith("devices of ")]
+    assert creators[devices] == devices.removeprefix("devices of ")
+    assert not (tmp_path / "j.otf2.partial").exists()
 
 
 def test_without_the_extension_the_export_says_how_to_get_it(monkeypatch, tmp_path):
