@@ -12,8 +12,8 @@ Trace, in this process one after the other or on Dask workers, each of which
 reads its partition from the file (no Trace is shipped); the answers
 (``summary``, ``constructs``, ...) map the per-trace analysis over the
 partitions and merge the small results (ompt_py.analysis.dataset, which says
-what is exact and what estimated); the exports (``to_perfetto``, ``to_csv``)
-make a part per partition the same way and join them here
+what is exact and what estimated); the exports (``to_perfetto``, ``to_csv``,
+``to_otf2``) make a part per partition the same way and join them here
 (ompt_py.io.dataset.export).  Like the Trace, a facade: each method imports
 its layer when called.
 """
@@ -288,6 +288,20 @@ class Dataset:
         one header), the partitions one after the other, each in time order; made
         and joined as ``to_perfetto`` makes and joins its parts."""
         self._export(path, "csv", client)
+
+    def to_otf2(self, path: str | os.PathLike, client: Any = None) -> None:
+        """One OTF2 archive (the directory ``path``, as Trace.to_otf2) of every
+        partition, each rank a location group on one time axis: the same events per
+        location as the archive of ``ompt_py.load(path)`` (the locations' ids, and
+        the strings' and regions', in another order).  Each partition's events are
+        written where it is read (without a ``client`` in this process, with one on
+        the workers) into an archive of its own ids, beside ``path``, as
+        ``to_perfetto`` makes its parts; here the parts' definitions are unified,
+        written with a mapping table per location from the part's ids to the
+        archive's (OTF2's, as Score-P writes it: readers apply them), and the
+        parts' event files moved into the archive.  The archive is the same with
+        a client or without."""
+        self._export(path, "otf2", client)
 
 
 def open_dataset(path: str | os.PathLike) -> Dataset:

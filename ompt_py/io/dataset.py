@@ -126,8 +126,8 @@ def read(part: Partition, origin: int | None) -> Parts:
     return parts
 
 
-#: The formats a dataset exports to (Dataset.to_perfetto, to_csv).
-FORMATS = ("perfetto", "perfetto-proto", "csv")
+#: The formats a dataset exports to (Dataset.to_perfetto, to_csv, to_otf2).
+FORMATS = ("perfetto", "perfetto-proto", "csv", "otf2")
 
 
 @dataclass(frozen=True)
@@ -145,8 +145,10 @@ class Slot:
 
 
 class Made(NamedTuple):
-    """A part made (make_part): its file, its size, and what the file's ends need
-    of it (the JSON's otherData, perfetto_proto.Written, the CSV's header)."""
+    """A part made (make_part): its file (OTF2: its archive's directory), its size
+    (OTF2: of its event files), and what the file's ends need of it (the JSON's
+    otherData, perfetto_proto.Written, the CSV's header; OTF2: the part's
+    definitions, otf2.Definitions)."""
 
     path: str
     size: int
@@ -157,9 +159,15 @@ def make_part(format: str, ranked: bool, scratch: str, slot: Slot, trace: Trace)
     """Writes the part of ``trace`` (a partition, read where this runs: a Dask
     worker or the driver) of an export in ``format`` to ``slot.path``: the JSON's
     events each after SEP, the protobuf's packets on their own sequence, the
-    CSV's rows (``ranked``: with a rank column) without a header."""
+    CSV's rows (``ranked``: with a rank column) without a header; OTF2: an archive
+    in the directory ``slot.path`` with the partition's own string and region ids."""
     from .filters import ExportFilter
 
+    if format == "otf2":
+        from . import otf2
+
+        defs = otf2.write_archive(trace, slot.path, ExportFilter())
+        return Made(slot.path, _events_size(slot.path, defs), defs)
     with open(slot.path, "wb") as out:
         if format == "perfetto":
             from . import perfetto
@@ -191,12 +199,19 @@ def export(map_parts: Callable[[list[Callable[[Trace], Made]]], list[Made]],
     removed once copied), between the file's beginning and end, which this
     process makes from the parts' small results (the JSON's otherData merged,
     the protobuf's "ompt-py" track on a sequence of its own, the CSV's header).
-    The directory is removed whatever happens.  A part file missing or short
-    (workers that do not see the files this process sees) is a TraceFileError."""
+    OTF2: each part an archive of the partition's own ids, and the archive at
+    ``path`` made of them (otf2.join: the definitions unified here, the parts'
+    event files moved in).  The directory is removed whatever happens.  A part
+    file missing or short (workers that do not see the files this process
+    sees) is a TraceFileError."""
     if format not in FORMATS:
         raise ValueError(f"a dataset exports as {', '.join(FORMATS)}, not {format!r}: "
                          "export a partition's Trace (Dataset.partition(i)) to the others")
     path = os.fspath(path)
+    if format == "otf2":
+        from . import otf2
+
+        otf2.target(path)
     where = os.path.dirname(os.path.abspath(path))
     try:
         scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.parts-", dir=where)
@@ -204,7 +219,8 @@ def export(map_parts: Callable[[list[Callable[[Trace], Made]]], list[Made]],
         raise type(e)(e.errno, f"cannot write the export's parts beside {path} (in {where}): "
                       f"{e.strerror}; choose another path") from e
     try:
-        suffix = {"perfetto": ".json", "perfetto-proto": ".pftrace", "csv": ".csv"}[format]
+        suffix = {"perfetto": ".json", "perfetto-proto": ".pftrace", "csv": ".csv",
+                  "otf2": ".otf2"}[format]
         first = np.cumsum([1] + [p.rows for p in partitions])
         slots = [Slot(i, int(first[i]), os.path.join(scratch, f"part-{i:06d}{suffix}"), p.label)
                  for i, p in enumerate(partitions)]
@@ -221,6 +237,17 @@ def export(map_parts: Callable[[list[Callable[[Trace], Made]]], list[Made]],
 def _join(made: list[Made], path: str, format: str, count: int, labels: dict[str, str]
           ) -> None:
     """The parts ``made`` (of ``count`` partitions) joined into ``path``, streaming."""
+    if format == "otf2":
+        from . import otf2
+
+        for part in made:
+            try:
+                size: int | None = _events_size(part.path, part.result)
+            except FileNotFoundError:
+                size = None
+            _check(part, labels[part.path], path, size)
+        otf2.join([(part.path, part.result) for part in made], path)
+        return
     with output(path) as out:
         if format == "perfetto":
             from . import perfetto
@@ -248,15 +275,28 @@ def _join(made: list[Made], path: str, format: str, count: int, labels: dict[str
 def _opened(part: Made, label: str, path: str) -> Iterator[BinaryIO]:
     """The part file of ``part``, checked to be as long as it was written; a
     TraceFileError that says what happened otherwise."""
+    _check(part, label, path, None if not os.path.exists(part.path) else part.size)
+    with open(part.path, "rb") as src:
+        _check(part, label, path, os.fstat(src.fileno()).st_size)
+        yield src
+
+
+def _events_size(directory: str, defs: Any) -> int:
+    """The bytes of the event files of an OTF2 part (FileNotFoundError: one is missing)."""
+    from . import otf2
+
+    return sum(os.path.getsize(evt) for evt in otf2.event_files(directory, defs))
+
+
+def _check(part: Made, label: str, path: str, size: int | None) -> None:
+    """A TraceFileError that says what happened unless the part of ``part`` is there
+    (``size`` not None) and as long as it was written."""
     where = ("the parts are written where the partitions are read (on the Dask workers) "
              f"and joined here: the workers must see the directory {os.path.dirname(part.path)} "
              "as this process does (the same machine, or a shared file system)")
-    if not os.path.exists(part.path):
+    if size is None:
         raise TraceFileError(f"the part of {label} of {path} is missing ({part.path}): "
                              f"{where}")
-    with open(part.path, "rb") as src:
-        size = os.fstat(src.fileno()).st_size
-        if size != part.size:
-            raise TraceFileError(f"the part of {label} of {path} ({part.path}) has {size:,} "
-                                 f"bytes of the {part.size:,} written: {where}")
-        yield src
+    if size != part.size:
+        raise TraceFileError(f"the part of {label} of {path} ({part.path}) has {size:,} "
+                             f"bytes of the {part.size:,} written: {where}")

@@ -82,9 +82,9 @@ otf2-print), csv (a row per event), parquet (a file, or a dataset by process).
 A time window (slices crossing it are clipped), threads, processes: docs/exports.md.
 
 A dataset directory (pid=N/ partitions, one per process of a job) exports to
-perfetto, perfetto-proto and csv a partition at a time, never loaded whole, on a
-Dask cluster with --dask (docs/dataset.md); with --start/--end/--threads/--pid, or
-to the other formats, it is loaded whole, as any trace.
+perfetto, perfetto-proto, csv and otf2 a partition at a time, never loaded whole,
+on a Dask cluster with --dask (docs/dataset.md); with --start/--end/--threads/--pid,
+or to the other formats, it is loaded whole, as any trace.
 
 speedscope: speedscope.app's profile of the time per Python stack, region and
 thread state, per thread (no time window: docs/viewing.md).
@@ -98,6 +98,7 @@ examples:
   ompt-py export trace.parquet --format parquet -o trace-dataset
   ompt-py export trace.parquet --format speedscope -o trace.speedscope.json
   ompt-py export run1/ -o run1.pftrace --dask tcp://scheduler:8786
+  ompt-py export run1/ -o run1.otf2
 """
 
 VIEW_DESCRIPTION = """\
@@ -653,6 +654,8 @@ def _export_dataset(dataset: Dataset, output: str, fmt: str, address: str | None
     try:
         if fmt == "csv":
             dataset.to_csv(output, client=client)
+        elif fmt == "otf2":
+            dataset.to_otf2(output, client=client)
         else:
             dataset.to_perfetto(output, client=client)
     finally:

@@ -1,6 +1,6 @@
 """A dataset's exports made partition by partition and joined
-(``Dataset.to_perfetto``, ``to_csv``; ompt_py.io.dataset.export), in this
-process and on a local Dask cluster.
+(``Dataset.to_perfetto``, ``to_csv``, ``to_otf2``; ompt_py.io.dataset.export),
+in this process and on a local Dask cluster.
 
 Spec (docs/dataset.md, Exports): each partition's part is made where the
 partition is read (this process, or a Dask worker), written to a temporary
@@ -9,7 +9,10 @@ file is the same bytes with a client and without, and holds what the export
 of ``ompt_py.load(DIR)`` holds (every rank a process on one time axis), but
 for the ids the parts give themselves apart: the flows' (each partition's from
 the records before it), and in the protobuf the track uuids and packet
-sequences (a partition's own; its interned strings on its sequence).  A
+sequences (a partition's own; its interned strings on its sequence).  The
+OTF2 archive: what otf2-print shows of it is the same with a client and
+without, and each location's events (region names through the parts' mapping
+tables, times, metric values) are those of ``ompt_py.load(DIR).to_otf2``.  A
 partition that cannot be read is left out and said; a part file missing or
 short, or a path where nothing can be written, is an error that says so; the
 temporary directory never stays.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections import Counter
 
 import pytest
@@ -50,18 +54,19 @@ def _left_behind(directory) -> list[str]:
     return [n for n in os.listdir(directory) if ".parts-" in n or n.endswith(".partial")]
 
 
-def _both_ways(small, tmp_path, name: str, client) -> bytes:
+def _both_ways(small, tmp_path, name: str, client, read=lambda path: path.read_bytes()):
     """The dataset exported to ``name`` without a client and with one: the same
-    bytes (returned); nothing left beside them."""
+    (``read`` of each: its bytes, returned); nothing left beside them."""
     d = ompt_py.open_dataset(small[0])
     (tmp_path / "here").mkdir()
     (tmp_path / "dask").mkdir()
-    write = d.to_csv if name.endswith(".csv") else d.to_perfetto
+    write = {".csv": d.to_csv, ".otf2": d.to_otf2}.get(os.path.splitext(name)[1],
+                                                        d.to_perfetto)
     write(tmp_path / "here" / name)
     on_dask = tmp_path / "dask" / name
     write(on_dask, client=client)
-    made = (tmp_path / "here" / name).read_bytes()
-    assert made == on_dask.read_bytes()
+    made = read(tmp_path / "here" / name)
+    assert made == read(on_dask)
     assert _left_behind(tmp_path / "here") == _left_behind(tmp_path / "dask") == []
     return made
 
@@ -122,6 +127,50 @@ def test_csv_is_the_same_with_dask_and_holds_load_s_rows(small, tmp_path, dask_c
     assert sorted(made) == sorted(whole)
 
 
+@pytest.fixture
+def otf2_archive():
+    """test_otf2's Archive, what otf2-print shows of an archive (skipped without the
+    _otf2 extension or otf2-print)."""
+    pytest.importorskip("ompt_py._otf2", reason="ompt-py built without libotf2")
+    if shutil.which("otf2-print") is None:
+        pytest.skip("otf2-print (Debian: otf2-tools; make setup installs it)")
+    from test_otf2 import Archive
+
+    return Archive
+
+
+def _by_location(archive) -> dict[tuple[str, str, str], list[tuple]]:
+    """Each location's events (kind, time, region name or metric values) by its
+    group's name, its name and its type: what the location ids leave."""
+    by_name = {where: archive.events.get(loc, []) for loc, where in archive.locations.items()}
+    assert len(by_name) == len(archive.locations), "two locations of one name in a group"
+    return by_name
+
+
+def test_otf2_is_the_same_with_dask_and_holds_what_load_s_export_holds(small, tmp_path,
+                                                                       dask_client,
+                                                                       otf2_archive):
+    from test_otf2 import otf2_print
+
+    def printed(path) -> str:
+        return otf2_print("-G", path / "traces.otf2") + otf2_print(path / "traces.otf2")
+    _both_ways(small, tmp_path, "d.otf2", dask_client, printed)
+    made = otf2_archive(tmp_path / "here" / "d.otf2")
+    small[1].to_otf2(tmp_path / "t.otf2")
+    whole = otf2_archive(tmp_path / "t.otf2")
+    assert _by_location(made) == _by_location(whole)
+    groups = {group for group, _, _ in made.locations.values()}
+    assert sorted(g.split(":")[0] for g in groups) == [f"rank {r}" for r in range(RANKS)]
+    # the partitions after the first have regions the first has not: their own ids
+    # differ from the archive's, which the mapping tables give their events
+    later = {e[2] for (g, _, kind), events in _by_location(made).items()
+             if not g.startswith("rank 0") and kind != "METRIC" for e in events}
+    first = {e[2] for (g, _, kind), events in _by_location(made).items()
+             if g.startswith("rank 0") and kind != "METRIC" for e in events}
+    assert later - first
+    assert made.properties == whole.properties
+
+
 def test_a_partition_s_flows_keep_to_its_range():
     """The ids of a part's flows (tasks' and offload's) are from its first on, fewer
     than its records: the parts made apart never share one."""
@@ -168,31 +217,37 @@ def test_a_path_where_nothing_can_be_written_is_said(small, tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["missing", "short"])
-def test_a_part_missing_or_short_is_said(small, tmp_path, damage):
+@pytest.mark.parametrize("format", ["perfetto-proto", "otf2"])
+def test_a_part_missing_or_short_is_said(small, tmp_path, damage, format, request):
     """As when the workers write where this process does not read: the file is not
-    written, and the parts are removed."""
+    written, and the parts are removed.  An OTF2 part is a directory: its event
+    files are checked."""
+    if format == "otf2":
+        request.getfixturevalue("otf2_archive")
     d = ompt_py.open_dataset(small[0])
 
     def map_parts(fns):
         made = d._map(fns, None, stacklevel=2)
+        part = made[2].path
+        if format == "otf2":
+            part = os.path.join(part, "traces", "0.evt")
         if damage == "missing":
-            os.remove(made[2].path)
+            os.remove(part)
         else:
-            with open(made[2].path, "r+b") as f:
-                f.truncate(made[2].size // 2)
+            with open(part, "r+b") as f:
+                f.truncate(os.path.getsize(part) // 2)
         return made
     with pytest.raises(TraceFileError, match=(
-            r"the part of rank 2 \(pid 4002\) of .*d.pftrace (is missing \(.*\)|\(.*\) has "
+            r"the part of rank 2 \(pid 4002\) of .*d.out (is missing \(.*\)|\(.*\) has "
             r"[0-9,]+ bytes of the [0-9,]+ written): .* the workers must see the directory")):
-        dataset_io.export(map_parts, d.partitions, tmp_path / "d.pftrace", "perfetto-proto",
-                          ranked=True)
+        dataset_io.export(map_parts, d.partitions, tmp_path / "d.out", format, ranked=True)
     assert os.listdir(tmp_path) == []
 
 
 def test_other_formats_are_refused(small, tmp_path):
     with pytest.raises(ValueError, match="export a partition's Trace"):
         dataset_io.export(lambda fns: [], ompt_py.open_dataset(small[0]).partitions,
-                          tmp_path / "d", "otf2", ranked=True)
+                          tmp_path / "d", "speedscope", ranked=True)
     assert os.listdir(tmp_path) == []
 
 
@@ -217,8 +272,16 @@ def test_cli_exports_a_dataset_partition_by_partition(small, tmp_path, dask_clie
     assert {e["pid"] for e in events if e["ph"] == "X"} == {FIRST_PID + 1}
 
 
+def test_cli_exports_a_dataset_to_otf2_partition_by_partition(small, tmp_path, otf2_archive):
+    ompt_py.open_dataset(small[0]).to_otf2(tmp_path / "api.otf2")
+    r = ok(cli("export", small[0], "-o", tmp_path / "cli.otf2"))
+    assert "one at a time ->" in r.stderr and "(otf2)" in r.stderr
+    api, made = otf2_archive(tmp_path / "api.otf2"), otf2_archive(tmp_path / "cli.otf2")
+    assert made.locations == api.locations and made.events == api.events
+
+
 @pytest.mark.parametrize("how", [["-o", "out.json", "--pid", str(FIRST_PID)],
-                                 ["-o", "out", "--format", "otf2"]])
+                                 ["-o", "out", "--format", "parquet"]])
 def test_cli_dask_without_a_dataset_export_is_refused(small, tmp_path, how):
     r = cli("export", small[0], "--dask", "tcp://nowhere:8786", *how, cwd=tmp_path)
     no_traceback(r)
