@@ -37,6 +37,7 @@ from .pairing import (
     first_rows,
     first_seen_groups,
     group_ids,
+    group_quantiles,
     grouper,
     innermost,
     kept_groups,
@@ -131,10 +132,15 @@ def python_locations_at(trace: Trace, pid: np.ndarray, thread: np.ndarray,
     stack = python_stacks_at(trace, pid, thread, time)
     names = pystacks.locations(trace)
     if names.empty or not stack.notna().any():
-        return pd.Series(index=range(len(stack)), dtype=TEXT)
+        return no_python_locations(len(stack))
     found = pd.DataFrame({"pid": np.asarray(pid, np.int64), "py_stack": stack}).merge(
         names[["pid", "py_stack", "py_location"]], on=["pid", "py_stack"], how="left")
     return found["py_location"]
+
+
+def no_python_locations(rows: int) -> pd.Series:
+    """python_locations_at's answer where no row has a Python stack."""
+    return pd.Series(index=range(rows), dtype=TEXT)
 
 
 def union_ns(group: np.ndarray, begin: np.ndarray, end: np.ndarray, groups: int) -> np.ndarray:
@@ -187,9 +193,11 @@ def _python_time(trace: Trace) -> pd.DataFrame:
 @per_trace
 def construct_instances(trace: Trace) -> pd.DataFrame:
     """One row per construct instance: construct, kind (normalised), kind_raw (the
-    runtime's), pid, thread (int32), codeptr, begin_ns, duration_ns; the rows of a
-    construct together (per_construct).  Instances without a code address of
-    their own (implicit tasks, a worker's implicit barrier) take their region's."""
+    runtime's), pid, codeptr, duration_ns and, where the trace has Python stacks
+    (has_python_stacks: what constructs(by="python") looks up), thread (int32)
+    and begin_ns; the rows of a construct together (per_construct).  Instances
+    without a code address of their own (implicit tasks, a worker's implicit
+    barrier) take their region's."""
     regions = tables.region_intervals(trace).table
     implicit = tables.implicit_intervals(trace).table
     sync = tables.sync_intervals(trace).table
@@ -249,29 +257,38 @@ def construct_instances(trace: Trace) -> pd.DataFrame:
             "codeptr")
     sizes = [len(p[1]) for p in parts]
     n = sum(sizes)
-    columns = {"pid": np.empty(n, np.int64), "thread": np.empty(n, np.int32),
-               "codeptr": np.empty(n, np.uint64), "begin_ns": np.empty(n, np.int64),
+    places = has_python_stacks(trace)  # where each ran: only the Python stacks' look-up reads it
+    columns = {"pid": np.empty(n, np.int64),
+               **({"thread": np.empty(n, np.int32)} if places else {}),
+               "codeptr": np.empty(n, np.uint64),
+               **({"begin_ns": np.empty(n, np.int64)} if places else {}),
                "duration_ns": np.empty(n, np.float64)}
     region_code: pd.Series | None = None  # each region's code address, by pid and parallel_id
     at = 0
     for (_, _, _, t, rows, (duration, begin, codeptr, parallel_id)), size in zip(parts, sizes):
-        def values(column: str, dtype: type = np.int64, t: pd.DataFrame = t,
-                   rows: np.ndarray | None = rows) -> np.ndarray:
-            v = to_int(t[column], dtype)
-            return v if rows is None else v[rows]
-
         into = slice(at, at + size)
-        columns["pid"][into] = values("pid")
-        columns["thread"][into] = values("thread") if "thread" in t else -1
-        columns["begin_ns"][into] = values(begin)
-        d = t[duration].to_numpy(np.float64, na_value=np.nan)
-        columns["duration_ns"][into] = d if rows is None else d[rows]
-        code = values(codeptr, np.uint64) if codeptr is not None else np.zeros(size, np.uint64)
+
+        def put(name: str, v: np.ndarray, rows: np.ndarray | None = rows,
+                into: slice = into) -> None:
+            """``v`` (at ``rows``) into the column ``name``, without a copy of the rows."""
+            if rows is None:
+                columns[name][into] = v
+            else:
+                np.compress(rows, v, out=columns[name][into])
+
+        put("pid", to_int(t["pid"]))
+        if places:
+            put("thread", to_int(t["thread"]) if "thread" in t else np.full(len(t), -1))
+            put("begin_ns", to_int(t[begin]))
+        put("duration_ns", t[duration].to_numpy(np.float64, na_value=np.nan))
+        code = columns["codeptr"][into]
+        put("codeptr", to_int(t[codeptr], np.uint64) if codeptr is not None else
+            np.zeros(len(t), np.uint64))
         if parallel_id is not None and len(regions):  # no code address of its own: the region's
-            ids = values(parallel_id, np.uint64)
+            ids = to_int(t[parallel_id], np.uint64)
+            ids = ids if rows is None else ids[rows]
             no_code = (code == 0) & (ids != 0)
             if no_code.any():
-                code = code.copy()  # (a column's values may be read-only)
                 if region_code is None:
                     region_code = pd.Series(to_int(regions["codeptr"], np.uint64),
                                             index=pd.MultiIndex.from_arrays(
@@ -280,7 +297,6 @@ def construct_instances(trace: Trace) -> pd.DataFrame:
                     region_code = region_code[~region_code.index.duplicated()]
                 idx = pd.MultiIndex.from_arrays([columns["pid"][into][no_code], ids[no_code]])
                 code[no_code] = region_code.reindex(idx).fillna(0).to_numpy(np.uint64)
-        columns["codeptr"][into] = code
         at += size
     return pd.DataFrame({
         "construct": pd.Categorical.from_codes(np.repeat(np.arange(len(parts), dtype=np.int8),
@@ -312,8 +328,9 @@ def _group_stats(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
         g = part["duration_ns"].groupby(codes, observed=True, sort=False)
         stats = g.agg(["count", "sum", "mean", "max"]).rename(
             columns={"sum": "total_ns", "mean": "mean_ns", "max": "max_ns"})
-        stats["p50_ns"], stats["p95_ns"] = g.quantile(0.5), g.quantile(0.95)
         del g
+        stats["p50_ns"], stats["p95_ns"] = group_quantiles(
+            part["duration_ns"].to_numpy(), codes.codes, len(index), (0.5, 0.95))
         stats.index = index
         parts.append(stats[_STAT_COLUMNS])
     stats = pd.concat(parts) if len(parts) > 1 else parts[0]
@@ -376,8 +393,9 @@ def constructs(trace: Trace, by: str = "construct", raw: bool = False) -> pd.Dat
         keys = ["construct", "kind", "pid", "location"]
         out = _group_stats(located, keys).merge(func, on=["pid", "location"], how="left")
         return ns_columns(_text_locations(out[[*keys, "function", "name", *_STAT_COLUMNS]]))
-    where = python_locations_at(trace, inst["pid"].to_numpy(), inst["thread"].to_numpy(),
-                                inst["begin_ns"].to_numpy())
+    where = (python_locations_at(trace, inst["pid"].to_numpy(), inst["thread"].to_numpy(),
+                                 inst["begin_ns"].to_numpy()) if "thread" in inst else
+             no_python_locations(len(inst)))
     located["py_location"] = pd.Categorical(where.fillna(NO_PYTHON))
     keys = ["pid", "py_location", "construct", "kind", "location"]
     out = _text_locations(_group_stats(located, keys).merge(func, on=["pid", "location"],

@@ -94,14 +94,14 @@ def numbered(values: np.ndarray, among: np.ndarray) -> np.ndarray:
 
 
 def first_seen_groups(columns: list[pd.Series], dropna: bool = True) -> np.ndarray:
-    """Per row, the number of its combination of ``columns``' values in the order
-    the combinations first appear (groupby(sort=False).ngroup()), -1 where a value
+    """Per row (int32), the number of its combination of ``columns``' values in the
+    order the combinations first appear (groupby(sort=False).ngroup()), -1 where a value
     is missing (groupby leaves those rows out), or with ``dropna=False`` a missing
     value a value of its own (groupby(dropna=False)): each column numbered a chunk
     at a time (distinct, numbered), not hashed whole as groupby does (its tables
     are sized for the rows)."""
     n = len(columns[0]) if columns else 0
-    ids, count = np.zeros(n, np.int64), 1
+    ids, count = np.zeros(n, np.int32), 1  # (int64 once the numbers need it)
     missing = np.zeros(n, bool)
 
     def values_of(c: pd.Series) -> list[np.ndarray]:
@@ -124,13 +124,14 @@ def first_seen_groups(columns: list[pd.Series], dropna: bool = True) -> np.ndarr
             if count * len(seen) >= 1 << 62:  # renumber before the product overflows
                 among = distinct(ids, first_seen=True)
                 ids, count = numbered(ids, among).astype(np.int64), len(among)
+            if count * len(seen) >= 1 << 31 and ids.dtype == np.int32:
+                ids = ids.astype(np.int64)
             ids *= len(seen)  # (in place: a column of the rows' size at a time)
             ids += numbered(values, seen)
             count *= len(seen)
     kept = ids[~missing] if missing.any() else ids
-    out = numbered(ids, distinct(kept, first_seen=True))
+    out = numbered(ids, distinct(kept, first_seen=True))  # (int32: half the rows' int64)
     del ids, kept
-    out = out.astype(np.int64)
     out[missing] = -1
     return out
 
@@ -149,7 +150,9 @@ def first_rows(groups: np.ndarray) -> np.ndarray:
     """Each group's first row, of rows numbered by group as first_seen_groups numbers
     them (0 to k - 1, none missing)."""
     first = np.empty(int(groups.max()) + 1 if len(groups) else 0, np.intp)
-    first[groups[::-1]] = np.arange(len(groups) - 1, -1, -1)
+    for end in range(len(groups), 0, -CHUNK):  # the last chunk first: the earliest row wins
+        begin = max(end - CHUNK, 0)
+        first[groups[begin:end][::-1]] = np.arange(end - 1, begin - 1, -1)
     return first
 
 
@@ -169,6 +172,29 @@ def key_groups(frame: pd.DataFrame, keys: list[str]) -> tuple[pd.Categorical, pd
     group = first_seen_groups([frame[k] for k in keys], dropna=False)
     index = pd.MultiIndex.from_frame(frame[keys].iloc[first_rows(group)])
     return grouper(group), index
+
+
+def group_quantiles(values: np.ndarray, groups: np.ndarray, count: int,
+                    qs: tuple[float, ...]) -> list[np.ndarray]:
+    """Per group 0 .. count - 1 (``groups``: a number per row, none missing), the
+    quantiles ``qs`` of its ``values`` (float64; NaN left out, and NaN for a group
+    of none) as groupby's quantile gives them (linear between the two nearest),
+    from one sort of the rows by group then value, not a sort per group and
+    quantile."""
+    ordered = values[np.lexsort((values, groups))]
+    start = np.zeros(count, np.int64)
+    np.cumsum(np.bincount(groups, minlength=count)[:-1], out=start[1:])
+    valid = np.bincount(groups[~np.isnan(values)], minlength=count)
+    last = start + np.maximum(valid - 1, 0)  # each group's highest value
+    out = []
+    for q in qs:
+        at = q * (valid - 1).astype(np.float64)  # where q falls, as groupby's
+        below = ordered[np.minimum(start + at.astype(np.int64), last)]
+        frac = at % 1
+        above = ordered[np.minimum(start + at.astype(np.int64) + 1, last)]
+        out.append(np.where(valid == 0, np.nan,
+                            np.where(frac == 0.0, below, below + (above - below) * frac)))
+    return out
 
 
 def column(values: np.ndarray, missing_if_zero: bool = False, table: Any = None,
