@@ -501,13 +501,17 @@ def task_runs(threads: pd.DataFrame, prior: np.ndarray, switched_to: np.ndarray,
     those after which an explicit task (one of ``explicit``) ran until the next
     task_schedule of the thread, which switches away from it: their rows, and
     the rows of those next ones."""
-    group, _ = group_ids(threads)
+    # (first_seen_groups: pandas' factorize sizes its hash tables for the rows)
+    group = first_seen_groups([threads[c] for c in threads], dropna=False)
     order = np.argsort(group, kind="stable")  # each thread's switches, in time order
-    same = group[order[1:]] == group[order[:-1]]
-    following = np.full(len(group), -1, np.intp)
-    following[order[:-1][same]] = order[1:][same]
+    # Each switch's next of its thread (-1: its thread's last), from views of order.
+    following = np.empty(len(group), np.intp)
+    following[order[:-1]] = order[1:]
+    following[order[np.cumsum(np.bincount(group)) - 1]] = -1
+    del group, order
     run = np.flatnonzero(following >= 0)
     nxt = following[run]
+    del following
     task = switched_to[run]
     # (pandas' isin hashes the explicit tasks: np.isin sorts both, 5 times the memory)
     ran = (prior[nxt] == task) & (task != 0) & pd.Series(task, copy=False).isin(explicit).to_numpy()

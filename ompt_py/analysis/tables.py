@@ -203,10 +203,11 @@ def task_pieces(trace: Trace) -> pd.DataFrame:
         return pd.DataFrame(columns=["pid", "thread", "task_id", "begin_ns", "end_ns",
                                      "duration_ns", "status"])
     explicit = event_rows(trace, ["task_create"], ["task_id"])["task_id"].dropna()
-    switched_to = sched["other_task_id"].to_numpy(np.int64, na_value=0)  # -1: no next task
+    switched_to = np.maximum(sched["other_task_id"].to_numpy(np.int64, na_value=0),
+                             0)  # (-1: no next task)
     run, nxt = pairing.task_runs(sched[_BASE], sched["task_id"].to_numpy(np.uint64, na_value=0),
-                                 np.maximum(switched_to, 0).view(np.uint64),
-                                 explicit.to_numpy(np.uint64))
+                                 switched_to.view(np.uint64), explicit.to_numpy(np.uint64))
+    del switched_to
     time = sched["time_ns"].to_numpy()
     running = pd.DataFrame({
         "pid": sched["pid"].to_numpy()[run], "thread": sched["thread"].to_numpy()[run],
