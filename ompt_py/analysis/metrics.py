@@ -683,8 +683,17 @@ def task_sites(trace: Trace, by: str = "source") -> pd.DataFrame:
     if by == "python":
         where = tables.task_stacks(trace)["py_location"]
         made = made.assign(py_location=where.fillna(NO_PYTHON))
+    # Each task's busy time (NaN for a task that did not run) by positions (find:
+    # a merge's hash tables of the keys are sized for the rows); with no rows on a
+    # side, merged (its keys' dtypes are the table's, as they always were).
     runs = task_runs(trace)[["pid", "task_id", "busy_ns"]]
-    made = tables.with_source(trace, made.merge(runs, on=["pid", "task_id"], how="left"))
+    if len(made) and len(runs):
+        ran = find(runs[["pid", "task_id"]], made[["pid", "task_id"]])
+        made = made.assign(busy_ns=runs["busy_ns"].array.take(ran, allow_fill=True))
+        del ran
+    else:
+        made = made.merge(runs, on=["pid", "task_id"], how="left")
+    made = tables.with_source(trace, made)
     # The tasks' table and its grouping dropped before the gaps are made (a held
     # groupby keeps its group indices).
     out = made.groupby(keys, sort=False, dropna=False).agg(

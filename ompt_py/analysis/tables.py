@@ -264,7 +264,7 @@ def symbolize(trace: Trace, codeptrs: Any = None, pid: int | None = None) -> pd.
     out = pd.concat(frames, ignore_index=True) if frames else symbols.resolve(
         symbols.Modules([]), np.empty(0, np.uint64)).assign(pid=pd.Series(dtype=int))
     if codeptrs is not None:
-        out = out[out["codeptr"].isin(np.asarray(codeptrs, dtype=np.uint64).tolist())]
+        out = out[out["codeptr"].isin(np.unique(np.asarray(codeptrs, dtype=np.uint64)))]
     return out.reset_index(drop=True)
 
 
