@@ -159,3 +159,19 @@ def test_first_seen_groups_number_as_groupby_does_across_chunks():
     assert first[-1] > pairing.CHUNK
     assert pairing.distinct(frame["pid"].to_numpy()).tolist() == [3, 7]
     assert pairing.distinct(frame["where"].to_numpy(), first_seen=True)[0] == frame["where"][0]
+
+
+def test_group_quantiles_are_groupbys_bit_for_bit():
+    # Groups of one, of many, of only NaN; ties; values where the interpolation
+    # rounds: each quantile as groupby's (linear), NaN where a group has none.
+    rng = np.random.default_rng(5)
+    groups = np.concatenate([np.arange(6), rng.choice(5, 500)]).astype(np.int8)
+    values = rng.choice([1.0, 3.0, 7.5, 1e9 + 0.5, 123456789.25], len(groups))
+    values[rng.random(len(groups)) < 0.1] = np.nan
+    values[groups == 5] = np.nan
+    got = pairing.group_quantiles(values, groups, 6, (0.0, 0.5, 0.95, 0.37, 1.0))
+    by = pd.Series(values).groupby(groups)
+    for q, mine in zip((0.0, 0.5, 0.95, 0.37, 1.0), got):
+        want = by.quantile(q).to_numpy()
+        assert np.array_equal(mine, want, equal_nan=True), q
+    assert np.isnan(got[1][5]) and not np.isnan(got[1][:5]).any()
