@@ -191,10 +191,13 @@ def test_the_delayed_rank_is_late_at_the_barriers_and_the_others_wait_for_it(per
     barriers = phases[phases["call"] == "barrier"]
     # slept LATE_MS before each barrier: last there in most steps (the 2 cores are shared)
     assert (barriers["late_rank"] == LATE).mean() > 0.5, barriers["late_rank"].tolist()
-    # At the barriers the others lost the most waiting for it (at the other phases
-    # whoever the loaded CPUs held back last: 8 threads on 2 shared cores).
-    caused = barriers.groupby("late_rank")["lost_ns"].sum()
-    assert caused.idxmax() == LATE, caused
+    # At the barriers it is last at, the others lose about its sleep each (three
+    # ranks: some 3 x LATE_MS when they are on time).  The median, not the sum: a
+    # rank the loaded CPUs hold back for long (8 threads on 2 shared cores) is late
+    # at a few barriers by far more; with two CPU hogs beside the suite rank 0 caused
+    # 557 ms in all against rank LATE's 302 ms, though LATE was last at most.
+    waited = barriers.loc[barriers["late_rank"] == LATE, "lost_ns"]
+    assert waited.median() >= LATE_MS * 1e6, waited.describe()
     late = t.rank_imbalance(by="rank").set_index("rank")
     for rank in range(RANKS):
         assert late.at[rank, "caused_ns"] == phases.loc[phases["late_rank"] == rank,
