@@ -156,7 +156,7 @@ class _Records:
         """The rows of these events, in the records' order."""
         if events in _GROUPED:
             return self._grouped[events]
-        return event_groups(self.ev, [[EVENT_CODES[e] for e in events]], self.counts)[0]
+        return tables.rows_of(self.trace, *events)
 
     def select(self, *events: str) -> np.ndarray:
         """The rows of these events in time order (stable: at equal times, in the order
