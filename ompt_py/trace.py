@@ -58,7 +58,6 @@ from .records import (
     shift_times,
     time_order,
 )
-from .units import ns_columns
 
 if TYPE_CHECKING:
     from .analysis.summary import Summary
@@ -543,45 +542,45 @@ class Trace:
         and actual team size, invoker (program or runtime), source address."""
         from .analysis import tables
 
-        return ns_columns(tables.parallel_regions(self))
+        return _table(tables.parallel_regions(self), "parallel_regions")
 
     def implicit_tasks(self) -> pd.DataFrame:
         """Implicit tasks, one per thread and region (ends reported late by libomp for
         workers are moved to the end of their region)."""
         from .analysis import tables
 
-        return ns_columns(tables.implicit_tasks(self))
+        return _table(tables.implicit_tasks(self), "implicit_tasks")
 
     def tasks(self) -> pd.DataFrame:
         """Explicit tasks: creation, parent, first start, completion, time running,
         threads, flags and dependences (variable, type)."""
         from .analysis import tables
 
-        return ns_columns(tables.tasks(self))
+        return _table(tables.tasks(self), "tasks")
 
     def work(self) -> pd.DataFrame:
         """Worksharing constructs per thread (loops, sections, single, ...) with counts."""
         from .analysis import tables
 
-        return ns_columns(tables.work(self))
+        return _table(tables.work(self), "work")
 
     def sync(self) -> pd.DataFrame:
         """Barriers, taskwait and taskgroup per thread, with the time spent waiting."""
         from .analysis import tables
 
-        return ns_columns(tables.sync(self))
+        return _table(tables.sync(self), "sync")
 
     def mutex(self) -> pd.DataFrame:
         """Lock, nest lock, critical and ordered acquisitions: wait and hold times."""
         from .analysis import tables
 
-        return ns_columns(tables.mutex(self).copy())
+        return _table(tables.mutex(self).copy(), "mutex")
 
     def task_graph(self) -> pd.DataFrame:
         """The task dependence graph as edges (source_id -> sink_id)."""
         from .analysis import tables
 
-        return ns_columns(tables.task_graph(self))
+        return _table(tables.task_graph(self), "task_graph")
 
     def user_regions(self) -> pd.DataFrame:
         """Regions of user code marked with ``ompt_py.region`` or omptpy_region.h: pid,
@@ -590,7 +589,7 @@ class Trace:
         and the Python code that began it (py_stack, py_location, py_inherited)."""
         from .analysis import tables
 
-        return ns_columns(tables.user_regions(self).copy())
+        return _table(tables.user_regions(self).copy(), "user_regions")
 
     def mpi_calls(self) -> pd.DataFrame:
         """The MPI calls of the trace (``ompt-py run --mpi``, ``ompt_py.mpi.traced``),
@@ -665,7 +664,7 @@ class Trace:
         Python location.  See ompt_py.analysis.offload.target_regions."""
         from .analysis import offload
 
-        return ns_columns(offload.target_regions(self))
+        return _table(offload.target_regions(self), "target_regions")
 
     def data_ops(self) -> pd.DataFrame:
         """Data operations (alloc, transfers, delete...): bytes, source and destination
@@ -673,14 +672,14 @@ class Trace:
         ompt_py.analysis.offload.data_ops."""
         from .analysis import offload
 
-        return ns_columns(_shared(offload.data_ops(self)))
+        return _table(_shared(offload.data_ops(self)), "data_ops")
 
     def kernels(self) -> pd.DataFrame:
         """Kernel submissions: requested and granted teams, host begin/end, the target
         region.  See ompt_py.analysis.offload.kernels."""
         from .analysis import offload
 
-        return ns_columns(_shared(offload.kernels(self)))
+        return _table(_shared(offload.kernels(self)), "kernels")
 
     def device_ops(self) -> pd.DataFrame:
         """The device's own records (device tracing): device begin/end on the host
@@ -688,7 +687,7 @@ class Trace:
         ompt_py.analysis.offload.device_ops."""
         from .analysis import offload
 
-        return ns_columns(_shared(offload.device_ops(self)))
+        return _table(_shared(offload.device_ops(self)), "device_ops")
 
     # ---- answers (ompt_py.analysis.metrics, .summary) ---------------------------------
 
@@ -770,7 +769,7 @@ class Trace:
         lock) and idle."""
         from .analysis import metrics
 
-        return ns_columns(metrics.utilisation(self, bin_ns=bin_ns))
+        return _table(metrics.utilisation(self, bin_ns=bin_ns), "utilisation")
 
     def thread_states(self) -> pd.DataFrame:
         """Per thread over the whole trace: time busy, waiting (barrier,
@@ -778,7 +777,7 @@ class Trace:
         and idle, and the busy share of the time neither idle nor stalled."""
         from .analysis import states
 
-        return ns_columns(states.thread_totals(self))
+        return states.thread_totals(self)
 
     def tool_stalls(self) -> pd.DataFrame:
         """When the tool stopped a thread to make room for the trace (the in-place
@@ -788,7 +787,7 @@ class Trace:
         and the imbalance leave this time out of the program's."""
         from .analysis import states
 
-        return ns_columns(states.tool_stalls(self).copy())
+        return _table(states.tool_stalls(self).copy(), "tool_stalls")
 
     def _messages(self, events: np.ndarray, pids: np.ndarray, ids: np.ndarray | None
                   ) -> pd.Categorical:
@@ -928,6 +927,14 @@ class Trace:
         from .io import export
 
         export(self, path, "csv", start=start, end=end, threads=threads, pid=pid)
+
+
+def _table(frame: pd.DataFrame, name: str) -> pd.DataFrame:
+    """``frame``, a table the analyses also use as they made it (cached, or with
+    their own dtypes), as the public table ``name`` (analysis.columns: its dtypes)."""
+    from .analysis.columns import conform
+
+    return conform(frame, name)
 
 
 def _shared(frame: pd.DataFrame) -> pd.DataFrame:

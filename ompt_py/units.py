@@ -1,8 +1,8 @@
 """Values written for people, one way everywhere: the summary, ``ompt-py report``,
 the plots and the HTML view format durations with ``format_ns``, shares with
 ``format_share``, byte counts with ``format_bytes`` and shorten long names
-with ``shorten``; ``ns_columns`` gives a table's time columns their one dtype,
-``TEXT`` (``text``, ``text_columns``) its text columns theirs.
+with ``shorten``; ``TEXT`` (``text``, ``text_columns``) gives a table's text
+columns their one dtype (the other columns': ompt_py.analysis.columns).
 Also byte sizes as the tool's variables take them (``parse_size``) and times as
 the exports' filters take them (``parse_ns``)."""
 
@@ -78,19 +78,6 @@ def shorten(text: str, width: int) -> str:
     head = width // 2
     tail = width - 1 - head
     return text[:head] + ELLIPSIS + (text[-tail:] if tail else "")
-
-
-def ns_columns(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with every ``*_ns`` column as integer nanoseconds (pandas' Int64:
-    rounded, <NA> where there is no value), the one dtype of the times of every
-    public table."""
-    changed = {}
-    for c in frame.columns:
-        if not str(c).endswith("_ns") or str(frame[c].dtype) in ("int64", "Int64"):
-            continue
-        values = pd.to_numeric(frame[c], errors="coerce").astype("Float64")
-        changed[c] = values.round().astype("Int64")
-    return frame.assign(**changed) if changed else frame
 
 
 #: The one dtype of the text columns of every public table (function, name, file,

@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ..units import format_ns, format_share, ns_columns, text_columns
+from ..units import format_ns, format_share
 from . import metrics, ranks, tables
+from .columns import TABLES, conform
 from .metrics import NO_PYTHON
 from .states import require_states
 
@@ -65,9 +66,7 @@ CANNOT_FROM_PROFILE = {
     STATIC_IMBALANCE: "a profile does not tie a loop (and its schedule) to its region",
     SMALL_TASKS: "a profile does not time task creation",
 }
-COLUMNS = ["rule", "pid", "py_location", "location", "stake_ns", "finding", "advice"]
-#: Its text columns (units.TEXT; py_location and location NaN where there is none).
-TEXT_COLUMNS = ["rule", "py_location", "location", "finding", "advice"]
+COLUMNS = list(TABLES["advice"].columns)
 
 
 def where(python: object, location: object) -> str:
@@ -217,9 +216,9 @@ def advise(base_ns: float, regions: pd.DataFrame | None = None,
         rows += contended_locks(locks, least)
     if late is not None:
         rows += late_rank(late, least)
-    out = text_columns(pd.DataFrame(rows, columns=COLUMNS), TEXT_COLUMNS)
-    out = out.sort_values("stake_ns", ascending=False, kind="stable").reset_index(drop=True)
-    return ns_columns(out)
+    out = pd.DataFrame(rows, columns=COLUMNS)
+    return conform(out.sort_values("stake_ns", ascending=False, kind="stable")
+                   .reset_index(drop=True), "advice")
 
 
 def advice(trace: Trace, regions: pd.DataFrame | None = None,

@@ -44,8 +44,9 @@ import pandas as pd
 from ..errors import MissingEventsError
 from ..meta import why_empty
 from ..records import CONSTRUCTS
-from ..units import TEXT, ns_columns
+from ..units import TEXT
 from . import advice, cache, metrics, offload, profile, pystacks, ranks, summary, tables
+from .columns import conform
 from .pairing import key_groups
 from .states import task_waits, thread_totals, tool_stalls
 from .states import threads as thread_keys
@@ -99,7 +100,7 @@ def construct_stats(trace: Trace, raw: bool = False) -> pd.DataFrame:
 def merge_constructs(parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
     """metrics.constructs(by="construct") of the partitions' construct_stats: count,
     total, mean and max exact; p50 and p95 estimated (profile.stats)."""
-    return ns_columns(profile.stats(_concat(parts), _HIST_KEYS))
+    return conform(profile.stats(_concat(parts), _HIST_KEYS), "constructs")
 
 
 def constructs(mapper: Mapper, by: str = "construct", raw: bool = False) -> pd.DataFrame:
@@ -108,7 +109,8 @@ def constructs(mapper: Mapper, by: str = "construct", raw: bool = False) -> pd.D
     if by == "construct":
         return merge_constructs(mapper(lambda t: construct_stats(t, raw)))
     out = _concat(mapper(lambda t: metrics.constructs(t, by=by, raw=raw)))
-    return metrics.python_order(out) if by == "python" else _sorted(out, "total_ns")
+    return conform(metrics.python_order(out) if by == "python" else _sorted(out, "total_ns"),
+                   f"constructs({by})")
 
 
 # ---- imbalance, locks ------------------------------------------------------------------------
@@ -118,13 +120,17 @@ def imbalance(mapper: Mapper, per_thread: bool = False, by: str = "source") -> p
     """metrics.imbalance of the dataset: its rows are each of one process (exact);
     per location, most time lost first."""
     out = _concat(mapper(lambda t: metrics.imbalance(t, per_thread=per_thread, by=by)))
-    return out if by == "region" else _sorted(out, "lost_ns")
+    if by == "region":
+        return conform(out, "imbalance(per_thread)" if per_thread else "imbalance")
+    return conform(_sorted(out, "lost_ns"), f"imbalance({by})")
 
 
 def lock_contention(mapper: Mapper, by: str = "lock") -> pd.DataFrame:
     """metrics.lock_contention of the dataset: its rows are each of one process
     (exact); most wait first."""
-    return _sorted(_concat(mapper(lambda t: metrics.lock_contention(t, by=by))), "wait_total_ns")
+    return conform(_sorted(_concat(mapper(lambda t: metrics.lock_contention(t, by=by))),
+                           "wait_total_ns"),
+                   "lock_contention(python)" if by == "python" else "lock_contention")
 
 
 # ---- ranks -------------------------------------------------------------------------------------
@@ -333,7 +339,7 @@ def _merge_offload(parts: list[pd.DataFrame]) -> pd.DataFrame | None:
     out = out.reset_index()
     for key in parts[0].attrs:
         out.attrs[key] = sum(p.attrs.get(key, 0) for p in parts)
-    return out
+    return conform(out, "summary.offload")
 
 
 def _source_form(table: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -369,7 +375,8 @@ def merge_summary(parts: Sequence[PartialSummary], meta: dict, mapper: Mapper, t
     if any(p.tasks is not None for p in parts):
         tasks = summary.task_table(merge_tasks([p.tasks for p in parts], mapper, None))
     all_locks = _concat([p.locks for p in parts])
-    all_locks = None if all_locks is None else ns_columns(_sorted(all_locks, "wait_total_ns"))
+    all_locks = None if all_locks is None else conform(_sorted(all_locks, "wait_total_ns"),
+                                                       "lock_contention")
     locks = summary.lock_table(all_locks, top)
     python = None
     if stacks:
@@ -388,10 +395,11 @@ def merge_summary(parts: Sequence[PartialSummary], meta: dict, mapper: Mapper, t
     if threads is not None:
         base = sum(p.busy_ns for p in parts if p.busy_ns is not None)
         what_to_do = advice.advise(base, by_location, sites, all_locks, late)
-    regions = (summary.regions_per_location(ns_columns(by_location)).head(top)
+    regions = (summary.regions_per_location(by_location).head(top)
                if by_location is not None else None)
     return summary.Summary(overview, merge_constructs([p.constructs for p in parts]),
-                           ns_columns(sources.drop(columns="pid")), threads=threads,
+                           conform(sources.drop(columns="pid"), "summary.sources"),
+                           threads=threads,
                            regions=regions, tasks=tasks, locks=locks, python=python,
                            offload=totals, notes=notes, advice=what_to_do, ranks=per_rank,
                            phases=phases)

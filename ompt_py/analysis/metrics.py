@@ -29,9 +29,10 @@ from ..records import (
     TASK_INITIAL,
     python_stack_ids,
 )
-from ..units import TEXT, format_ns, ns_columns, text, text_columns
+from ..units import TEXT, format_ns, text, text_columns
 from . import pystacks, tables
 from .cache import per_trace
+from .columns import TABLES, conform
 from .pairing import (
     find,
     first_rows,
@@ -387,12 +388,12 @@ def constructs(trace: Trace, by: str = "construct", raw: bool = False) -> pd.Dat
     inst = inst.drop(columns="kind").rename(columns={"kind_raw": "kind"}) if raw else \
         inst.drop(columns="kind_raw")
     if by == "construct":
-        return ns_columns(_group_stats(inst, ["construct", "kind"]))
+        return conform(_group_stats(inst, ["construct", "kind"]), "constructs")
     located, func = _located(trace, inst)
     if by == "source":
         keys = ["construct", "kind", "pid", "location"]
         out = _group_stats(located, keys).merge(func, on=["pid", "location"], how="left")
-        return ns_columns(_text_locations(out[[*keys, "function", "name", *_STAT_COLUMNS]]))
+        return conform(out[[*keys, "function", "name", *_STAT_COLUMNS]], "constructs(source)")
     where = (python_locations_at(trace, inst["pid"].to_numpy(), inst["thread"].to_numpy(),
                                  inst["begin_ns"].to_numpy()) if "thread" in inst else
              no_python_locations(len(inst)))
@@ -403,9 +404,8 @@ def constructs(trace: Trace, by: str = "construct", raw: bool = False) -> pd.Dat
     out = out.merge(_python_time(trace), on=["pid", "py_location"], how="left")
     out["py_time_ns"] = out["py_time_ns"].where(out["py_location"] == NO_PYTHON,
                                                 out["py_time_ns"].fillna(0))
-    return ns_columns(python_order(out)[["pid", "py_location", "py_time_ns", "construct",
-                                         "kind", "location", "function", "name",
-                                         *_STAT_COLUMNS]])
+    return conform(python_order(out)[list(TABLES["constructs(python)"].columns)],
+                   "constructs(python)")
 
 
 def _text_locations(table: pd.DataFrame) -> pd.DataFrame:
@@ -513,8 +513,9 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
     rt = region_threads(trace)
     if per_thread:
         dur = rt["duration_ns"].where(rt["duration_ns"] > 0)
-        return ns_columns(rt.assign(busy_share=rt["busy_ns"] / dur,
-                                    barrier_wait_share=rt["barrier_wait_ns"] / dur))
+        return conform(rt.assign(busy_share=rt["busy_ns"] / dur,
+                                 barrier_wait_share=rt["barrier_wait_ns"] / dur),
+                       "imbalance(per_thread)")
     waiting = rt["barrier_wait_ns"] + rt["sync_wait_ns"] + rt["lock_wait_ns"]
     active = rt["busy_ns"] + rt["sync_wait_ns"] + rt["lock_wait_ns"]
     per = rt.assign(_waiting=waiting, _active=active).groupby(
@@ -548,15 +549,16 @@ def imbalance(trace: Trace, per_thread: bool = False, by: str = "region") -> pd.
     out["fork_join_ns"] = (out["duration_ns"] - out.pop("active_max_ns")).clip(lower=0)
     out["schedule"] = _schedules(trace, out[["pid", "parallel_id"]]).array
     if by != "region":
-        return ns_columns(_imbalance_by(out, by))
+        return conform(_imbalance_by(out, by), f"imbalance({by})")
     out.attrs.update(unmatched_begins=paired.unmatched_begins,
                      unmatched_ends=paired.unmatched_ends)
     columns = ["pid", "parallel_id", "begin_ns", "duration_ns", "requested_team_size",
                "codeptr", "complete", "function", "location", "py_stack", "py_location",
                "py_inherited"]
-    return ns_columns(out[[*columns, *(c for c in out.columns
-                                       if c not in columns and c not in ("busy_total_ns",
-                                                                         "tasks_ns"))]])
+    return conform(out[[*columns, *(c for c in out.columns
+                                    if c not in columns and c not in ("busy_total_ns",
+                                                                      "tasks_ns"))]],
+                   "imbalance")
 
 
 def _schedules(trace: Trace, regions: pd.DataFrame) -> pd.Series:
@@ -708,7 +710,7 @@ def task_sites(trace: Trace, by: str = "source") -> pd.DataFrame:
     out["creation_overhead_share"] = overhead / (overhead + out["busy_ns"]).where(
         overhead + out["busy_ns"] > 0)
     out = out.sort_values("busy_ns", ascending=False, kind="stable").reset_index(drop=True)
-    return ns_columns(out)
+    return conform(out, "task_sites")
 
 
 def task_edges(lo: float, hi: float, bins: int | Sequence[float] | None) -> np.ndarray:
@@ -742,7 +744,7 @@ def task_table(edges: np.ndarray, counts: np.ndarray, times: np.ndarray, ran: in
                total: float) -> pd.DataFrame:
     """task_granularity's table of the tasks ``counts`` and their busy ``times`` per
     bin of ``edges``, of ``ran`` tasks that ran for ``total`` ns in all."""
-    return pd.DataFrame({
+    return conform(pd.DataFrame({
         "lo_ns": edges[:-1].astype(np.int64), "hi_ns": edges[1:].astype(np.int64),
         "label": text([f"{format_ns(a)} - {format_ns(b)}"
                        for a, b in zip(edges[:-1], edges[1:])]),
@@ -750,7 +752,7 @@ def task_table(edges: np.ndarray, counts: np.ndarray, times: np.ndarray, ran: in
         "task_share": counts / ran if ran else np.zeros(len(counts)),
         "busy_ns": np.round(times).astype(np.int64),
         "time_share": times / total if total > 0 else np.zeros(len(counts)),
-    })
+    }), "task_granularity")
 
 
 def overhead_share(created: int, create_ns: float, busy_ns: float) -> float:
@@ -810,15 +812,9 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
     m = tables.mutex(trace)
     lock = ["pid", "kind", "wait_id"]
     keys = lock + {"lock": [], "source": ["codeptr"], "python": ["py_location", "codeptr"]}[by]
-    stats = ["acquisitions", "threads", "wait_total_ns", "wait_mean_ns", "wait_p95_ns",
-             "wait_max_ns", "hold_total_ns", "hold_mean_ns", "hold_p50_ns", "hold_max_ns",
-             "top_holder", "top_holder_share"]
-    columns = (["pid", "py_location", "kind", "wait_id", *stats, "codeptr", "function",
-                "location"] if by == "python" else
-               [*lock, *stats, "codeptr", "function", "location", "py_location"])
-    text = ["kind", "function", "location", "py_location"]
+    name = "lock_contention(python)" if by == "python" else "lock_contention"
     if m.empty:
-        return ns_columns(text_columns(pd.DataFrame(columns=columns), text))
+        return conform(pd.DataFrame(), name)
     where = python_locations_at(trace, m["pid"].to_numpy(), m["thread"].to_numpy(),
                                 m["acquire_ns"].fillna(m["acquired_ns"]).to_numpy(np.int64))
     if by == "python":
@@ -846,9 +842,9 @@ def lock_contention(trace: Trace, by: str = "lock") -> pd.DataFrame:
                 "_lock")
             out[most] = sites.set_index("_lock")[most]
     out.index = pd.MultiIndex.from_frame(m[keys].iloc[first_rows(group)].reset_index(drop=True))
-    out = text_columns(tables.with_source(trace, out.reset_index()), text)
-    return ns_columns(out[columns].sort_values("wait_total_ns", ascending=False)
-                      .reset_index(drop=True))
+    out = tables.with_source(trace, out.reset_index())[list(TABLES[name].columns)]
+    return conform(out.sort_values("wait_total_ns", ascending=False).reset_index(drop=True),
+                   name)
 
 
 # ---- thread utilisation over time ----------------------------------------------------------

@@ -56,6 +56,7 @@ from ..records import (
 )
 from . import pystacks
 from .cache import per_trace
+from .columns import TABLES, conform
 from .pairing import column, pair
 from .tables import present_events, with_source
 
@@ -827,12 +828,8 @@ def offload_totals(trace: Trace) -> pd.DataFrame:
             "device_transfer_ns": (round(own[on_device & ops_transfer].sum())
                                    if on_device.any() else pd.NA),
         })
-    out = pd.DataFrame(rows, columns=["device", "target_regions", "target_ns", "blocked_ns",
-                                      "bytes_to_device", "bytes_from_device", "transfers",
-                                      "transfer_ns", "bandwidth", "kernels", "kernel_ns",
-                                      "device_kernel_ns", "device_transfer_ns"])
-    for c in ("device_kernel_ns", "device_transfer_ns"):
-        out[c] = out[c].astype("Int64")
+    out = conform(pd.DataFrame(rows, columns=list(TABLES["summary.offload"].columns)),
+                  "summary.offload")
     unpaired = {f"{name}_{side}": table.attrs[f"unmatched_{side}"]
                 for name, table in (("target", t), ("data_op", d), ("kernel", k))
                 for side in ("begins", "ends")}

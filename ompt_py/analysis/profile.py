@@ -23,9 +23,10 @@ import numpy as np
 import pandas as pd
 
 from ..records import CONSTRUCTS, PROFILE_BUCKETS, normalised_kind
-from ..units import TEXT, format_ns, ns_columns, text, text_columns
+from ..units import TEXT, format_ns, text, text_columns
 from . import advice as rules
 from . import symbols, tables
+from .columns import TABLES, conform
 from .metrics import top_holder
 from .summary import Summary, regions_per_location
 
@@ -168,12 +169,12 @@ def constructs(prof: Profile, by: str = "construct", raw: bool = False) -> pd.Da
     _no_instances("Python stacks", by, ("construct", "source"))
     rows = _construct_rows(prof, raw)
     if by == "construct":
-        return ns_columns(stats(rows, ["construct", "kind"]))
+        return conform(stats(rows, ["construct", "kind"]), "constructs")
     keys = ["construct", "kind", "pid", "location"]
     located = _with_source(prof, rows)
     func = located[["pid", "location", "function", "name"]].drop_duplicates(["pid", "location"])
     out = stats(located, keys).merge(func, on=["pid", "location"], how="left")
-    return ns_columns(out[[*keys, "function", "name", *_STAT_COLUMNS]])
+    return conform(out[[*keys, "function", "name", *_STAT_COLUMNS]], "constructs(source)")
 
 
 def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd.DataFrame:
@@ -203,8 +204,9 @@ def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd
         **{c: (c, "sum") for c in times}).reset_index()
     if per_thread:
         dur = per["duration_ns"].where(per["duration_ns"] > 0)
-        return ns_columns(per.assign(busy_share=per["busy_ns"] / dur,
-                                     barrier_wait_share=per["barrier_wait_ns"] / dur))
+        return conform(per.assign(busy_share=per["busy_ns"] / dur,
+                                  barrier_wait_share=per["barrier_wait_ns"] / dur),
+                       "Profile.imbalance(per_thread)")
     per["_wait"] = per["barrier_wait_ns"] + per["sync_wait_ns"] + per["lock_wait_ns"]
     per["_active"] = per["busy_ns"] + per["sync_wait_ns"] + per["lock_wait_ns"]
     out = per.groupby(["pid", "location"], sort=False, dropna=False).agg(
@@ -233,9 +235,7 @@ def imbalance(prof: Profile, per_thread: bool = False, by: str = "source") -> pd
     out["fork_join_share"] = out["fork_join_ns"] / out["duration_ns"].where(
         out["duration_ns"] > 0)
     out = out.sort_values("lost_ns", ascending=False, kind="stable").reset_index(drop=True)
-    return ns_columns(out[["pid", "location", "function", "regions", "threads", "duration_ns",
-                           "imbalance", "lost_ns", "busy_ns", "fork_join_ns",
-                           "barrier_wait_share", "wait_share", "fork_join_share"]])
+    return conform(out[list(TABLES["Profile.imbalance"].columns)], "Profile.imbalance")
 
 
 def lock_contention(prof: Profile, by: str = "lock") -> pd.DataFrame:
@@ -249,13 +249,8 @@ def lock_contention(prof: Profile, by: str = "lock") -> pd.DataFrame:
     _no_instances("Python stacks", by, ("lock", "source"))
     m = prof.parts.locks.astype({"kind": TEXT})
     keys = ["pid", "kind", "wait_id"] + (["codeptr"] if by == "source" else [])
-    columns = ["pid", "kind", "wait_id", "acquisitions", "threads", "wait_total_ns",
-               "wait_mean_ns", "wait_p95_ns", "wait_max_ns", "hold_total_ns", "hold_mean_ns",
-               "hold_max_ns", "top_holder", "top_holder_share", "codeptr", "function",
-               "location"]
     if m.empty:
-        return ns_columns(text_columns(pd.DataFrame(columns=columns),
-                                       ["kind", *tables.SOURCE_COLUMNS]))
+        return conform(pd.DataFrame(), "Profile.lock_contention")
     g = m.groupby(keys, sort=False)
     out = g.agg(acquisitions=("acquisitions", "sum"),
                 wait_total_ns=("wait_total_ns", "sum"), wait_min_ns=("wait_min_ns", "min"),
@@ -274,8 +269,9 @@ def lock_contention(prof: Profile, by: str = "lock") -> pd.DataFrame:
         sites = sites.sort_values("acquisitions", ascending=False, kind="stable")
         out["codeptr"] = sites.drop_duplicates(keys).set_index(keys)["codeptr"]
     out = _with_source(prof, out.reset_index())
-    return ns_columns(out[columns].sort_values("wait_total_ns", ascending=False)
-                      .reset_index(drop=True))
+    out = out[list(TABLES["Profile.lock_contention"].columns)]
+    return conform(out.sort_values("wait_total_ns", ascending=False).reset_index(drop=True),
+                   "Profile.lock_contention")
 
 
 def task_granularity(prof: Profile) -> pd.DataFrame:
@@ -308,7 +304,7 @@ def task_granularity(prof: Profile) -> pd.DataFrame:
                       "median_busy_ns": float(median[0]) if ran else math.nan,
                       "run_total_ns": int(t["run_total_ns"].sum()),
                       "create_ns": math.nan, "creation_overhead_share": math.nan})
-    return ns_columns(out)
+    return conform(out, "Profile.task_granularity")
 
 
 def thread_totals(prof: Profile) -> pd.DataFrame:
@@ -321,7 +317,7 @@ def thread_totals(prof: Profile) -> pd.DataFrame:
     out = rt.groupby(["pid", "thread"], sort=True)[states].sum().reset_index()
     working = out[states].sum(axis=1)
     out["busy_share"] = out["busy_ns"] / working.where(working > 0)
-    return out
+    return conform(out, "Profile.summary.threads")
 
 
 def advice(prof: Profile) -> pd.DataFrame:
@@ -368,9 +364,7 @@ def summary(prof: Profile, top: int = 10) -> Summary:
         attrs = tasks.attrs
         tasks = tasks[tasks["tasks"] > 0].drop(columns=["lo_ns", "hi_ns"])
         tasks.attrs = attrs
-    locks = lock_contention(prof).head(top)[
-        ["kind", "location", "acquisitions", "threads", "wait_total_ns", "wait_p95_ns",
-         "hold_total_ns", "hold_mean_ns", "top_holder", "top_holder_share"]] \
+    locks = lock_contention(prof).head(top)[list(TABLES["Profile.summary.locks"].columns)] \
         if len(p.locks) else None
     sources = constructs(prof, by="source")
     sources = sources[sources["construct"] != "implicit task"].head(top)

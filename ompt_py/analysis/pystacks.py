@@ -33,6 +33,7 @@ import pandas as pd
 from ..units import TEXT, text_columns
 from . import symbols
 from .cache import per_trace
+from .columns import TABLES, conform
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -41,8 +42,7 @@ if TYPE_CHECKING:
 COLUMNS = ["py_stack", "py_location", "py_inherited", "native_callers"]
 #: Its text columns (units.TEXT), NaN for a row without a stack.
 TEXT_COLUMNS = ["py_location", "native_callers"]
-_FRAME_COLUMNS = ["pid", "stack", "level", "file", "line", "function", "first_line", "user",
-                  "truncated", "location", "native", "interpreter"]
+_FRAME_COLUMNS = list(TABLES["python_stacks"].columns)
 
 
 def _library(path: str, libraries: list[str]) -> str | None:
@@ -134,12 +134,9 @@ def python_stacks(trace: Trace) -> pd.DataFrame:
             after[stack], cut[stack] = len(entry) // 2, truncated
         if natives:
             rows += _native_rows(proc, natives, after, cut)
-    frames = text_columns(pd.DataFrame(rows, columns=_FRAME_COLUMNS),
-                          ["file", "function", "location"]).astype(
-        {"pid": np.int64, "stack": np.int64, "level": np.int64, "line": np.int64,
-         "first_line": np.int64, "user": bool, "truncated": bool, "native": bool,
-         "interpreter": bool})
-    return frames.sort_values(["pid", "stack", "level"], kind="stable").reset_index(drop=True)
+    frames = pd.DataFrame(rows, columns=_FRAME_COLUMNS)
+    return conform(frames.sort_values(["pid", "stack", "level"], kind="stable")
+                   .reset_index(drop=True), "python_stacks")
 
 
 @per_trace

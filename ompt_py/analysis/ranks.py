@@ -32,9 +32,9 @@ import pandas as pd
 
 from ..errors import TraceWarning
 from ..meta import ranks as ranks_of
-from ..records import MPI_CALL_KINDS
-from ..units import ns_columns, text, text_columns
+from ..units import text
 from . import metrics, tables
+from .columns import MPI_KINDS, TABLES, conform
 from .states import closed, key_pid_thread, process_spans, thread_totals, threads, to_int
 
 if TYPE_CHECKING:
@@ -43,18 +43,11 @@ if TYPE_CHECKING:
 #: The kinds of MPI call that close a phase when every rank takes part
 #: (records.MPI_CALL_KINDS).
 SYNC_KINDS = ("barrier", "collective")
-#: The MPI kinds of rank_rows' columns (``mpi_KIND_ns``; records.MPI_CALL_KINDS), setup
-#: last: ``mpi_ns`` is the sum of the others (setup: MPI_Init, MPI_Finalize and
-#: ompt-py's clock measurement).
-MPI_KINDS = (*sorted(set(MPI_CALL_KINDS.values()) - {"setup"}), "setup")
 _WAITS = ("barrier_wait_ns", "sync_wait_ns", "lock_wait_ns")
 #: The columns of rank_rows (and ranks(), which leaves out the mpi ones when no
 #: process made MPI calls).
-RANK_COLUMNS = ["rank", "pid", "host", "local_rank", "threads", "begin_ns", "end_ns", "span_ns",
-                "parallel_ns", "parallel_share", "busy_ns", *_WAITS, "waiting_ns", "busy_share",
-                "regions", "imbalance", "omp_lost_ns", "mpi_ns",
-                *(f"mpi_{k}_ns" for k in MPI_KINDS)]
-ARRIVAL_COLUMNS = ["pid", "rank", "source", "call", "n", "begin_ns", "end_ns", "since_ns"]
+RANK_COLUMNS = list(TABLES["ranks"].columns)
+ARRIVAL_COLUMNS = list(TABLES["arrivals"].columns)
 
 
 def _ints(values: object) -> pd.arrays.IntegerArray:
@@ -129,7 +122,7 @@ def rank_rows(trace: Trace) -> pd.DataFrame:
         out[f"mpi_{k}_ns"] = pd.arrays.IntegerArray(spent.to_numpy(np.int64), ~made)
     out["mpi_ns"] = out[[f"mpi_{k}_ns" for k in MPI_KINDS if k != "setup"]].sum(
         axis=1, min_count=1).astype("Int64")
-    return ns_columns(out[RANK_COLUMNS])
+    return conform(out[RANK_COLUMNS], "ranks")
 
 
 def processes(trace: Trace) -> np.ndarray:
@@ -229,15 +222,15 @@ def arrivals(trace: Trace) -> pd.DataFrame:
     elif not len(out):
         out["since_ns"] = pd.Series(dtype=np.int64)
     out["rank"] = out["rank"].astype("Int64")
-    return ns_columns(text_columns(out[ARRIVAL_COLUMNS], ["source", "call"]))
+    return conform(out[ARRIVAL_COLUMNS], "arrivals")
 
 
-PHASE_COLUMNS = ["phase", "call", "calls_match", "ranks", "begin_ns", "end_ns",
-                 "first_arrival_ns", "last_arrival_ns", "late_rank", "late_pid", "lost_ns",
-                 "wait_max_ns"]
-RANK_LATE_COLUMNS = ["rank", "pid", "phases", "late", "late_share", "caused_ns", "waited_ns"]
-ARRIVAL_BY_COLUMNS = ["phase", "rank", "pid", "call", "begin_ns", "end_ns", "since_ns",
-                      "wait_ns", "late"]
+#: rank_imbalance's columns by="phase", "rank" and "arrival" (analysis.columns).
+PHASE_COLUMNS = list(TABLES["rank_imbalance"].columns)
+RANK_LATE_COLUMNS = list(TABLES["rank_imbalance(rank)"].columns)
+ARRIVAL_BY_COLUMNS = list(TABLES["rank_imbalance(arrival)"].columns)
+_TABLE_BY = {"phase": "rank_imbalance", "rank": "rank_imbalance(rank)",
+             "arrival": "rank_imbalance(arrival)"}
 
 
 def compare(arrived: pd.DataFrame, by: str = "phase", processes: int | None = None
@@ -300,7 +293,7 @@ def compare(arrived: pd.DataFrame, by: str = "phase", processes: int | None = No
         phases["late_pid"] = _ints(late["pid"].reindex(phases["phase"]).tolist())
         notes += _mismatches(a, phases, region)
         out = phases[PHASE_COLUMNS] if by == "phase" else _per_rank(a, phases)
-    out = ns_columns(out.reset_index(drop=True))
+    out = conform(out.reset_index(drop=True), _TABLE_BY[by])
     if region:
         notes.append("phases from region markers (no MPI calls recorded): a rank's wait is "
                      "estimated, the time from its region's end to the last rank's, as if "
@@ -366,8 +359,7 @@ def _why_none(arriving: int, processes: int) -> str:
 
 
 def _empty(by: str, notes: list[str]) -> pd.DataFrame:
-    columns = {"phase": PHASE_COLUMNS, "rank": RANK_LATE_COLUMNS, "arrival": ARRIVAL_BY_COLUMNS}
-    out = text_columns(pd.DataFrame(columns=columns[by]), ["call"])
+    out = conform(pd.DataFrame(), _TABLE_BY[by])
     out.attrs["notes"] = notes
     return out
 

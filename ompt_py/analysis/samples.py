@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..records import STATE_CATEGORIES, STATE_RAW_CATEGORIES, WORK_STATES
 from . import tables
+from .columns import conform
 
 if TYPE_CHECKING:
     from ..trace import Trace
@@ -43,7 +44,7 @@ def samples(trace: Trace) -> pd.DataFrame:
                                                                               WORK_STATES)
     s["where"] = pd.Categorical.from_codes(runtime.astype(np.int8),
                                            categories=["user", "runtime"])
-    return s
+    return conform(s, "samples")
 
 
 def state_breakdown(trace: Trace, by: str = "thread", raw: bool = False) -> pd.DataFrame:
@@ -74,4 +75,4 @@ def state_breakdown(trace: Trace, by: str = "thread", raw: bool = False) -> pd.D
     shares = periods.div(total, axis=0)
     shares.insert(0, "samples", per_state["size"].groupby(level=list(range(len(keys)))).sum())
     shares.insert(1, "periods", total)
-    return shares
+    return conform(shares, "state_breakdown")

@@ -35,6 +35,7 @@ from ..errors import MissingEventsError
 from ..records import EVENT_CODES, SCOPE_BEGIN, STALL_REASONS, TASK_INITIAL, Names
 from . import tables
 from .cache import per_trace
+from .columns import conform
 from .pairing import Intervals, clamp_to_region, distinct
 
 if TYPE_CHECKING:
@@ -401,4 +402,4 @@ def thread_totals(trace: Trace) -> pd.DataFrame:
     out["idle_ns"] = (int(t.max() - t.min()) if len(t) else 0) - totals.sum(axis=1)
     working = totals.sum(axis=1) - totals[:, _STALL]
     out["busy_share"] = out["busy_ns"] / np.where(working > 0, working, np.nan)
-    return out
+    return conform(out, "thread_states")

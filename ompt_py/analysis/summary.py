@@ -24,11 +24,11 @@ from ..units import (
     format_ns,
     format_rate,
     format_share,
-    ns_columns,
     shorten,
 )
 from . import advice, metrics, offload, ranks, tables
 from .advice import where
+from .columns import TABLES, conform
 from .names import short
 from .states import STATE_COLUMNS, thread_totals, tool_stalls
 from .states import threads as thread_keys
@@ -311,10 +311,8 @@ RANKS_HEADING = ("Ranks (late: phases it arrived last in; caused: what the other
 PHASES_HEADING = "Ranks: the phases with the most time lost waiting for the late rank"
 #: The columns of the summary's ranks table (ranks.ranks with the lateness of
 #: ranks.rank_imbalance by="rank").
-RANK_COLUMNS = ["rank", "pid", "host", "threads", "span_ns", "parallel_share", "busy_share",
-                "imbalance", "omp_lost_ns", "mpi_ns", "late", "caused_ns", "waited_ns"]
-PHASE_COLUMNS = ["phase", "call", "calls_match", "ranks", "begin_ns", "late_rank", "late_pid",
-                 "lost_ns", "wait_max_ns"]
+RANK_COLUMNS = list(TABLES["summary.ranks"].columns)
+PHASE_COLUMNS = list(TABLES["summary.phases"].columns)
 
 
 def late_answer(table: pd.DataFrame, phases: pd.DataFrame) -> str:
@@ -352,7 +350,8 @@ def job_answers(arrived: pd.DataFrame, count: int, per_rank: pd.DataFrame | None
     if per_rank is not None:
         per_rank = per_rank.merge(late[["pid", "late", "caused_ns", "waited_ns"]], on="pid",
                                   how="left")
-        per_rank = ns_columns(per_rank[[c for c in RANK_COLUMNS if c in per_rank]])
+        per_rank = conform(per_rank[[c for c in RANK_COLUMNS if c in per_rank]],
+                           "summary.ranks")
     if phases.empty:
         return per_rank, None, None
     worst = phases.sort_values("lost_ns", ascending=False, kind="stable").head(top)
@@ -439,10 +438,8 @@ def regions_per_location(table: pd.DataFrame) -> pd.DataFrame:
     out = table.assign(mean_ns=table["duration_ns"] / table["regions"].where(
         table["regions"] > 0)).iloc[np.argsort(-not_working.to_numpy(np.float64),
                                                kind="stable")]
-    columns = [c for c in ("py_location", "location", "regions", "threads", "duration_ns",
-                           "mean_ns", "imbalance", "lost_ns", "barrier_wait_share",
-                           "fork_join_share", "schedule") if c in out]
-    return ns_columns(out[columns].reset_index(drop=True))
+    columns = [c for c in TABLES["summary.regions"].columns if c in out]
+    return conform(out[columns].reset_index(drop=True), "summary.regions")
 
 
 def overview(trace: Trace) -> dict:
@@ -522,18 +519,15 @@ def lock_table(all_locks: pd.DataFrame | None, top: int) -> pd.DataFrame | None:
     """The summary's locks: the first ``top`` of metrics.lock_contention, its columns."""
     if all_locks is None:
         return None
-    return all_locks.head(top)[
-        ["kind", "py_location", "location", "acquisitions", "threads", "wait_total_ns",
-         "wait_p95_ns", "hold_total_ns", "hold_mean_ns", "top_holder", "top_holder_share"]]
+    return all_locks.head(top)[list(TABLES["summary.locks"].columns)]
 
 
 def python_table(by_line: pd.DataFrame, top: int) -> pd.DataFrame:
     """The summary's Python lines: of metrics.constructs by="python" (implicit tasks
     left out, most Python time first), the constructs under its first ``top`` lines."""
     lines = by_line["py_location"].drop_duplicates().head(top)
-    return by_line[by_line["py_location"].isin(lines)][
-        ["pid", "py_location", "py_time_ns", "construct", "kind", "location", "count",
-         "total_ns", "mean_ns", "max_ns"]].reset_index(drop=True)
+    return conform(by_line[by_line["py_location"].isin(lines)][
+        list(TABLES["summary.python"].columns)].reset_index(drop=True), "summary.python")
 
 
 def offload_notes(totals: pd.DataFrame | None) -> list[str]:

@@ -37,6 +37,7 @@ from ..records import (
 from ..units import text, text_columns
 from . import pairing, pystacks, symbols
 from .cache import per_trace
+from .columns import conform
 from .pairing import Intervals, clamp_to_region, column, find, pair
 
 if TYPE_CHECKING:
@@ -265,7 +266,7 @@ def symbolize(trace: Trace, codeptrs: Any = None, pid: int | None = None) -> pd.
         symbols.Modules([]), np.empty(0, np.uint64)).assign(pid=pd.Series(dtype=int))
     if codeptrs is not None:
         out = out[out["codeptr"].isin(np.unique(np.asarray(codeptrs, dtype=np.uint64)))]
-    return out.reset_index(drop=True)
+    return conform(out.reset_index(drop=True), "symbolize")
 
 
 def with_source(trace: Trace, table: pd.DataFrame) -> pd.DataFrame:
@@ -570,8 +571,9 @@ def mpi_calls(trace: Trace) -> pd.DataFrame:
     table["kind"] = pd.Categorical(table["call"].map(MPI_CALL_KINDS, na_action="ignore"),
                                    categories=sorted(set(MPI_CALL_KINDS.values())))
     table["duration_ns"] = table["end_ns"] - table["begin_ns"]
-    return table[MPI_CALL_COLUMNS].sort_values(["pid", "begin_ns", "thread"], kind="stable"
-                                               ).reset_index(drop=True)
+    return conform(table[MPI_CALL_COLUMNS].sort_values(["pid", "begin_ns", "thread"],
+                                                       kind="stable").reset_index(drop=True),
+                   "mpi_calls")
 
 
 @per_trace

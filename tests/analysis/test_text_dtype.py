@@ -119,5 +119,7 @@ def test_a_profile_s_text_columns_are_text(name):
               "constructs_part": p.parts.constructs, "locks_part": p.parts.locks}
     for analysis, table in tables.items():
         _assert_text(f"{name} {analysis}", table)
-    for column in ("construct", "kind", "location", "function", "name"):
+    for column in ("location", "function", "name"):
         assert tables["constructs_source"][column].dtype == TEXT
+    for column in ("construct", "kind"):  # the runtime's vocabularies, as in a trace's
+        assert isinstance(tables["constructs_source"][column].dtype, pd.CategoricalDtype)
