@@ -2,8 +2,9 @@
 
 ``TABLES`` names each table as it is asked for (``"imbalance(source)"``: a
 Trace's ``imbalance(by="source")``; ``"summary.locks"``: a Summary's ``locks``;
-a ``"Profile."`` entry where a Profile's table has other columns than a
-Trace's) and lists its columns in order with their dtypes; ``conform(frame,
+a ``"Profile."`` or ``"Dataset."`` entry where a Profile's or a Dataset's
+table has other columns than a Trace's; ``"arrivals"`` and ``"task_sites"``,
+what the analyses exchange) and lists its columns in order with their dtypes; ``conform(frame,
 name)`` casts a frame to them, and gives an empty table every column, so that a
 table has the same dtypes on every input: a full trace, an empty one, a
 profile, a dataset.  docs/tables.md says what the dtypes promise.
@@ -292,9 +293,9 @@ TABLES: dict[str, Table] = {
     "Profile.lock_contention(source)": _PROFILE_LOCKS,
     "Profile.summary.threads": _without(_THREAD_STATES, "tool_stall_ns", "idle_ns"),
     "Profile.summary.tasks": _without(_TASK_BINS, "lo_ns", "hi_ns", "busy_ns", "time_share"),
+    "Profile.summary.locks": _pick(_LOCKS, *(c for c in _LOCK_SUMMARY if c != "py_location")),
     # ---- a Dataset's, where they differ (analysis.dataset: imbalance by source) ----
     "Dataset.imbalance": _IMBALANCE_SOURCE,
-    "Profile.summary.locks": _pick(_LOCKS, *(c for c in _LOCK_SUMMARY if c != "py_location")),
 }
 
 
