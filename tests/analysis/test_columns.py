@@ -20,7 +20,7 @@ from conftest import stored_path
 from mpi_records import barriers, job
 
 import ompt_py
-from ompt_py.analysis.columns import TABLES, has_dtype
+from ompt_py.analysis.columns import TABLES, conform, has_dtype
 
 _spec = importlib.util.spec_from_file_location(
     "dump_dtypes", os.path.join(os.path.dirname(__file__), "..", "data", "dump_dtypes.py"))
@@ -114,3 +114,12 @@ def test_an_empty_table_has_every_column_of_a_full_one():
         a, b = empty.lock_contention(by=by), full.lock_contention(by=by)
         assert len(a) == 0 and len(b) > 0
         pd.testing.assert_frame_equal(a, b.iloc[:0], check_index_type=False)
+
+
+def test_a_missing_value_in_a_plain_integer_column_gives_its_nullable_dtype():
+    """An input no stored trace shows (a missing value where the schema says there is
+    none) keeps its table: the column becomes the nullable dtype of its width."""
+    frame = pd.DataFrame({"pid": [1.0, None], "acquisitions": [2.0, 3.0]})
+    out = conform(frame, "lock_contention")
+    assert str(out["pid"].dtype) == "Int32" and out["pid"].isna().tolist() == [False, True]
+    assert out["acquisitions"].dtype == "int64"
