@@ -100,7 +100,7 @@ _LOCKS_PYTHON = Table({"pid": "int32", "py_location": TEXT, "kind": TEXT,
                        "function": TEXT, "location": TEXT})
 _ADVICE = Table({"rule": TEXT, "pid": "int32", "py_location": TEXT, "location": TEXT,
                  "stake_ns": "int64", "finding": TEXT, "advice": TEXT})
-_THREAD_STATES = Table({"pid": "int32", "thread": "int64", **_STATES, "busy_share": "float64"})
+_THREAD_STATES = Table({"pid": "int32", "thread": "uint32", **_STATES, "busy_share": "float64"})
 _RANKS = Table({"rank": "Int64", "pid": "int32", "host": TEXT, "local_rank": "Int64",
                 "threads": "int64", "begin_ns": "Int64", "end_ns": "Int64", "span_ns": "Int64",
                 "parallel_ns": "int64", "parallel_share": "Float64", "busy_ns": "int64",
@@ -161,12 +161,12 @@ TABLES: dict[str, Table] = {
     "task_graph": Table({"pid": "int32", "source_id": "UInt64", "sink_id": "UInt64",
                          "time_ns": "int64"}),
     "user_regions": Table({
-        "pid": "int32", "thread": "int64", "id": "int64", "name": TEXT, "level": "int64",
+        "pid": "int32", "thread": "uint32", "id": "int64", "name": TEXT, "level": "int64",
         "parent_id": "Int64", "parent": TEXT, "begin_ns": "int64", "end_ns": "int64",
         "duration_ns": "int64", "codeptr": "uint64", "py_stack": "Int64", "py_location": TEXT,
         "py_inherited": "bool", "native_callers": TEXT}),
     "mpi_calls": Table({
-        "pid": "int32", "rank": "Int32", "thread": "int64", "call": CATEGORY, "kind": CATEGORY,
+        "pid": "int32", "rank": "Int32", "thread": "uint32", "call": CATEGORY, "kind": CATEGORY,
         "begin_ns": "int64", "end_ns": "int64", "duration_ns": "int64", "bytes": "Int64",
         "peer": "Int32", "comm_size": "Int64", "codeptr": "uint64"}),
     "python_stacks": Table({
@@ -186,18 +186,18 @@ TABLES: dict[str, Table] = {
     "state_breakdown": _BREAKDOWN,
     "state_breakdown(region)": _BREAKDOWN,
     "target_regions": Table({
-        "pid": "int32", "thread": "int64", "target_id": "uint64", "kind": CATEGORY,
+        "pid": "int32", "thread": "uint32", "target_id": "uint64", "kind": CATEGORY,
         "nowait": "bool", "device": "int64", "begin_ns": "int64", "end_ns": "Int64",
         "duration_ns": "Int64", "task_id": "uint64", "target_task_id": "uint64",
         "codeptr": "uint64", **_PYTHON, **_SOURCE}),
     "data_ops": Table({
-        "pid": "int32", "thread": "int64", "host_op_id": "uint64", "kind": CATEGORY,
+        "pid": "int32", "thread": "uint32", "host_op_id": "uint64", "kind": CATEGORY,
         "bytes": "uint64", "src_device": "int64", "dest_device": "int64",
         "src_addr": "UInt64", "dest_addr": "UInt64", "begin_ns": "int64", "end_ns": "Int64",
         "duration_ns": "Int64", "bandwidth": "float64", "target_id": "uint64",
         "target_region": "Int64", "codeptr": "uint64"}),
     "kernels": Table({
-        "pid": "int32", "thread": "int64", "host_op_id": "uint64", "device": "Int64",
+        "pid": "int32", "thread": "uint32", "host_op_id": "uint64", "device": "Int64",
         "requested_teams": "int64", "granted_teams": "Int64", "begin_ns": "int64",
         "end_ns": "Int64", "duration_ns": "Int64", "target_id": "uint64",
         "target_region": "Int64"}),
@@ -254,11 +254,11 @@ TABLES: dict[str, Table] = {
     "lock_contention(source)": _LOCKS,
     "lock_contention(python)": _LOCKS_PYTHON,
     "advice": _ADVICE,
-    "utilisation": Table({"pid": "int32", "thread": "int64", "begin_ns": "int64",
+    "utilisation": Table({"pid": "int32", "thread": "uint32", "begin_ns": "int64",
                           "end_ns": "int64", **_STATES}),
     "thread_states": _THREAD_STATES,
     "tool_stalls": Table({
-        "pid": "int32", "thread": "int64", "begin_ns": "int64", "end_ns": "int64",
+        "pid": "int32", "thread": "uint32", "begin_ns": "int64", "end_ns": "int64",
         "duration_ns": "int64", "reason": CATEGORY, "bytes": "int64", "region": "int64"}),
     # ---- a Summary's tables (py_location: there when the trace has Python stacks) ----
     "summary.constructs": _CONSTRUCTS,
