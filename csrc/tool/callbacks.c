@@ -34,6 +34,18 @@ static inline uint64_t id_of(omptpy_thread *t, ompt_data_t *d) {
   return id;
 }
 
+/* An object the runtime has just made, which no other thread can see yet
+ * (parallel_begin's region, task_create's new task, a thread's implicit task
+ * at its begin): its id by plain moves.  A locked compare-and-swap would first
+ * wait for the stores of the records before it to leave the store buffer, a
+ * cost per task the hand-written recorder of bench/ does not pay. */
+static inline uint64_t new_id_of(omptpy_thread *t, ompt_data_t *d) {
+  if (!d) return 0;
+  uint64_t id = __atomic_load_n(&d->value, __ATOMIC_RELAXED);
+  if (OMPTPY_LIKELY(id == 0)) __atomic_store_n(&d->value, id = omptpy_new_id(t), __ATOMIC_RELAXED);
+  return id;
+}
+
 static inline uint64_t addr(const void *p) { return (uint64_t)(uintptr_t)p; }
 
 /* Whether records of this event are kept (the others' callbacks may stay registered). */
@@ -156,7 +168,7 @@ static void track_implicit(omptpy_thread *t, ompt_scope_endpoint_t endpoint,
   t->nsuspended = 0;
   t->barrier_task = 0;
   if (endpoint == ompt_scope_begin) {
-    atomic_store_explicit(&t->run_task, id_of(t, task_data), memory_order_relaxed);
+    atomic_store_explicit(&t->run_task, new_id_of(t, task_data), memory_order_relaxed);
     atomic_store_explicit(&t->run_parallel, id_of(t, parallel_data), memory_order_relaxed);
     if (!(flags & ompt_task_initial)) run_frame_set(t, frame_if_running(t, task_data));
   } else {
@@ -269,7 +281,7 @@ static void on_parallel_begin(ompt_data_t *encountering_task, const ompt_frame_t
   bool recording = omptpy_recording();
   omptpy_thread *t = recording ? omptpy_self() : omptpy_tls_thread;
   if (OMPTPY_UNLIKELY(!t)) return;
-  uint64_t id = id_of(t, parallel_data), encountering = id_of(t, encountering_task);
+  uint64_t id = new_id_of(t, parallel_data), encountering = id_of(t, encountering_task);
   begun_push(t, encountering, id);
   if (!recording) return;
   uint32_t stack =
@@ -326,7 +338,8 @@ static void on_implicit_task(ompt_scope_endpoint_t endpoint, ompt_data_t *parall
     uint64_t where = OMPTPY_UNLIKELY(omptpy_g.cfg.place_info) && endpoint == ompt_scope_begin
                          ? where_now(t, flags) : 0;
     emit(t, ompt_callback_implicit_task, endpoint, 0, 0, id_of(t, parallel_data),
-         id_of(t, task_data), index, where, actual, (uint32_t)flags);
+         endpoint == ompt_scope_begin ? new_id_of(t, task_data) : id_of(t, task_data), index,
+         where, actual, (uint32_t)flags);
   }
   /* The task's id goes with it: a worker released from its team ends its
    * implicit task late, with libomp's copy of the task data in the thread,
@@ -347,7 +360,7 @@ static void on_task_create(ompt_data_t *encountering_task, const ompt_frame_t *f
   uint32_t stack = keeps(ompt_callback_task_create) && (flags & ompt_task_explicit)
                        ? omptpy_stack_id(t, encountering ? encountering : 1, addr(codeptr)) : 0;
   emit(t, ompt_callback_task_create, 0, omptpy_frame_bits(frame), addr(codeptr),
-       frame ? frame->enter_frame.value : 0, id_of(t, new_task), encountering,
+       frame ? frame->enter_frame.value : 0, new_id_of(t, new_task), encountering,
        frame ? frame->exit_frame.value : 0, (uint32_t)(has_dependences != 0) | stack << 1,
        (uint32_t)flags);
 }
