@@ -139,7 +139,10 @@ def several(meta: dict) -> bool:
 
 def _fill(values: pd.Series, pids: np.ndarray, default: int) -> np.ndarray:
     """``values`` (indexed by pid) for ``pids``, ``default`` where it has none."""
-    return values.reindex(pids).fillna(default).to_numpy(np.int64)
+    at = values.index.get_indexer(pids)
+    out = np.full(len(pids), default, np.int64)
+    out[at >= 0] = values.to_numpy()[at[at >= 0]]
+    return out
 
 
 def _parallel_ns(trace: Trace) -> pd.Series:

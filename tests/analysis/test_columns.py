@@ -5,7 +5,8 @@ of a Trace, a Profile and a Dataset, and a Summary's tables) has one dtype per
 column whatever the input: a trace with events of every kind, an empty one, a
 profile, a dataset's merged tables; its columns are those TABLES lists, in
 that order (an optional one only where the input gives it).  The analyses are
-those of tests/data/dump_dtypes.py, on a stored input of every kind.
+those of tests/data/dump_dtypes.py, on a stored input of every kind.  They run
+on every supported Python too (make test-pythons): pandas 2.3 there, 3 here.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from mpi_records import barriers, job
 
 import ompt_py
 from ompt_py.analysis.columns import TABLES, conform, has_dtype
+
+pytestmark = pytest.mark.pythons
 
 _spec = importlib.util.spec_from_file_location(
     "dump_dtypes", os.path.join(os.path.dirname(__file__), "..", "data", "dump_dtypes.py"))
