@@ -14,9 +14,13 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "omptpy_internal.h"
 
@@ -31,7 +35,9 @@ static struct {
   _Atomic int wake_pending;      /* a writer already woke the drainer */
   _Atomic int run;
   bool started;                  /* under the registry lock */
-} D;
+  int loadavg;                   /* /proc/loadavg, -1 where it cannot be read */
+  long cpus;                     /* online CPUs */
+} D = {.loadavg = -1};
 
 /* ---- the sink window (under drain_lock) ------------------------------------- */
 
@@ -164,15 +170,32 @@ static void set_idle(bool idle) {
  * (zerocopy.c), rather than the drainer taking CPU time from the program's
  * threads unseen (taking a first step at normal priority each pass, as it did
  * before, made the regions workload's file at defaults cost twice the in-memory
- * trace with its stalls discounted).  The memory sink's region is the other
+ * trace with its stalls discounted).  The yield alone is not enough: OpenMP
+ * threads that spin between tasks or at a barrier yield their CPU in their
+ * loop (libomp does), so an idle-priority yield comes back at once while they
+ * hold every CPU; on recursive fib at defaults the drainer took its steps,
+ * 90 ms of the program's CPU time that no stall showed.  So the kernel's
+ * count of runnable threads (/proc/loadavg's fourth field, machine-wide, this
+ * one included) must leave a CPU too.  The memory sink's region is the other
  * case: a writer past its populated part takes the page faults itself, unseen,
  * so the first step of a pass is taken whatever the CPUs do. */
 #define YIELD_BUSY_NS 1000000u
 
+static bool runnable_leave_cpu(void) {
+  char b[128];
+  ssize_t n = D.loadavg < 0 ? -1 : pread(D.loadavg, b, sizeof b - 1, 0);
+  if (n <= 0) return true; /* not known: the yield decides */
+  b[n] = 0;
+  const char *p = b;
+  for (int i = 0; i < 3 && p; i++)
+    if ((p = strchr(p, ' '))) p++;
+  return !p || strtol(p, NULL, 10) <= D.cpus;
+}
+
 static bool cpu_unwanted(void) {
   uint64_t t0 = omptpy_monotonic_ns();
   sched_yield();
-  return omptpy_monotonic_ns() - t0 <= YIELD_BUSY_NS;
+  return omptpy_monotonic_ns() - t0 <= YIELD_BUSY_NS && runnable_leave_cpu();
 }
 
 static void populate_ahead(void) {
@@ -189,6 +212,8 @@ static void populate_ahead(void) {
 static void *drainer_main(void *arg) {
   (void)arg;
   if (D.idle) set_idle(true);
+  if (D.loadavg < 0) D.loadavg = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  D.cpus = sysconf(_SC_NPROCESSORS_ONLN);
   atomic_store_explicit(&D.tid, (int)syscall(SYS_gettid), memory_order_release);
   unsigned sleep_ms = 1;
   uint64_t last_stats = 0;

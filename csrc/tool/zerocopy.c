@@ -55,11 +55,15 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "omptpy_internal.h"
 
 #define ZC_PREFAULT_AHEAD ((size_t)32 << 20)
+/* What one populator makes resident at a time (a few ms): writers stalled on
+ * the same region share its pieces, and none waits long for another's. */
+#define ZC_PIECE ((size_t)4 << 20)
 /* Chunks leased while no window is open are only for handlers: past this
  * much, the drainer swaps the region for a fresh one. */
 #define ZC_RECYCLE_BYTES ((size_t)64 << 20)
@@ -79,9 +83,12 @@ typedef struct omptpy_region {
   _Atomic uint32_t next;
   uint64_t epoch;
   uint32_t number;  /* the in-place route: the file's regions from 1 */
-  /* Bytes of base known to be faulted in: under drain_lock, and for a file's
-   * region not yet the current one, under F.grow; read without either by
-   * writers and by file_next. */
+  /* Making base resident goes a piece at a time (ZC_PIECE): `claimed`, the
+   * bytes handed out to populators, and `populated`, the bytes they have
+   * made resident (the same as claimed where one thread populates: the
+   * drainer under drain_lock for a current region; a file's next region is
+   * shared by the drainer and every writer that stalls on it). */
+  _Atomic size_t claimed;
   _Atomic size_t populated;
   uint32_t cursor;  /* chunks before it are wholly done (drain_lock) */
   zc_window *win;   /* sink windows that overlap this region's life (drain_lock) */
@@ -107,7 +114,7 @@ static struct {
   _Atomic uint64_t retry_ns; /* after a failure, no new try before then (monotonic) */
   _Atomic uint64_t lost;    /* records with no region to go to for that reason */
   omptpy_region *oldest;    /* the oldest region not yet done (drain_lock) */
-  pthread_mutex_t grow;     /* making a region, or making the next one resident */
+  pthread_mutex_t grow;     /* making the next region */
   uint32_t nregions;        /* regions made (under grow) */
   _Atomic uint64_t stalls, stall_ns; /* writers that made room themselves, or waited */
 } F = {.grow = PTHREAD_MUTEX_INITIALIZER};
@@ -185,14 +192,22 @@ static void region_free_meta(omptpy_region *r) {
   free(r);
 }
 
-/* Makes base resident up to `upto` bytes; returns the bytes it faulted in. */
+/* Makes base resident up to `upto` bytes, a piece at a time, with any other
+ * thread doing the same (each piece is made by one of them); returns the
+ * bytes this one made resident.  The others' pieces may still be under way:
+ * resident() says when all are done. */
 static size_t region_populate(omptpy_region *r, size_t upto) {
   if (upto > r->bytes) upto = r->bytes;
-  size_t from = atomic_load_explicit(&r->populated, memory_order_relaxed);
-  if (from >= upto) return 0;
-  madvise((char *)r->base + from, upto - from, MADV_POPULATE_WRITE);
-  atomic_store_explicit(&r->populated, upto, memory_order_release);
-  return upto - from;
+  size_t made = 0;
+  while (atomic_load_explicit(&r->claimed, memory_order_relaxed) < upto) {
+    size_t from = atomic_fetch_add_explicit(&r->claimed, ZC_PIECE, memory_order_relaxed);
+    if (from >= r->bytes) break;
+    size_t n = r->bytes - from < ZC_PIECE ? r->bytes - from : ZC_PIECE;
+    madvise((char *)r->base + from, n, MADV_POPULATE_WRITE);
+    atomic_fetch_add_explicit(&r->populated, n, memory_order_release);
+    made += n;
+  }
+  return made;
 }
 
 static bool resident(omptpy_region *r) {
@@ -238,33 +253,41 @@ typedef struct zc_stall {
 
 /* The in-place route: the region after full region r, once wholly resident,
  * installed as the current one.  If the drainer has not made it resident, the
- * calling writer does (makes it first, if need be) or, finding another writer
- * at it, waits for it: a stall, told in *st and counted.  NULL when there is
- * none (dropped). */
+ * calling writer does (makes it first, if need be), sharing the pieces left
+ * with every other writer that finds it so (a team that has stalled on it
+ * makes it resident on all its CPUs at once), and waits for the pieces others
+ * are making: a stall, told in *st and counted.  NULL when there is none
+ * (dropped). */
 static omptpy_region *file_next(omptpy_region *r, zc_stall *st) {
   omptpy_region *s = atomic_load(&r->succ);
   if (s ? !resident(s) && !F.drop : !F.drop && may_grow()) {
     uint64_t t0 = omptpy_monotonic_ns();
     st->begin = omptpy_now();
     st->bytes = 0;
-    pthread_mutex_lock(&F.grow);
-    s = atomic_load(&r->succ);
-    if (atomic_load(&R) != r) {
-      st->why = OMPTPY_STALL_WAIT; /* another writer made room meanwhile */
-    } else {
-      st->why = s ? OMPTPY_STALL_POPULATE : OMPTPY_STALL_REGION;
-      if (!s && (s = region_new())) atomic_store(&r->succ, s);
-      if (s) st->bytes = region_populate(s, s->bytes);
-      /* the drainer's last step made it resident while this writer waited */
-      if (s && !st->bytes) st->why = OMPTPY_STALL_WAIT;
+    bool made = false;
+    if (!s) {
+      pthread_mutex_lock(&F.grow);
+      s = atomic_load(&r->succ); /* another writer, or the drainer, made it meanwhile */
+      if (!s && (s = region_new())) {
+        atomic_store(&r->succ, s);
+        made = true;
+      }
+      pthread_mutex_unlock(&F.grow);
     }
     if (s) {
+      st->bytes = region_populate(s, s->bytes);
+      /* The pieces others are making, asleep: the drainer may be making one
+       * at idle priority (a process that may not raise its own), and would
+       * get no CPU from a writer that yields. */
+      while (!resident(s)) nanosleep(&(struct timespec){0, 20000}, NULL);
+      /* region: this writer made it; populate: it made part of it resident;
+       * wait: others (the drainer's last piece too) made it all */
+      st->why = made ? OMPTPY_STALL_REGION : st->bytes ? OMPTPY_STALL_POPULATE
+                                                       : OMPTPY_STALL_WAIT;
       st->region = s->number;
-      atomic_compare_exchange_strong(&R, &(omptpy_region *){r}, s);
     } else {
       st->why = 0; /* no region: the records are lost, counted */
     }
-    pthread_mutex_unlock(&F.grow);
     st->end = omptpy_now();
     if (st->why) { /* as many as tool_stall records */
       atomic_fetch_add_explicit(&F.stalls, 1, memory_order_relaxed);
@@ -567,9 +590,9 @@ static bool next_due(omptpy_region *r) {
  * are leased: late enough that a trace which fits its reserve never pays for
  * one while the program runs, early enough (an eighth of a region: 8 MiB at
  * the least) that a drainer with a CPU has it ready in time.  It is made
- * resident ZC_PREFAULT_AHEAD at a call, under F.grow (not drain_lock: a flush
- * need not wait for it), unless a writer took it over.  Returns whether the
- * next region has more to make resident. */
+ * resident ZC_PREFAULT_AHEAD at a call (not under drain_lock: a flush need
+ * not wait for it), in pieces that writers stalled on it share.  Returns
+ * whether the next region has pieces left to make resident. */
 bool omptpy_zc_populate_ahead(void) {
   pthread_mutex_lock(&omptpy_buf.drain_lock);
   omptpy_region *r = atomic_load(&R);
@@ -579,14 +602,10 @@ bool omptpy_zc_populate_ahead(void) {
   pthread_mutex_lock(&F.grow);
   omptpy_region *s = atomic_load(&r->succ);
   if (!s && may_grow() && (s = region_new())) atomic_store(&r->succ, s);
-  bool more = false;
-  if (s && atomic_load(&R) == r) { /* else a writer installed it: resident */
-    size_t done = atomic_load(&s->populated);
-    region_populate(s, done + ZC_PREFAULT_AHEAD);
-    more = !resident(s);
-  }
   pthread_mutex_unlock(&F.grow);
-  return more;
+  if (!s) return false;
+  region_populate(s, atomic_load(&s->claimed) + ZC_PREFAULT_AHEAD);
+  return atomic_load(&s->claimed) < s->bytes;
 }
 
 bool omptpy_zc_next_wanted(void) {
