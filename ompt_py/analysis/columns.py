@@ -138,7 +138,7 @@ TABLES: dict[str, Table] = {
         **_SOURCE}),
     "implicit_tasks": Table({
         "begin_ns": "int64", "pid": "int32", "task_id": "UInt64", "thread": "uint32",
-        "parallel_id": "UInt64", "team_size": "UInt32", "thread_num": "UInt64",
+        "parallel_id": "UInt64", "team_size": "UInt32", "thread_num": "UInt32",
         "flags": "UInt32", "end_ns": "int64", "duration_ns": "int64"}),
     "tasks": Table({
         "pid": "int32", "task_id": "UInt64", "parent_id": "UInt64", "creator_thread": "uint32",
@@ -238,7 +238,7 @@ TABLES: dict[str, Table] = {
         "lost_ns": "Int64", "barrier_wait_share": "float64", "wait_share": "float64",
         "fork_join_ns": "Int64", "schedule": TEXT}),
     "imbalance(per_thread)": Table({
-        "pid": "int32", "parallel_id": "UInt64", "thread": "uint32", "thread_num": "UInt64",
+        "pid": "int32", "parallel_id": "UInt64", "thread": "uint32", "thread_num": "UInt32",
         "begin_ns": "int64", "end_ns": "int64", "duration_ns": "int64", "complete": "bool",
         **_STATES, "busy_share": "float64", "barrier_wait_share": "float64"}),
     "imbalance(source)": _IMBALANCE_SOURCE,
