@@ -29,13 +29,14 @@
  * wrote stays in the file.  The first region is made when the first thread
  * attaches (OMPTPY_RESERVE of it made resident then, before the program's
  * work); the drainer appends the next one when the current one is seven
- * eighths leased and makes it resident a step at a time, each step only once
- * it got a CPU at idle priority (a CPU no thread of the program wanted).  A
- * region is the current one only once it is wholly resident: a writer that
- * finds the current one full while the next is not (the program holds every
- * CPU, or the region filled before the drainer could make the next) makes it,
- * or the rest of it, resident itself in one go (MADV_POPULATE_WRITE), and
- * writers that find it doing so wait for it.  Each such interval is a stall,
+ * eighths leased and makes it resident a step at a time, each step only on a
+ * CPU no thread of the program wants (drainer.c).  A region is the current
+ * one only once it is wholly resident: a writer that finds the current one
+ * full while the next is not (the program holds every CPU, or the region
+ * filled before the drainer could make the next) makes it, or the rest of it,
+ * resident itself (MADV_POPULATE_WRITE, ZC_PIECE at a time), with every other
+ * writer that finds it so taking pieces too, and waits for the pieces still
+ * being made.  Each such interval is a stall,
  * not a loss: written into the trace as a tool_stall record of the thread
  * (why, bytes, the region), first in the chunk it leases next, and counted
  * and timed in the stats; the analysis shows stalls and leaves them out of
