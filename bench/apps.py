@@ -18,7 +18,9 @@ bench/apps/epcc.c), on 2 threads, under seven configurations:
 
 and two columns of the file runs with each kernel's time less the tool's
 recorded stalls inside it (file~, reserved~: docs/stalls.md; the tracing
-target is on these).
+target is on these).  `--configs` runs only some of them; `--versus TOOL.so`
+adds file*, reserved* and profile*: the same with another build of the tool
+library (another commit's libomptpy.so), to measure a change side by side.
 
 Repetitions are interleaved (each runs every configuration, starting from a
 different one); one table gives, per kernel and configuration, the median,
@@ -26,7 +28,7 @@ the spread and the slowdown over no tool.  It is a report, not a test: it
 exits 0 whatever the figures (1 only when it cannot measure at all).
 
 Usage: python bench/apps.py [--quick] [--reps R] [--size KERNEL=N ...]
-       [--kernels K ...] [--json FILE]
+       [--kernels K ...] [--configs C ...] [--versus TOOL.so] [--json FILE]
 See bench/README.md.
 """
 
@@ -84,8 +86,11 @@ DRIVER = BUILD_DIR / "apps"
 # (docs/stalls.md) inside each kernel's run taken off its time (`file~`,
 # `reserved~`: columns of the same runs, not runs of their own).
 RUN_CONFIGS = ("none", "noop", "minrec", "file", "reserved", "memory", "profile")
-DISCOUNTED = {"file~": "file", "reserved~": "reserved"}
-CONFIGS = (*RUN_CONFIGS, *DISCOUNTED)
+DISCOUNT = "~"
+# --versus: these configurations again with another build of the tool library,
+# named with VERSUS after them (file*, file*~).
+VERSUS = "*"
+VERSUS_OF = ("file", "reserved", "profile")
 CONFIG_LABELS = {
     "none": "no tool",
     "noop": "noop tool",
@@ -94,12 +99,10 @@ CONFIG_LABELS = {
     "reserved": "ompt-py file, reserved",
     "memory": "ompt-py memory",
     "profile": "ompt-py profile",
-    "file~": "ompt-py file, stalls discounted",
-    "reserved~": "ompt-py file, reserved, stalls discounted",
 }
 OMPT_PY_CONFIGS = ("file", "reserved", "memory", "profile")
 FILE_CONFIGS = ("file", "reserved")
-TRACING_RUNS = (*FILE_CONFIGS, "memory")
+TRACING_RUNS = (*FILE_CONFIGS, *(c + VERSUS for c in FILE_CONFIGS), "memory")
 # Issue 15's tracing target is on these: the program's time, a file
 # configuration's with what its recorded stalls took discounted.
 TRACING_CONFIGS = ("file~", "reserved~", "memory")
@@ -112,6 +115,31 @@ PROFILE_SLOWDOWN_MAX = 1.05
 # one in-memory window, in 64-byte records, is this times the kernel's events.
 RESERVE_FACTOR = 1.5
 SLACK_RECORDS = 1 << 20
+
+
+
+def measured_of(cfg: str) -> str:
+    """The configuration whose runs a column shows: file for file~."""
+    return cfg.removesuffix(DISCOUNT)
+
+
+def own_of(cfg: str) -> str:
+    """The configuration of ompt-py's own tool that a --versus one repeats."""
+    return cfg.removesuffix(VERSUS)
+
+
+def label(cfg: str) -> str:
+    measured = measured_of(cfg)
+    text = CONFIG_LABELS[own_of(measured)]
+    if measured.endswith(VERSUS):
+        text += " (--versus tool)"
+    return text + (", stalls discounted" if cfg.endswith(DISCOUNT) else "")
+
+
+def columns(run_configs: list[str]) -> list[str]:
+    """The table's columns: the configurations run, then the file ones' discounted."""
+    return [*run_configs, *(c + DISCOUNT for c in run_configs if own_of(c) in FILE_CONFIGS)]
+
 
 # One line per kernel run, from the driver and from MEMORY_SCRIPT (which adds
 # the window's written and dropped records).
@@ -253,10 +281,10 @@ class Result:
 
     def runs_of(self, cfg: str) -> list[KernelRun]:
         """The runs of cfg, or of the configuration a discounted column is of."""
-        return self.runs.get(DISCOUNTED.get(cfg, cfg), [])
+        return self.runs.get(measured_of(cfg), [])
 
     def values(self, cfg: str) -> list[float]:
-        if cfg in DISCOUNTED:
+        if cfg.endswith(DISCOUNT):
             return [r.discounted for r in self.runs_of(cfg)]
         return [r.value for r in self.runs_of(cfg)]
 
@@ -276,9 +304,16 @@ class Result:
 
 class Bench:
     def __init__(self, kernels: list[Kernel], sizes: dict[str, int], reps: int,
-                 omptpy: OmptPy) -> None:
+                 omptpy: OmptPy, configs: list[str] | None = None,
+                 versus: Path | None = None) -> None:
         self.reps = reps
         self.omptpy = omptpy
+        self.versus = versus
+        chosen = [c for c in RUN_CONFIGS if c == "none" or configs is None or c in configs]
+        if versus is not None:
+            chosen += [c + VERSUS for c in chosen if c in VERSUS_OF]
+        self.configs = chosen  # the configurations run
+        self.columns = columns(chosen)
         self.results = {k.name: Result(k, sizes[k.name]) for k in kernels}
         self.disabled: dict[str, str] = {}
         self.notes: list[str] = []
@@ -290,13 +325,13 @@ class Bench:
                 self.disabled[cfg] = "ompt_py not importable"
 
     def active(self) -> list[str]:
-        return [c for c in RUN_CONFIGS if c not in self.disabled]
+        return [c for c in self.configs if c not in self.disabled]
 
     def disable(self, cfg: str, why: str) -> None:
         if cfg == "none":
             raise BenchError(f"the run without a tool failed: {why}")
         self.disabled[cfg] = why
-        log(f"config {cfg} ({CONFIG_LABELS[cfg]}) disabled: {why.splitlines()[0]}")
+        log(f"config {cfg} ({label(cfg)}) disabled: {why.splitlines()[0]}")
 
     def args(self, order: list[str] | None = None) -> list[str]:
         names = order if order is not None else list(self.results)
@@ -305,6 +340,12 @@ class Bench:
     def env(self, cfg: str, verbose: bool = False, minrec_records: int | None = None
             ) -> dict[str, str]:
         env = base_env(self.omptpy.pythonpath if cfg in ("memory", "profile") else None)
+        if cfg.endswith(VERSUS):
+            env = self.env(own_of(cfg), verbose, minrec_records)
+            env["OMP_TOOL_LIBRARIES"] = str(self.versus)
+            if cfg == "profile" + VERSUS:  # the driver run as `ompt-py run --profile` runs it
+                env["OMPTPY_PROFILE"] = "on"
+            return env
         if cfg == "noop":
             env["OMP_TOOL_LIBRARIES"] = str(NOOP_TOOL)
         elif cfg == "minrec":
@@ -362,7 +403,13 @@ class Bench:
                 with self.metered(cfg):
                     proc = run_program(cmd, env, what)
             return parse_lines(proc.stdout), proc.stderr
-        if cfg not in FILE_CONFIGS:
+        if cfg == "profile" + VERSUS:
+            with scratch_dir() as d:
+                env["OMPTPY_OUTPUT"] = str(d)
+                with self.metered(cfg):
+                    proc = run_program([str(DRIVER), *args], env, what)
+            return parse_lines(proc.stdout), proc.stderr
+        if own_of(cfg) not in FILE_CONFIGS:
             with self.metered(cfg):
                 proc = run_program([str(DRIVER), *args], env, what)
             return parse_lines(proc.stdout), proc.stderr
@@ -374,7 +421,7 @@ class Bench:
             if args:
                 load = load_trace(self.omptpy, d, count_events=False)
                 if load.error:
-                    self.notes.append(f"file: {load.error}")
+                    self.notes.append(f"{cfg}: {load.error}")
                 for r in runs.values():  # the process's totals, on every kernel's row
                     r.written, r.dropped = load.written, load.dropped
                     r.stalled = r.stall_seconds(load.stall_spans or [])
@@ -394,16 +441,20 @@ class Bench:
             if cfg != "memory" and TOOL_STARTED not in stderr:
                 self.disable(cfg, "the tool did not attach (OMP_TOOL_VERBOSE_INIT log)\n"
                              + tail(stderr))
-            if cfg == "minrec":
-                self.base_events = minrec_events(stderr)
         if "minrec" in self.disabled:
             return
-        for name, res in self.results.items():
-            log(f"counting the events of {name} ...")
-            _, stderr = self.run("minrec", self.args([name]), minrec_records=1)
-            total = minrec_events(stderr)
-            if total is not None and self.base_events is not None:
-                res.events = total - self.base_events
+        try:
+            _, stderr = self.run("minrec", [], minrec_records=1)  # the warm-up's events
+            self.base_events = minrec_events(stderr)
+            for name, res in self.results.items():
+                log(f"counting the events of {name} ...")
+                _, stderr = self.run("minrec", self.args([name]), minrec_records=1)
+                total = minrec_events(stderr)
+                if total is not None and self.base_events is not None:
+                    res.events = total - self.base_events
+        except BenchError as exc:
+            self.notes.append(f"events not counted (the min recorder failed): "
+                              f"{str(exc).splitlines()[0]}")
 
     def measure(self) -> None:
         names = list(self.results)
@@ -460,12 +511,12 @@ def table(bench: Bench) -> list[str]:
     """The table: a header and one row per kernel, columns separated by ' | '."""
     width = 20
     head = " | ".join([f"{'kernel':<14}", f"{'size':>8}", f"{'events':>9}",
-                       *(f"{c:<{width}}" for c in CONFIGS)])
+                       *(f"{c:<{width}}" for c in bench.columns)])
     lines = [head, "-" * len(head)]
     for res in bench.results.values():
         lines.append(" | ".join([
             f"{res.kernel.name:<14}", f"{res.size:>8}", f"{fmt(res.events, 'd'):>9}",
-            *(f"{cell(res, c):<{width}}" for c in CONFIGS),
+            *(f"{cell(res, c):<{width}}" for c in bench.columns),
         ]))
     return lines
 
@@ -476,10 +527,12 @@ def report(bench: Bench) -> None:
           "(median / median);")
     print("   epcc_* rows: overhead per construct ((kernel - reference) / constructs), "
           "as EPCC's micro-benchmarks")
-    print("   columns: " + ", ".join(f"{c} = {CONFIG_LABELS[c]}" for c in CONFIGS))
+    print("   columns: " + ", ".join(f"{c} = {label(c)}" for c in bench.columns))
+    if bench.versus is not None:
+        print(f"   --versus tool: {bench.versus}")
     for line in table(bench):
         print("   " + line)
-    for cfg in RUN_CONFIGS:
+    for cfg in bench.configs:
         if cfg in bench.disabled:
             print(f"   {cfg}: n/a ({bench.disabled[cfg].splitlines()[0]})")
     for cfg in TRACING_RUNS:
@@ -510,10 +563,10 @@ def targets(bench: Bench) -> list[tuple[str, str, str]]:
     checks.append(("profile", f"slowdown <= {PROFILE_SLOWDOWN_MAX}",
                    lambda r: PROFILE_SLOWDOWN_MAX, "target"))
     for cfg, what, limit, against in checks:
-        name = f"{CONFIG_LABELS[cfg]}: {what} on every application kernel"
+        name = f"{label(cfg)}: {what} on every application kernel"
         pairs = [(r, r.slowdown(cfg), limit(r)) for r in apps]
         if not apps or any(s is None or lim is None for _, s, lim in pairs):
-            why = bench.disabled.get(DISCOUNTED.get(cfg, cfg), "not measured").splitlines()[0]
+            why = bench.disabled.get(measured_of(cfg), "not measured").splitlines()[0]
             out.append(("n/a", name, why))
             continue
         worse = [f"{r.kernel.name} {s:.2f}x ({against} {lim:.2f}x)" for r, s, lim in pairs
@@ -526,7 +579,8 @@ def json_report(bench: Bench) -> dict[str, Any]:
     return {
         "reps": bench.reps,
         "threads": NUM_THREADS,
-        "configs": list(CONFIGS),
+        "configs": bench.columns,
+        "versus": None if bench.versus is None else str(bench.versus),
         "disabled": bench.disabled,
         "other_cpus": bench.others,
         "kernels": {
@@ -543,7 +597,7 @@ def json_report(bench: Bench) -> dict[str, Any]:
                         "slowdown": res.slowdown(cfg),
                         "dropped": [r.dropped for r in res.runs_of(cfg)],
                     }
-                    for cfg in CONFIGS
+                    for cfg in bench.columns
                 },
             }
             for name, res in bench.results.items()
@@ -565,8 +619,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="size of one kernel (repeatable); `bench/build/apps --list` "
                              "lists the kernels and their default sizes")
     parser.add_argument("--kernels", nargs="+", metavar="K", help="only these kernels")
+    parser.add_argument("--configs", nargs="+", metavar="C", choices=RUN_CONFIGS[1:],
+                        help="only these configurations (and none, always): "
+                             + ", ".join(RUN_CONFIGS[1:]))
+    parser.add_argument("--versus", type=Path, metavar="TOOL.so",
+                        help="another build of the tool library (libomptpy.so of another "
+                             "commit): its file, reserved and profile runs (file*, reserved*, "
+                             "profile*) interleaved with those of ompt-py's own")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write figures here")
     args = parser.parse_args(argv)
+    if args.versus is not None and not args.versus.is_file():
+        parser.error(f"--versus {args.versus}: no such file; give the path of a built "
+                     "libomptpy.so")
     if args.reps is None:
         args.reps = 2 if args.quick else 5
     if args.reps < 1:
@@ -604,7 +668,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"interleaved repetitions, OMP_NUM_THREADS={NUM_THREADS}", omptpy)
     if not args.quick:
         warm_guest_memory()
-    bench = Bench(kernels, sizes, args.reps, omptpy)
+    bench = Bench(kernels, sizes, args.reps, omptpy, args.configs,
+                  args.versus.resolve() if args.versus else None)
     try:
         bench.preflight()
         bench.measure()

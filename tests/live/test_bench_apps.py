@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -67,3 +68,35 @@ def test_quick_table(tmp_path):
             else:
                 assert all(0 < v <= r for v, r in zip(less, raw)) and len(less) == len(raw), \
                     (name, cfg, raw, less)
+
+
+@pytest.mark.needs_clang
+@pytest.mark.slow
+def test_versus_runs_another_build_beside_ompt_pys_own(tmp_path):
+    """--configs keeps the chosen configurations (and none); --versus adds the file and
+    profile ones again with the tool library given, here a copy of the package's."""
+    import ompt_py
+
+    other = tmp_path / "other" / "libomptpy.so"
+    other.parent.mkdir()
+    shutil.copy(ompt_py.tool_path(), other)
+    out = tmp_path / "apps.json"
+    r = subprocess.run([PYTHON, str(BENCH), "--quick", "--reps", "1", "--kernels", "fib",
+                        "--configs", "file", "profile", "--versus", str(other),
+                        "--json", str(out)],
+                       capture_output=True, text=True, env=clean_env(), timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    want = ["none", "file", "profile", "file*", "profile*", "file~", "file*~"]
+    figures = json.loads(out.read_text())
+    assert figures["configs"] == want
+    assert figures["versus"] == str(other)
+    assert not figures["disabled"], figures["disabled"]
+    fib = figures["kernels"]["fib"]["configs"]
+    for cfg in want:
+        assert len(fib[cfg]["values"]) == 1, cfg
+    assert fib["file*"]["dropped"] == [0]
+    assert f"--versus tool: {other}" in r.stdout
+
+    bad = subprocess.run([PYTHON, str(BENCH), "--versus", str(tmp_path / "missing.so")],
+                         capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert bad.returncode == 2 and "give the path of a built libomptpy.so" in bad.stderr
