@@ -49,5 +49,6 @@ void epcc_critical(long reps, app_result_t *out);
 void epcc_lock(long reps, app_result_t *out);
 void epcc_reduction(long reps, app_result_t *out);
 void epcc_tasks(long reps, app_result_t *out);
+void epcc_taskwait(long reps, app_result_t *out);
 
 #endif /* APPS_H */

@@ -191,6 +191,29 @@ static double b_tasks(long n, long *done) {
   return t;
 }
 
+/* EPCC taskbench's "task wait": every thread creates a task and waits for it
+ * (taskwait), its share of the times. */
+static double b_taskwait(long n, long *done) {
+  long count = 0;
+  double t0 = apps_now();
+#pragma omp parallel
+  {
+    long mine = share(n);
+    for (long i = 0; i < mine; i++) {
+#pragma omp task
+      {
+        delay(DELAY);
+#pragma omp atomic
+        count++;
+      }
+#pragma omp taskwait
+    }
+  }
+  double t = apps_now() - t0;
+  *done += count;
+  return t;
+}
+
 void epcc_parallel(long reps, app_result_t *out) { measure(b_parallel, reps, 0, out); }
 void epcc_for(long reps, app_result_t *out) { measure(b_for, reps, 0, out); }
 void epcc_barrier(long reps, app_result_t *out) { measure(b_barrier, reps, 0, out); }
@@ -199,3 +222,4 @@ void epcc_critical(long reps, app_result_t *out) { measure(b_critical, reps, 0, 
 void epcc_lock(long reps, app_result_t *out) { measure(b_lock, reps, 0, out); }
 void epcc_reduction(long reps, app_result_t *out) { measure(b_reduction, reps, 0, out); }
 void epcc_tasks(long reps, app_result_t *out) { measure(b_tasks, reps, 1, out); }
+void epcc_taskwait(long reps, app_result_t *out) { measure(b_taskwait, reps, 1, out); }

@@ -22,6 +22,7 @@ static const app_kernel_t kernels[] = {
     {"epcc_lock", epcc_lock, 200000, 4000, "EPCC: lock"},
     {"epcc_reduction", epcc_reduction, 40000, 2000, "EPCC: reduction"},
     {"epcc_tasks", epcc_tasks, 400000, 4000, "EPCC: tasks"},
+    {"epcc_taskwait", epcc_taskwait, 200000, 4000, "EPCC: taskwait"},
 };
 
 #define N_KERNELS ((int)(sizeof kernels / sizeof kernels[0]))

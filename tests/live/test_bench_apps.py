@@ -36,7 +36,7 @@ def test_quick_table(tmp_path):
     kernels = [line.split()[0] for line in listed.splitlines()]
     assert {"fib", "nqueens", "sparselu", "sort", "health", "dynamic"} <= set(kernels)
     assert {f"epcc_{c}" for c in ("parallel", "for", "barrier", "single", "critical", "lock",
-                                  "reduction", "tasks")} <= set(kernels)
+                                  "reduction", "tasks", "taskwait")} <= set(kernels)
 
     rows = [[c.strip() for c in line.split("|")] for line in r.stdout.splitlines()
             if line.count("|") == len(CONFIGS) + 2]
