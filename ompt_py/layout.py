@@ -9,10 +9,13 @@ SOFT_NAME characters, leaving out its least important columns (the highest
 HARD_NAME; headers wrap at their words.  ``terminal_width`` is the width of
 the terminal (``COLUMNS`` first, as ``shutil.get_terminal_size`` reads it).
 Colour only on a terminal, and never with ``NO_COLOR`` set (rich's rule).
+Paths under the working directory are shown from it, in prose and tables
+(``near``).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import textwrap
@@ -40,6 +43,15 @@ Segment = tuple[str, str]  # (text, style: a key of STYLES or "")
 #: A number and its unit (units' formats), kept on one line by prose().
 _UNIT = re.compile(r"[\d.,<>-]+ (?:%|ns|us|ms|s|B|KiB|MiB|GiB)(?![A-Za-z])")
 _NBSP = "\u00a0"
+
+
+def near(text: str) -> str:
+    """``text`` with the working directory taken off the paths under it
+    (``examples/demo.c:34`` for ``/home/me/proj/examples/demo.c:34`` run in
+    ``/home/me/proj``), as compilers print them: in a name column the part of a
+    path that tells most is then what is kept."""
+    cwd = os.getcwd()
+    return text.replace(cwd + os.sep, "") if cwd != os.sep else text
 
 
 def terminal_width(default: int = DEFAULT_WIDTH) -> int:
@@ -145,7 +157,7 @@ class Document:
         first = " " * indent + marker
         rest = " " * (hang if hang is not None else len(first))
         room = max(self.width - len(rest), 10)
-        kept = _UNIT.sub(lambda m: m[0].replace(" ", _NBSP), text)  # "89 %" stays whole
+        kept = _UNIT.sub(lambda m: m[0].replace(" ", _NBSP), near(text))  # "89 %" stays whole
         wrapped = textwrap.wrap(kept, max(self.width - len(first), 10),
                                 break_on_hyphens=False) or [""]
         if len(wrapped) > 1:  # the rest wrapped again to its own width
@@ -177,7 +189,8 @@ class Document:
         drop, names, left = dict(drop or {}), set(names), set(left)
         body = frame.drop(columns=group) if group else frame
         inner = indent + (2 if group else 0)
-        columns = [Column(str(c), ["" if pd.isna(v) else str(v) for v in body[c]],
+        columns = [Column(str(c), ["" if pd.isna(v) else near(str(v)) if c in names else str(v)
+                                   for v in body[c]],
                           left=c in left or c in names, name=c in names,
                           drop=drop.get(str(c), 0)) for c in body.columns]
         kept, widths = fit(columns, self.width - inner)
@@ -194,7 +207,7 @@ class Document:
                 value = frame[group].iat[i]
                 if i == 0 or value != previous:
                     self.lines.append([(" " * indent, ""),
-                                       (shorten(str(value), self.width - indent), "name")])
+                                       (shorten(near(str(value)), self.width - indent), "name")])
                 previous = value
             segments: list[Segment] = [(" " * inner, "")]
             for j, (c, w) in enumerate(zip(kept, widths)):

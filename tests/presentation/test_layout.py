@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import re
 
+import pandas as pd
 import pytest
 from conftest import cli, load_stored, load_with_binaries, ok, stored_path
 
@@ -132,3 +133,16 @@ def test_footnotes_are_numbered_at_the_end():
     assert "an answer [1]" in text
     notes = text.split("\nNotes\n")[1]
     assert notes.startswith("  [1] a note") and not too_long(text, 40)
+
+
+def test_paths_under_the_working_directory_are_shown_from_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    here, elsewhere = f"{tmp_path}/src/kernel.c:34", "/usr/include/omp.h:12"
+    doc = Document(80)
+    doc.prose(f"most waited-for critical: {here}: 8 ms")
+    doc.table(pd.DataFrame({"location": [here, elsewhere], "count": ["1", "2"]}),
+              names=["location"])
+    text = doc.text()
+    assert "src/kernel.c:34" in text and str(tmp_path) not in text
+    assert elsewhere in text
+    assert "most waited-for critical: src/kernel.c:34: 8 ms" in text
