@@ -117,7 +117,6 @@ RESERVE_FACTOR = 1.5
 SLACK_RECORDS = 1 << 20
 
 
-
 def measured_of(cfg: str) -> str:
     """The configuration whose runs a column shows: file for file~."""
     return cfg.removesuffix(DISCOUNT)
@@ -339,13 +338,13 @@ class Bench:
 
     def env(self, cfg: str, verbose: bool = False, minrec_records: int | None = None
             ) -> dict[str, str]:
-        env = base_env(self.omptpy.pythonpath if cfg in ("memory", "profile") else None)
         if cfg.endswith(VERSUS):
             env = self.env(own_of(cfg), verbose, minrec_records)
             env["OMP_TOOL_LIBRARIES"] = str(self.versus)
             if cfg == "profile" + VERSUS:  # the driver run as `ompt-py run --profile` runs it
                 env["OMPTPY_PROFILE"] = "on"
             return env
+        env = base_env(self.omptpy.pythonpath if cfg in ("memory", "profile") else None)
         if cfg == "noop":
             env["OMP_TOOL_LIBRARIES"] = str(NOOP_TOOL)
         elif cfg == "minrec":
