@@ -832,8 +832,9 @@ def parser() -> argparse.ArgumentParser:
                           "ranks only (docs/mpi.md)")
     run.add_argument("--profile", action="store_true",
                      help="no trace: per-thread aggregates (counts, times, histograms per "
-                          "construct and source location, region, lock, task creation site), "
-                          "a few ns per event, for runs too long to trace")
+                          "construct and source location, region, lock, task creation site) "
+                          "in memory of fixed size, for runs too long to trace (it still reads "
+                          "the clock at every task switch: docs/limits.md)")
     run.add_argument("-m", dest="module", metavar="MODULE", help="run a Python module")
     run.add_argument("--reserve", metavar="SIZE",
                      help="trace file space made resident before the program's work, and the "
