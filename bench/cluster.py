@@ -23,6 +23,7 @@ def local_client(workers: int, profiler: bool = True) -> Iterator[Any]:
 
     with dask.config.set({PROFILER: profiler}), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                         memory_limit=0, dashboard_address=None) as cluster, \
+                         memory_limit=0, dashboard_address=":0",
+                         scheduler_kwargs={"dashboard": False}) as cluster, \
             Client(cluster) as client:
         yield client

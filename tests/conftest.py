@@ -947,6 +947,10 @@ def dask_client():
     with dask.config.set({"distributed.worker.memory.pause": False}), \
             distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                      memory_limit=DASK_MEMORY_LIMIT,
-                                     dashboard_address=None) as cluster, \
+                                     # no dashboard, its HTTP server on a free port
+                                     # (None still takes 8787, which another Dask
+                                     # on the machine may hold)
+                                     dashboard_address=":0",
+                                     scheduler_kwargs={"dashboard": False}) as cluster, \
             distributed.Client(cluster) as c:
         yield c
