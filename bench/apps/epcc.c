@@ -169,9 +169,10 @@ static double b_reduction(long n, long *done) {
   return t;
 }
 
-/* EPCC taskbench's "parallel task generation": every thread creates its
- * share of the tasks. */
-static double b_tasks(long n, long *done) {
+/* EPCC taskbench's "parallel task generation" (wait 0) and "task wait" (wait
+ * 1: each task waited for, taskwait, before the next is made): every thread
+ * creates its share of the tasks. */
+static inline double task_batch(long n, long *done, int wait) {
   long count = 0;
   double t0 = apps_now();
 #pragma omp parallel
@@ -183,6 +184,9 @@ static double b_tasks(long n, long *done) {
         delay(DELAY);
 #pragma omp atomic
         count++;
+      }
+      if (wait) {
+#pragma omp taskwait
       }
     }
   }
@@ -191,28 +195,8 @@ static double b_tasks(long n, long *done) {
   return t;
 }
 
-/* EPCC taskbench's "task wait": every thread creates a task and waits for it
- * (taskwait), its share of the times. */
-static double b_taskwait(long n, long *done) {
-  long count = 0;
-  double t0 = apps_now();
-#pragma omp parallel
-  {
-    long mine = share(n);
-    for (long i = 0; i < mine; i++) {
-#pragma omp task
-      {
-        delay(DELAY);
-#pragma omp atomic
-        count++;
-      }
-#pragma omp taskwait
-    }
-  }
-  double t = apps_now() - t0;
-  *done += count;
-  return t;
-}
+static double b_tasks(long n, long *done) { return task_batch(n, done, 0); }
+static double b_taskwait(long n, long *done) { return task_batch(n, done, 1); }
 
 void epcc_parallel(long reps, app_result_t *out) { measure(b_parallel, reps, 0, out); }
 void epcc_for(long reps, app_result_t *out) { measure(b_for, reps, 0, out); }
