@@ -45,13 +45,20 @@ _UNIT = re.compile(r"[\d.,<>-]+ (?:%|ns|us|ms|s|B|KiB|MiB|GiB)(?![A-Za-z])")
 _NBSP = "\u00a0"
 
 
-def near(text: str) -> str:
-    """``text`` with the working directory taken off the paths under it
-    (``examples/demo.c:34`` for ``/home/me/proj/examples/demo.c:34`` run in
-    ``/home/me/proj``), as compilers print them: in a name column the part of a
-    path that tells most is then what is kept."""
+def here() -> str:
+    """What ``near`` takes off: the working directory and a separator ("" in /)."""
     cwd = os.getcwd()
-    return text.replace(cwd + os.sep, "") if cwd != os.sep else text
+    return cwd + os.sep if cwd != os.sep else ""
+
+
+def near(text: str, prefix: str | None = None) -> str:
+    """``text`` with the working directory (``prefix``: ``here()``, asked once for
+    many texts) taken off the paths under it (``examples/demo.c:34`` for
+    ``/home/me/proj/examples/demo.c:34`` run in ``/home/me/proj``), as compilers
+    print them: in a name column the part of a path that tells most is then what
+    is kept."""
+    prefix = here() if prefix is None else prefix
+    return text.replace(prefix, "") if prefix else text
 
 
 def terminal_width(default: int = DEFAULT_WIDTH) -> int:
@@ -189,8 +196,14 @@ class Document:
         drop, names, left = dict(drop or {}), set(names), set(left)
         body = frame.drop(columns=group) if group else frame
         inner = indent + (2 if group else 0)
-        columns = [Column(str(c), ["" if pd.isna(v) else near(str(v)) if c in names else str(v)
-                                   for v in body[c]],
+        prefix = here()
+
+        def shown(c: object, v: object) -> str:
+            if pd.isna(v):
+                return ""
+            return near(str(v), prefix) if c in names else str(v)
+
+        columns = [Column(str(c), [shown(c, v) for v in body[c]],
                           left=c in left or c in names, name=c in names,
                           drop=drop.get(str(c), 0)) for c in body.columns]
         kept, widths = fit(columns, self.width - inner)
@@ -207,7 +220,8 @@ class Document:
                 value = frame[group].iat[i]
                 if i == 0 or value != previous:
                     self.lines.append([(" " * indent, ""),
-                                       (shorten(near(str(value)), self.width - indent), "name")])
+                                       (shorten(near(str(value), prefix), self.width - indent),
+                                        "name")])
                 previous = value
             segments: list[Segment] = [(" " * inner, "")]
             for j, (c, w) in enumerate(zip(kept, widths)):
