@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -83,10 +84,28 @@ def output(path: str | os.PathLike) -> Iterator[BinaryIO]:
     try:
         with open(partial, "wb") as out:
             yield out
-        os.replace(partial, path)
+        _replace(partial, path)
     finally:
         if os.path.exists(partial):
             os.remove(partial)
+
+
+def _replace(new: str, path: str | os.PathLike) -> None:
+    """os.replace, with the older file at ``path`` (if any) freed in a thread of its
+    own: the rename drops its last name, and the kernel frees its blocks in the
+    call that drops the last reference, 0.15 to 1.3 s for a file of 390 MiB on an
+    ext4 mounted with discard.  Held open across the rename, the older file is
+    freed when a daemon thread closes it, while the caller goes on."""
+    try:
+        older: int | None = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO: no wait
+    except OSError:  # none (or not readable: the rename frees it)
+        older = None
+    try:
+        os.replace(new, path)
+    finally:
+        if older is not None:
+            threading.Thread(target=os.close, args=(older,), name="ompt-py free older file",
+                             daemon=True).start()
 
 
 # ---- rows of text, formatted in C --------------------------------------------------------

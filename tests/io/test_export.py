@@ -21,8 +21,12 @@ tests/live/test_end_to_end.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import threading
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -438,6 +442,45 @@ def test_failed_export_leaves_no_file(trace_file, tmp_path, monkeypatch, fmt):
         export.export(t, out, fmt)
     assert out.read_text() == "older"
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def _held(folder: Path) -> list[str]:
+    """The files in ``folder`` this process holds open, once the threads that free
+    older files are done."""
+    for thread in threading.enumerate():
+        if thread.name == "ompt-py free older file":
+            thread.join(timeout=60)
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, gone
+            held.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return [h for h in held if h.startswith(str(folder))]
+
+
+def test_export_over_an_older_file_replaces_it_and_frees_it(trace_file, tmp_path):
+    """An export over an older file: the new file in its place, and the older one
+    (held open across the rename, so that its blocks are freed off the caller's
+    path) closed by the thread that frees it, not leaked."""
+    t = ompt_py.load(trace_file)
+    out = tmp_path / "out.json"
+    out.write_text("older")
+    export.export(t, out, "perfetto")
+    assert json.loads(out.read_text())["traceEvents"]
+    assert _held(tmp_path) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_export_onto_a_directory_fails_and_leaves_it(trace_file, tmp_path):
+    """A path that is a directory: the rename's error, the directory as it was,
+    no partial file, nothing held open."""
+    t = ompt_py.load(trace_file)
+    out = tmp_path / "out.csv"
+    out.mkdir()
+    with pytest.raises(IsADirectoryError):
+        export.export(t, out, "csv")
+    assert out.is_dir() and not any(out.iterdir())
+    assert [p.name for p in tmp_path.iterdir()] == ["out.csv"]
+    assert _held(tmp_path) == []
 
 
 def test_empty_trace_exports_valid_files(tmp_path):
