@@ -154,7 +154,7 @@ setup(
             # "tool/omptpy_api.h" names the tool's headers the extension uses (ext/README.md)
             include_dirs=[INCLUDE_DIR, "csrc"],
             extra_compile_args=CFLAGS,
-            libraries=["m"],
+            libraries=["m", "pthread"],  # pthread: pair_events' second half
         ),
         Extension(
             "ompt_py._otf2",

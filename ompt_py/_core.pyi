@@ -227,6 +227,7 @@ def pair_events(
     lookups: list[tuple[int, int, list[_KeyColumn]]] | None = None,
     times: Buffer | None = None,
     end_times: bool = False,
+    split: int | None = None,
     /,
 ) -> tuple[list[tuple[bytes, bytes, int]], list[bytearray]] | None:
     """Several pairings of the records in one pass over them in ``order`` (int64; None,
@@ -241,7 +242,10 @@ def pair_events(
     int64 bytes: the begins' positions in order (as_rows: their rows), those closed
     first, then those never closed; the ends' of those closed; found (a bytearray,
     which the caller may complete in place), per closed begin the index of the
-    closed pair found, -1 for none, -2 where it could not tell."""
+    closed pair found, -1 for none, -2 where it could not tell.  A merged pass (order
+    None) is split at time ``split`` (None: at the median of a sample of the times,
+    when there are 2^20 records or more and two CPUs) into two halves, the second
+    read in a thread of its own, joined as one pass would have paired them."""
 
 def find(
     table_keys: list[_KeyColumn],

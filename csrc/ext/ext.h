@@ -89,6 +89,8 @@ int omptpy_order_start(omptpy_order *o, const char *base, Py_ssize_t stride, Py_
 /* The next positions in time order, at most max of them, into out: how many (0:
  * none left). */
 Py_ssize_t omptpy_order_fill(omptpy_order *o, int64_t *out, Py_ssize_t max);
+/* The merge moved on to the records at or after time t. */
+void omptpy_order_seek(omptpy_order *o, int64_t t);
 void omptpy_order_end(omptpy_order *o);
 
 PyObject *omptpy_py_time_order(PyObject *m, PyObject *args);

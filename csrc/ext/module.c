@@ -405,7 +405,7 @@ static PyMethodDef methods[] = {
          "enclosing[i]: the latest open begin of the key when begin i opened, or -1.")},
     {"pair_events", omptpy_py_pair_events, METH_VARARGS,
      DOC("pair_events($module, order, events, endpoints, pairings, as_rows=False, "
-         "lookups=None, times=None, end_times=False, /)",
+         "lookups=None, times=None, end_times=False, split=None, /)",
          "Several pairings of the records in one pass over them in order (None, with "
          "as_rows: the time order of times merged as the pass goes; None back when they "
          "are not in a few chains of runs; end_times: the ends as their times), each as "
@@ -414,7 +414,9 @@ static PyMethodDef methods[] = {
          "found among those open.  Returns ([(begins, ends, ends that closed nothing)], "
          "[found]): int64 bytes, the begins' positions in order (as_rows: rows), those "
          "closed first, the ends' of those closed; found, an int64 bytearray: per closed "
-         "begin the pair found, -1 for none, -2 where not told.")},
+         "begin the pair found, -1 for none, -2 where not told.  A merged pass is split "
+         "at time split (None: the median of a sample, from 2^20 records on two CPUs), "
+         "its second half read in a thread of its own.")},
     {"find", omptpy_py_find, METH_VARARGS,
      DOC("find($module, table_keys, query_keys, out, table_times=None, query_times=None, "
          "first=False, /)",

@@ -15,7 +15,8 @@
  * the caller sorts them.  The merge fills a block of positions at a time: the
  * whole array (time_order), or a small block as pair_events' pass reads them
  * (no array of the order: 8 bytes a record of fresh memory, and its pages'
- * faults, that the export need not pay).
+ * faults, that the export need not pay); a merge may start at a time
+ * (omptpy_order_seek: pair_events' second half).
  */
 #include "ext.h"
 
@@ -118,6 +119,35 @@ int omptpy_order_start(omptpy_order *o, const char *base, Py_ssize_t stride, Py_
   if (o->size > 2)
     for (int i = o->size / 2 - 1; i >= 0; i--) sift_down(o, i);
   return nchains;
+}
+
+/* Moves every chain's cursor to its first record at or after time t (a chain with
+ * none leaves the merge), so that the merge gives the records from t on: the
+ * runs before t skipped by their last time, the run holding t searched. */
+void omptpy_order_seek(omptpy_order *o, int64_t t) {
+  int live = 0;
+  for (int h = 0; h < o->size; h++) {
+    omptpy_chain *c = &o->chains[o->heap[h]];
+    while (time_at(o, c->stop - 1) < t) { /* the whole run before t */
+      Py_ssize_t r = o->runs[c->run].next;
+      if (r < 0) break;
+      c->run = r;
+      c->at = o->runs[r].start;
+      c->stop = o->runs[r].stop;
+    }
+    Py_ssize_t lo = c->at, hi = c->stop; /* the first at or after t in the run */
+    while (lo < hi) {
+      Py_ssize_t mid = lo + (hi - lo) / 2;
+      if (time_at(o, mid) < t) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo == c->stop) continue; /* nothing at or after t */
+    c->at = lo;
+    o->heap[live++] = o->heap[h];
+  }
+  o->size = live;
+  if (o->size > 2)
+    for (int i = o->size / 2 - 1; i >= 0; i--) sift_down(o, i);
 }
 
 void omptpy_order_end(omptpy_order *o) {

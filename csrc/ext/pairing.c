@@ -1,12 +1,14 @@
 /*
  * Keys, pairing and lookups, for the analysis and the exports: pair() (begin
  * and end rows of the same key), pair_events() (every pairing of the tables at
- * once, in one pass over the records in time order; the same pairing step as
- * pair()) and find() (the row of a table with a query's key), through
+ * once, in one pass over the records in time order, or in two halves by time in
+ * two threads; the same pairing step as pair()) and find() (the row of a table with a query's key), through
  * open-addressing hash tables of rows.
  */
 #include "ext.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -428,6 +430,11 @@ typedef struct {
   Py_ssize_t changes, memo_changes;
   key memo;
   int64_t memo_found;
+  /* The second half of a split pass: its ends that closed none of its begins (a
+   * row and what the pass holds of it, in order), which may close begins of the
+   * first half (see split_merge). */
+  int64_t *loose;
+  Py_ssize_t nloose, loose_cap;
 } pairing;
 
 /* A lookup: per begin of pairing `of`, the begin of pairing `in` with the key of
@@ -443,7 +450,16 @@ typedef struct {
 
 enum { LOOK_AGAIN = -2 };
 
+/* What a half's own state holds (split_pass): its stacks, filter and loose ends. */
+static void half_release(pairing *g) {
+  free(g->loose);
+  free(g->seen);
+  table_free(&g->twice);
+  table_free(&g->st.open);
+}
+
 static void pairing_release(pairing *g) {
+  free(g->loose);
   free(g->rank);
   free(g->end_time);
   free(g->seen);
@@ -480,13 +496,23 @@ static int keys_through(keyset *k, PyObject *spec, Py_ssize_t *records, const in
  * ids given in sequence share words, read from the cache (a key sharing a word
  * with many more only raises the false positives, which are looked up again).
  * -1: out of memory. */
-static int see(pairing *p, const key *q, Py_ssize_t s) {
+static inline uint64_t *seen_word(const pairing *p, const key *q, uint64_t *bits) {
   uint64_t last = q->word[p->keys.ncol - 1], mixed = last >> 3;
   for (Py_ssize_t j = 0; j < p->keys.ncol; j++) /* the rest, and the high bits, moved far */
     mixed ^= (j + 1 < p->keys.ncol ? q->word[j] : last >> 32) * 0x9E3779B97F4A7C15u;
-  uint64_t *word = &p->seen[mixed & (uint64_t)p->seen_mask];
-  uint64_t bits = (uint64_t)1 << (q->hash >> 58) | (uint64_t)1 << (q->hash >> 52 & 63) |
-                  (uint64_t)1 << (q->hash >> 46 & 63);
+  *bits = (uint64_t)1 << (q->hash >> 58) | (uint64_t)1 << (q->hash >> 52 & 63) |
+          (uint64_t)1 << (q->hash >> 46 & 63);
+  return &p->seen[mixed & (uint64_t)p->seen_mask];
+}
+
+/* Whether pairing p's filter may have seen the key q (no: it never began). */
+static inline int seen_maybe(const pairing *p, const key *q) {
+  uint64_t bits, *word = seen_word(p, q, &bits);
+  return (*word & bits) == bits;
+}
+
+static int see(pairing *p, const key *q, Py_ssize_t s) {
+  uint64_t bits, *word = seen_word(p, q, &bits);
   int before = (*word & bits) == bits;
   *word |= bits;
   if (!before) return 0;
@@ -531,6 +557,10 @@ typedef struct {
   const uint32_t *opens, *closes;
   const Py_ssize_t *capacity; /* per pairing: its begins counted before the pass */
   Py_ssize_t looks[MAX_PAIRINGS][MAX_PAIRINGS], nlooks[MAX_PAIRINGS];
+  /* A half of a split pass (merged order only): the first takes the records before
+   * `before` (INT64_MAX: all), the second keeps its loose ends. */
+  int64_t before;
+  int second;
 } passing;
 
 /* The role index of the record at `row`. */
@@ -549,6 +579,20 @@ static void look_up(const passing *w, Py_ssize_t k, Py_ssize_t s, Py_ssize_t row
   }
 }
 
+/* An end of the second half that closed none of its begins, kept. -1: out of memory. */
+static int keep_loose(pairing *p, Py_ssize_t row, Py_ssize_t held) {
+  if (p->nloose == p->loose_cap) {
+    Py_ssize_t cap = p->loose_cap ? 2 * p->loose_cap : 64;
+    int64_t *more = realloc(p->loose, (size_t)cap * 2 * sizeof *more);
+    if (!more) return -1;
+    p->loose = more;
+    p->loose_cap = cap;
+  }
+  p->loose[2 * p->nloose] = row;
+  p->loose[2 * p->nloose++ + 1] = held;
+  return 0;
+}
+
 /* The records' rows a merged order gives at a time. */
 enum { BLOCK = 1024 };
 
@@ -560,8 +604,14 @@ static int pass(const passing *w) {
   for (Py_ssize_t first = 0;; first += BLOCK) {
     const int64_t *rows = block;
     Py_ssize_t m;
+    int last = 0;
     if (w->merge) {
       m = omptpy_order_fill(w->merge, block, BLOCK);
+      for (Py_ssize_t j = 0; w->before != INT64_MAX && j < m; j++)
+        if ((int64_t)column_at(w->times, block[j]) >= w->before) { /* the rest: later */
+          m = j;
+          last = 1;
+        }
     } else {
       rows = w->order + first;
       m = w->n - first < BLOCK ? w->n - first : BLOCK;
@@ -577,9 +627,11 @@ static int pass(const passing *w) {
         p->changes++;
         if (!(opening >> k & 1)) {
           Py_ssize_t closed = stacks_close(&p->st, &q, held);
-          if (closed < 0)
+          if (closed < 0 && w->second) {
+            if (keep_loose(p, row, held) < 0) return 1;
+          } else if (closed < 0) {
             p->unmatched_ends++;
-          else if (p->end_time)
+          } else if (p->end_time)
             p->end_time[closed] = (int64_t)column_at(w->times, row);
           continue;
         }
@@ -590,10 +642,117 @@ static int pass(const passing *w) {
         look_up(w, k, s, row);
       }
     }
+    if (last) return 0;
   }
 }
 
-/* pair_events(order, events, endpoints, pairings[, as_rows, lookups, times, end_times]):
+/* ---- a pass split in two halves by time, each in a thread -------------------------- */
+
+/* Records from which a merged pass is split (unless the caller says where). */
+enum { SPLIT_MIN = 1 << 20, SPLIT_SAMPLE = 1023 };
+
+static int compare_times(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Where to split the records: the median time of a sample of them, evenly spread
+ * over the rows (a thread's records lie together, in time order). */
+static int64_t split_time(const column *times, Py_ssize_t records) {
+  int64_t sample[SPLIT_SAMPLE];
+  for (Py_ssize_t i = 0; i < SPLIT_SAMPLE; i++)
+    sample[i] = (int64_t)column_at(times, (Py_ssize_t)((double)i * (double)records / SPLIT_SAMPLE));
+  qsort(sample, SPLIT_SAMPLE, sizeof *sample, compare_times);
+  return sample[SPLIT_SAMPLE / 2];
+}
+
+/* The CPUs this process may run on. */
+static int usable_cpus(void) {
+  cpu_set_t set;
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+/* The second half's state of pairing p (the first half's, g): the same keys and
+ * outputs, its begins numbered from `from` (the first half's count), its own
+ * stacks, and its own filter when it is looked into (`begins`: its own).
+ * -1: out of memory (what it holds: half_release). */
+static int half_init(pairing *p, const pairing *g, Py_ssize_t from, Py_ssize_t begins) {
+  *p = *g;
+  p->st.open = (table){0};
+  p->twice = (table){0};
+  p->seen = NULL;
+  p->loose = NULL;
+  p->nloose = p->loose_cap = 0;
+  p->rank = NULL;
+  p->count = from;
+  p->changes = 0;
+  p->memo_changes = -1;
+  if (table_init(&p->st.open, 512) < 0) return -1;
+  p->st.open.rows = g->st.open.rows;
+  p->st.keys = &g->keys;
+  if (!g->seen) return 0;
+  p->seen_mask = 0;
+  while (64 * (p->seen_mask + 1) < 16 * begins) p->seen_mask = 2 * p->seen_mask + 1;
+  p->seen = calloc((size_t)p->seen_mask + 1, 8);
+  if (!p->seen || table_init(&p->twice, 512) < 0) return -1;
+  p->twice.rows = g->st.open.rows;
+  return 0;
+}
+
+typedef struct {
+  const passing *w;
+  int failed;
+} half_job;
+
+static void *second_half(void *arg) {
+  half_job *job = arg;
+  job->failed = pass(job->w);
+  return NULL;
+}
+
+/* The second half's results joined to the first's (g: the first half's states,
+ * h: the second's).  First its lookups: one of a key that began in the first
+ * half finds that begin when it is the key's only one there and was open at the
+ * split (the first of its key, as the pass would have found it), else
+ * LOOK_AGAIN (the caller finds those); then its loose ends close the begins left
+ * open by the first half, in order, as if read in one pass.  -1: the first half
+ * did not fill its begins (an order that names a row twice). */
+static int split_merge(pairing *g, pairing *h, const Py_ssize_t *from, Py_ssize_t npairings,
+                       lookup *lk, Py_ssize_t nlk, const column *times) {
+  key q;
+  for (Py_ssize_t k = 0; k < npairings; k++)
+    if (g[k].count != from[k]) return -1;
+  for (Py_ssize_t l = 0; l < nlk; l++) {
+    pairing *in = &g[lk[l].in];
+    const int64_t *rows = (const int64_t *)PyBytes_AS_STRING(g[lk[l].of].begins);
+    for (Py_ssize_t s = from[lk[l].of]; s < h[lk[l].of].count; s++) {
+      key_at(&lk[l].keys, (Py_ssize_t)rows[s], &q);
+      if (q.missing || !seen_maybe(in, &q)) continue;
+      Py_ssize_t e = -1;
+      if (in->twice.slots[table_slot(&in->twice, &in->keys, &q)].row < 0)
+        e = in->st.open.slots[table_slot(&in->st.open, &in->keys, &q)].row;
+      lk[l].found[s] = e >= 0 ? e : LOOK_AGAIN;
+    }
+  }
+  for (Py_ssize_t k = 0; k < npairings; k++) {
+    pairing *p = &g[k];
+    for (Py_ssize_t j = 0; j < h[k].nloose; j++) {
+      Py_ssize_t row = (Py_ssize_t)h[k].loose[2 * j];
+      key_at(&p->keys, row, &q);
+      Py_ssize_t closed = stacks_close(&p->st, &q, (Py_ssize_t)h[k].loose[2 * j + 1]);
+      if (closed < 0)
+        p->unmatched_ends++;
+      else if (p->end_time)
+        p->end_time[closed] = (int64_t)column_at(times, row);
+    }
+    p->count = h[k].count;
+    p->unmatched_ends += h[k].unmatched_ends;
+  }
+  return 0;
+}
+
+/* pair_events(order, events, endpoints, pairings[, as_rows, lookups, times, end_times,
+ * split]):
  * several pairings of the records in one pass over them in time order, each as
  * pair() pairs (no tags), for the tables and the exports.  The columns (see
  * above; no rows of their own) are of the records: `events` and `endpoints`
@@ -619,15 +778,20 @@ static int pass(const passing *w) {
  * positions (rows) of those closed; found, a bytearray of int64 (the caller
  * writes what it finds again into it, no copy), per closed begin the index of
  * the pair found among the closed ones, -1 for none, LOOK_AGAIN (-2) where it
- * was not open or another of its key may have begun before (find() those). */
+ * was not open or another of its key may have begun before (find() those).
+ * A merged pass is split at the time `split` (None: from SPLIT_MIN records on,
+ * with two CPUs, at split_time) into two halves, the records before it and those
+ * from it on, the second read in a thread of its own as the first is read here,
+ * into the same outputs (its begins after the first's, counted apart), then
+ * joined (split_merge): the same results as one pass. */
 PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *order_obj, *events_spec, *endpoints_spec, *list, *result = NULL;
-  PyObject *lookup_list = NULL, *times_obj = Py_None;
+  PyObject *lookup_list = NULL, *times_obj = Py_None, *split_obj = Py_None;
   int as_rows = 0, end_times = 0;
-  if (!PyArg_ParseTuple(args, "OOOO!|pO!Op", &order_obj, &events_spec, &endpoints_spec,
+  if (!PyArg_ParseTuple(args, "OOOO!|pO!OpO", &order_obj, &events_spec, &endpoints_spec,
                         &PyList_Type, &list, &as_rows, &PyList_Type, &lookup_list, &times_obj,
-                        &end_times))
+                        &end_times, &split_obj))
     return NULL;
   Py_ssize_t records = -1, npairings = PyList_GET_SIZE(list);
   Py_ssize_t nlk = lookup_list ? PyList_GET_SIZE(lookup_list) : 0;
@@ -635,10 +799,13 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   Py_ssize_t *there = NULL;
   column events = {0}, endpoints = {0};
   Py_buffer order_buf = {0}, times_buf = {0};
-  omptpy_order merge = {0};
-  pairing g[MAX_PAIRINGS];
+  omptpy_order merge = {0}, merge2;
+  pairing g[MAX_PAIRINGS], h[MAX_PAIRINGS]; /* h: the second half's, when split */
   lookup lk[MAX_PAIRINGS];
+  int split = 0;
+  int64_t split_at = 0;
   memset(g, 0, sizeof g);
+  memset(h, 0, sizeof h);
   memset(lk, 0, sizeof lk);
   if (npairings > MAX_PAIRINGS || nlk > MAX_PAIRINGS) {
     PyErr_Format(PyExc_ValueError, "pair_events: at most %d pairings and lookups",
@@ -664,6 +831,12 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     bad = "pair_events: without an order, times to merge and as_rows";
   }
   if (end_times && times_obj == Py_None) bad = "pair_events: end_times without times";
+  if (split_obj != Py_None) { /* split where told (tests), or as the records' number says */
+    split_at = PyLong_AsLongLong(split_obj);
+    if (split_at == -1 && PyErr_Occurred()) goto done;
+    split = 1;
+    if (order_obj != Py_None) bad = "pair_events: a split is of the merged order (order None)";
+  }
   const int64_t *order = order_buf.obj ? order_buf.buf : NULL;
   Py_ssize_t n = order ? order_buf.len / 8 : records;
   if (events.at || endpoints.at) bad = "pair_events: events read through order, not rows";
@@ -728,12 +901,32 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, bad);
     goto done;
   }
-  for (Py_ssize_t r = 0; r < records; r++) there[role_at(&w, r)]++;
-  /* The begins of each pairing, counted: its outputs are made that long. */
-  Py_ssize_t counts[MAX_PAIRINGS] = {0};
+  /* A merged order of many records is split at a time into two halves, each read in
+   * a thread of its own when there are two CPUs (split_merge joins them). */
+  if (!split && !order && records >= SPLIT_MIN && usable_cpus() > 1) {
+    split = 1;
+    split_at = split_time(&times, records);
+  }
+  Py_ssize_t *there2 = split ? PyMem_Calloc((size_t)nroles, sizeof *there2) : NULL;
+  if (split && !there2) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t r = 0; r < records; r++) {
+    Py_ssize_t at = role_at(&w, r);
+    there[at]++;
+    if (split && (int64_t)column_at(&times, r) >= split_at) there2[at]++;
+  }
+  /* The begins of each pairing, counted: its outputs are made that long; and those
+   * of the first half, which the second's follow. */
+  Py_ssize_t counts[MAX_PAIRINGS] = {0}, first[MAX_PAIRINGS] = {0};
   for (Py_ssize_t at = 0; at < nroles; at++)
     for (Py_ssize_t k = 0; k < npairings; k++)
-      if (opens[at] >> k & 1) counts[k] += there[at];
+      if (opens[at] >> k & 1) {
+        counts[k] += there[at];
+        first[k] += there[at] - (split ? there2[at] : 0);
+      }
+  PyMem_Free(there2);
   w.capacity = counts;
   for (Py_ssize_t k = 0; k < npairings; k++) {
     g[k].begins = PyBytes_FromStringAndSize(NULL, 8 * counts[k]);
@@ -766,6 +959,22 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     in->twice.rows = in->st.open.rows;
   }
   for (Py_ssize_t l = 0; l < nlk; l++) w.looks[lk[l].of][w.nlooks[lk[l].of]++] = l;
+  w.before = INT64_MAX;
+  passing w2 = w;
+  if (split) {
+    Py_ssize_t second[MAX_PAIRINGS];
+    for (Py_ssize_t k = 0; k < npairings; k++) second[k] = counts[k] - first[k];
+    for (Py_ssize_t k = 0; k < npairings; k++)
+      if (half_init(&h[k], &g[k], first[k], second[k]) < 0) {
+        PyErr_NoMemory();
+        goto done;
+      }
+    w.before = split_at;
+    w.capacity = first;
+    w2.g = h;
+    w2.merge = &merge2;
+    w2.second = 1;
+  }
   int failed = 0;
   Py_BEGIN_ALLOW_THREADS
   if (!order) {
@@ -773,7 +982,22 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     failed = chains < 0 ? 1 : chains == 0 && records > 0 ? 3 : 0;
     w.merge = &merge;
   }
-  if (!failed) failed = pass(&w);
+  if (!failed && split) { /* the second half in a thread (or after the first) */
+    merge2 = merge; /* the same runs, read only */
+    omptpy_order_seek(&merge2, split_at);
+    half_job job = {&w2, 0};
+    pthread_t thread;
+    int threaded = pthread_create(&thread, NULL, second_half, &job) == 0;
+    failed = pass(&w);
+    if (threaded)
+      pthread_join(thread, NULL);
+    else
+      second_half(&job);
+    if (!failed) failed = job.failed;
+    if (!failed && split_merge(g, h, first, npairings, lk, nlk, &times) < 0) failed = 2;
+  } else if (!failed) {
+    failed = pass(&w);
+  }
   /* Each pairing looked into, its closed begins numbered; each lookup's found, per
    * closed begin, as the index of a closed pair. */
   for (Py_ssize_t k = 0; k < npairings && !failed; k++) {
@@ -861,6 +1085,7 @@ done:
     keyset_release(&lk[l].keys);
   }
   omptpy_order_end(&merge);
+  for (Py_ssize_t k = 0; split && k < npairings; k++) half_release(&h[k]);
   PyMem_Free(there);
   PyMem_Free(closes);
   PyMem_Free(opens);

@@ -309,7 +309,8 @@ class Paired(NamedTuple):
 
 def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray | None,
                 names: list[str], as_rows: bool = False,
-                lookups: dict[str, Lookup] | None = None, end_times: bool = False) -> Paired:
+                lookups: dict[str, Lookup] | None = None, end_times: bool = False,
+                split_ns: int | None = None) -> Paired:
     """The pairings ``names`` (of PAIRINGS) of the records ``events`` (their
     processes ``pids``; None: all of one), in one pass over them in time order
     (``order``: records.time_order of their times; None, with ``as_rows``: the
@@ -318,7 +319,11 @@ def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray |
     as positions in ``order`` (the rows of to_pandas()), or with ``as_rows`` as
     rows of ``events``, as ``pair`` pairs (with ``end_times``, the ends as their
     records' times, read in the pass); and the ``lookups`` (among the pairings
-    ``names``), looked up in the pass as each pair begins."""
+    ``names``), looked up in the pass as each pair begins.  A merged pass of 2^20
+    records or more is split in two halves at the median time of a sample of
+    them, each read in a thread of its own when two CPUs are there, and joined
+    (the same pairs and lookups as one pass); ``split_ns`` splits it there
+    whatever the records' number (the tests)."""
     lookups = lookups or {}
     for lk in lookups.values():
         if PAIRINGS[lk.into].key != (lk.field,):
@@ -338,7 +343,7 @@ def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray |
             events["time_ns"], end_times)
     if order is not None:
         found = _core.pair_events(np.asarray(order, np.int64), *args)
-    elif (found := _core.pair_events(None, *args)) is None:
+    elif (found := _core.pair_events(None, *args, split_ns)) is None:
         order = time_order(events["time_ns"])  # not in a few chains of runs: sorted
         found = _core.pair_events(order, *args)
     pairs = {}

@@ -241,3 +241,79 @@ def test_a_lookup_is_by_the_key_of_its_pairing():
         pairing.pair_events(ev, None, time_order(ev["time_ns"]), ["parallel", "implicit_task"],
                             True, {"x": pairing.Lookup("parallel", "implicit_task", "parallel_id",
                                                        "task_id")})
+
+
+def _split_times(times: np.ndarray) -> list[int]:
+    """Times to split a pass at: before and at the first record, at quantiles, at
+    and after the last."""
+    low, high = int(times.min()), int(times.max())
+    return [low - 1, low, *np.quantile(times, [0.1, 0.3, 0.5, 0.7, 0.9]).astype(int).tolist(),
+            high, high + 1]
+
+
+def _same_found(got: pairing.Paired, want: pairing.Paired) -> None:
+    _same_pairs(got.pairs, want.pairs)
+    assert list(got.found) == list(want.found)
+    for name in want.found:
+        assert got.found[name].tolist() == want.found[name].tolist(), name
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_pass_split_in_two_halves_pairs_as_one_pass(seed):
+    """Split at any time (before every record, inside, after every one), the two
+    halves joined give the pairs, ends, their times and losses of one pass."""
+    ev, pids = _records(4000, seed)
+    at = as_written(ev["thread"], ev["time_ns"], np.random.default_rng(seed), least=16)
+    ev, pids = ev[at], pids[at]
+    names = list(pairing.PAIRINGS)
+    whole = pairing.pair_events(ev, pids, None, names, as_rows=True, end_times=True)
+    for split in _split_times(ev["time_ns"]):
+        _same_found(pairing.pair_events(ev, pids, None, names, as_rows=True, end_times=True,
+                                        split_ns=split), whole)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_lookups_of_a_split_pass_find_what_one_pass_finds(seed):
+    """Regions open across the split (the initial task all along), ids used twice
+    on both sides of it or only on one, ends missing: the lookups of the second
+    half find the first begin of their key, in the first half when it began there."""
+    ev, pids = _regions(600, seed)
+    lookups = {"region": pairing.Lookup("implicit_task", "parallel", "parallel_id", "parallel_id"),
+               "same": pairing.Lookup("parallel", "parallel", "parallel_id", "parallel_id"),
+               "task": pairing.Lookup("parallel", "implicit_task", "task_id", "task_id")}
+    names = ["parallel", "implicit_task"]
+    for p in (pids, None):
+        whole = pairing.pair_events(ev, p, None, names, True, lookups, end_times=True)
+        for split in _split_times(ev["time_ns"]):
+            _same_found(pairing.pair_events(ev, p, None, names, True, lookups, end_times=True,
+                                            split_ns=split), whole)
+
+
+def test_a_split_is_of_the_merged_order():
+    ev, _ = _records(50, 1)
+    args = (pairing.column(ev["event"]), pairing.column(ev["endpoint"]), [], True, [],
+            ev["time_ns"], False)
+    with pytest.raises(ValueError, match="merged order"):
+        _core.pair_events(time_order(ev["time_ns"]), *args, 10)
+
+
+def test_many_records_are_paired_in_two_halves_as_in_one_pass():
+    """2^20 records and more: the merged pass splits itself (at the median of a
+    sample of their times; in two threads on two CPUs), and pairs as the pass
+    through an order, which is never split."""
+    ev, pids = _records(1_100_000, 5)
+    # as the tool writes them: each thread's in time order, in buffers of 1024,
+    # the threads' buffers one after the other
+    by_thread = np.lexsort((ev["time_ns"], ev["thread"]))
+    rank = np.empty(len(ev), np.int64)
+    for t in np.unique(ev["thread"]):
+        mine = by_thread[ev["thread"][by_thread] == t]
+        rank[mine] = np.arange(len(mine)) // 1024 * 8 + t
+    at = by_thread[np.argsort(rank[by_thread], kind="stable")]
+    ev, pids = ev[at], pids[at]
+    names = list(pairing.PAIRINGS)
+    merged = pairing.pair_events(ev, pids, None, names, as_rows=True, end_times=True)
+    ordered = pairing.pair_events(ev, pids, time_order(ev["time_ns"]), names, as_rows=True,
+                                  end_times=True)
+    _same_pairs(merged.pairs, ordered.pairs)
+    assert sum(len(p.begins) for p in merged.pairs.values()) > 100_000
