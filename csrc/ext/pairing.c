@@ -2,8 +2,8 @@
  * Keys, pairing and lookups, for the analysis and the exports: pair() (begin
  * and end rows of the same key), pair_events() (every pairing of the tables at
  * once, in one pass over the records in time order, or in two halves by time in
- * two threads; the same pairing step as pair()) and find() (the row of a table with a query's key), through
- * open-addressing hash tables of rows.
+ * two threads; the same pairing step as pair()) and find() (the row of a table
+ * with a query's key), through open-addressing hash tables of rows.
  */
 #include "ext.h"
 
@@ -520,6 +520,18 @@ static int see(pairing *p, const key *q, Py_ssize_t s) {
   return p->twice.slots[h].row >= 0 ? 0 : table_set(&p->twice, h, q->hash, s);
 }
 
+/* Pairing p looked into, of `begins` begins: its filter of the keys seen (a power
+ * of two of words, 16 bits a begin) and its table of those that may have begun
+ * twice (entries: its begins' slots, as its stacks').  -1: out of memory. */
+static int filter_init(pairing *p, Py_ssize_t begins) {
+  p->seen_mask = 0;
+  while (64 * (p->seen_mask + 1) < 16 * begins) p->seen_mask = 2 * p->seen_mask + 1;
+  p->seen = calloc((size_t)p->seen_mask + 1, 8);
+  if (!p->seen || table_init(&p->twice, 512) < 0) return -1;
+  p->twice.rows = p->st.open.rows;
+  return 0;
+}
+
 /* What a lookup of the key q (not missing) in pairing `in` finds now: the begin
  * open with it (its slot), or LOOK_AGAIN where another of its key may have begun
  * before or none is open.  The last answer is kept (in->memo). */
@@ -690,13 +702,7 @@ static int half_init(pairing *p, const pairing *g, Py_ssize_t from, Py_ssize_t b
   if (table_init(&p->st.open, 512) < 0) return -1;
   p->st.open.rows = g->st.open.rows;
   p->st.keys = &g->keys;
-  if (!g->seen) return 0;
-  p->seen_mask = 0;
-  while (64 * (p->seen_mask + 1) < 16 * begins) p->seen_mask = 2 * p->seen_mask + 1;
-  p->seen = calloc((size_t)p->seen_mask + 1, 8);
-  if (!p->seen || table_init(&p->twice, 512) < 0) return -1;
-  p->twice.rows = g->st.open.rows;
-  return 0;
+  return g->seen ? filter_init(p, begins) : 0;
 }
 
 typedef struct {
@@ -727,11 +733,7 @@ static int split_merge(pairing *g, pairing *h, const Py_ssize_t *from, Py_ssize_
     const int64_t *rows = (const int64_t *)PyBytes_AS_STRING(g[lk[l].of].begins);
     for (Py_ssize_t s = from[lk[l].of]; s < h[lk[l].of].count; s++) {
       key_at(&lk[l].keys, (Py_ssize_t)rows[s], &q);
-      if (q.missing || !seen_maybe(in, &q)) continue;
-      Py_ssize_t e = -1;
-      if (in->twice.slots[table_slot(&in->twice, &in->keys, &q)].row < 0)
-        e = in->st.open.slots[table_slot(&in->st.open, &in->keys, &q)].row;
-      lk[l].found[s] = e >= 0 ? e : LOOK_AGAIN;
+      if (!q.missing && seen_maybe(in, &q)) lk[l].found[s] = look_in(in, &q);
     }
   }
   for (Py_ssize_t k = 0; k < npairings; k++) {
@@ -746,7 +748,6 @@ static int split_merge(pairing *g, pairing *h, const Py_ssize_t *from, Py_ssize_
         p->end_time[closed] = (int64_t)column_at(times, row);
     }
     p->count = h[k].count;
-    p->unmatched_ends += h[k].unmatched_ends;
   }
   return 0;
 }
@@ -949,14 +950,10 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     if (!(lk[l].out = PyByteArray_FromStringAndSize(NULL, 8 * counts[lk[l].of]))) goto done;
     lk[l].found = (int64_t *)PyByteArray_AS_STRING(lk[l].out);
     if (in->seen) continue;
-    in->seen_mask = 0; /* words: a power of two, 16 bits a begin */
-    while (64 * (in->seen_mask + 1) < 16 * counts[lk[l].in]) in->seen_mask = 2 * in->seen_mask + 1;
-    in->seen = calloc((size_t)in->seen_mask + 1, 8);
-    if (!in->seen || table_init(&in->twice, 512) < 0) {
+    if (filter_init(in, counts[lk[l].in]) < 0) {
       PyErr_NoMemory();
       goto done;
     }
-    in->twice.rows = in->st.open.rows;
   }
   for (Py_ssize_t l = 0; l < nlk; l++) w.looks[lk[l].of][w.nlooks[lk[l].of]++] = l;
   w.before = INT64_MAX;
