@@ -1,6 +1,8 @@
 """records.of_events: which records are of some events, the records' field read
 in place, as np.isin tells it; records.count_events and event_groups (C, one pass
-each): the counts numpy's bincount gives, the rows of_events finds."""
+each): the counts numpy's bincount gives, the rows of_events finds; the C
+passes thread_keys (numpy's unique of the keys) and take_records (numpy's
+take of the rows)."""
 
 from __future__ import annotations
 
@@ -78,3 +80,42 @@ def test_event_groups_refusals():
         _core.event_counts(records, np.zeros(10, np.int64))
     with pytest.raises(ValueError, match="64-byte records"):
         _core.event_counts(np.zeros(10, np.uint8), np.zeros(EVENT_NUMBERS, np.int64))
+
+
+@pytest.mark.parametrize("n", [0, 1, 100_003])
+def test_thread_keys_are_numpys_unique(n):
+    """In runs of a thread (skipped over) and scattered, of one process or several,
+    with key 0 (pid 0, thread 0) and thread numbers up to 2^32 - 1; enough of them to
+    grow the C hash set several times."""
+    rng = np.random.default_rng(n)
+    records = _records(n, n)
+    records["thread"] = np.repeat(rng.integers(0, 5000, n // 50 + 1), 50)[:n]
+    records["thread"][rng.integers(0, n, n // 10) if n else []] = rng.integers(0, 1 << 32, n // 10)
+    pids = rng.choice(np.array([0, 7, -1, 1 << 30], np.int32), n)
+    for given, pid, want in ((None, 42, (42 << 32) | records["thread"].astype(np.int64)),
+                             (pids, 0, (pids.astype(np.int64) << 32)
+                              | records["thread"].astype(np.int64))):
+        got = np.frombuffer(_core.thread_keys(records, given, pid), np.int64)
+        np.testing.assert_array_equal(got, np.unique(want))
+    with pytest.raises(ValueError, match="int32 per record"):
+        _core.thread_keys(records, np.zeros(n + 1, np.int32), 0)
+    with pytest.raises(ValueError, match="int32 per record"):
+        _core.thread_keys(records, np.zeros(n, np.int64), 0)
+
+
+def test_take_records_is_numpys_take():
+    records = _records(10_000, 3)
+    records["time"] = np.arange(len(records))
+    rows = np.random.default_rng(3).integers(0, len(records), 5000)
+    for at in (rows, rows[:0], np.sort(rows)):
+        out = np.empty(len(at), records.dtype)
+        _core.take_records(records, np.ascontiguousarray(at, np.intp), out)
+        np.testing.assert_array_equal(out, records[at])
+    out = np.empty(2, records.dtype)
+    for bad in (len(records), -1):
+        with pytest.raises(IndexError, match=f"row {bad} of 10000 records"):
+            _core.take_records(records, np.array([0, bad], np.intp), out)
+    with pytest.raises(ValueError, match="a record per row"):
+        _core.take_records(records, np.zeros(3, np.intp), out)
+    with pytest.raises(ValueError, match="rows are intp"):
+        _core.take_records(records, np.zeros(2, np.int32), out)

@@ -480,6 +480,14 @@ static PyMethodDef methods[] = {
          "The rows of each group of events, in the records' order, in one pass: group "
          "(uint8, 65536 entries) is each event number's group, 1 to len(outs), 0 for none; "
          "outs[g - 1] (int64) gets group g's rows and must hold exactly as many.")},
+    {"thread_keys", omptpy_py_thread_keys, METH_VARARGS,
+     DOC("thread_keys($module, records, pids, pid, /)",
+         "The distinct pid << 32 | thread of the records, sorted, as int64 bytes, in one "
+         "pass; pids: each record's process (int32), or None: pid for all.")},
+    {"take_records", omptpy_py_take_records, METH_VARARGS,
+     DOC("take_records($module, records, rows, out, /)",
+         "out[i] = records[rows[i]] (rows: intp; out: a record per row), the rows checked "
+         "first (IndexError), without the GIL.")},
     {"tick_scale", omptpy_py_tick_scale, METH_VARARGS,
      DOC("tick_scale($module, first_ticks, first_ns, last_ticks, last_ns, estimate, /)",
          "Nanoseconds per tick: the slope between the anchors when they are far enough "

@@ -663,18 +663,13 @@ static int pass(const passing *w) {
 /* Records from which a merged pass is split (unless the caller says where). */
 enum { SPLIT_MIN = 1 << 20, SPLIT_SAMPLE = 1023 };
 
-static int compare_times(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
-
 /* Where to split the records: the median time of a sample of them, evenly spread
  * over the rows (a thread's records lie together, in time order). */
 static int64_t split_time(const column *times, Py_ssize_t records) {
   int64_t sample[SPLIT_SAMPLE];
   for (Py_ssize_t i = 0; i < SPLIT_SAMPLE; i++)
     sample[i] = (int64_t)column_at(times, (Py_ssize_t)((double)i * (double)records / SPLIT_SAMPLE));
-  qsort(sample, SPLIT_SAMPLE, sizeof *sample, compare_times);
+  qsort(sample, SPLIT_SAMPLE, sizeof *sample, omptpy_cmp_int64);
   return sample[SPLIT_SAMPLE / 2];
 }
 

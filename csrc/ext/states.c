@@ -599,11 +599,6 @@ static int spells(series_waits *w, const points *pt) {
   return 0;
 }
 
-static int by_value(const void *a, const void *b) {
-  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-  return (x > y) - (x < y);
-}
-
 /* waiting(series): how many threads wait per process, after each change: series,
  * a list (of at most MAX_SERIES: sync, mutex) of (pid, thread, begin, end), a
  * series' waits in the order of their begins (pid and thread integers of any
@@ -673,7 +668,7 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
   for (Py_ssize_t s = 0; s < nseries && !failed; s++)
     for (size_t k = 0; k < w[s].ntracks; k++) pids[npids++] = w[s].tracks[k].pid;
   if (!failed && npids) {
-    qsort(pids, npids, sizeof *pids, by_value);
+    qsort(pids, npids, sizeof *pids, omptpy_cmp_int64);
     size_t distinct = 1;
     for (size_t i = 1; i < npids; i++)
       if (pids[i] != pids[distinct - 1]) pids[distinct++] = pids[i];
@@ -702,7 +697,7 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
     failed = 1;
   for (Py_ssize_t s = 0; s < nseries && !failed; s++) {
     for (size_t k = 0; k < w[s].ntracks; k++) {
-      int64_t *at = bsearch(&w[s].tracks[k].pid, pids, npids, sizeof *pids, by_value);
+      int64_t *at = bsearch(&w[s].tracks[k].pid, pids, npids, sizeof *pids, omptpy_cmp_int64);
       shift[k] = (uint64_t)(at - pids) * span;
     }
     points write = {keys, payload, shift, low, (uint32_t)s};
