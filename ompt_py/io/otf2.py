@@ -69,7 +69,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..records import MPI_CALL_KINDS
 from .filters import ExportFilter
-from .perfetto import STALL_CAT, Label, Part, Slices, Source, other_data, tracks
+from .perfetto import STALL_CAT, Label, Part, Source, other_data, tracks
 from .perfetto_proto import SliceOrder, runs
 from .streaming import Progress, batches, in_order
 
@@ -291,7 +291,7 @@ def write_archive(trace: Trace, directory: str, flt: ExportFilter) -> Definition
     sources = list(made.sources)
     if made.frames is not None:
         sources.insert(0, made.frames())
-    slices = [s for s in sources if isinstance(s.make(slice(0, 0)), Slices)]
+    slices = [s for s in sources if s.slices]
     del sources
     names = _Names()
     # The system tree: the machine, and under it a node per host of the processes.

@@ -58,7 +58,7 @@ import numpy as np
 
 from .. import _core
 from .filters import ExportFilter
-from .perfetto import Flows, Label, Part, Slices, Source, Tracks, other_data, tracks
+from .perfetto import Label, Part, Source, Tracks, other_data, tracks
 from .streaming import HEX, NUMBER, TEXT, Column, Progress, batches, in_order, output
 
 if TYPE_CHECKING:
@@ -566,9 +566,8 @@ def write_events(trace: Trace, out: BinaryIO, flt: ExportFilter, first_flow: int
     sources = list(made.sources)
     if made.frames is not None:
         sources.insert(0, made.frames())  # as in the JSON: the outermost slices first
-    kinds = [type(s.make(slice(0, 0))) for s in sources]
-    slices = [s for s, kind in zip(sources, kinds) if kind is Slices]
-    flow_sources = [s for s, kind in zip(sources, kinds) if kind is Flows]
+    slices = [s for s in sources if s.slices]
+    flow_sources = [s for s in sources if not s.slices]
     del sources
     with Progress(0, "perfetto-proto") as progress:
         out.write(strings.packet() + descriptors)
