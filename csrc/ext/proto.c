@@ -378,6 +378,10 @@ static void flow_range(const int64_t *pos, Py_ssize_t n, int64_t slice, Py_ssize
   *last = lo;
 }
 
+/* How many of seq's begins and ends ahead proto_packets fetches their slice's
+ * track and time into the cache. */
+enum { PACKETS_AHEAD = 16 };
+
 /* A TracePacket's head: Trace.packet's tag and length, the timestamp and the
  * sequence (and its flags, when nonzero), and the track_event's tag and length. */
 static unsigned char *put_packet_head(unsigned char *p, uint64_t time, uint64_t sequence,
@@ -476,6 +480,11 @@ PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args) {
   Py_ssize_t k = 0;
   for (Py_ssize_t j = 0; j < nseq; j++) {
     int negative;
+    if (j + PACKETS_AHEAD < nseq) { /* the slices seq names lie far apart: fetched ahead */
+      uint64_t ahead = omptpy_ints_get(&seqs, j + PACKETS_AHEAD, &negative);
+      __builtin_prefetch(track.values + track.itemsize * (Py_ssize_t)(ahead / 2));
+      __builtin_prefetch((ahead & 1 ? end : begin) + ahead / 2);
+    }
     uint64_t e = omptpy_ints_get(&seqs, j, &negative);
     int64_t i = (int64_t)(e / 2);
     uint64_t t = omptpy_ints_get(&track, i, &negative);
