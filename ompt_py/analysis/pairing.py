@@ -371,8 +371,10 @@ def _first(events: np.ndarray, pids: np.ndarray | None, table: np.ndarray, query
            field: str, query_field: str) -> np.ndarray:
     """For each record of ``query`` (rows, a few), the first of ``table`` (rows)
     with its process and ``field`` (0: none); -1 for none."""
-    # Only the rows of the table with a value asked for: few.
-    at = np.flatnonzero(np.isin(events[field][table], events[query_field][query]))
+    # Only the rows of the table with a value asked for: few (pandas' isin hashes the
+    # few values asked for, where np.isin sorts the table's).
+    at = np.flatnonzero(pd.Series(events[field][table], copy=False)
+                        .isin(events[query_field][query]).to_numpy())
     table = table[at]
     found = np.empty(len(query), np.intp)
     _core.find(([] if pids is None else [column(pids, rows=table)])
