@@ -358,15 +358,6 @@ def thread_keys(records: Buffer, pids: Buffer | None, pid: int, /) -> bytes:
     """The distinct pid << 32 | thread of the records, sorted, as int64 bytes, in one
     pass; pids: each record's process (int32), or None: pid for all."""
 
-def take_records(records: Buffer, rows: Buffer, out: Buffer, /) -> None:
-    """out[i] = records[rows[i]] (rows: intp; out: a record per row), the rows checked
-    first (IndexError), without the GIL."""
-
-def take_fields(records: Buffer, rows: Buffer, fields: list[tuple[int, Buffer]], /) -> None:
-    """For each (offset, out) of fields (1 to 8), out[i] = the field at that byte offset
-    of records[rows[i]], of out's item size (1, 2, 4 or 8), in one pass over the rows
-    (rows: intp, checked first: IndexError), without the GIL."""
-
 def event_rows(records: Buffer, group: Buffer, outs: list[Buffer], /) -> None:
     """The rows of each group of events, in the records' order, in one pass: group
     (uint8, 65536 entries) is each event number's group, 1 to len(outs), 0 for none;

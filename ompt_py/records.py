@@ -476,17 +476,6 @@ def count_events(records: np.ndarray) -> np.ndarray:
     return counts
 
 
-def take_fields(records: np.ndarray, rows: np.ndarray, *names: str) -> list[np.ndarray]:
-    """The fields ``names`` of the ``records`` (a contiguous array of them) at ``rows``,
-    each an array of its dtype, in one pass over the rows (_core.take_fields: a
-    record read once for all its fields, where numpy takes one field at a time)."""
-    fields = records.dtype.fields
-    outs = [np.empty(len(rows), fields[name][0]) for name in names]
-    _core.take_fields(records, np.ascontiguousarray(rows, np.intp),
-                      [(fields[name][1], out) for name, out in zip(names, outs)])
-    return outs
-
-
 def event_groups(records: np.ndarray, groups: Iterable[Iterable[int]],
                  counts: np.ndarray | None = None) -> list[np.ndarray]:
     """The rows (int64, in the records' order) of each group of event numbers, in one

@@ -1,8 +1,7 @@
 """records.of_events: which records are of some events, the records' field read
 in place, as np.isin tells it; records.count_events and event_groups (C, one pass
 each): the counts numpy's bincount gives, the rows of_events finds; the C
-passes thread_keys (numpy's unique of the keys), take_records and
-take_fields (numpy's take of the rows, and of their fields)."""
+pass thread_keys (numpy's unique of the keys)."""
 
 from __future__ import annotations
 
@@ -17,7 +16,6 @@ from ompt_py.records import (
     count_events,
     event_groups,
     of_events,
-    take_fields,
 )
 
 
@@ -103,44 +101,3 @@ def test_thread_keys_are_numpys_unique(n):
     with pytest.raises(ValueError, match="int32 per record"):
         _core.thread_keys(records, np.zeros(n, np.int64), 0)
 
-
-def test_take_records_is_numpys_take():
-    records = _records(10_000, 3)
-    records["time"] = np.arange(len(records))
-    rows = np.random.default_rng(3).integers(0, len(records), 5000)
-    for at in (rows, rows[:0], np.sort(rows)):
-        out = np.empty(len(at), records.dtype)
-        _core.take_records(records, np.ascontiguousarray(at, np.intp), out)
-        np.testing.assert_array_equal(out, records[at])
-    out = np.empty(2, records.dtype)
-    for bad in (len(records), -1):
-        with pytest.raises(IndexError, match=f"^row {bad} of 10000 records"):
-            _core.take_records(records, np.array([0, bad], np.intp), out)
-    with pytest.raises(ValueError, match="a record per row"):
-        _core.take_records(records, np.zeros(3, np.intp), out)
-    with pytest.raises(ValueError, match="take: rows are intp"):
-        _core.take_records(records, np.zeros(2, np.int32), out)
-
-
-def test_take_fields_are_numpys():
-    records = _records(10_000, 4)
-    rng = np.random.default_rng(4)
-    for name in ("time", "codeptr", "thread", "u32a", "kind"):
-        records[name] = rng.integers(0, np.iinfo(records.dtype[name]).max, len(records),
-                                     dtype=records.dtype[name], endpoint=True)
-    rows = rng.integers(0, len(records), 5000)
-    names = ("time", "thread", "event", "kind", "u32a", "codeptr")
-    for at in (rows, rows[:0]):
-        got = take_fields(records, at, *names)
-        for name, values in zip(names, got):
-            assert values.dtype == records.dtype[name]
-            np.testing.assert_array_equal(values, records[name][at])
-    with pytest.raises(IndexError, match="row 10000 of 10000 records"):
-        take_fields(records, np.array([1, 10_000]), "time")
-    out = np.empty(2, np.int64)
-    for fields, why in (([], "1 to 8 fields"), ([(0, out)] * 9, "1 to 8 fields"),
-                        ([(60, out)], "inside the record"),
-                        ([(0, np.empty(3, np.int64))], "an out of its size per row"),
-                        ([(0, np.empty(2, np.dtype("V3")))], "1, 2, 4 or 8 bytes")):
-        with pytest.raises(ValueError, match=why):
-            _core.take_fields(records, np.array([0, 1], np.intp), fields)

@@ -484,15 +484,6 @@ static PyMethodDef methods[] = {
      DOC("thread_keys($module, records, pids, pid, /)",
          "The distinct pid << 32 | thread of the records, sorted, as int64 bytes, in one "
          "pass; pids: each record's process (int32), or None: pid for all.")},
-    {"take_records", omptpy_py_take_records, METH_VARARGS,
-     DOC("take_records($module, records, rows, out, /)",
-         "out[i] = records[rows[i]] (rows: intp; out: a record per row), the rows checked "
-         "first (IndexError), without the GIL.")},
-    {"take_fields", omptpy_py_take_fields, METH_VARARGS,
-     DOC("take_fields($module, records, rows, fields, /)",
-         "For each (offset, out) of fields (1 to 8), out[i] = the field at that byte offset "
-         "of records[rows[i]], of out's item size (1, 2, 4 or 8), in one pass over the rows "
-         "(rows: intp, checked first: IndexError), without the GIL.")},
     {"tick_scale", omptpy_py_tick_scale, METH_VARARGS,
      DOC("tick_scale($module, first_ticks, first_ns, last_ticks, last_ns, estimate, /)",
          "Nanoseconds per tick: the slope between the anchors when they are far enough "

@@ -90,7 +90,6 @@ from ..records import (
     event_groups,
     kind_keys,
     python_stack_ids,
-    take_fields,
     time_order,
 )
 from .filters import ExportFilter
@@ -123,6 +122,7 @@ class _Records:
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.ev = np.ascontiguousarray(trace.events)
+        self.bytes = self.ev.view(np.uint8).reshape(len(self.ev), self.ev.itemsize)
         # One process: no pid column (nor key: it would be the same for all).
         self.pids = None if trace.single_pid is not None else trace.pids
         self._selected: dict[tuple[str, ...], np.ndarray] = {}
@@ -169,16 +169,10 @@ class _Records:
     def time(self, rows: np.ndarray) -> np.ndarray:
         return self.ev["time_ns"][rows]
 
-    def fields(self, rows: np.ndarray, *names: str) -> list[np.ndarray]:
-        """Record fields at ``rows``, in one pass (records.take_fields)."""
-        return take_fields(self.ev, rows, *names)
-
     def take(self, rows: np.ndarray) -> np.ndarray:
-        """The records at ``rows`` (_core.take_records: fifty times faster than numpy
-        takes records of a structured type, two to three times its take of bytes)."""
-        out = np.empty(len(rows), self.ev.dtype)
-        _core.take_records(self.ev, np.ascontiguousarray(rows, np.intp), out)
-        return out
+        """The records at ``rows``: taken as bytes, twenty times faster than numpy
+        takes records of a structured type."""
+        return np.take(self.bytes, rows, axis=0).view(self.ev.dtype).reshape(len(rows))
 
     def pid(self, rows: np.ndarray | slice) -> np.ndarray:
         return self.trace.pids_at(rows)
@@ -407,8 +401,7 @@ def _slices(rec: _Records, cat: str, pairs: _Pairs,
                          *make(records, part))
 
     def spans() -> _Spans:
-        thread, begin = rec.fields(rows, "thread", "time_ns")
-        return _Spans(rows, rec.pid(rows), thread, begin, end)
+        return _Spans(rows, rec.pid(rows), rec.ev["thread"][rows], rec.time(rows), end)
     return Source(len(rows), batch, cat, spans, lambda part: make(rec.take(rows[part]), part))
 
 
@@ -637,8 +630,9 @@ def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter) -> S
     (_core.waiting: each thread's waits made spells, counted in C)."""
     series = []
     for p in (sync, mutex):
-        pid, (thread, begin), end = rec.pid(p.rows), rec.fields(p.rows, "thread", "time_ns"), p.end
+        pid, thread = rec.pid(p.rows), rec.ev["thread"][p.rows]
         keep = flt.tracks(pid, thread)
+        begin, end = rec.time(p.rows), p.end
         if not keep.all():
             pid, thread, begin, end = pid[keep], thread[keep], begin[keep], end[keep]
         series.append((pid, thread, begin, np.asarray(end, np.int64)))
