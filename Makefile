@@ -205,7 +205,7 @@ test-sanitize: setup
 	$(BIN)/python tests/programs/pystacks_app.py $(SANITIZE_PY)/trace.parquet on
 	@# The extension's kernels in the same copy: the thread states' intervals and the
 	@# exports' threads-waiting counter (states.c), the records' counts and rows per event
-	@# (columns.c), the
+	@# and their threads (columns.c), the
 	@# pairing pass (pairing.c), the records' time order (order.c), the view's levels of
 	@# detail (lod.c), the Perfetto protobuf's packets (proto.c), and the OTF2 writer (csrc/otf2/:
 	@# also a dataset's archive joined from its parts; not the Dask tests: their workers die
@@ -219,7 +219,8 @@ test-sanitize: setup
 	  tests/io/test_perfetto_proto.py tests/io/test_otf2.py tests/test_time_order.py \
 	  tests/io/test_export.py tests/test_records.py tests/io/test_dataset_exports.py \
 	  -k "(state_sweep or pair_events or lod or aggregates or blobs or large_trace or proto or otf2 \
-	      or time_order or waiting or event_counts or event_groups) and not with_dask"
+	      or time_order or waiting or event_counts or event_groups or thread_keys) \
+	      and not with_dask"
 
 sanitize: test-sanitize
 	@mkdir -p $(TSAN_DIR)
