@@ -321,61 +321,71 @@ int omptpy_cmp_int64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static size_t keyset_slot(uint64_t key, size_t mask) {
+  return (size_t)((key * 0x9E3779B97F4A7C15u) >> 20) & mask;
+}
+
+int omptpy_keyset_init(omptpy_keyset *s) {
+  s->mask = 15;
+  s->count = 0;
+  s->slots = malloc(16 * sizeof *s->slots);
+  if (!s->slots) return -1;
+  for (size_t i = 0; i <= s->mask; i++) s->slots[i].index = -1;
+  return 0;
+}
+
+int64_t omptpy_keyset_add(omptpy_keyset *s, uint64_t key) {
+  size_t at = keyset_slot(key, s->mask);
+  for (; s->slots[at].index >= 0; at = (at + 1) & s->mask)
+    if (s->slots[at].key == key) return s->slots[at].index;
+  if (2 * (s->count + 1) > s->mask + 1) { /* half full: twice as large, then again */
+    size_t size = 2 * (s->mask + 1);
+    omptpy_keyslot *bigger = malloc(size * sizeof *bigger);
+    if (!bigger) return -1;
+    for (size_t i = 0; i < size; i++) bigger[i].index = -1;
+    for (size_t i = 0; i <= s->mask; i++) {
+      if (s->slots[i].index < 0) continue;
+      size_t d = keyset_slot(s->slots[i].key, size - 1);
+      while (bigger[d].index >= 0) d = (d + 1) & (size - 1);
+      bigger[d] = s->slots[i];
+    }
+    free(s->slots);
+    s->slots = bigger;
+    s->mask = size - 1;
+    return omptpy_keyset_add(s, key);
+  }
+  s->slots[at] = (omptpy_keyslot){key, (int64_t)s->count};
+  return (int64_t)s->count++;
+}
+
+void omptpy_keyset_free(omptpy_keyset *s) {
+  free(s->slots);
+  s->slots = NULL;
+}
+
 /* The distinct keys pid << 32 | thread of the records (pid: pids[i], or `pid`
- * for all when pids is NULL), sorted, in a malloc'd array of *n (NULL: out of
- * memory).  A hash set, passed over for a record of the key before it (the
- * records come in runs of a thread's buffers). */
+ * for all when pids is NULL), sorted, in a malloc'd array of *count (NULL: out
+ * of memory).  A record of the key before it is passed over (the records come
+ * in runs of a thread's buffers). */
 static int64_t *distinct_keys(const omptpy_record *r, Py_ssize_t n, const int32_t *pids,
                               int64_t pid, Py_ssize_t *count) {
-  size_t cap = 1024, used = 0;
-  uint64_t *slot = malloc(cap * sizeof *slot);
-  unsigned char *full = calloc(cap, 1);
+  omptpy_keyset set;
+  if (omptpy_keyset_init(&set) < 0) return NULL;
   int64_t *keys = NULL;
-  if (!slot || !full) goto done;
   uint64_t last = 0;
-  int any = 0;
   for (Py_ssize_t i = 0; i < n; i++) {
     uint64_t key = (uint64_t)(pids ? (int64_t)pids[i] : pid) << 32 | r[i].thread;
-    if (any && key == last) continue;
-    any = 1;
+    if (i > 0 && key == last) continue;
     last = key;
-    size_t at = (size_t)((key * 0x9E3779B97F4A7C15u) >> 32) & (cap - 1);
-    while (full[at] && slot[at] != key) at = (at + 1) & (cap - 1);
-    if (full[at]) continue;
-    full[at] = 1;
-    slot[at] = key;
-    if (++used * 2 > cap) {  /* rehash into twice the slots */
-      size_t wider = cap * 2;
-      uint64_t *s2 = malloc(wider * sizeof *s2);
-      unsigned char *f2 = calloc(wider, 1);
-      if (!s2 || !f2) {
-        free(s2);
-        free(f2);
-        goto done;
-      }
-      for (size_t k = 0; k < cap; k++) {
-        if (!full[k]) continue;
-        size_t to = (size_t)((slot[k] * 0x9E3779B97F4A7C15u) >> 32) & (wider - 1);
-        while (f2[to]) to = (to + 1) & (wider - 1);
-        f2[to] = 1;
-        s2[to] = slot[k];
-      }
-      free(slot);
-      free(full);
-      slot = s2;
-      full = f2;
-      cap = wider;
-    }
+    if (omptpy_keyset_add(&set, key) < 0) goto done;
   }
-  keys = malloc((used ? used : 1) * sizeof *keys);
-  if (!keys) goto done;
-  *count = 0;
-  for (size_t k = 0; k < cap; k++)
-    if (full[k]) keys[(*count)++] = (int64_t)slot[k];
-  qsort(keys, (size_t)*count, sizeof *keys, omptpy_cmp_int64);
+  if (!(keys = malloc((set.count ? set.count : 1) * sizeof *keys))) goto done;
+  for (size_t k = 0; k <= set.mask; k++)
+    if (set.slots[k].index >= 0) keys[set.slots[k].index] = (int64_t)set.slots[k].key;
+  *count = (Py_ssize_t)set.count;
+  qsort(keys, set.count, sizeof *keys, omptpy_cmp_int64);
 done:
-  free(slot);
-  free(full);
+  omptpy_keyset_free(&set);
   return keys;
 }
 

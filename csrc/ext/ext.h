@@ -57,6 +57,25 @@ PyObject *omptpy_py_event_rows(PyObject *m, PyObject *args);
 PyObject *omptpy_py_thread_keys(PyObject *m, PyObject *args);
 /* qsort's order of int64 values. */
 int omptpy_cmp_int64(const void *a, const void *b);
+
+/* A set of distinct uint64 keys (open addressing, kept at most half full), each
+ * numbered in the order it was first added.  No Python: it may run without the
+ * GIL. */
+typedef struct {
+  uint64_t key;
+  int64_t index; /* -1: an empty slot */
+} omptpy_keyslot;
+typedef struct {
+  omptpy_keyslot *slots;
+  size_t mask;  /* slots - 1 (a power of two less one) */
+  size_t count; /* the keys in it, numbered 0 to count - 1 */
+} omptpy_keyset;
+/* 0, or -1 out of memory (nothing to free). */
+int omptpy_keyset_init(omptpy_keyset *s);
+/* The number of key, added if new (then it is the count before it); -1 out of
+ * memory (the set stays as it was). */
+int64_t omptpy_keyset_add(omptpy_keyset *s, uint64_t key);
+void omptpy_keyset_free(omptpy_keyset *s);
 PyObject *omptpy_py_tick_scale(PyObject *m, PyObject *args);
 PyObject *omptpy_py_ticks_to_ns(PyObject *m, PyObject *args);
 

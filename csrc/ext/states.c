@@ -486,12 +486,6 @@ done:
 
 enum { MAX_SERIES = 8 };
 
-/* A slot of the table of tracks: (pid << 32) ^ thread -> the track's index (-1: empty). */
-typedef struct {
-  uint64_t key;
-  int64_t track;
-} track_slot;
-
 /* A thread's waits, one spell at a time: the waits that nest or touch are one. */
 typedef struct {
   int64_t pid, start, reach; /* the spell under way: from start to reach */
@@ -505,39 +499,16 @@ typedef struct {
   const int64_t *begin, *end;
   Py_ssize_t n;
   int64_t *track_at; /* per wait, its track */
-  track_slot *slots;
-  size_t mask;
+  omptpy_keyset keys; /* (pid << 32) ^ thread -> the track's index */
   track *tracks;
   size_t ntracks, cap;
   Py_ssize_t *first; /* per track: where its points start (its begins, then its ends) */
 } series_waits;
 
-static size_t slot_of(uint64_t key, size_t mask) {
-  return (size_t)((key * 0x9E3779B97F4A7C15u) >> 20) & mask;
-}
-
 /* The track of (pid, thread), made if new; -1: out of memory. */
 static int64_t track_of(series_waits *w, int64_t pid, uint64_t thread) {
-  uint64_t key = (uint64_t)pid << 32 ^ thread;
-  size_t s = slot_of(key, w->mask);
-  for (; w->slots[s].track >= 0; s = (s + 1) & w->mask)
-    if (w->slots[s].key == key) return w->slots[s].track;
-  if (2 * (w->ntracks + 1) > w->mask + 1) { /* half full: twice as large, then again */
-    size_t size = 2 * (w->mask + 1);
-    track_slot *bigger = malloc(size * sizeof *bigger);
-    if (!bigger) return -1;
-    for (size_t i = 0; i < size; i++) bigger[i].track = -1;
-    for (size_t i = 0; i <= w->mask; i++) {
-      if (w->slots[i].track < 0) continue;
-      size_t d = slot_of(w->slots[i].key, size - 1);
-      while (bigger[d].track >= 0) d = (d + 1) & (size - 1);
-      bigger[d] = w->slots[i];
-    }
-    free(w->slots);
-    w->slots = bigger;
-    w->mask = size - 1;
-    return track_of(w, pid, thread);
-  }
+  int64_t k = omptpy_keyset_add(&w->keys, (uint64_t)pid << 32 ^ thread);
+  if (k < 0 || (size_t)k < w->ntracks) return k;
   if (w->ntracks == w->cap) {
     size_t cap = w->cap ? 2 * w->cap : 16;
     track *more = realloc(w->tracks, cap * sizeof *more);
@@ -545,7 +516,6 @@ static int64_t track_of(series_waits *w, int64_t pid, uint64_t thread) {
     w->tracks = more;
     w->cap = cap;
   }
-  w->slots[s] = (track_slot){key, (int64_t)w->ntracks};
   w->tracks[w->ntracks] = (track){pid, 0, 0, 0, 0};
   return (int64_t)w->ntracks++;
 }
@@ -643,14 +613,11 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
   Py_BEGIN_ALLOW_THREADS
   /* Each wait's track; the processes (sorted: their shifts); the times' range. */
   for (Py_ssize_t s = 0; s < nseries && !failed; s++) {
-    w[s].mask = 15;
-    w[s].slots = malloc(16 * sizeof *w[s].slots);
     w[s].track_at = malloc((size_t)w[s].n * sizeof *w[s].track_at + 1);
-    if (!w[s].slots || !w[s].track_at) {
+    if (!w[s].track_at || omptpy_keyset_init(&w[s].keys) < 0) {
       failed = 1;
       break;
     }
-    for (size_t i = 0; i < 16; i++) w[s].slots[i].track = -1;
     for (Py_ssize_t i = 0; i < w[s].n && !failed; i++) {
       int negative;
       uint64_t p = omptpy_ints_get(&w[s].pid, i, &negative);
@@ -743,7 +710,7 @@ done:
   for (int o = 0; o < 2 + MAX_SERIES; o++) Py_XDECREF(outs[o]);
   for (Py_ssize_t s = 0; s < MAX_SERIES; s++) {
     free(w[s].track_at);
-    free(w[s].slots);
+    omptpy_keyset_free(&w[s].keys);
     free(w[s].tracks);
     free(w[s].first);
   }
