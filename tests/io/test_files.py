@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import struct
+import threading
 import warnings
 
 import numpy as np
@@ -304,6 +305,22 @@ def test_parquet_of_several_row_groups_and_batches(tmp_path, processes):
     pq.write_table(tiled.set_column(i, "thread", last_null), path, row_group_size=group_rows)
     with pytest.raises(ompt_py.TraceFileError, match="its column thread has null values"):
         ompt_py.load(path)
+
+
+def test_parquet_refused_early_stops_its_decoding(tmp_path):
+    """A row refused in the first batch, with many decoded ahead of it on their own
+    thread: the error is raised and that thread is gone (no batch left waiting)."""
+    table = pq.read_table(stored_path("export-mixed.parquet"))
+    rows = (parquet.BATCHES_AHEAD + 4) * parquet.FILL_ROWS
+    tiled = pa.concat_tables([table] * -(-rows // len(table))).slice(0, rows)
+    i = tiled.column_names.index("thread")
+    tiled = tiled.set_column(i, "thread", pa.array(tiled.column(i).to_numpy(),
+                                                   mask=np.arange(rows) == 5))
+    path = tmp_path / "t.parquet"
+    pq.write_table(tiled, path, row_group_size=rows)
+    with pytest.raises(ompt_py.TraceFileError, match="its column thread has null values"):
+        ompt_py.load(path)
+    assert not [t for t in threading.enumerate() if t.name == "ompt-py: Parquet decoding"]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "half", "footer", "garbage", "empty"])
