@@ -1,7 +1,5 @@
 """`python -m ompt_py` is `ompt-py`."""
 
-import sys
+from .presentation.cli import entry
 
-from .presentation.cli import main
-
-sys.exit(main())
+entry()

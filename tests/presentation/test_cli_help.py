@@ -5,10 +5,12 @@ its usage, what it does in 2 to 4 lines, its options, examples of it."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from importlib import metadata
 
 import pytest
-from conftest import cli, ok
+from conftest import clean_env, cli, ok
 
 import ompt_py
 from ompt_py.presentation.cli import DESCRIPTION, EPILOG
@@ -23,6 +25,39 @@ def test_version():
     assert len(lines) == 2, lines
     assert re.fullmatch(rf"tool: {re.escape(ompt_py.tool_path())} \(record version \d+\); "
                         r"OpenMP runtime: /\S+libomp\S* \(.+\)", lines[1]), lines[1]
+
+
+ENTRY = """\
+import atexit, sys, threading, time
+from ompt_py.presentation import cli
+
+def late():
+    time.sleep(0.3)
+    print("the thread's last line")
+
+threading.Thread(target=late).start()
+atexit.register(print, "the exit handler's line")
+sys.stdout.write("x" * 200_000 + "\\n")  # more than a pipe holds: still in the buffer
+sys.argv = ["ompt-py", *sys.argv[1:]]
+cli.entry()
+"""
+
+
+@pytest.mark.parametrize("args, code", [(["--version"], 0), (["report", "/nonexistent"], 2)])
+def test_entry_ends_as_a_normal_exit_would(tmp_path, args, code):
+    """The console script's end (cli.entry, which skips the interpreter's teardown):
+    the command's exit status; a thread still running finished, the exit handlers
+    run and the buffered output written, in that order."""
+    r = subprocess.run([sys.executable, "-c", ENTRY, *args], capture_output=True, text=True,
+                       env=clean_env(None), timeout=120)
+    assert r.returncode == code, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "x" * 200_000
+    assert lines[-2:] == ["the thread's last line", "the exit handler's line"], lines[-3:]
+    if code == 0:
+        assert lines[1] == f"ompt-py {ompt_py.__version__}"
+    else:
+        assert "no trace at /nonexistent" in r.stderr
 
 
 def test_top_level_help_lists_the_commands():
