@@ -10,7 +10,7 @@ import sys
 from importlib import metadata
 
 import pytest
-from conftest import clean_env, cli, ok
+from conftest import clean_env, cli, ok, stored_path
 
 import ompt_py
 from ompt_py.presentation.cli import DESCRIPTION, EPILOG
@@ -31,9 +31,20 @@ ENTRY = """\
 import atexit, sys, threading, time
 from ompt_py.presentation import cli
 
-def late():
+done, command = threading.Event(), cli.main
+
+def main():
+    try:
+        return command()
+    finally:
+        done.set()
+
+def late():  # still running when the command is done
+    done.wait()
     time.sleep(0.3)
     print("the thread's last line")
+
+cli.main = main
 
 threading.Thread(target=late).start()
 atexit.register(print, "the exit handler's line")
@@ -43,19 +54,20 @@ cli.entry()
 """
 
 
-@pytest.mark.parametrize("args, code", [(["--version"], 0), (["report", "/nonexistent"], 2)])
+@pytest.mark.parametrize("args, code", [(["report", stored_path("barrier-libomp19.parquet")], 0),
+                                        (["report", "/nonexistent"], 2)])
 def test_entry_ends_as_a_normal_exit_would(tmp_path, args, code):
     """The console script's end (cli.entry, which skips the interpreter's teardown):
     the command's exit status; a thread still running finished, the exit handlers
     run and the buffered output written, in that order."""
-    r = subprocess.run([sys.executable, "-c", ENTRY, *args], capture_output=True, text=True,
-                       env=clean_env(None), timeout=120)
+    r = subprocess.run([sys.executable, "-c", ENTRY, *map(str, args)], capture_output=True,
+                       text=True, env=clean_env(None), timeout=120)
     assert r.returncode == code, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "x" * 200_000
     assert lines[-2:] == ["the thread's last line", "the exit handler's line"], lines[-3:]
     if code == 0:
-        assert lines[1] == f"ompt-py {ompt_py.__version__}"
+        assert lines[1].startswith("ompt-py trace: 44 events"), lines[1]
     else:
         assert "no trace at /nonexistent" in r.stderr
 
