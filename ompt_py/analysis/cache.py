@@ -9,14 +9,21 @@ named by the function that makes it.  A caller that knows a value is not asked
 for again (a dataset's partition, summarised once) can ``forget`` it, or
 ``keep`` only those still asked for, and ``give_back`` what they took to the
 system before the next analysis.
+
+A value is made once whatever the threads that ask for it: a thread that asks
+for one another thread is making waits for it.  So a caller can have some made
+``ahead`` on a thread of their own while it makes others: the analyses spend
+much of their time in numpy, pandas and the extension, without the GIL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
@@ -35,31 +42,72 @@ class Derived:
     def __init__(self, revision: int) -> None:
         self.revision = revision
         self.values: dict[tuple, Any] = {}
+        self._making: dict[tuple, threading.Lock] = {}  # held while a value is made
+        self._lock = threading.Lock()
+
+    def making(self, key: tuple) -> threading.Lock:
+        """The lock held while the value of ``key`` is made."""
+        with self._lock:
+            return self._making.setdefault(key, threading.Lock())
 
 
 _DERIVED: weakref.WeakKeyDictionary[Trace, Derived] = weakref.WeakKeyDictionary()
+_DERIVED_LOCK = threading.Lock()
 
 
 def derived(trace: Trace) -> Derived:
     """The derived values of ``trace`` (a new, empty set once its events changed)."""
-    d = _DERIVED.get(trace)
-    if d is None or d.revision != trace.revision:
-        d = _DERIVED[trace] = Derived(trace.revision)
-    return d
+    with _DERIVED_LOCK:
+        d = _DERIVED.get(trace)
+        if d is None or d.revision != trace.revision:
+            d = _DERIVED[trace] = Derived(trace.revision)
+        return d
 
 
 def per_trace(fn: F) -> F:
-    """``fn(trace, *args)`` computed once per trace and ``args`` (hashable)."""
+    """``fn(trace, *args)`` computed once per trace and ``args`` (hashable), by the
+    first thread that asks (the others wait for it)."""
 
     @functools.wraps(fn)
     def cached(trace: Trace, *args: Any) -> Any:
-        values = derived(trace).values
+        d = derived(trace)
         key = (fn, args)
-        if key not in values:
-            values[key] = fn(trace, *args)
-        return values[key]
+        try:
+            return d.values[key]
+        except KeyError:
+            pass
+        with d.making(key):  # the values depend on others, never on themselves: no cycle
+            if key not in d.values:
+                d.values[key] = fn(trace, *args)
+            return d.values[key]
 
     return cached  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def ahead(trace: Trace, *makers: Callable[[Trace], Any]) -> Iterator[None]:
+    """Each of ``makers`` called with ``trace``, in turn, on a thread of their own
+    while the body runs (and asks for some of what they make, waiting for what is
+    being made); the thread is waited for at the end.  What they make is kept by
+    ``@per_trace``; an error of theirs is not raised there, but by the body when it
+    asks for the same value.  For a caller that will ask for values that do not
+    depend on one another (bench/README.md, view benchmark)."""
+    stop = threading.Event()
+
+    def make() -> None:
+        for maker in makers:
+            if stop.is_set():
+                return
+            with contextlib.suppress(Exception):
+                maker(trace)
+
+    thread = threading.Thread(target=make, name="ompt-py: analyses ahead", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _made_by(fn: Callable[..., Any]) -> Callable[..., Any]:

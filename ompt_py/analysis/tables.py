@@ -12,6 +12,7 @@ in the table's ``attrs``.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -229,6 +230,9 @@ def created(trace: Trace) -> pd.DataFrame:
 # ---- the tables of Trace ------------------------------------------------------------------------
 
 
+_SYMBOLIZING = threading.Lock()
+
+
 @per_trace
 def symbol_cache(trace: Trace) -> dict[int, pd.DataFrame]:
     """The code addresses symbolized so far, per process (grows with symbolize())."""
@@ -241,27 +245,28 @@ def symbolize(trace: Trace, codeptrs: Any = None, pid: int | None = None) -> pd.
     location ("file:line", or name, or module+offset) and how it was found; the
     text columns of units.TEXT.  By default every codeptr of the trace; cached.
     A process's rows in codeptr order, whichever were symbolized first."""
-    known_by_pid = symbol_cache(trace)
-    frames = []
-    for proc in trace.meta.get("processes", []):
-        if pid is not None and proc["pid"] != pid:
-            continue
-        known = known_by_pid.get(proc["pid"])
-        if codeptrs is None:
-            wanted = np.unique(trace.events["codeptr"][trace.pids == proc["pid"]])
-        else:
-            wanted = np.unique(np.asarray(codeptrs, dtype=np.uint64))
-        if known is not None:
-            wanted = np.setdiff1d(wanted, known["codeptr"].to_numpy(np.uint64))
-        if len(wanted):
-            found = symbols.resolve(symbols.Modules(proc.get("modules", [])), wanted)
-            found.insert(0, "pid", proc["pid"])
-            known = found if known is None else pd.concat(
-                [known, found], ignore_index=True).sort_values("codeptr", kind="stable",
-                                                               ignore_index=True)
-            known_by_pid[proc["pid"]] = known
-        if known is not None:
-            frames.append(known)
+    with _SYMBOLIZING:  # one thread at a time adds to the trace's cache
+        known_by_pid = symbol_cache(trace)
+        frames = []
+        for proc in trace.meta.get("processes", []):
+            if pid is not None and proc["pid"] != pid:
+                continue
+            known = known_by_pid.get(proc["pid"])
+            if codeptrs is None:
+                wanted = np.unique(trace.events["codeptr"][trace.pids == proc["pid"]])
+            else:
+                wanted = np.unique(np.asarray(codeptrs, dtype=np.uint64))
+            if known is not None:
+                wanted = np.setdiff1d(wanted, known["codeptr"].to_numpy(np.uint64))
+            if len(wanted):
+                found = symbols.resolve(symbols.Modules(proc.get("modules", [])), wanted)
+                found.insert(0, "pid", proc["pid"])
+                known = found if known is None else pd.concat(
+                    [known, found], ignore_index=True).sort_values("codeptr", kind="stable",
+                                                                   ignore_index=True)
+                known_by_pid[proc["pid"]] = known
+            if known is not None:
+                frames.append(known)
     out = pd.concat(frames, ignore_index=True) if frames else symbols.resolve(
         symbols.Modules([]), np.empty(0, np.uint64)).assign(pid=pd.Series(dtype=int))
     if codeptrs is not None:

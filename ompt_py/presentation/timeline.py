@@ -26,7 +26,16 @@ import pandas as pd
 from ..analysis import metrics, offload, tables
 from ..analysis.cache import per_trace
 from ..analysis.pairing import find, group_ids
-from ..analysis.states import closed, is_barrier, region_tasks, thread_key, to_int
+from ..analysis.states import (
+    closed,
+    is_barrier,
+    region_tasks,
+    task_waits,
+    thread_key,
+    thread_states,
+    to_int,
+    tool_stalls,
+)
 from ..errors import MissingEventsError
 from ..records import TRANSFERS_TO_DEVICE, WORK_TYPES
 
@@ -148,6 +157,17 @@ def _implicit(trace: Trace) -> pd.DataFrame:
     return rt[["pid", "parallel_id", "thread", "begin_ns", "end_ns"]].assign(wait_ns=wait)
 
 
+def _waits(trace: Trace) -> pd.DataFrame:
+    return closed(trace, tables.wait_intervals)
+
+
+#: What bars() asks for beside the regions' tables (tables.linked_regions, which it
+#: asks for first), in the order it does: a caller can have them made ``ahead``
+#: while it makes those (cache.ahead).
+AHEAD = (_waits, tables.mutex, tables.task_pieces, tool_stalls, task_waits, thread_states,
+         metrics.region_threads)
+
+
 @per_trace
 def bars(trace: Trace) -> Bars:
     """The bars of every thread of the trace (see the module's docstring)."""
@@ -184,7 +204,7 @@ def bars(trace: Trace) -> Bars:
                             to_int(work["end_ns"]), kind.to_numpy(np.int16),
                             sites.codes(at_region(row, region_py, None), work["location"]),
                             at_region(row, region_team, 0)))
-    waits = closed(trace, tables.wait_intervals)
+    waits = _waits(trace)
     if len(waits):
         barrier = is_barrier(waits["kind"])
         row = region_of(waits)

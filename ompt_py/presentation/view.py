@@ -35,13 +35,14 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import flame
+from ..analysis.cache import ahead
 from ..analysis.states import key_pid_thread
 from ..analysis.states import threads as thread_keys
 from ..errors import ConfigError
 from ..units import format_ns
 from . import lod
 from .plots import flame_colours
-from .timeline import KINDS, bars, device_bars
+from .timeline import AHEAD, KINDS, bars, device_bars
 
 if TYPE_CHECKING:
     from bokeh.models import UIElement
@@ -403,9 +404,11 @@ def layout(trace: Trace, start_ns: int | None = None, end_ns: int | None = None,
             f"{format_ns(span)}.  Wheel or box to zoom, drag to pan; hover a bar "
             "for what it is.  Pale bars stand for many small ones (their bin's main "
             "construct): zoom in for each.")
-    tabs = Tabs(tabs=[TabPanel(child=_timeline(trace, rows, start_ns, end_ns), title="Timeline"),
-                      TabPanel(child=_flame(trace), title="Flame")],
-                sizing_mode="stretch_width", name="tabs")
+    with ahead(trace, *AHEAD, flame.flame):  # beside the regions' tables, then the bars'
+        tabs = Tabs(tabs=[TabPanel(child=_timeline(trace, rows, start_ns, end_ns),
+                                   title="Timeline"),
+                          TabPanel(child=_flame(trace), title="Flame")],
+                    sizing_mode="stretch_width", name="tabs")
     return column(Div(text=head, sizing_mode="stretch_width"), tabs,
                   sizing_mode="stretch_width")
 

@@ -117,6 +117,76 @@ def test_forget_and_keep_see_through_wrappers():
     cache.keep(t, wrapped(tables.order))
     assert not cache.made(t, mutex) and cache.made(t, tables.order)
 
+def test_a_value_asked_for_by_several_threads_is_made_once():
+    """Threads that ask for the same @per_trace value at once: the first makes it,
+    the others wait for it and get the same object; other values are made beside."""
+    import threading
+    import time
+
+    from ompt_py.analysis import cache
+
+    t = stored("contended", STORED_RUNTIMES[0])
+    calls, started = [], threading.Barrier(4)
+
+    @cache.per_trace
+    def slow(trace, n):
+        calls.append(n)
+        time.sleep(0.2)  # the other threads ask meanwhile
+        return object()
+
+    got = {}
+
+    def ask(name, n):
+        started.wait()
+        got[name] = slow(t, n)
+
+    threads = [threading.Thread(target=ask, args=(name, n))
+               for name, n in (("a", 1), ("b", 1), ("c", 1), ("d", 2))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(calls) == [1, 2]
+    assert got["a"] is got["b"] is got["c"] is slow(t, 1) and got["d"] is slow(t, 2)
+
+
+def test_values_made_ahead():
+    """cache.ahead: its makers run on a thread of their own while the body runs and
+    are kept; that thread is gone at the end; a maker's error is raised by the body
+    when it asks for that value, not by ahead.  A body that ends first stops them."""
+    import threading
+    import time
+
+    from ompt_py.analysis import cache, tables
+
+    t = stored("contended", STORED_RUNTIMES[0])
+    made_on = []
+
+    @cache.per_trace
+    def failing(trace):
+        made_on.append(threading.current_thread().name)
+        raise ValueError("no such value")
+
+    @cache.per_trace
+    def last(trace):
+        return threading.current_thread().name
+
+    cache.forget(t, tables.mutex)
+    with cache.ahead(t, tables.mutex, failing, last):
+        while not cache.made(t, last):
+            time.sleep(0.01)
+    assert not [th for th in threading.enumerate() if th.name == "ompt-py: analyses ahead"]
+    assert cache.made(t, tables.mutex) and last(t) == "ompt-py: analyses ahead"
+    assert made_on == ["ompt-py: analyses ahead"]
+    with pytest.raises(ValueError, match="no such value"):
+        failing(t)
+    assert made_on[1:] == [threading.main_thread().name]
+    cache.forget(t, tables.mutex)
+    with cache.ahead(t, lambda trace: time.sleep(0.3), tables.mutex):
+        pass
+    assert not cache.made(t, tables.mutex)
+
+
 def test_acquisitions_at_one_clock_tick_pair_one_to_one():
     """Many acquisitions of one lock on one thread at the same time (a coarse clock,
     a synthetic trace): each wait pairs with one hold, in their order, so mutex()
