@@ -162,8 +162,10 @@ def _waits(trace: Trace) -> pd.DataFrame:
 
 
 #: What bars() asks for beside the regions' tables (tables.linked_regions, which it
-#: asks for first), in the order it does: a caller can have them made ``ahead``
-#: while it makes those (cache.ahead).
+#: asks for first): a caller can have them made ``ahead`` while it makes those
+#: (cache.ahead).  The thread states' layers that need no region come first, then
+#: the thread states and the regions' threads, which wait for the regions' implicit
+#: tasks (region_tasks) if those are still being made.
 AHEAD = (_waits, tables.mutex, tables.task_pieces, tool_stalls, task_waits, thread_states,
          metrics.region_threads)
 
