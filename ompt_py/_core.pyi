@@ -322,12 +322,13 @@ def format_rows(
     values, missing, null, table)."""
 
 def proto_payloads(
-    columns: list[tuple[int, int, Buffer, Buffer | None, tuple[bytes, ...] | None]],
+    parts: list[list[tuple[int, int, Buffer, Buffer | None, tuple[bytes, ...] | None]]],
     offsets: Buffer,
     /,
 ) -> bytes:
-    """The TrackEvent fields of each row (a slice's begin), one after the other; offsets
-    (int64, rows + 1) written.  A column is (PROTO_*, key, values, missing, table)."""
+    """The TrackEvent fields of each row (a slice's begin), one after the other, the rows
+    of each part (a list of columns) after the part before; offsets (int64, rows + 1)
+    written.  A column is (PROTO_*, key, values, missing, table)."""
 
 def proto_nest(
     track: Buffer, begin: Buffer, end: Buffer, runs: Buffer, ntracks: int, query_track: Buffer,

@@ -445,9 +445,10 @@ static PyMethodDef methods[] = {
          "Rows of text, each parts[0] value parts[1] ... parts[-1]; a column is (FORMAT_*, "
          "values, missing, null, table).")},
     {"proto_payloads", omptpy_py_proto_payloads, METH_VARARGS,
-     DOC("proto_payloads($module, columns, offsets, /)",
-         "The TrackEvent fields of each row (a slice's begin), one after the other; offsets "
-         "(int64, rows + 1) written.  A column is (PROTO_*, key, values, missing, table).")},
+     DOC("proto_payloads($module, parts, offsets, /)",
+         "The TrackEvent fields of each row (a slice's begin), one after the other, the rows "
+         "of each part (a list of columns) after the part before; offsets (int64, rows + 1) "
+         "written.  A column is (PROTO_*, key, values, missing, table).")},
     {"proto_nest", omptpy_py_proto_nest, METH_VARARGS,
      DOC("proto_nest($module, track, begin, end, runs, ntracks, query_track, query_time, "
          "query_slice, seq, /)",

@@ -99,88 +99,115 @@ static unsigned char *put_payload(unsigned char *p, const payload_column *c, Py_
   }
 }
 
-/* proto_payloads(columns, offsets): the fields a slice's begin adds to its
- * TrackEvent, per row of the columns, one after the other; offsets (int64,
- * rows + 1, written) says where each row's start.  A column is (kind, key,
- * values, missing, table): PROTO_FIELD, a varint field (key: its number);
- * PROTO_NUMBER (int_value, or uint_value for unsigned values) and
- * PROTO_POINTER (pointer_value), a debug annotation (key: its name's iid);
- * PROTO_TABLE, the table's entry of each code (bytes: encoded fields; empty or
- * a code outside the table: nothing), as a debug annotation's value (key: its
- * name's iid) or, key 0, as they are.  missing: None, or a byte per row
- * (nonzero: nothing). */
+/* proto_payloads(parts, offsets): the fields a slice's begin adds to its
+ * TrackEvent, per row of the parts' columns, one after the other (the rows of
+ * each part after those of the part before); offsets (int64, rows + 1, written)
+ * says where each row's start.  A part is a list of columns of as many rows; a
+ * column is (kind, key, values, missing, table): PROTO_FIELD, a varint field
+ * (key: its number); PROTO_NUMBER (int_value, or uint_value for unsigned
+ * values) and PROTO_POINTER (pointer_value), a debug annotation (key: its
+ * name's iid); PROTO_TABLE, the table's entry of each code (bytes: encoded
+ * fields; empty or a code outside the table: nothing), as a debug annotation's
+ * value (key: its name's iid) or, key 0, as they are.  missing: None, or a byte
+ * per row (nonzero: nothing). */
 PyObject *omptpy_py_proto_payloads(PyObject *m, PyObject *args) {
   (void)m;
-  PyObject *columns, *offsets_obj, *result = NULL;
-  if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &columns, &offsets_obj)) return NULL;
-  Py_ssize_t ncol = PyList_GET_SIZE(columns), n = -1, row_bound = 0;
+  PyObject *parts, *offsets_obj, *result = NULL;
+  if (!PyArg_ParseTuple(args, "O!O", &PyList_Type, &parts, &offsets_obj)) return NULL;
+  Py_ssize_t nparts = PyList_GET_SIZE(parts), ncol = 0, rows = 0, bound = 0;
+  for (Py_ssize_t j = 0; j < nparts; j++) {
+    PyObject *part = PyList_GET_ITEM(parts, j);
+    if (!PyList_Check(part)) {
+      PyErr_SetString(PyExc_TypeError, "proto_payloads: a part is a list of columns");
+      return NULL;
+    }
+    ncol += PyList_GET_SIZE(part);
+  }
   payload_column *col = PyMem_Calloc((size_t)ncol + 1, sizeof *col);
   Py_buffer *values = PyMem_Calloc((size_t)ncol + 1, sizeof *values);
   Py_buffer *missing = PyMem_Calloc((size_t)ncol + 1, sizeof *missing);
+  /* per part: its first column and its rows */
+  Py_ssize_t *part_col = PyMem_Calloc((size_t)nparts + 1, sizeof *part_col);
+  Py_ssize_t *part_rows = PyMem_Calloc((size_t)nparts + 1, sizeof *part_rows);
   Py_buffer offsets_buf = {0};
-  if (!col || !values || !missing) {
+  if (!col || !values || !missing || !part_col || !part_rows) {
     PyErr_NoMemory();
     goto done;
   }
-  for (Py_ssize_t k = 0; k < ncol; k++) {
-    payload_column *c = &col[k];
-    PyObject *vals, *miss, *table;
-    unsigned long long key;
-    if (!PyArg_ParseTuple(PyList_GET_ITEM(columns, k), "iKOOO", &c->kind, &key, &vals, &miss,
-                          &table))
-      goto done;
-    c->key = key;
-    if (omptpy_get_ints(vals, &values[k], &c->ints, &n, "proto_payloads") < 0) goto done;
-    if (miss != Py_None) {
-      if (PyObject_GetBuffer(miss, &missing[k], PyBUF_SIMPLE) < 0) goto done;
-      if (missing[k].len < n) {
-        PyErr_SetString(PyExc_ValueError, "proto_payloads: a missing column too short");
+  for (Py_ssize_t j = 0, k = 0; j < nparts; j++) {
+    PyObject *columns = PyList_GET_ITEM(parts, j);
+    Py_ssize_t n = -1, row_bound = 0;
+    part_col[j] = k;
+    for (Py_ssize_t c_at = 0; c_at < PyList_GET_SIZE(columns); c_at++, k++) {
+      payload_column *c = &col[k];
+      PyObject *vals, *miss, *table;
+      unsigned long long key;
+      if (!PyArg_ParseTuple(PyList_GET_ITEM(columns, c_at), "iKOOO", &c->kind, &key, &vals,
+                            &miss, &table))
         goto done;
-      }
-      c->missing = missing[k].buf;
-    }
-    if (c->kind < 0 || c->kind >= PROTO_KINDS || (c->kind == PROTO_TABLE) != (table != Py_None) ||
-        (table != Py_None && !PyTuple_Check(table))) {
-      PyErr_SetString(PyExc_ValueError, "proto_payloads: a column of another kind");
-      goto done;
-    }
-    Py_ssize_t width = 2 * VARINT_MAX + 8; /* an annotation's head and varint value */
-    if (table != Py_None) {
-      c->ntable = PyTuple_GET_SIZE(table);
-      c->table = PyMem_Calloc((size_t)c->ntable + 1, sizeof *c->table);
-      c->table_len = PyMem_Calloc((size_t)c->ntable + 1, sizeof *c->table_len);
-      if (!c->table || !c->table_len) {
-        PyErr_NoMemory();
-        goto done;
-      }
-      for (Py_ssize_t t = 0; t < c->ntable; t++) {
-        if (PyBytes_AsStringAndSize(PyTuple_GET_ITEM(table, t), (char **)&c->table[t],
-                                    &c->table_len[t]) < 0)
+      c->key = key;
+      if (omptpy_get_ints(vals, &values[k], &c->ints, &n, "proto_payloads") < 0) goto done;
+      if (miss != Py_None) {
+        if (PyObject_GetBuffer(miss, &missing[k], PyBUF_SIMPLE) < 0) goto done;
+        if (missing[k].len < n) {
+          PyErr_SetString(PyExc_ValueError, "proto_payloads: a missing column too short");
           goto done;
-        if (c->table_len[t] > c->table_max) c->table_max = c->table_len[t];
+        }
+        c->missing = missing[k].buf;
       }
-      width = c->table_max + 2 * VARINT_MAX + 4;
+      if (c->kind < 0 || c->kind >= PROTO_KINDS ||
+          (c->kind == PROTO_TABLE) != (table != Py_None) ||
+          (table != Py_None && !PyTuple_Check(table))) {
+        PyErr_SetString(PyExc_ValueError, "proto_payloads: a column of another kind");
+        goto done;
+      }
+      Py_ssize_t width = 2 * VARINT_MAX + 8; /* an annotation's head and varint value */
+      if (table != Py_None) {
+        c->ntable = PyTuple_GET_SIZE(table);
+        c->table = PyMem_Calloc((size_t)c->ntable + 1, sizeof *c->table);
+        c->table_len = PyMem_Calloc((size_t)c->ntable + 1, sizeof *c->table_len);
+        if (!c->table || !c->table_len) {
+          PyErr_NoMemory();
+          goto done;
+        }
+        for (Py_ssize_t t = 0; t < c->ntable; t++) {
+          if (PyBytes_AsStringAndSize(PyTuple_GET_ITEM(table, t), (char **)&c->table[t],
+                                      &c->table_len[t]) < 0)
+            goto done;
+          if (c->table_len[t] > c->table_max) c->table_max = c->table_len[t];
+        }
+        width = c->table_max + 2 * VARINT_MAX + 4;
+      }
+      row_bound += width;
     }
-    row_bound += width;
+    part_rows[j] = n < 0 ? 0 : n;
+    if (part_rows[j] > 0 && row_bound > (PY_SSIZE_T_MAX - bound) / part_rows[j]) {
+      PyErr_NoMemory();
+      goto done;
+    }
+    bound += part_rows[j] * row_bound;
+    rows += part_rows[j];
   }
-  if (n < 0) n = 0;
-  Py_ssize_t noffsets = n + 1;
+  part_col[nparts] = ncol;
+  Py_ssize_t noffsets = rows + 1;
   int64_t *offsets =
       omptpy_get_items(offsets_obj, &offsets_buf, 8, &noffsets, 1, "proto_payloads offsets");
   if (!offsets) goto done;
-  if (n > 0 && row_bound > PY_SSIZE_T_MAX / n) {
-    PyErr_NoMemory();
-    goto done;
-  }
-  result = PyBytes_FromStringAndSize(NULL, n * row_bound);
+  result = PyBytes_FromStringAndSize(NULL, bound);
   if (!result) goto done;
   unsigned char *start = (unsigned char *)PyBytes_AS_STRING(result), *p = start;
-  Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n; i++) {
-    offsets[i] = p - start;
-    for (Py_ssize_t k = 0; k < ncol; k++) p = put_payload(p, &col[k], i);
+  Py_BEGIN_ALLOW_THREADS;
+  int64_t *offset = offsets;
+  for (Py_ssize_t j = 0; j < nparts; j++) {
+    const payload_column *first = &col[part_col[j]], *stop = &col[part_col[j + 1]];
+    for (Py_ssize_t i = 0; i < part_rows[j]; i++) {
+      *offset++ = p - start;
+      for (const payload_column *c = first; c < stop; c++) p = put_payload(p, c, i);
+    }
   }
-  offsets[n] = p - start;
-  Py_END_ALLOW_THREADS if (_PyBytes_Resize(&result, p - start) < 0) result = NULL;
+  *offset = p - start;
+  Py_END_ALLOW_THREADS;
+  if (_PyBytes_Resize(&result, p - start) < 0) result = NULL;
 done:
   for (Py_ssize_t k = 0; col && values && missing && k < ncol; k++) {
     PyMem_Free(col[k].table);
@@ -192,6 +219,8 @@ done:
   PyMem_Free(col);
   PyMem_Free(values);
   PyMem_Free(missing);
+  PyMem_Free(part_col);
+  PyMem_Free(part_rows);
   return result;
 }
 

@@ -411,30 +411,31 @@ class SliceOrder:
         ``labels``): their labels, then in ``turn`` their columns, whose strings are
         interned then; returns the InternedData packet of the strings new to them
         (b"": none), the payloads' bytes, their offsets, and the slot of each
-        position's."""
+        position's.  nest takes each source's slices in its order, so the positions
+        of a source in a part of its sequence are a range: its labels are made of
+        that range (no gather of positions) and its payloads lie one after the other."""
         which = np.searchsorted(self.starts, at, "right") - 1
-        # a radix sort, in one pass (a few sources: fewer than 2^15)
-        by_source = np.argsort(which.astype(np.int16), kind="stable")
-        labelled = []
-        for i, first, stop in runs(which[by_source]):
-            rows = at[by_source[first:stop]] - self.starts[i]
-            if self.perm[i] is not None:
-                rows = self.perm[i][rows]
+        count = np.bincount(which, minlength=len(self.labels))
+        # Each source's first position here: ufunc.at in at's own dtype (with a cast to
+        # another, fifty times slower).
+        first = np.full(len(count), np.iinfo(at.dtype).max, at.dtype)
+        np.minimum.at(first, which, at)
+        if (at - first[which] >= count[which]).any():
+            raise RuntimeError("SliceOrder.payloads: a source's slices out of their order")
+        labelled, slot = [], np.zeros(len(count), np.int64)
+        for i in np.flatnonzero(count).tolist():
+            low = int(first[i] - self.starts[i])
+            part = slice(low, low + int(count[i]))
             cat, label = self.labels[i]
-            labelled.append((cat, len(rows), label(rows)))
+            slot[i] = sum(n for _, n, _ in labelled)
+            labelled.append((cat, int(count[i]),
+                             label(part if self.perm[i] is None else self.perm[i][part])))
         with turn:
             columns = [_columns(cat, n, label, strings) for cat, n, label in labelled]
             interned = strings.packet()
-        data, offsets, base = [], [], 0
-        for (_, n, _), made in zip(labelled, columns):
-            own = np.empty(n + 1, np.int64)
-            data.append(_core.proto_payloads(made, own))
-            offsets.append(own[:-1] + base)
-            base += len(data[-1])
-        offsets.append(np.array([base], np.int64))
-        slots = np.empty(len(at), np.int64)
-        slots[by_source] = np.arange(len(at))
-        return interned, b"".join(data), np.concatenate(offsets), slots
+        offsets = np.empty(len(at) + 1, np.int64)
+        payload = _core.proto_payloads(columns, offsets)
+        return interned, payload, offsets, slot[which] + (at - first[which])
 
 
 def runs(values: np.ndarray) -> Iterator[tuple[int, int, int]]:

@@ -378,3 +378,19 @@ def test_the_packets_kernel_refuses_what_names_nothing():
         packets([0, 2], slots=(0, 2))
     with pytest.raises(ValueError, match="a track without a uuid"):
         packets([0, 2], uuids=(7,))
+
+
+def test_the_payloads_kernel_writes_its_parts_one_after_the_other():
+    """_core.proto_payloads writes the rows of each part (a list of columns of as
+    many rows) after those of the part before, with where each row starts; it
+    refuses a part that is not a list, and columns of a part of other lengths."""
+    def name_iid(*values):  # TrackEvent.name_iid, a varint field (tag 0x10)
+        return (_core.PROTO_FIELD, 2, np.array(values, np.uint64), None, None)
+    offsets = np.empty(4, np.int64)
+    assert _core.proto_payloads([[name_iid(1, 2)], [name_iid(300)]], offsets) == (
+        b"\x10\x01\x10\x02\x10\xac\x02")
+    assert offsets.tolist() == [0, 2, 4, 7]
+    with pytest.raises(TypeError, match="a part is a list of columns"):
+        _core.proto_payloads([(name_iid(1),)], np.empty(2, np.int64))
+    with pytest.raises(ValueError):
+        _core.proto_payloads([[name_iid(1), name_iid(1, 2)]], np.empty(3, np.int64))
