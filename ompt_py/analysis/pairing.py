@@ -537,7 +537,11 @@ def waits_per_region(regions: int, region_keys: list[tuple], region_begin: tuple
     region = np.empty(len(wait_ns), np.intp)
     _core.find(region_keys, wait_keys, region, region_begin, wait_begin)
     totals = np.zeros(regions, np.int64)
-    np.add.at(totals, region[region >= 0], wait_ns[region >= 0])
+    inside = region >= 0
+    if inside.all():  # (as they are, most often: no copy of either)
+        np.add.at(totals, region, wait_ns)
+    else:
+        np.add.at(totals, region[inside], wait_ns[inside])
     return totals
 
 

@@ -68,7 +68,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
@@ -528,17 +528,29 @@ def _sync(rec: _Records, regions: _Pairs, sync: _Pairs, waits: _Pairs,
           found: dict[str, np.ndarray]) -> tuple[_Pairs, Source, Source]:
     """The ``waits`` in barriers, taskwait and taskgroup (the counter counts them
     too), and the slices of those ``sync`` regions and of the waits (their ends
-    clamped to their ``regions``': ``found``, _LOOKUPS')."""
+    clamped to their ``regions``': ``found``, _LOOKUPS').  The time each region
+    waited (pairing.waits_per_region, a find in C without the GIL) is made on a
+    thread of its own while the slices are put in order: only their labels need it."""
     _clamp(waits, found["wait region"], regions)
     _clamp(sync, found["sync region"], regions)
-    wait_ns = pairing.waits_per_region(
-        len(sync), rec.keys(sync.rows, "thread", "kind_raw", event="sync_region"),
-        rec.field("time_ns", sync.rows),
-        rec.keys(waits.rows, "thread", "kind_raw", event="sync_region_wait"),
-        rec.field("time_ns", waits.rows), waits.end - rec.time(waits.rows))
+
+    def waited_ns() -> np.ndarray:
+        waited = rec.time(waits.rows)
+        np.subtract(waits.end, waited, out=waited)
+        totals = pairing.waits_per_region(
+            len(sync), rec.keys(sync.rows, "thread", "kind_raw", event="sync_region"),
+            rec.field("time_ns", sync.rows),
+            rec.keys(waits.rows, "thread", "kind_raw", event="sync_region_wait"),
+            rec.field("time_ns", waits.rows), waited)
+        del waited
+        _core.trim_heap()  # what the thread freed: glibc keeps it in the thread's heap
+        return totals
+    aside = ThreadPoolExecutor(1, thread_name_prefix="ompt-py: export")
+    waited = aside.submit(waited_ns)
+    aside.shutdown(wait=False)
     return (waits,
             _slices(rec, "sync", sync, lambda r, part: (_kind(r), [
-                ("kind_raw", _kind_raw(r)), ("wait_ns", number(wait_ns[part])),
+                ("kind_raw", _kind_raw(r)), ("wait_ns", number(waited.result()[part])),
                 ("parallel_id", ident(r["parallel_id"])), ("task_id", ident(r["task_id"])),
                 ("codeptr", _codeptr(r))])),
             _slices(rec, "sync_wait", waits, lambda r, part: (
@@ -1039,7 +1051,7 @@ def _unpaired(rec: _Records, first_flow: int) -> _Unpaired:
 def _track_sources(rec: _Records, paired: dict[str, _Pairs],
                    tree: tuple[_Pairs, Any, np.ndarray, np.ndarray],
                    devices: _DeviceTracks | None, waits: list[_Pairs],
-                   syncs: Future[tuple[_Pairs, Source, Source]], unpaired: _Unpaired
+                   syncs: tuple[_Pairs, Source, Source], unpaired: _Unpaired
                    ) -> Iterator[Source]:
     """The file's events after the metadata and the Python frames, in file order
     (filtered by ``filtered``): the slices of every track, parents before children
@@ -1055,7 +1067,7 @@ def _track_sources(rec: _Records, paired: dict[str, _Pairs],
     yield from _parallel(rec, regions, tree)
     del tree
     yield _work(rec, paired.pop("work"))
-    sync_wait_pairs, sync, sync_waits = syncs.result()
+    sync_wait_pairs, sync, sync_waits = syncs
     del regions, syncs
     yield sync
     yield sync_waits
@@ -1165,12 +1177,7 @@ def tracks(trace: Trace, flt: ExportFilter, first_flow: int = 1) -> Tracks:
         _symbolize_located(rec)
         paired, found = pairs.result()
     regions = paired["parallel"]
-    # The sync regions' waits (a find in C, without the GIL) made while the regions'
-    # tree and first sources are: _track_sources takes them when their turn comes.
-    pool = ThreadPoolExecutor(1)
-    syncs = pool.submit(_sync, rec, regions, paired.pop("sync_region"),
-                        paired.pop("sync_region_wait"), found)
-    pool.shutdown(wait=False)
+    syncs = _sync(rec, regions, paired.pop("sync_region"), paired.pop("sync_region_wait"), found)
     tree = _region_tree(rec, regions, paired.pop("implicit_task"), found)
     stacks = _Stacks(frames) if len(frames) else None
     items = _python_items(rec, stacks, regions, tree[1]) if stacks is not None else None
