@@ -190,6 +190,12 @@ static inline void key_at(const keyset *k, Py_ssize_t row, key *out) {
   key_hash(k, out);
 }
 
+/* The key columns of the record `row` fetched into the cache (read later by key_at). */
+static inline void key_prefetch(const keyset *k, Py_ssize_t row) {
+  for (Py_ssize_t j = 0; j < k->ncol; j++)
+    __builtin_prefetch(k->col[j].base + row * k->col[j].stride);
+}
+
 static int key_matches(const keyset *k, Py_ssize_t row, const key *q) {
   for (Py_ssize_t j = 0; j < k->ncol; j++)
     if (column_read(&k->col[j], row) != q->word[j]) return 0;
@@ -718,6 +724,9 @@ static void *second_half(void *arg) {
  * LOOK_AGAIN (the caller finds those); then its loose ends close the begins left
  * open by the first half, in order, as if read in one pass.  -1: the first half
  * did not fill its begins (an order that names a row twice). */
+/* How many begins ahead split_merge fetches their keys into the cache. */
+enum { KEYS_AHEAD = 16 };
+
 static int split_merge(pairing *g, pairing *h, const Py_ssize_t *from, Py_ssize_t npairings,
                        lookup *lk, Py_ssize_t nlk, const column *times) {
   key q;
@@ -726,7 +735,10 @@ static int split_merge(pairing *g, pairing *h, const Py_ssize_t *from, Py_ssize_
   for (Py_ssize_t l = 0; l < nlk; l++) {
     pairing *in = &g[lk[l].in];
     const int64_t *rows = (const int64_t *)PyBytes_AS_STRING(g[lk[l].of].begins);
-    for (Py_ssize_t s = from[lk[l].of]; s < h[lk[l].of].count; s++) {
+    Py_ssize_t stop = h[lk[l].of].count;
+    for (Py_ssize_t s = from[lk[l].of]; s < stop; s++) {
+      /* the rows lie far apart, read long after the pass: fetched ahead */
+      if (s + KEYS_AHEAD < stop) key_prefetch(&lk[l].keys, (Py_ssize_t)rows[s + KEYS_AHEAD]);
       key_at(&lk[l].keys, (Py_ssize_t)rows[s], &q);
       if (!q.missing && seen_maybe(in, &q)) lk[l].found[s] = look_in(in, &q);
     }
