@@ -364,6 +364,10 @@ def event_rows(records: Buffer, group: Buffer, outs: list[Buffer], /) -> None:
     (uint8, 65536 entries) is each event number's group, 1 to len(outs), 0 for none;
     outs[g - 1] (int64) gets group g's rows and must hold exactly as many."""
 
+def take_records(records: Buffer, rows: Buffer, out: Buffer, /) -> None:
+    """The records at rows (int64, each within the records) copied into out (as many
+    records), in order, those ahead fetched into the cache."""
+
 def tick_scale(
     first_ticks: int, first_ns: int, last_ticks: int | None, last_ns: int | None,
     estimate: float, /,

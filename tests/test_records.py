@@ -1,7 +1,7 @@
 """records.of_events: which records are of some events, the records' field read
 in place, as np.isin tells it; records.count_events and event_groups (C, one pass
 each): the counts numpy's bincount gives, the rows of_events finds; the C
-pass thread_keys (numpy's unique of the keys)."""
+pass thread_keys (numpy's unique of the keys); take_records (numpy's take)."""
 
 from __future__ import annotations
 
@@ -101,3 +101,22 @@ def test_thread_keys_are_numpys_unique(n):
     with pytest.raises(ValueError, match="int32 per record"):
         _core.thread_keys(records, np.zeros(n, np.int64), 0)
 
+
+
+def test_take_records_is_numpy_s_take():
+    """_core.take_records copies the records at some rows (in any order, repeated)
+    as numpy takes them; it refuses a row outside the records and an output of
+    another length."""
+    records = _records(10_000, 3)
+    records["thread"] = np.arange(len(records))
+    rows = np.random.default_rng(4).integers(0, len(records), 5000)
+    out = np.empty(len(rows), records.dtype)
+    _core.take_records(records, rows, out)
+    assert out.tobytes() == records[rows].tobytes()
+    _core.take_records(records, rows[:0], out[:0])
+    with pytest.raises(IndexError, match="outside the records"):
+        _core.take_records(records, np.array([0, len(records)]), out[:2])
+    with pytest.raises(IndexError, match="outside the records"):
+        _core.take_records(records, np.array([-1]), out[:1])
+    with pytest.raises(ValueError, match="a record per row"):
+        _core.take_records(records, rows[:3], out[:2])

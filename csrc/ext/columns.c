@@ -289,6 +289,48 @@ static const omptpy_record *records_of(PyObject *obj, Py_buffer *b, Py_ssize_t *
   return b->buf;
 }
 
+/* How many rows ahead take_records fetches the records it copies into the cache. */
+enum { TAKE_AHEAD = 16 };
+
+/* take_records(records, rows, out): the records at `rows` (int64, each within the
+ * records) copied into out (as many records), in order, fetching those ahead into
+ * the cache: the rows a table takes lie far apart in the records. */
+PyObject *omptpy_py_take_records(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *records, *rows_obj, *out_obj, *result = NULL;
+  if (!PyArg_ParseTuple(args, "OOO", &records, &rows_obj, &out_obj)) return NULL;
+  Py_buffer rb, sb = {0}, ob = {0};
+  Py_ssize_t n, m_rows = -1;
+  const omptpy_record *r = records_of(records, &rb, &n);
+  if (!r) return NULL;
+  const int64_t *rows = omptpy_get_items(rows_obj, &sb, 8, &m_rows, 0, "take_records rows");
+  if (!rows) goto done;
+  if (PyObject_GetBuffer(out_obj, &ob, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
+  if (ob.len != m_rows * (Py_ssize_t)sizeof(omptpy_record)) {
+    PyErr_SetString(PyExc_ValueError, "take_records: out holds a record per row");
+    goto done;
+  }
+  omptpy_record *out = ob.buf;
+  int outside = 0;
+  Py_BEGIN_ALLOW_THREADS;
+  for (Py_ssize_t i = 0; i < m_rows && !outside; i++) outside = rows[i] < 0 || rows[i] >= n;
+  for (Py_ssize_t i = 0; i < m_rows && !outside; i++) {
+    if (i + TAKE_AHEAD < m_rows) __builtin_prefetch(&r[rows[i + TAKE_AHEAD]]);
+    out[i] = r[rows[i]];
+  }
+  Py_END_ALLOW_THREADS;
+  if (outside) {
+    PyErr_SetString(PyExc_IndexError, "take_records: a row outside the records");
+    goto done;
+  }
+  result = omptpy_py_none();
+done:
+  if (ob.obj) PyBuffer_Release(&ob);
+  if (sb.obj) PyBuffer_Release(&sb);
+  PyBuffer_Release(&rb);
+  return result;
+}
+
 /* event_counts(records, out): out[e] += the records of event number e, one pass
  * (out: int64, OMPTPY_EVENT_NUMBERS entries). */
 PyObject *omptpy_py_event_counts(PyObject *m, PyObject *args) {

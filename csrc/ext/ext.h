@@ -54,6 +54,7 @@ PyObject *omptpy_py_columns(PyObject *m, PyObject *args);
 enum { OMPTPY_EVENT_NUMBERS = 1 << 16 };
 PyObject *omptpy_py_event_counts(PyObject *m, PyObject *args);
 PyObject *omptpy_py_event_rows(PyObject *m, PyObject *args);
+PyObject *omptpy_py_take_records(PyObject *m, PyObject *args);
 PyObject *omptpy_py_thread_keys(PyObject *m, PyObject *args);
 /* qsort's order of int64 values. */
 int omptpy_cmp_int64(const void *a, const void *b);

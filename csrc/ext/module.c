@@ -481,6 +481,10 @@ static PyMethodDef methods[] = {
          "The rows of each group of events, in the records' order, in one pass: group "
          "(uint8, 65536 entries) is each event number's group, 1 to len(outs), 0 for none; "
          "outs[g - 1] (int64) gets group g's rows and must hold exactly as many.")},
+    {"take_records", omptpy_py_take_records, METH_VARARGS,
+     DOC("take_records($module, records, rows, out, /)",
+         "The records at rows (int64, each within the records) copied into out (as many "
+         "records), in order, those ahead fetched into the cache.")},
     {"thread_keys", omptpy_py_thread_keys, METH_VARARGS,
      DOC("thread_keys($module, records, pids, pid, /)",
          "The distinct pid << 32 | thread of the records, sorted, as int64 bytes, in one "

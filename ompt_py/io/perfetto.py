@@ -122,7 +122,6 @@ class _Records:
     def __init__(self, trace: Trace) -> None:
         self.trace = trace
         self.ev = np.ascontiguousarray(trace.events)
-        self.bytes = self.ev.view(np.uint8).reshape(len(self.ev), self.ev.itemsize)
         # One process: no pid column (nor key: it would be the same for all).
         self.pids = None if trace.single_pid is not None else trace.pids
         self._selected: dict[tuple[str, ...], np.ndarray] = {}
@@ -170,9 +169,12 @@ class _Records:
         return self.ev["time_ns"][rows]
 
     def take(self, rows: np.ndarray) -> np.ndarray:
-        """The records at ``rows``: taken as bytes, twenty times faster than numpy
-        takes records of a structured type."""
-        return np.take(self.bytes, rows, axis=0).view(self.ev.dtype).reshape(len(rows))
+        """The records at ``rows``, copied in C (_core.take_records: twice as fast as
+        numpy takes them as rows of bytes, twenty times as it takes records of a
+        structured type)."""
+        out = np.empty(len(rows), self.ev.dtype)
+        _core.take_records(self.ev, np.ascontiguousarray(rows, np.int64), out)
+        return out
 
     def pid(self, rows: np.ndarray | slice) -> np.ndarray:
         return self.trace.pids_at(rows)
