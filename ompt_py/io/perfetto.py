@@ -220,7 +220,8 @@ class _Pairs:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def take(self, at: np.ndarray) -> _Pairs:
+    def take(self, at: np.ndarray | slice) -> _Pairs:
+        """The pairs ``at`` (positions: copies; a slice: views)."""
         return _Pairs(self.rows[at], self.end[at])
 
 
@@ -490,9 +491,13 @@ def _parallel(rec: _Records, regions: _Pairs,
     tasks (``tree``: _region_tree of the regions)."""
     ev = rec.ev
     implicit, parent, level, team = tree
-    initial = (ev["u32b"][implicit.rows] & TASK_INITIAL).astype(bool)  # u32b: flags
+    is_initial = (ev["u32b"][implicit.rows] & TASK_INITIAL) != 0  # u32b: flags
+    initial = np.flatnonzero(is_initial)
+    # The initial tasks begin first, as a rule: the others are a view then, not a copy.
+    others = (slice(len(initial), None) if np.array_equal(initial, np.arange(len(initial)))
+              else np.flatnonzero(~is_initial))
     locations = _Locations(rec, regions.rows)
-    yield _slices(rec, "implicit_task", implicit.take(np.flatnonzero(initial)),
+    yield _slices(rec, "implicit_task", implicit.take(initial),
                   lambda r, part: ("initial task", [("task_id", ident(r["task_id"]))]))
     # The regions' figures that are not in their records, as columns once (not per batch).
     parent_id = number(parent.to_numpy(np.uint64, na_value=0), parent.isna())
@@ -512,7 +517,7 @@ def _parallel(rec: _Records, regions: _Pairs,
                  ("codeptr", _codeptr(r)),
                  ("location", locations.column(rec.pid(regions.rows[part]), r["codeptr"]))])
     yield _slices(rec, "parallel", regions, region)
-    yield _slices(rec, "implicit_task", implicit.take(np.flatnonzero(~initial)),
+    yield _slices(rec, "implicit_task", implicit.take(others),
                   lambda r, part: ("implicit task", [
                       ("task_id", ident(r["task_id"])), ("parallel_id", ident(r["parallel_id"])),
                       ("thread_num", number(r["u64a"])), ("team_size", number(r["u32a"]))]))
