@@ -538,7 +538,7 @@ def waits_per_region(regions: int, region_keys: list[tuple], region_begin: tuple
     _core.find(region_keys, wait_keys, region, region_begin, wait_begin)
     totals = np.zeros(regions, np.int64)
     inside = region >= 0
-    if inside.all():  # (as they are, most often: no copy of either)
+    if inside.all():  # every wait in a region, as most often: no copy of either
         np.add.at(totals, region, wait_ns)
     else:
         np.add.at(totals, region[inside], wait_ns[inside])
