@@ -102,7 +102,6 @@ def test_thread_keys_are_numpys_unique(n):
         _core.thread_keys(records, np.zeros(n, np.int64), 0)
 
 
-
 def test_take_records_is_numpy_s_take():
     """_core.take_records copies the records at some rows (in any order, repeated)
     as numpy takes them; it refuses a row outside the records and an output of

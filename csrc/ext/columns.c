@@ -289,9 +289,6 @@ static const omptpy_record *records_of(PyObject *obj, Py_buffer *b, Py_ssize_t *
   return b->buf;
 }
 
-/* How many rows ahead take_records fetches the records it copies into the cache. */
-enum { TAKE_AHEAD = 16 };
-
 /* take_records(records, rows, out): the records at `rows` (int64, each within the
  * records) copied into out (as many records), in order, fetching those ahead into
  * the cache: the rows a table takes lie far apart in the records. */
@@ -315,7 +312,8 @@ PyObject *omptpy_py_take_records(PyObject *m, PyObject *args) {
   Py_BEGIN_ALLOW_THREADS;
   for (Py_ssize_t i = 0; i < m_rows && !outside; i++) outside = rows[i] < 0 || rows[i] >= n;
   for (Py_ssize_t i = 0; i < m_rows && !outside; i++) {
-    if (i + TAKE_AHEAD < m_rows) __builtin_prefetch(&r[rows[i + TAKE_AHEAD]]);
+    if (i + OMPTPY_FETCH_AHEAD < m_rows)
+      __builtin_prefetch(&r[rows[i + OMPTPY_FETCH_AHEAD]]);
     out[i] = r[rows[i]];
   }
   Py_END_ALLOW_THREADS;

@@ -27,6 +27,17 @@ static inline PyObject *omptpy_py_none(void) {
   return Py_None;
 }
 
+/* How many items ahead of where they are read the kernels that read far apart
+ * (records at rows, slices in nesting order) fetch them into the cache. */
+enum { OMPTPY_FETCH_AHEAD = 16 };
+
+/* A tuple of bytes (a table of encoded entries) read in place: *text and *len,
+ * PyMem arrays of len(table) + 1 the caller frees (also on error, NULL then or
+ * partly filled), *n its entries and *longest the longest (format.c).  -1 with
+ * an exception. */
+int omptpy_bytes_table(PyObject *table, const char ***text, Py_ssize_t **len, Py_ssize_t *n,
+                       Py_ssize_t *longest);
+
 /* Faults in the whole pages of [p, p + len) in one call (columns.c): fresh
  * output pages cost much less this way than one trap per page (on virtual
  * machines). */

@@ -140,6 +140,24 @@ static char *put_value(char *p, const format_column *c, Py_ssize_t i) {
   }
 }
 
+int omptpy_bytes_table(PyObject *table, const char ***text, Py_ssize_t **len, Py_ssize_t *n,
+                       Py_ssize_t *longest) {
+  *n = PyTuple_GET_SIZE(table);
+  *text = PyMem_Calloc((size_t)*n + 1, sizeof **text);
+  *len = PyMem_Calloc((size_t)*n + 1, sizeof **len);
+  if (!*text || !*len) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  *longest = 0;
+  for (Py_ssize_t t = 0; t < *n; t++) {
+    if (PyBytes_AsStringAndSize(PyTuple_GET_ITEM(table, t), (char **)&(*text)[t], &(*len)[t]) < 0)
+      return -1;
+    if ((*len)[t] > *longest) *longest = (*len)[t];
+  }
+  return 0;
+}
+
 PyObject *omptpy_py_format_rows(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *parts, *columns, *result = NULL;
@@ -185,20 +203,7 @@ PyObject *omptpy_py_format_rows(PyObject *m, PyObject *args) {
     c->null_len = PyBytes_GET_SIZE(null);
     Py_ssize_t width = c->kind == FORMAT_MICROS ? 25 : 24;
     if (table != Py_None) {
-      c->ntext = PyTuple_GET_SIZE(table);
-      c->text = PyMem_Calloc((size_t)c->ntext + 1, sizeof *c->text);
-      c->text_len = PyMem_Calloc((size_t)c->ntext + 1, sizeof *c->text_len);
-      if (!c->text || !c->text_len) {
-        PyErr_NoMemory();
-        goto done;
-      }
-      width = 0;
-      for (Py_ssize_t t = 0; t < c->ntext; t++) {
-        if (PyBytes_AsStringAndSize(PyTuple_GET_ITEM(table, t), (char **)&c->text[t],
-                                    &c->text_len[t]) < 0)
-          goto done;
-        if (c->text_len[t] > width) width = c->text_len[t];
-      }
+      if (omptpy_bytes_table(table, &c->text, &c->text_len, &c->ntext, &width) < 0) goto done;
     }
     row_bound += width > c->null_len ? width : c->null_len;
   }

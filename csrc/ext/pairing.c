@@ -724,9 +724,6 @@ static void *second_half(void *arg) {
  * LOOK_AGAIN (the caller finds those); then its loose ends close the begins left
  * open by the first half, in order, as if read in one pass.  -1: the first half
  * did not fill its begins (an order that names a row twice). */
-/* How many begins ahead split_merge fetches their keys into the cache. */
-enum { KEYS_AHEAD = 16 };
-
 static int split_merge(pairing *g, pairing *h, const Py_ssize_t *from, Py_ssize_t npairings,
                        lookup *lk, Py_ssize_t nlk, const column *times) {
   key q;
@@ -738,7 +735,8 @@ static int split_merge(pairing *g, pairing *h, const Py_ssize_t *from, Py_ssize_
     Py_ssize_t stop = h[lk[l].of].count;
     for (Py_ssize_t s = from[lk[l].of]; s < stop; s++) {
       /* the rows lie far apart, read long after the pass: fetched ahead */
-      if (s + KEYS_AHEAD < stop) key_prefetch(&lk[l].keys, (Py_ssize_t)rows[s + KEYS_AHEAD]);
+      if (s + OMPTPY_FETCH_AHEAD < stop)
+        key_prefetch(&lk[l].keys, (Py_ssize_t)rows[s + OMPTPY_FETCH_AHEAD]);
       key_at(&lk[l].keys, (Py_ssize_t)rows[s], &q);
       if (!q.missing && seen_maybe(in, &q)) lk[l].found[s] = look_in(in, &q);
     }

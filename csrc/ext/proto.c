@@ -163,19 +163,8 @@ PyObject *omptpy_py_proto_payloads(PyObject *m, PyObject *args) {
       }
       Py_ssize_t width = 2 * VARINT_MAX + 8; /* an annotation's head and varint value */
       if (table != Py_None) {
-        c->ntable = PyTuple_GET_SIZE(table);
-        c->table = PyMem_Calloc((size_t)c->ntable + 1, sizeof *c->table);
-        c->table_len = PyMem_Calloc((size_t)c->ntable + 1, sizeof *c->table_len);
-        if (!c->table || !c->table_len) {
-          PyErr_NoMemory();
+        if (omptpy_bytes_table(table, &c->table, &c->table_len, &c->ntable, &c->table_max) < 0)
           goto done;
-        }
-        for (Py_ssize_t t = 0; t < c->ntable; t++) {
-          if (PyBytes_AsStringAndSize(PyTuple_GET_ITEM(table, t), (char **)&c->table[t],
-                                      &c->table_len[t]) < 0)
-            goto done;
-          if (c->table_len[t] > c->table_max) c->table_max = c->table_len[t];
-        }
         width = c->table_max + 2 * VARINT_MAX + 4;
       }
       row_bound += width;
@@ -407,10 +396,6 @@ static void flow_range(const int64_t *pos, Py_ssize_t n, int64_t slice, Py_ssize
   *last = lo;
 }
 
-/* How many of seq's begins and ends ahead proto_packets fetches their slice's
- * track and time into the cache. */
-enum { PACKETS_AHEAD = 16 };
-
 /* A TracePacket's head: Trace.packet's tag and length, the timestamp and the
  * sequence (and its flags, when nonzero), and the track_event's tag and length. */
 static unsigned char *put_packet_head(unsigned char *p, uint64_t time, uint64_t sequence,
@@ -509,8 +494,8 @@ PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args) {
   Py_ssize_t k = 0;
   for (Py_ssize_t j = 0; j < nseq; j++) {
     int negative;
-    if (j + PACKETS_AHEAD < nseq) { /* the slices seq names lie far apart: fetched ahead */
-      uint64_t ahead = omptpy_ints_get(&seqs, j + PACKETS_AHEAD, &negative);
+    if (j + OMPTPY_FETCH_AHEAD < nseq) { /* the slices seq names lie far apart: fetched ahead */
+      uint64_t ahead = omptpy_ints_get(&seqs, j + OMPTPY_FETCH_AHEAD, &negative);
       __builtin_prefetch(track.values + track.itemsize * (Py_ssize_t)(ahead / 2));
       __builtin_prefetch((ahead & 1 ? end : begin) + ahead / 2);
     }
