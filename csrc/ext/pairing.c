@@ -190,6 +190,16 @@ static inline void key_at(const keyset *k, Py_ssize_t row, key *out) {
   key_hash(k, out);
 }
 
+/* The columns' item i (each through its own rows, as key_read reads them) fetched
+ * into the cache, when i < k->n: rows read far apart (find's, of records). */
+static inline void key_read_prefetch(const keyset *k, Py_ssize_t i) {
+  if (i >= k->n) return;
+  for (Py_ssize_t j = 0; j < k->ncol; j++) {
+    const column *c = &k->col[j];
+    __builtin_prefetch(c->base + (c->at ? c->at[i] : i) * c->stride);
+  }
+}
+
 /* The key columns of the record `row` fetched into the cache (read later by key_at). */
 static inline void key_prefetch(const keyset *k, Py_ssize_t row) {
   for (Py_ssize_t j = 0; j < k->ncol; j++)
@@ -1149,6 +1159,7 @@ PyObject *omptpy_py_find(PyObject *m, PyObject *args) {
     for (; next < nt && (!timed || (i < nq && (int64_t)column_read(&ttime, next) <=
                                                    (int64_t)column_read(&qtime, i)));
          next++) {
+      key_read_prefetch(&tkeys, next + OMPTPY_FETCH_AHEAD);
       key_read(&tkeys, next, &q);
       if (q.missing) continue;
       Py_ssize_t s = table_slot(&t, &tkeys, &q);
@@ -1159,6 +1170,7 @@ PyObject *omptpy_py_find(PyObject *m, PyObject *args) {
       }
     }
     if (failed || i >= nq) break;
+    key_read_prefetch(&qkeys, i + OMPTPY_FETCH_AHEAD);
     key_read(&qkeys, i, &q);
     out[i] = q.missing ? -1 : t.slots[table_slot(&t, &tkeys, &q)].row;
   }
