@@ -689,6 +689,26 @@ static int64_t split_time(const column *times, Py_ssize_t records) {
   return sample[SPLIT_SAMPLE / 2];
 }
 
+/* The records [from, to) counted per role index into there, and into there2 those
+ * of a split pass's second half (at or after split_at). */
+typedef struct {
+  const passing *w;
+  const column *times;
+  int split;
+  int64_t split_at;
+  Py_ssize_t from, to, *there, *there2;
+} count_job;
+
+static void *count_roles(void *arg) {
+  const count_job *c = arg;
+  for (Py_ssize_t r = c->from; r < c->to; r++) {
+    Py_ssize_t at = role_at(c->w, r);
+    c->there[at]++;
+    if (c->split && (int64_t)column_at(c->times, r) >= c->split_at) c->there2[at]++;
+  }
+  return NULL;
+}
+
 /* The CPUs this process may run on. */
 static int usable_cpus(void) {
   cpu_set_t set;
@@ -928,11 +948,30 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     PyErr_NoMemory();
     goto done;
   }
-  for (Py_ssize_t r = 0; r < records; r++) {
-    Py_ssize_t at = role_at(&w, r);
-    there[at]++;
-    if (split && (int64_t)column_at(&times, r) >= split_at) there2[at]++;
+  Py_ssize_t *later = split ? PyMem_Calloc(2 * (size_t)nroles, sizeof *later) : NULL;
+  if (split && !later) {
+    PyMem_Free(there2);
+    PyErr_NoMemory();
+    goto done;
   }
+  /* Counted without the GIL; for a split pass in two threads, as its halves are read
+   * (the later rows into `later`, then added). */
+  count_job mine = {&w, &times, split, split_at, 0, records, there, there2};
+  count_job theirs = {&w, &times, split, split_at, records / 2, records, later, later + nroles};
+  Py_BEGIN_ALLOW_THREADS
+  pthread_t counter;
+  int counting = split && pthread_create(&counter, NULL, count_roles, &theirs) == 0;
+  mine.to = counting ? records / 2 : records;
+  count_roles(&mine);
+  if (counting) {
+    pthread_join(counter, NULL);
+    for (Py_ssize_t at = 0; at < nroles; at++) {
+      there[at] += later[at];
+      there2[at] += later[nroles + at];
+    }
+  }
+  Py_END_ALLOW_THREADS
+  PyMem_Free(later);
   /* The begins of each pairing, counted: its outputs are made that long; and those
    * of the first half, which the second's follow. */
   Py_ssize_t counts[MAX_PAIRINGS] = {0}, first[MAX_PAIRINGS] = {0};
