@@ -190,7 +190,6 @@ def _python_time(trace: Trace) -> pd.DataFrame:
 # ---- per construct and per source location ---------------------------------------------------
 
 
-
 @per_trace
 def construct_instances(trace: Trace) -> pd.DataFrame:
     """One row per construct instance: construct, kind (normalised), kind_raw (the
@@ -423,7 +422,6 @@ def python_order(table: pd.DataFrame) -> pd.DataFrame:
 
 
 # ---- load imbalance per parallel region --------------------------------------------------------
-
 
 
 @per_trace

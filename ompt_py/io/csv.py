@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from ..trace import Trace
 
 
-
 def _csv_column(values: pd.Series) -> Column | None:
     """A column of to_pandas() as CSV fields: names quoted, numbers, missing values
     empty (None: every value is missing)."""

@@ -77,7 +77,6 @@ def test_a_table_forgotten_is_made_again_alike():
     pd.testing.assert_frame_equal(again, first)
 
 
-
 def test_keep_drops_every_table_but_those_named():
     """cache.keep (as a partition's summary does before its tasks and its locks)
     leaves the tables named, and the others are made again alike when asked for."""

@@ -35,8 +35,6 @@ COLUMNS = [
 INTEGERS = [c for c in COLUMNS[5:8] + COLUMNS[10:] if c != "message"]
 
 
-
-
 @pytest.fixture(scope="module", params=STORED_RUNTIMES, ids=lambda v: f"libomp{v}")
 def runtime(request) -> int:
     """The libomp version of the stored trace."""

@@ -21,8 +21,6 @@ from ompt_py.records import EVENT_DTYPE
 pytestmark = pytest.mark.needs_clang
 
 
-
-
 run = run_scripting  # (the JSON the snippet printed last, the CompletedProcess)
 
 

@@ -19,7 +19,6 @@ import ompt_py
 pytestmark = pytest.mark.needs_clang
 
 
-
 #: The README's example: per source location (codeptr), the number of parallel
 #: regions, their total duration and a histogram of durations (bin k: [2^k, 2^(k+1))
 #: clock ticks), paired per encountering thread.  No locks: per-thread stacks,
