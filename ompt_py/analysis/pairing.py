@@ -210,8 +210,6 @@ def column(values: np.ndarray, missing_if_zero: bool = False, table: Any = None,
     return values, missing_if_zero, table, np.asarray(rows, np.int64)
 
 
-
-
 @dataclass
 class Pairs:
     """What ``pair`` found, as rows of its input: each matched begin (in the order
@@ -486,8 +484,6 @@ def clamped_ends(end: np.ndarray, region: np.ndarray, region_end: np.ndarray) ->
     return np.where((region >= 0) & (end > late), late, end)
 
 
-
-
 def clamp_to_region(iv: Intervals, regions: pd.DataFrame) -> None:
     """Ends reported after their parallel region ended are moved to the region's end."""
     t = iv.table
@@ -525,8 +521,6 @@ def task_runs(threads: pd.DataFrame, prior: np.ndarray, switched_to: np.ndarray,
     return run[ran], nxt[ran]
 
 
-
-
 def waits_per_region(regions: int, region_keys: list[tuple], region_begin: tuple,
                      wait_keys: list[tuple], wait_begin: tuple, wait_ns: np.ndarray
                      ) -> np.ndarray:
@@ -543,8 +537,6 @@ def waits_per_region(regions: int, region_keys: list[tuple], region_begin: tuple
     else:
         np.add.at(totals, region[inside], wait_ns[inside])
     return totals
-
-
 
 
 def innermost(key: np.ndarray, begin: np.ndarray, end: np.ndarray, at_key: np.ndarray,

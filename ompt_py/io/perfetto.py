@@ -115,6 +115,7 @@ from .streaming import (
 if TYPE_CHECKING:
     from ..trace import Trace
 
+
 class _Records:
     """The records a Perfetto file is made of (``trace.events``), the count of each
     event, and the pairings of their constructs (``paired``, made in one pass)."""
@@ -474,12 +475,12 @@ def _region_tree(rec: _Records, regions: _Pairs, implicit: _Pairs, found: dict[s
                  ) -> tuple[_Pairs, Any, np.ndarray, np.ndarray]:
     """The ``implicit`` tasks (ends clamped to their region's) and, per region of
     ``regions``, its parent_id, level and team size (pairing.region_links);
-    ``found``: _LOOKUPS'."""
+    ``found``: _LOOKUPS' (those it uses taken out: freed once used)."""
     ev = rec.ev
-    region_of = found["implicit region"]
+    region_of = found.pop("implicit region")
     _clamp(implicit, region_of, regions)
     parent, level, team = pairing.region_links(
-        found["encountering task"], region_of, found["same region"],
+        found.pop("encountering task"), region_of, found.pop("same region"),
         ev["parallel_id"][regions.rows],
         pd.arrays.IntegerArray(ev["u32a"][implicit.rows], np.zeros(len(implicit), bool)))
     return implicit, parent, level, team
@@ -535,11 +536,12 @@ def _sync(rec: _Records, regions: _Pairs, sync: _Pairs, waits: _Pairs,
           found: dict[str, np.ndarray]) -> tuple[_Pairs, Source, Source]:
     """The ``waits`` in barriers, taskwait and taskgroup (the counter counts them
     too), and the slices of those ``sync`` regions and of the waits (their ends
-    clamped to their ``regions``': ``found``, _LOOKUPS').  The time each region
-    waited (pairing.waits_per_region, a find in C without the GIL) is made on a
-    thread of its own while the slices are put in order: only their labels need it."""
-    _clamp(waits, found["wait region"], regions)
-    _clamp(sync, found["sync region"], regions)
+    clamped to their ``regions``': ``found``, _LOOKUPS', those it uses taken out).
+    The time each region waited (pairing.waits_per_region, a find in C without the
+    GIL) is made on a thread of its own while the slices are put in order: only
+    their labels need it."""
+    _clamp(waits, found.pop("wait region"), regions)
+    _clamp(sync, found.pop("sync region"), regions)
 
     def waited_ns() -> np.ndarray:
         waited = rec.time(waits.rows)
