@@ -290,9 +290,9 @@ def waiting(
 ) -> tuple[bytearray, bytearray, list[bytearray]]:
     """How many threads wait per process after each change: series, a list of (pid,
     thread, begin, end), a series' waits in the order of their begins; a thread's waits
-    that nest or touch count once.  Returns (pid, time, [count per series]): int32,
-    int64 and int32 bytearrays, a row per process and time at which a spell begins or
-    ends, by process then time."""
+    that nest or touch count once (one ending before it begins: no length).  Returns
+    (pid, time, [count per series]): int32, int64 and int32 bytearrays, a row per
+    process and time at which a spell begins or ends, by process then time."""
 
 def lod_sum(
     begin: Buffer,

@@ -437,9 +437,9 @@ static PyMethodDef methods[] = {
      DOC("waiting($module, series, /)",
          "How many threads wait per process after each change: series, a list of (pid, "
          "thread, begin, end), a series' waits in the order of their begins; a thread's "
-         "waits that nest or touch count once.  Returns (pid, time, [count per series]): "
-         "bytearrays of int32, int64 and int32, a row per process and time at which a "
-         "spell begins or ends, by process then time.")},
+         "waits that nest or touch count once (one ending before it begins: no length).  "
+         "Returns (pid, time, [count per series]): bytearrays of int32, int64 and int32, a "
+         "row per process and time at which a spell begins or ends, by process then time.")},
     {"format_rows", omptpy_py_format_rows, METH_VARARGS,
      DOC("format_rows($module, parts, columns, /)",
          "Rows of text, each parts[0] value parts[1] ... parts[-1]; a column is (FORMAT_*, "

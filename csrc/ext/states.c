@@ -486,86 +486,216 @@ done:
 
 enum { MAX_SERIES = 8 };
 
-/* A thread's waits, one spell at a time: the waits that nest or touch are one. */
+/* A thread's spell of waiting under way (its waits that nest or touch are one). */
 typedef struct {
-  int64_t pid, start, reach; /* the spell under way: from start to reach */
-  Py_ssize_t spells;         /* its spells (counted), then written */
+  int64_t reach; /* the latest end of its waits so far */
   int open;
-} track;
+  Py_ssize_t at; /* its place in the heap of open spells */
+} spell;
 
-/* A series' waits and their threads' tracks. */
+/* A series' waits (in the order of their begins), its threads' spells and where
+ * the sweep of a process is in them. */
 typedef struct {
   omptpy_ints pid, thread;
   const int64_t *begin, *end;
   Py_ssize_t n;
-  int64_t *track_at; /* per wait, its track */
-  omptpy_keyset keys; /* (pid << 32) ^ thread -> the track's index */
-  track *tracks;
-  size_t ntracks, cap;
-  Py_ssize_t *first; /* per track: where its points start (its begins, then its ends) */
+  omptpy_keyset keys; /* (pid << 32) ^ thread -> its spell's index */
+  spell *spells;
+  size_t nspells, cap;
+  /* With several processes, the waits by process (each's in order): order[first[r]
+   * .. first[r + 1]) are process r's; else NULL (all, in order). */
+  Py_ssize_t *order, *first;
+  Py_ssize_t next, stop; /* the sweep's next wait of the process, and its end */
 } series_waits;
 
-/* The track of (pid, thread), made if new; -1: out of memory. */
-static int64_t track_of(series_waits *w, int64_t pid, uint64_t thread) {
+/* The spell of (pid, thread) in series w, made if new; NULL: out of memory. */
+static spell *spell_of(series_waits *w, int64_t pid, uint64_t thread) {
   int64_t k = omptpy_keyset_add(&w->keys, (uint64_t)pid << 32 ^ thread);
-  if (k < 0 || (size_t)k < w->ntracks) return k;
-  if (w->ntracks == w->cap) {
-    size_t cap = w->cap ? 2 * w->cap : 16;
-    track *more = realloc(w->tracks, cap * sizeof *more);
-    if (!more) return -1;
-    w->tracks = more;
-    w->cap = cap;
+  if (k < 0) return NULL;
+  if ((size_t)k == w->nspells) {
+    if (w->nspells == w->cap) {
+      size_t cap = w->cap ? 2 * w->cap : 16;
+      spell *more = realloc(w->spells, cap * sizeof *more);
+      if (!more) return NULL;
+      w->spells = more;
+      w->cap = cap;
+    }
+    w->spells[w->nspells++] = (spell){0, 0, -1};
   }
-  w->tracks[w->ntracks] = (track){pid, 0, 0, 0, 0};
-  return (int64_t)w->ntracks++;
+  return &w->spells[k];
 }
 
-/* Where the points of the spells go: NULL keys to count the spells per track;
- * else a point per spell's begin and end (key: its process's shift plus the
- * time from low; payload: series << 1 | is_end), at the track's first points. */
+/* The open spells, a heap by reach: the next to end first. */
 typedef struct {
-  uint64_t *keys;
-  uint32_t *payload;
-  const uint64_t *shift; /* per track */
-  int64_t low;
-  uint32_t series;
-} points;
+  spell **at;
+  Py_ssize_t n, cap;
+  uint8_t *series; /* per entry, its series (parallel to at) */
+} open_spells;
 
-/* The spell under way of track k is over. */
-static void spell_over(series_waits *w, size_t k, const points *pt, Py_ssize_t *written) {
-  track *tr = &w->tracks[k];
-  if (!pt->keys) {
-    tr->spells++;
-    return;
-  }
-  Py_ssize_t begin_at = w->first[k] + written[k]++, end_at = begin_at + tr->spells;
-  pt->keys[begin_at] = pt->shift[k] + (uint64_t)(tr->start - pt->low);
-  pt->payload[begin_at] = pt->series << 1;
-  pt->keys[end_at] = pt->shift[k] + (uint64_t)(tr->reach - pt->low);
-  pt->payload[end_at] = pt->series << 1 | 1;
+static void heap_set(open_spells *h, Py_ssize_t i, spell *sp, uint8_t series) {
+  h->at[i] = sp;
+  h->series[i] = series;
+  sp->at = i;
 }
 
-/* The spells of a series' waits (in the order of their begins), per track: a wait
- * that begins after every earlier wait of its track has ended starts a spell. */
-static int spells(series_waits *w, const points *pt) {
-  Py_ssize_t *written = pt->keys ? calloc(w->ntracks + 1, sizeof *written) : NULL;
-  if (pt->keys && !written) return -1;
-  for (size_t k = 0; k < w->ntracks; k++) w->tracks[k].open = 0;
-  for (Py_ssize_t i = 0; i < w->n; i++) {
-    size_t k = (size_t)w->track_at[i];
-    track *tr = &w->tracks[k];
-    if (tr->open && w->begin[i] <= tr->reach) {
-      if (w->end[i] > tr->reach) tr->reach = w->end[i];
+static void heap_down(open_spells *h, Py_ssize_t i) {
+  spell *sp = h->at[i];
+  uint8_t series = h->series[i];
+  for (;;) {
+    Py_ssize_t c = 2 * i + 1;
+    if (c >= h->n) break;
+    if (c + 1 < h->n && h->at[c + 1]->reach < h->at[c]->reach) c++;
+    if (h->at[c]->reach >= sp->reach) break;
+    heap_set(h, i, h->at[c], h->series[c]);
+    i = c;
+  }
+  heap_set(h, i, sp, series);
+}
+
+static int heap_push(open_spells *h, spell *sp, uint8_t series) {
+  if (h->n == h->cap) {
+    Py_ssize_t cap = h->cap ? 2 * h->cap : 64;
+    spell **at = realloc(h->at, (size_t)cap * sizeof *at);
+    if (!at) return -1;
+    h->at = at;
+    uint8_t *more = realloc(h->series, (size_t)cap);
+    if (!more) return -1;
+    h->series = more;
+    h->cap = cap;
+  }
+  Py_ssize_t i = h->n++;
+  while (i > 0 && h->at[(i - 1) / 2]->reach > sp->reach) {
+    heap_set(h, i, h->at[(i - 1) / 2], h->series[(i - 1) / 2]);
+    i = (i - 1) / 2;
+  }
+  heap_set(h, i, sp, series);
+  return 0;
+}
+
+/* The rows written: per process and time at which a spell begins or ends, the
+ * count of each series after every change at that time. */
+typedef struct {
+  int32_t *pid, *count[MAX_SERIES];
+  int64_t *time;
+  Py_ssize_t rows, nseries;
+  int32_t now[MAX_SERIES];
+  int64_t at; /* the time of the row under way */
+  int pending;
+} counter_rows;
+
+/* A spell of series s begins (+1) or ends (-1) at time t of process pid: the row
+ * of the time before written first (the points come in time order). */
+static void point(counter_rows *c, int32_t pid, int64_t t, Py_ssize_t s, int delta) {
+  if (c->pending && t != c->at) {
+    Py_ssize_t r = c->rows++;
+    c->pid[r] = pid;
+    c->time[r] = c->at;
+    for (Py_ssize_t k = 0; k < c->nseries; k++) c->count[k][r] = c->now[k];
+  }
+  c->pending = 1;
+  c->at = t;
+  c->now[s] += delta;
+}
+
+/* One process's waits swept in time order (each series' next wait at w[s].next,
+ * to w[s].stop): each wait extends its thread's spell under way when it begins at
+ * or before its reach, else starts one; a spell ends at its reach once no wait of
+ * its thread begins by then.  -1: out of memory. */
+static int sweep_process(series_waits *w, Py_ssize_t nseries, int32_t pid, open_spells *h,
+                         counter_rows *c) {
+  for (;;) {
+    Py_ssize_t best = -1, i = -1;
+    int64_t b = INT64_MAX;
+    for (Py_ssize_t s = 0; s < nseries; s++) {
+      if (w[s].next >= w[s].stop) continue;
+      Py_ssize_t j = w[s].order ? w[s].order[w[s].next] : w[s].next;
+      if (w[s].begin[j] < b) b = w[s].begin[j], best = s, i = j;
+    }
+    while (h->n && h->at[0]->reach < b) { /* the spells over before this begin */
+      spell *sp = h->at[0];
+      uint8_t series = h->series[0];
+      sp->open = 0;
+      if (--h->n) {
+        heap_set(h, 0, h->at[h->n], h->series[h->n]);
+        heap_down(h, 0);
+      }
+      point(c, pid, sp->reach, series, -1);
+    }
+    if (best < 0) break;
+    series_waits *ws = &w[best];
+    ws->next++;
+    spell *sp = spell_of(ws, pid, omptpy_ints_bits(&ws->thread, i) & 0xFFFFFFFFu);
+    if (!sp) return -1;
+    int64_t end = ws->end[i] > b ? ws->end[i] : b; /* one ending before it begins: no length */
+    if (sp->open) { /* it began by the spell's reach (else the spell was over) */
+      if (end > sp->reach) {
+        sp->reach = end;
+        heap_down(h, sp->at);
+      }
       continue;
     }
-    if (tr->open) spell_over(w, k, pt, written);
-    tr->open = 1;
-    tr->start = w->begin[i];
-    tr->reach = w->end[i];
+    sp->open = 1;
+    sp->reach = end;
+    if (heap_push(h, sp, (uint8_t)best) < 0) return -1;
+    point(c, pid, b, best, +1);
   }
-  for (size_t k = 0; k < w->ntracks; k++)
-    if (w->tracks[k].open) spell_over(w, k, pt, written);
-  free(written);
+  point(c, pid, INT64_MAX, 0, 0); /* the last row written */
+  c->pending = 0;
+  return 0;
+}
+
+/* The processes of the series' waits (sorted, distinct, into *pids, malloc'd) and,
+ * with more than one, each series' waits by process (order, first).  -1: out of
+ * memory. */
+static int by_process(series_waits *w, Py_ssize_t nseries, int64_t **pids, size_t *npids) {
+  omptpy_keyset seen;
+  if (omptpy_keyset_init(&seen) < 0) return -1;
+  int failed = 0;
+  for (Py_ssize_t s = 0; s < nseries && !failed; s++) {
+    uint64_t last = 0;
+    for (Py_ssize_t i = 0; i < w[s].n && !failed; i++) {
+      int negative;
+      uint64_t p = omptpy_ints_get(&w[s].pid, i, &negative);
+      uint64_t key = (uint64_t)(negative ? -(int64_t)p : (int64_t)p);
+      if (i > 0 && key == last) continue;
+      last = key;
+      failed = omptpy_keyset_add(&seen, key) < 0;
+    }
+  }
+  *npids = seen.count;
+  if (!failed && !(*pids = malloc((seen.count ? seen.count : 1) * sizeof **pids))) failed = 1;
+  for (size_t k = 0; !failed && k <= seen.mask; k++)
+    if (seen.slots[k].index >= 0) (*pids)[seen.slots[k].index] = (int64_t)seen.slots[k].key;
+  omptpy_keyset_free(&seen);
+  if (failed) return -1;
+  qsort(*pids, *npids, sizeof **pids, omptpy_cmp_int64);
+  for (Py_ssize_t s = 0; s < nseries && *npids > 1; s++) {
+    int32_t *rank = malloc((size_t)w[s].n * sizeof *rank + 1);
+    w[s].order = malloc((size_t)w[s].n * sizeof *w[s].order + 1);
+    w[s].first = calloc(*npids + 1, sizeof *w[s].first);
+    if (!rank || !w[s].order || !w[s].first) {
+      free(rank);
+      return -1;
+    }
+    for (Py_ssize_t i = 0; i < w[s].n; i++) {
+      int negative;
+      uint64_t p = omptpy_ints_get(&w[s].pid, i, &negative);
+      int64_t pid = negative ? -(int64_t)p : (int64_t)p;
+      rank[i] = (int32_t)((int64_t *)bsearch(&pid, *pids, *npids, sizeof **pids,
+                                             omptpy_cmp_int64) - *pids);
+      w[s].first[rank[i] + 1]++;
+    }
+    for (size_t r = 0; r < *npids; r++) w[s].first[r + 1] += w[s].first[r];
+    Py_ssize_t *fill = malloc((*npids + 1) * sizeof *fill);
+    if (!fill) {
+      free(rank);
+      return -1;
+    }
+    memcpy(fill, w[s].first, (*npids + 1) * sizeof *fill);
+    for (Py_ssize_t i = 0; i < w[s].n; i++) w[s].order[fill[rank[i]]++] = i;
+    free(fill);
+    free(rank);
+  }
   return 0;
 }
 
@@ -573,10 +703,12 @@ static int spells(series_waits *w, const points *pt) {
  * a list (of at most MAX_SERIES: sync, mutex) of (pid, thread, begin, end), a
  * series' waits in the order of their begins (pid and thread integers of any
  * width, begin and end int64); a thread's waits that nest or touch count once,
- * from the first begin to the last end (a spell).  Returns (pid, time, counts):
- * bytearrays of int32 and int64, a row per process and time at which a spell of
- * any series begins or ends (by process, then time), and per series one of int32,
- * its threads waiting after every change at that time. */
+ * from the first begin to the last end (a spell).  Swept in time order, a
+ * process at a time (no sort: the heap of open spells holds one per thread).
+ * Returns (pid, time, counts): bytearrays of int32 and int64, a row per process
+ * and time at which a spell of any series begins or ends (by process, then
+ * time), and per series one of int32, its threads waiting after every change at
+ * that time. */
 PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *list, *result = NULL, *outs[2 + MAX_SERIES] = {0};
@@ -590,10 +722,10 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
   Py_buffer bufs[4 * MAX_SERIES];
   memset(w, 0, sizeof w);
   memset(bufs, 0, sizeof bufs);
-  uint64_t *keys = NULL, *tmp = NULL, *shift = NULL;
-  uint32_t *payload = NULL, *tmp_payload = NULL;
-  size_t *counts = NULL;
   int64_t *pids = NULL;
+  size_t npids = 0;
+  open_spells heap = {0};
+  Py_ssize_t waits = 0;
   for (Py_ssize_t s = 0; s < nseries; s++) {
     PyObject *pid, *thread, *begin, *end;
     Py_ssize_t n = -1;
@@ -604,100 +736,40 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
         !(w[s].end = omptpy_get_items(end, &bufs[4 * s + 3], 8, &n, 0, "waiting end")))
       goto done;
     w[s].n = n;
+    waits += n;
+    for (Py_ssize_t i = 1; i < n; i++)
+      if (w[s].begin[i] < w[s].begin[i - 1]) {
+        PyErr_SetString(PyExc_ValueError, "waiting: a series' waits out of the order of "
+                                          "their begins");
+        goto done;
+      }
   }
-  int failed = 0; /* 1: out of memory, 2: times too far apart */
-  Py_ssize_t npoints = 0, rows = 0;
-  size_t npids = 0;
-  int64_t low = INT64_MAX, high = INT64_MIN;
-  uint64_t span = 0; /* the times' range: a process's keys are its rank times span */
+  /* At most a row per begin and end of every wait: written, then cut to size. */
+  for (Py_ssize_t o = 0; o < 2 + nseries; o++)
+    if (!(outs[o] = new_output(2 * waits, o == 1 ? 8 : 4))) goto done;
+  counter_rows c = {.pid = (int32_t *)PyByteArray_AS_STRING(outs[0]),
+                    .time = (int64_t *)PyByteArray_AS_STRING(outs[1]), .nseries = nseries};
+  for (Py_ssize_t s = 0; s < nseries; s++)
+    c.count[s] = (int32_t *)PyByteArray_AS_STRING(outs[2 + s]);
+  int failed = 0;
   Py_BEGIN_ALLOW_THREADS
-  /* Each wait's track; the processes (sorted: their shifts); the times' range. */
-  for (Py_ssize_t s = 0; s < nseries && !failed; s++) {
-    w[s].track_at = malloc((size_t)w[s].n * sizeof *w[s].track_at + 1);
-    if (!w[s].track_at || omptpy_keyset_init(&w[s].keys) < 0) {
-      failed = 1;
-      break;
-    }
-    for (Py_ssize_t i = 0; i < w[s].n && !failed; i++) {
-      int negative;
-      uint64_t p = omptpy_ints_get(&w[s].pid, i, &negative);
-      int64_t pid = negative ? -(int64_t)p : (int64_t)p;
-      uint64_t thread = omptpy_ints_bits(&w[s].thread, i) & 0xFFFFFFFFu;
-      failed = (w[s].track_at[i] = track_of(&w[s], pid, thread)) < 0;
-      int64_t b = w[s].begin[i], e = w[s].end[i];
-      if ((b < e ? b : e) < low) low = b < e ? b : e;
-      if ((b > e ? b : e) > high) high = b > e ? b : e;
-    }
-  }
-  size_t ntracks = 0;
-  for (Py_ssize_t s = 0; s < nseries; s++) ntracks += w[s].ntracks;
-  if (!failed && !(pids = malloc(ntracks * sizeof *pids + 1))) failed = 1;
   for (Py_ssize_t s = 0; s < nseries && !failed; s++)
-    for (size_t k = 0; k < w[s].ntracks; k++) pids[npids++] = w[s].tracks[k].pid;
-  if (!failed && npids) {
-    qsort(pids, npids, sizeof *pids, omptpy_cmp_int64);
-    size_t distinct = 1;
-    for (size_t i = 1; i < npids; i++)
-      if (pids[i] != pids[distinct - 1]) pids[distinct++] = pids[i];
-    npids = distinct;
-    span = (uint64_t)high - (uint64_t)low + 1;
-    if (span == 0 || span > UINT64_MAX / npids) failed = 2;
-  }
-  /* The spells counted, then their points laid out a track at a time and written. */
-  for (Py_ssize_t s = 0; s < nseries && !failed; s++) {
-    points count = {0};
-    if (spells(&w[s], &count) < 0 || !(w[s].first = malloc(w[s].ntracks * sizeof(Py_ssize_t) + 1))) {
-      failed = 1;
-      break;
+    failed = omptpy_keyset_init(&w[s].keys) < 0;
+  if (!failed) failed = by_process(w, nseries, &pids, &npids) < 0;
+  for (size_t r = 0; r < npids && !failed; r++) {
+    for (Py_ssize_t s = 0; s < nseries; s++) {
+      w[s].next = w[s].order ? w[s].first[r] : 0;
+      w[s].stop = w[s].order ? w[s].first[r + 1] : w[s].n;
     }
-    for (size_t k = 0; k < w[s].ntracks; k++) {
-      w[s].first[k] = npoints;
-      npoints += 2 * w[s].tracks[k].spells;
-    }
-  }
-  if (!failed && (!(keys = scratch((size_t)npoints, sizeof *keys)) ||
-                  !(tmp = scratch((size_t)npoints, sizeof *tmp)) ||
-                  !(payload = scratch((size_t)npoints, sizeof *payload)) ||
-                  !(tmp_payload = scratch((size_t)npoints, sizeof *tmp_payload)) ||
-                  !(counts = malloc((64 / DIGIT_BITS + 1) * DIGITS * sizeof *counts)) ||
-                  !(shift = malloc(ntracks * sizeof *shift + 1))))
-    failed = 1;
-  for (Py_ssize_t s = 0; s < nseries && !failed; s++) {
-    for (size_t k = 0; k < w[s].ntracks; k++) {
-      int64_t *at = bsearch(&w[s].tracks[k].pid, pids, npids, sizeof *pids, omptpy_cmp_int64);
-      shift[k] = (uint64_t)(at - pids) * span;
-    }
-    points write = {keys, payload, shift, low, (uint32_t)s};
-    failed = spells(&w[s], &write) < 0;
-  }
-  /* In process and time order (a merge of the tracks' runs, or a radix sort); a row
-   * per key, after every change at it. */
-  if (!failed) {
-    sort_keys(keys, payload, tmp, tmp_payload, (size_t)npoints, 0, counts);
-    for (Py_ssize_t i = 0; i < npoints; i++) rows += i + 1 == npoints || keys[i + 1] != keys[i];
+    failed = sweep_process(w, nseries, (int32_t)pids[r], &heap, &c) < 0;
   }
   Py_END_ALLOW_THREADS
   if (failed) {
-    if (failed == 1) PyErr_NoMemory();
-    else PyErr_SetString(PyExc_ValueError, "waiting: times too far apart for one key");
+    PyErr_NoMemory();
     goto done;
   }
   for (Py_ssize_t o = 0; o < 2 + nseries; o++)
-    if (!(outs[o] = new_output(rows, o == 1 ? 8 : 4))) goto done;
-  int32_t *pid_out = (int32_t *)PyByteArray_AS_STRING(outs[0]), *count_out[MAX_SERIES];
-  int64_t *time_out = (int64_t *)PyByteArray_AS_STRING(outs[1]);
-  for (Py_ssize_t s = 0; s < nseries; s++) count_out[s] = (int32_t *)PyByteArray_AS_STRING(outs[2 + s]);
-  int32_t now[MAX_SERIES] = {0};
-  Py_BEGIN_ALLOW_THREADS
-  for (Py_ssize_t i = 0, r = 0; i < npoints; i++) {
-    now[payload[i] >> 1] += payload[i] & 1 ? -1 : 1;
-    if (i + 1 < npoints && keys[i + 1] == keys[i]) continue;
-    pid_out[r] = (int32_t)pids[keys[i] / span];
-    time_out[r] = low + (int64_t)(keys[i] % span);
-    for (Py_ssize_t s = 0; s < nseries; s++) count_out[s][r] = now[s];
-    r++;
-  }
-  Py_END_ALLOW_THREADS
+    if (PyByteArray_Resize(outs[o], c.rows * (o == 1 ? 8 : 4)) < 0) goto done;
   PyObject *per_series = PyList_New(nseries);
   if (!per_series) goto done;
   for (Py_ssize_t s = 0; s < nseries; s++) {
@@ -709,18 +781,14 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
 done:
   for (int o = 0; o < 2 + MAX_SERIES; o++) Py_XDECREF(outs[o]);
   for (Py_ssize_t s = 0; s < MAX_SERIES; s++) {
-    free(w[s].track_at);
     omptpy_keyset_free(&w[s].keys);
-    free(w[s].tracks);
+    free(w[s].spells);
+    free(w[s].order);
     free(w[s].first);
   }
   release_all(bufs, 4 * MAX_SERIES);
-  free(keys);
-  free(tmp);
-  free(payload);
-  free(tmp_payload);
-  free(counts);
-  free(shift);
+  free(heap.at);
+  free(heap.series);
   free(pids);
   return result;
 }

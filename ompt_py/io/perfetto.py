@@ -643,7 +643,9 @@ def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter) -> S
     for mutexes, after each change.  A thread counts once while it waits, however
     many of its waits nest (a taskwait in a task run inside a barrier's wait),
     and only on the threads and processes ``flt`` keeps, in its window
-    (_core.waiting: each thread's waits made spells, counted in C)."""
+    (_core.waiting: each thread's waits made spells, swept in C in the order of
+    their begins: the mutex waits come in that of their ends, as mutex_table has
+    them)."""
     series = []
     for p in (sync, mutex):
         pid, thread = rec.pid(p.rows), rec.ev["thread"][p.rows]
@@ -651,6 +653,9 @@ def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter) -> S
         begin, end = rec.time(p.rows), p.end
         if not keep.all():
             pid, thread, begin, end = pid[keep], thread[keep], begin[keep], end[keep]
+        if len(begin) > 1 and (begin[1:] < begin[:-1]).any():
+            order = np.argsort(begin, kind="stable")
+            pid, thread, begin, end = pid[order], thread[order], begin[order], end[order]
         series.append((pid, thread, begin, np.asarray(end, np.int64)))
     pid, time, (in_sync, in_mutex) = _core.waiting(series)
     pid, time = np.frombuffer(pid, np.int32), np.frombuffer(time, np.int64)

@@ -324,6 +324,9 @@ def test_the_waiting_kernel_counts_each_thread_once(seed):
     empty = _core.waiting([(np.zeros(0, np.int32), np.zeros(0, np.uint32), np.zeros(0, np.int64),
                             np.zeros(0, np.int64))] * 2)
     assert [len(empty[0]), len(empty[1]), [len(c) for c in empty[2]]] == [0, 0, [0, 0]]
+    pid, thread, begin, end = series[0]
+    with pytest.raises(ValueError, match="order of their begins"):
+        _core.waiting([(pid, thread, begin[::-1].copy(), end)])
 
 
 def test_perfetto_of_several_saved_processes_from_the_cli(trace_file, tmp_path):
