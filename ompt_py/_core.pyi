@@ -6,7 +6,7 @@ format_rows, ticks_to_ns) run without the GIL and write their outputs in place.
 """
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, TypedDict, final
 
 from typing_extensions import Buffer, TypeAlias
@@ -286,13 +286,26 @@ def cumulative(
     the queries and the same one of the second half (queries / 2 x states)."""
 
 def waiting(
-    series: list[tuple[Buffer, Buffer, Buffer, Buffer]], /
+    series: list[tuple[Buffer, Buffer, Buffer, Buffer]], start: int | None = None,
+    end: int | None = None, /,
 ) -> tuple[bytearray, bytearray, list[bytearray]]:
     """How many threads wait per process after each change: series, a list of (pid,
     thread, begin, end), a series' waits in the order of their begins; a thread's waits
     that nest or touch count once (one ending before it begins: no length).  Returns
     (pid, time, [count per series]): int32, int64 and int32 bytearrays, a row per
-    process and time at which a spell begins or ends, by process then time."""
+    process and time at which a spell begins or ends, by process then time, in the
+    window [start, end] (a process's last row before start moved to start, unless it
+    has one there)."""
+
+def proto_waiting(
+    series: list[tuple[Buffer, Buffer, Buffer, Buffer]], uuids: Buffer, sequence: int,
+    write: Callable[[memoryview], object], start: int | None = None,
+    end: int | None = None, /,
+) -> None:
+    """waiting()'s rows as the counter's TracePackets, given to ``write`` (which must
+    not keep the view) a part at a time: per process (by pid) and series, its first
+    value, then each change, on the track uuids[rank * len(series) + series]
+    (uint64)."""
 
 def lod_sum(
     begin: Buffer,
@@ -347,9 +360,6 @@ def proto_packets(
     sequence: int, /,
 ) -> bytes:
     """The TracePackets of the begins and ends seq lists (proto_nest), as a Trace's bytes."""
-
-def proto_counters(time: Buffer, uuid: Buffer, value: Buffer, sequence: int, /) -> bytes:
-    """A counter TracePacket per row, as a Trace's bytes."""
 
 def event_counts(records: Buffer, out: Buffer, /) -> None:
     """out[e] += the records of event number e, in one pass (out: int64, 65536

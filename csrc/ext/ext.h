@@ -147,6 +147,7 @@ PyObject *omptpy_py_find(PyObject *m, PyObject *args);
 PyObject *omptpy_py_sweep(PyObject *m, PyObject *args);
 PyObject *omptpy_py_cumulative(PyObject *m, PyObject *args);
 PyObject *omptpy_py_waiting(PyObject *m, PyObject *args);
+PyObject *omptpy_py_proto_waiting(PyObject *m, PyObject *args);
 
 /* ---- format.c: rows of text, and the integer columns the exports' kernels read --- */
 
@@ -245,7 +246,10 @@ enum {
 PyObject *omptpy_py_proto_payloads(PyObject *m, PyObject *args);
 PyObject *omptpy_py_proto_nest(PyObject *m, PyObject *args);
 PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args);
-PyObject *omptpy_py_proto_counters(PyObject *m, PyObject *args);
+/* The bytes a counter's packet takes at most (omptpy_put_counter). */
+enum { OMPTPY_COUNTER_PACKET_MAX = 72 };
+unsigned char *omptpy_put_counter(unsigned char *p, uint64_t time, uint64_t uuid,
+                                  uint64_t value, uint64_t sequence);
 
 /* ---- pystack.c: Python call stacks for the tool's records ------------------------ */
 

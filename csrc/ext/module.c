@@ -434,12 +434,19 @@ static PyMethodDef methods[] = {
          "out (queries x states); with spans, the time between each of the first half of "
          "the queries and the same one of the second half (queries / 2 x states).")},
     {"waiting", omptpy_py_waiting, METH_VARARGS,
-     DOC("waiting($module, series, /)",
+     DOC("waiting($module, series, start=None, end=None, /)",
          "How many threads wait per process after each change: series, a list of (pid, "
          "thread, begin, end), a series' waits in the order of their begins; a thread's "
          "waits that nest or touch count once (one ending before it begins: no length).  "
          "Returns (pid, time, [count per series]): bytearrays of int32, int64 and int32, a "
-         "row per process and time at which a spell begins or ends, by process then time.")},
+         "row per process and time at which a spell begins or ends, by process then time, "
+         "in the window [start, end] (a process's last row before start moved to start, "
+         "unless it has one there).")},
+    {"proto_waiting", omptpy_py_proto_waiting, METH_VARARGS,
+     DOC("proto_waiting($module, series, uuids, sequence, write, start=None, end=None, /)",
+         "waiting()'s rows as the counter's TracePackets, given to write (bytes-like, not "
+         "to keep) a part at a time: per process (sorted) and series its first value, then "
+         "each change, on the track uuids[rank * len(series) + series] (uint64).")},
     {"format_rows", omptpy_py_format_rows, METH_VARARGS,
      DOC("format_rows($module, parts, columns, /)",
          "Rows of text, each parts[0] value parts[1] ... parts[-1]; a column is (FORMAT_*, "
@@ -461,9 +468,6 @@ static PyMethodDef methods[] = {
      DOC("proto_packets($module, seq, begin, end, track, uuids, payload, offsets, slots, "
          "flows_from, from_ids, flows_to, to_ids, sequence, /)",
          "The TracePackets of the begins and ends seq lists (proto_nest), as a Trace's bytes.")},
-    {"proto_counters", omptpy_py_proto_counters, METH_VARARGS,
-     DOC("proto_counters($module, time, uuid, value, sequence, /)",
-         "A counter TracePacket per row, as a Trace's bytes.")},
     {"lod_sum", omptpy_py_lod_sum, METH_VARARGS,
      DOC("lod_sum($module, begin, end, group, site, shift, node_bits, below, delta, gbits, /)",
          "One level of the view's aggregates (lod.py), node by node (2**node_bits ns): each "

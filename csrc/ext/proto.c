@@ -3,8 +3,9 @@
  * without the GIL: the TrackEvent fields of each slice's begin (name, category,
  * debug annotations: proto_payloads), the order of the begins and ends on each
  * track (proto_nest), and the TracePackets of begins and ends (proto_packets)
- * and of counter values (proto_counters).  The Python side writes the few
- * packets that are not per event (descriptors, interned strings).
+ * and of counter values (omptpy_put_counter, for states.c's proto_waiting).
+ * The Python side writes the few packets that are not per event (descriptors,
+ * interned strings).
  *
  * Field numbers are those of Perfetto's protos: protos/perfetto/trace/
  * trace.proto, trace_packet.proto, track_event/track_event.proto and
@@ -374,7 +375,7 @@ done:
   return result;
 }
 
-/* ---- proto_packets, proto_counters ----------------------------------------------------- */
+/* ---- proto_packets, the counter's packets ----------------------------------------------------- */
 
 /* The flows from or to the slice `slice`: the range of `pos` (sorted) equal to it.
  * Most slices have none and lie outside pos's range (the flows are the tasks'):
@@ -550,40 +551,15 @@ done:
   return result;
 }
 
-/* proto_counters(time, uuid, value, sequence): a TracePacket per row (as a
- * Trace's bytes): counter `uuid`'s value at `time`, on trusted sequence
- * `sequence`. */
-PyObject *omptpy_py_proto_counters(PyObject *m, PyObject *args) {
-  (void)m;
-  PyObject *objs[3], *result = NULL;
-  Py_buffer bufs[3] = {{0}};
-  omptpy_ints time, uuid, value;
-  unsigned long long sequence;
-  Py_ssize_t n = -1;
-  if (!PyArg_ParseTuple(args, "OOOK", &objs[0], &objs[1], &objs[2], &sequence)) return NULL;
-  if (omptpy_get_ints(objs[0], &bufs[0], &time, &n, "proto_counters time") < 0 ||
-      omptpy_get_ints(objs[1], &bufs[1], &uuid, &n, "proto_counters uuid") < 0 ||
-      omptpy_get_ints(objs[2], &bufs[2], &value, &n, "proto_counters value") < 0)
-    goto done;
-  result = PyBytes_FromStringAndSize(NULL, n * (6 * VARINT_MAX + 12) + 1);
-  if (!result) goto done;
-  unsigned char *start = (unsigned char *)PyBytes_AS_STRING(result), *p = start;
-  Py_BEGIN_ALLOW_THREADS;
-  for (Py_ssize_t i = 0; i < n; i++) {
-    uint64_t u = omptpy_ints_bits(&uuid, i), v = omptpy_ints_bits(&value, i);
-    p = put_packet_head(p, omptpy_ints_bits(&time, i), sequence, 0,
-                        2 + 1 + varint_size(u) + 2 + varint_size(v));
-    *p++ = (unsigned char)TAG(EVENT_TYPE, WIRE_VARINT);
-    *p++ = TYPE_COUNTER;
-    *p++ = (unsigned char)TAG(EVENT_TRACK_UUID, WIRE_VARINT);
-    p = put_varint(p, u);
-    p = put_varint(p, TAG(EVENT_COUNTER_VALUE, WIRE_VARINT));
-    p = put_varint(p, v);
-  }
-  Py_END_ALLOW_THREADS;
-  if (_PyBytes_Resize(&result, p - start) < 0) result = NULL;
-done:
-  for (int b = 0; b < 3; b++)
-    if (bufs[b].obj) PyBuffer_Release(&bufs[b]);
-  return result;
+/* A counter's TracePacket (at most OMPTPY_COUNTER_PACKET_MAX bytes) at p: counter
+ * `uuid`'s value at `time`, on trusted sequence `sequence`; returns its end. */
+unsigned char *omptpy_put_counter(unsigned char *p, uint64_t time, uint64_t uuid,
+                                  uint64_t value, uint64_t sequence) {
+  p = put_packet_head(p, time, sequence, 0, 2 + 1 + varint_size(uuid) + 2 + varint_size(value));
+  *p++ = (unsigned char)TAG(EVENT_TYPE, WIRE_VARINT);
+  *p++ = TYPE_COUNTER;
+  *p++ = (unsigned char)TAG(EVENT_TRACK_UUID, WIRE_VARINT);
+  p = put_varint(p, uuid);
+  p = put_varint(p, TAG(EVENT_COUNTER_VALUE, WIRE_VARINT));
+  return put_varint(p, value);
 }

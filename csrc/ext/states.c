@@ -572,29 +572,98 @@ static int heap_push(open_spells *h, spell *sp, uint8_t series) {
   return 0;
 }
 
-/* The rows written: per process and time at which a spell begins or ends, the
- * count of each series after every change at that time. */
+/* Where the sweep's rows go: a row per process and time at which a spell begins
+ * or ends, the count of each series after every change then; those in the window
+ * [start, end] (INT64_MIN, INT64_MAX: none), and a process's last row before start
+ * moved to start unless it has one there; into arrays (waiting) or, with `write`,
+ * as the counter's packets (proto_waiting: per series its first value in the
+ * process, then each change), given to write a part at a time. */
 typedef struct {
+  Py_ssize_t nseries;
+  int64_t start, end;
+  int32_t now[MAX_SERIES]; /* the counts so far */
+  int64_t at;              /* the time of the row under way */
+  int pending, holding;
+  int32_t held[MAX_SERIES]; /* the last row before start */
+  /* waiting: */
   int32_t *pid, *count[MAX_SERIES];
   int64_t *time;
-  Py_ssize_t rows, nseries;
-  int32_t now[MAX_SERIES];
-  int64_t at; /* the time of the row under way */
-  int pending;
+  Py_ssize_t rows;
+  /* proto_waiting: */
+  PyObject *write;
+  PyThreadState **save; /* the thread's state while the GIL is released */
+  const uint64_t *uuid; /* per process rank and series */
+  Py_ssize_t rank;
+  uint64_t sequence;
+  int32_t last[MAX_SERIES];
+  int first, failed; /* first: the process's first row to come; failed: write raised */
+  unsigned char *part, *p;
 } counter_rows;
 
-/* A spell of series s begins (+1) or ends (-1) at time t of process pid: the row
- * of the time before written first (the points come in time order). */
-static void point(counter_rows *c, int32_t pid, int64_t t, Py_ssize_t s, int delta) {
-  if (c->pending && t != c->at) {
+enum { COUNTER_PART = 1 << 20 }; /* the packets' bytes given to write at a time */
+
+/* The packets made so far given to write (with the GIL, then released again);
+ * once it has raised, the rest are dropped. */
+static void give_part(counter_rows *c) {
+  if (c->p == c->part || c->failed) {
+    c->p = c->part;
+    return;
+  }
+  PyEval_RestoreThread(*c->save);
+  PyObject *view = PyMemoryView_FromMemory((char *)c->part, c->p - c->part, PyBUF_READ);
+  PyObject *r = view ? PyObject_CallOneArg(c->write, view) : NULL;
+  c->failed = !r;
+  Py_XDECREF(r);
+  Py_XDECREF(view);
+  *c->save = PyEval_SaveThread();
+  c->p = c->part;
+}
+
+static void row_out(counter_rows *c, int32_t pid, int64_t t, const int32_t *counts) {
+  if (!c->write) {
     Py_ssize_t r = c->rows++;
     c->pid[r] = pid;
-    c->time[r] = c->at;
-    for (Py_ssize_t k = 0; k < c->nseries; k++) c->count[k][r] = c->now[k];
+    c->time[r] = t;
+    for (Py_ssize_t k = 0; k < c->nseries; k++) c->count[k][r] = counts[k];
+    return;
   }
+  for (Py_ssize_t k = 0; k < c->nseries; k++) {
+    if (!c->first && counts[k] == c->last[k]) continue;
+    if (c->p + OMPTPY_COUNTER_PACKET_MAX > c->part + COUNTER_PART) give_part(c);
+    c->p = omptpy_put_counter(c->p, (uint64_t)t, c->uuid[c->rank * c->nseries + k],
+                              (uint64_t)(int64_t)counts[k], c->sequence);
+    c->last[k] = counts[k];
+  }
+  c->first = 0;
+}
+
+/* The row at time t, through the window. */
+static void row_done(counter_rows *c, int32_t pid, int64_t t) {
+  if (t < c->start) {
+    memcpy(c->held, c->now, sizeof c->held);
+    c->holding = 1;
+    return;
+  }
+  if (c->holding && t != c->start) row_out(c, pid, c->start, c->held);
+  c->holding = 0;
+  if (t <= c->end) row_out(c, pid, t, c->now);
+}
+
+/* A spell of series s begins (+1) or ends (-1) at time t of process pid: the row
+ * of the time before made first (the points come in time order). */
+static void point(counter_rows *c, int32_t pid, int64_t t, Py_ssize_t s, int delta) {
+  if (c->pending && t != c->at) row_done(c, pid, c->at);
   c->pending = 1;
   c->at = t;
   c->now[s] += delta;
+}
+
+/* The process's points over: its last row made, and the one held before start. */
+static void process_over(counter_rows *c, int32_t pid) {
+  if (c->pending) row_done(c, pid, c->at);
+  if (c->holding) row_out(c, pid, c->start, c->held);
+  c->pending = c->holding = 0;
+  c->first = 1;
 }
 
 /* One process's waits swept in time order (each series' next wait at w[s].next,
@@ -639,8 +708,7 @@ static int sweep_process(series_waits *w, Py_ssize_t nseries, int32_t pid, open_
     if (heap_push(h, sp, (uint8_t)best) < 0) return -1;
     point(c, pid, b, best, +1);
   }
-  point(c, pid, INT64_MAX, 0, 0); /* the last row written */
-  c->pending = 0;
+  process_over(c, pid);
   return 0;
 }
 
@@ -699,25 +767,32 @@ static int by_process(series_waits *w, Py_ssize_t nseries, int64_t **pids, size_
   return 0;
 }
 
-/* waiting(series): how many threads wait per process, after each change: series,
- * a list (of at most MAX_SERIES: sync, mutex) of (pid, thread, begin, end), a
- * series' waits in the order of their begins (pid and thread integers of any
- * width, begin and end int64); a thread's waits that nest or touch count once,
- * from the first begin to the last end (a spell).  Swept in time order, a
- * process at a time (no sort: the heap of open spells holds one per thread).
- * Returns (pid, time, counts): bytearrays of int32 and int64, a row per process
- * and time at which a spell of any series begins or ends (by process, then
- * time), and per series one of int32, its threads waiting after every change at
- * that time. */
-PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
-  (void)m;
-  PyObject *list, *result = NULL, *outs[2 + MAX_SERIES] = {0};
-  if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &list)) return NULL;
+/* A time of the window from Python (None: `none`). */
+static int window_time(PyObject *o, int64_t none, int64_t *out) {
+  if (o == Py_None) {
+    *out = none;
+    return 0;
+  }
+  long long v = PyLong_AsLongLong(o);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  *out = v;
+  return 0;
+}
+
+/* waiting() and proto_waiting(): the series read, swept a process at a time into
+ * c (its sink set by the caller, but for the window, read here from start and
+ * end, and waiting's arrays, made here into outs); `nuuids`: proto_waiting's
+ * uuids (checked against the processes), else -1.  Returns 0, or -1 with an
+ * exception. */
+static int count_waits(PyObject *list, PyObject *start, PyObject *end, Py_ssize_t nuuids,
+                       counter_rows *c, PyObject **outs) {
   Py_ssize_t nseries = PyList_GET_SIZE(list);
   if (nseries > MAX_SERIES) {
     PyErr_Format(PyExc_ValueError, "waiting: at most %d series", (int)MAX_SERIES);
-    return NULL;
+    return -1;
   }
+  if (window_time(start, INT64_MIN, &c->start) < 0 || window_time(end, INT64_MAX, &c->end) < 0)
+    return -1;
   series_waits w[MAX_SERIES];
   Py_buffer bufs[4 * MAX_SERIES];
   memset(w, 0, sizeof w);
@@ -726,14 +801,15 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
   size_t npids = 0;
   open_spells heap = {0};
   Py_ssize_t waits = 0;
+  int result = -1, failed = 0;
   for (Py_ssize_t s = 0; s < nseries; s++) {
-    PyObject *pid, *thread, *begin, *end;
+    PyObject *pid, *thread, *begin, *wait_end;
     Py_ssize_t n = -1;
-    if (!PyArg_ParseTuple(PyList_GET_ITEM(list, s), "OOOO", &pid, &thread, &begin, &end) ||
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(list, s), "OOOO", &pid, &thread, &begin, &wait_end) ||
         omptpy_get_ints(pid, &bufs[4 * s], &w[s].pid, &n, "waiting pid") < 0 ||
         omptpy_get_ints(thread, &bufs[4 * s + 1], &w[s].thread, &n, "waiting thread") < 0 ||
         !(w[s].begin = omptpy_get_items(begin, &bufs[4 * s + 2], 8, &n, 0, "waiting begin")) ||
-        !(w[s].end = omptpy_get_items(end, &bufs[4 * s + 3], 8, &n, 0, "waiting end")))
+        !(w[s].end = omptpy_get_items(wait_end, &bufs[4 * s + 3], 8, &n, 0, "waiting end")))
       goto done;
     w[s].n = n;
     waits += n;
@@ -744,30 +820,76 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
         goto done;
       }
   }
-  /* At most a row per begin and end of every wait: written, then cut to size. */
-  for (Py_ssize_t o = 0; o < 2 + nseries; o++)
-    if (!(outs[o] = new_output(2 * waits, o == 1 ? 8 : 4))) goto done;
-  counter_rows c = {.pid = (int32_t *)PyByteArray_AS_STRING(outs[0]),
-                    .time = (int64_t *)PyByteArray_AS_STRING(outs[1]), .nseries = nseries};
-  for (Py_ssize_t s = 0; s < nseries; s++)
-    c.count[s] = (int32_t *)PyByteArray_AS_STRING(outs[2 + s]);
-  int failed = 0;
+  c->nseries = nseries;
   Py_BEGIN_ALLOW_THREADS
   for (Py_ssize_t s = 0; s < nseries && !failed; s++)
     failed = omptpy_keyset_init(&w[s].keys) < 0;
   if (!failed) failed = by_process(w, nseries, &pids, &npids) < 0;
-  for (size_t r = 0; r < npids && !failed; r++) {
-    for (Py_ssize_t s = 0; s < nseries; s++) {
-      w[s].next = w[s].order ? w[s].first[r] : 0;
-      w[s].stop = w[s].order ? w[s].first[r + 1] : w[s].n;
-    }
-    failed = sweep_process(w, nseries, (int32_t)pids[r], &heap, &c) < 0;
-  }
   Py_END_ALLOW_THREADS
   if (failed) {
     PyErr_NoMemory();
     goto done;
   }
+  if (nuuids >= 0 && nuuids != (Py_ssize_t)(npids * (size_t)nseries)) {
+    PyErr_Format(PyExc_ValueError, "proto_waiting: uuids, uint64, %zu processes x %zd series",
+                 npids, nseries);
+    goto done;
+  }
+  if (outs) { /* waiting: at most a row per begin and end of every wait, cut to size after */
+    for (Py_ssize_t o = 0; o < 2 + nseries; o++)
+      if (!(outs[o] = new_output(2 * waits, o == 1 ? 8 : 4))) goto done;
+    c->pid = (int32_t *)PyByteArray_AS_STRING(outs[0]);
+    c->time = (int64_t *)PyByteArray_AS_STRING(outs[1]);
+    for (Py_ssize_t s = 0; s < nseries; s++)
+      c->count[s] = (int32_t *)PyByteArray_AS_STRING(outs[2 + s]);
+  }
+  c->first = 1;
+  PyThreadState *save = PyEval_SaveThread();
+  c->save = &save;
+  for (size_t r = 0; r < npids && !failed && !c->failed; r++) {
+    for (Py_ssize_t s = 0; s < nseries; s++) {
+      w[s].next = w[s].order ? w[s].first[r] : 0;
+      w[s].stop = w[s].order ? w[s].first[r + 1] : w[s].n;
+    }
+    c->rank = (Py_ssize_t)r;
+    failed = sweep_process(w, nseries, (int32_t)pids[r], &heap, c) < 0;
+  }
+  if (c->write && !failed) give_part(c);
+  PyEval_RestoreThread(save);
+  if (failed) PyErr_NoMemory();
+  result = failed || c->failed ? -1 : 0;
+done:
+  for (Py_ssize_t s = 0; s < MAX_SERIES; s++) {
+    omptpy_keyset_free(&w[s].keys);
+    free(w[s].spells);
+    free(w[s].order);
+    free(w[s].first);
+  }
+  release_all(bufs, 4 * MAX_SERIES);
+  free(heap.at);
+  free(heap.series);
+  free(pids);
+  return result;
+}
+
+/* waiting(series[, start, end]): how many threads wait per process, after each
+ * change: series, a list (of at most MAX_SERIES: sync, mutex) of (pid, thread,
+ * begin, end), a series' waits in the order of their begins (pid and thread
+ * integers of any width, begin and end int64); a thread's waits that nest or
+ * touch count once, from the first begin to the last end (a spell).  Swept in
+ * time order, a process at a time (no sort: the heap of open spells holds one
+ * per thread).  Returns (pid, time, counts): bytearrays of int32 and int64, a row
+ * per process and time at which a spell of any series begins or ends (by
+ * process, then time) in the window [start, end] (None: open; a process's last
+ * row before start moved to start unless it has one there), and per series one
+ * of int32, its threads waiting after every change at that time. */
+PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *list, *start = Py_None, *end = Py_None, *result = NULL, *outs[2 + MAX_SERIES] = {0};
+  if (!PyArg_ParseTuple(args, "O!|OO", &PyList_Type, &list, &start, &end)) return NULL;
+  counter_rows c = {0};
+  if (count_waits(list, start, end, -1, &c, outs) < 0) goto done;
+  Py_ssize_t nseries = PyList_GET_SIZE(list);
   for (Py_ssize_t o = 0; o < 2 + nseries; o++)
     if (PyByteArray_Resize(outs[o], c.rows * (o == 1 ? 8 : 4)) < 0) goto done;
   PyObject *per_series = PyList_New(nseries);
@@ -780,15 +902,39 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
   outs[0] = outs[1] = NULL;
 done:
   for (int o = 0; o < 2 + MAX_SERIES; o++) Py_XDECREF(outs[o]);
-  for (Py_ssize_t s = 0; s < MAX_SERIES; s++) {
-    omptpy_keyset_free(&w[s].keys);
-    free(w[s].spells);
-    free(w[s].order);
-    free(w[s].first);
+  return result;
+}
+
+/* proto_waiting(series, uuids, sequence, write[, start, end]): waiting()'s rows as
+ * the Perfetto counter's packets (omptpy_put_counter, on trusted sequence
+ * `sequence`): per process (in the order of their pids) and series, its first
+ * value, then each change, on the track uuids[rank * series + series] (uint64),
+ * given to write (a callable of a bytes-like object, which it must not keep)
+ * COUNTER_PART bytes or so at a time.  Returns None. */
+PyObject *omptpy_py_proto_waiting(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *list, *uuids_obj, *write, *start = Py_None, *end = Py_None;
+  unsigned long long sequence;
+  if (!PyArg_ParseTuple(args, "O!OKO|OO", &PyList_Type, &list, &uuids_obj, &sequence, &write,
+                        &start, &end))
+    return NULL;
+  if (!PyCallable_Check(write)) {
+    PyErr_SetString(PyExc_TypeError, "proto_waiting: write, a callable");
+    return NULL;
   }
-  release_all(bufs, 4 * MAX_SERIES);
-  free(heap.at);
-  free(heap.series);
-  free(pids);
+  Py_buffer uuids = {0};
+  Py_ssize_t nuuids = -1;
+  const uint64_t *uuid = omptpy_get_items(uuids_obj, &uuids, 8, &nuuids, 0, "proto_waiting uuids");
+  if (!uuid) return NULL;
+  PyObject *result = NULL;
+  counter_rows c = {.write = write, .uuid = uuid, .sequence = sequence};
+  if (!(c.part = c.p = malloc(COUNTER_PART))) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  if (count_waits(list, start, end, nuuids, &c, NULL) == 0) result = omptpy_py_none();
+done:
+  free(c.part);
+  PyBuffer_Release(&uuids);
   return result;
 }

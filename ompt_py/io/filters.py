@@ -16,9 +16,10 @@ begin and end wherever they are), then keep those of the threads and
 processes chosen that overlap the window, clipped to it (``clip``): a slice
 that crosses the window's start or end is cut there and counted, never
 dropped; the counters start with their value at the window's start
-(``steps``), and a flow (task creation to first start) is kept when both its
-ends are in the window and on tracks kept (``points``), the others counted.
-What was filtered and clipped goes into each format's metadata (``meta``).
+(_core.waiting, given ``start_ns`` and ``end_ns``), and a flow (task creation
+to first start) is kept when both its ends are in the window and on tracks
+kept (``points``), the others counted.  What was filtered and clipped goes
+into each format's metadata (``meta``).
 """
 
 from __future__ import annotations
@@ -206,23 +207,6 @@ class ExportFilter:
         keep = self.points(*start) & self.points(*finish)
         self.flows_outside += int((~keep).sum())
         return np.flatnonzero(keep)
-
-    def steps(self, pid: np.ndarray, time: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For a counter, a value per process and time (sorted by process, then
-        time; the value holds until the next): the rows kept (positions) and their
-        times.  In the window, and the last value before its start, moved to it."""
-        time = np.asarray(time, np.int64)
-        keep = self.tracks(pid, None) & self.in_window(time)
-        if self.start_ns is not None and len(time):
-            before = time < self.start_ns
-            last = before.copy()
-            last[:-1] &= ~before[1:] | (pid[1:] != pid[:-1])  # the last of its process
-            at_start = np.zeros_like(keep)
-            at_start[1:] = (time[1:] == self.start_ns) & (pid[1:] == pid[:-1])
-            keep |= last & ~np.roll(at_start, -1) & self.tracks(pid, None)
-        at = np.flatnonzero(keep)
-        low = self.start_ns if self.start_ns is not None else np.iinfo(np.int64).min
-        return at, np.maximum(time[at], low)
 
     def meta(self) -> dict:
         """The filter as the formats' metadata record it (None: not filtered)."""

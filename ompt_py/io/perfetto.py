@@ -638,14 +638,16 @@ def _mutex(rec: _Records, waits: _Pairs, holds: _Pairs) -> tuple[_Pairs, Source,
                  ("codeptr", hexadecimal(codeptr[part], codeptr[part] == 0))])))
 
 
-def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter) -> Source:
-    """A counter per process and time: how many threads wait in sync regions and
-    for mutexes, after each change.  A thread counts once while it waits, however
-    many of its waits nest (a taskwait in a task run inside a barrier's wait),
-    and only on the threads and processes ``flt`` keeps, in its window
-    (_core.waiting: each thread's waits made spells, swept in C in the order of
-    their begins: the mutex waits come in that of their ends, as mutex_table has
-    them)."""
+#: The counter's series: their names, in the order of _waits' series.
+WAIT_SERIES = ("sync", "mutex")
+
+
+def _waits(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter
+           ) -> list[tuple[np.ndarray, ...]]:
+    """The waits the counter counts, on the threads and processes ``flt`` keeps, as
+    _core.waiting's series (WAIT_SERIES: in sync regions, for mutexes): pid,
+    thread, begin and end, in the order of their begins (the mutex waits come in
+    that of their ends, as mutex_table has them)."""
     series = []
     for p in (sync, mutex):
         pid, thread = rec.pid(p.rows), rec.ev["thread"][p.rows]
@@ -657,16 +659,22 @@ def _waiting(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter) -> S
             order = np.argsort(begin, kind="stable")
             pid, thread, begin, end = pid[order], thread[order], begin[order], end[order]
         series.append((pid, thread, begin, np.asarray(end, np.int64)))
-    pid, time, (in_sync, in_mutex) = _core.waiting(series)
+    return series
+
+
+def _waiting(series: list[tuple[np.ndarray, ...]], flt: ExportFilter) -> Source:
+    """A counter per process and time: how many threads wait in sync regions and
+    for mutexes (``series``: _waits'), after each change.  A thread counts once
+    while it waits, however many of its waits nest (a taskwait in a task run
+    inside a barrier's wait); in ``flt``'s window, the last value before it moved
+    to its start (_core.waiting: each thread's waits made spells, swept in C)."""
+    pid, time, counts = _core.waiting(series, flt.start_ns, flt.end_ns)
     pid, time = np.frombuffer(pid, np.int32), np.frombuffer(time, np.int64)
-    in_sync, in_mutex = np.frombuffer(in_sync, np.int32), np.frombuffer(in_mutex, np.int32)
-    if flt.active:  # (steps keeps every row of an inactive filter, as they are)
-        at, time = flt.steps(pid, time)
-        pid, in_sync, in_mutex = pid[at], in_sync[at], in_mutex[at]
+    counts = [np.frombuffer(c, np.int32) for c in counts]
 
     def batch(part: Part) -> Counter:
         return Counter("threads waiting", pid[part], time[part],
-                       [("sync", in_sync[part]), ("mutex", in_mutex[part])])
+                       [(name, c[part]) for name, c in zip(WAIT_SERIES, counts)])
     return Source(len(pid), batch)
 
 
@@ -1159,7 +1167,8 @@ class Tracks(NamedTuple):
     threads, devices: _metadata, _device_metadata), the sources of the slices and
     flows, filtered, in file order, the source of the counter (``counter()``,
     filtered, the last in the file: made once the sources are consumed, so
-    that it is never held with them), the source of the Python frames
+    that it is never held with them) and the waits it counts (``waits()``:
+    _waits', likewise), the source of the Python frames
     (``frames()``, None without Python stacks: made from the slices of the
     other sources, so only once they are all consumed, though the JSON file
     has the frames first), and the file's otherData (``other()``: once the
@@ -1168,6 +1177,7 @@ class Tracks(NamedTuple):
     metadata: list[dict]
     sources: Iterator[Source]
     counter: Callable[[], Source]
+    waits: Callable[[], list[tuple[np.ndarray, ...]]]
     frames: Callable[[], Source] | None
     other: Callable[[], dict]
 
@@ -1204,20 +1214,23 @@ def tracks(trace: Trace, flt: ExportFilter, first_flow: int = 1) -> Tracks:
     def made_other() -> dict:
         return {**other, "export_filter": flt.meta()} if flt.active else other
 
-    def counter() -> Source:
+    def counted() -> list[tuple[np.ndarray, ...]]:
         if not waits:
             raise RuntimeError("the counter is made of the waits of the sources: consume "
                                "the sources first")
-        return _waiting(rec, *waits, flt)
+        return _waits(rec, *waits, flt)
+
+    def counter() -> Source:
+        return _waiting(counted(), flt)
     holders = None if items is None or items.empty else _Holders(items)
     sources: Iterable[Source] = (filtered(s, flt)
                                   for s in (raw if holders is None else holders.watch(raw)))
     if flt.start_ns is not None:
         sources = _window_first(sources, flt.start_ns)
     if holders is None:
-        return Tracks(metadata, iter(sources), counter, None, made_other)
+        return Tracks(metadata, iter(sources), counter, counted, None, made_other)
     # the frames lie on the slices of the sources: made once those have passed
-    return Tracks(metadata, iter(sources), counter,
+    return Tracks(metadata, iter(sources), counter, counted,
                   lambda: filtered(_python_frames(stacks, items, holders), flt), made_other)
 
 

@@ -58,7 +58,7 @@ import numpy as np
 
 from .. import _core
 from .filters import ExportFilter
-from .perfetto import Label, Part, Source, Tracks, other_data, tracks
+from .perfetto import WAIT_SERIES, Label, Part, Source, Tracks, other_data, tracks
 from .streaming import HEX, NUMBER, TEXT, Column, Progress, batches, in_order, output
 
 if TYPE_CHECKING:
@@ -460,38 +460,31 @@ def _flows(sources: list, index: dict[tuple[int, int], int]) -> tuple[np.ndarray
     return ids.astype(np.int64), *ends[0], *ends[1]
 
 
-def _write_counters(out: BinaryIO, source: Source, uuids: _TrackUuids, sequence: int) -> None:
-    """The counter's tracks (per process and series) and a packet per change of a
-    series (the first value of each process's series, then each new one), made
-    PACKETS_AT_ONCE rows of the counter at a time."""
-    batch = source.make(slice(None))
-    pid, time = batch.pid, np.asarray(batch.time, np.int64)
-    new_process = np.ones(len(pid), bool)  # the first row of each process's run of rows
-    new_process[1:] = pid[1:] != pid[:-1]
-    pids = np.unique(pid[new_process]).tolist()
-    for name, values in batch.series:
-        out.write(b"".join(_counter_descriptor(uuids, p, name) for p in pids))
-        changed = new_process.copy()
-        changed[1:] |= values[1:] != values[:-1]
-        uuid_of = {p: uuids("counter", p, name) for p in pids}
-        uuid = np.array([uuid_of[p] for p in pids], np.uint64)
-        for part in batches(len(pid), PACKETS_AT_ONCE):
-            mine = changed[part]
-            at = (np.full(int(mine.sum()), uuid[0]) if len(pids) == 1
-                  else uuid[np.searchsorted(pids, pid[part][mine])])
-            out.write(_core.proto_counters(time[part][mine], at,
-                                           np.asarray(values[part][mine], np.int64), sequence))
+def _write_counters(out: BinaryIO, series: list[tuple[np.ndarray, ...]], flt: ExportFilter,
+                    uuids: _TrackUuids, sequence: int) -> None:
+    """The counter's tracks (per series and process of its waits, ``series``:
+    perfetto._waits') and a packet per change of a series in ``flt``'s window (the
+    first value of each process's series, then each new one), written as they are
+    made (_core.proto_waiting)."""
+    pids = sorted({int(p) for pid in (s[0] for s in series) if len(pid)
+                   for p in (pid[:1] if (pid == pid[0]).all() else np.unique(pid))})
+    out.write(b"".join(_counter_descriptor(uuids, p, name) for name in WAIT_SERIES for p in pids))
+    uuid = np.array([uuids("counter", p, name) for p in pids for name in WAIT_SERIES], np.uint64)
+    _core.proto_waiting(series, uuid, sequence, out.write, flt.start_ns, flt.end_ns)
 
 
 def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source],
                   index: dict[tuple[int, int], int], uuids: _TrackUuids, strings: _Strings,
-                  progress: Progress) -> tuple[int, int, int | None]:
+                  progress: Progress, counter: Callable[[], None]
+                  ) -> tuple[int, int, int | None]:
     """The begins and ends of ``slices`` (a list it empties once it has their
     spans, keeping their labels), with the flows of ``flow_sources`` bound to the
     slices holding their ends, in the order of their begins (SliceOrder), made a
-    batch at a time in parallel and written in order; returns how many slices
-    were cut, how many flows were bound to no slice, and the first begin (None:
-    no slice)."""
+    batch at a time in parallel and written in order; before them the counter
+    (``counter()`` writes it), on a thread of its own while the begins and ends
+    are put in order on each track (proto_nest: one core).  Returns how many
+    slices were cut, how many flows were bound to no slice, and the first begin
+    (None: no slice)."""
     flow_ids, from_track, from_time, to_track, to_time = _flows(flow_sources, index)
     order = SliceOrder(slices, index)
     # The flows' ends: the slices holding them (proto_nest's queries, in time order).
@@ -499,8 +492,11 @@ def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source
     ids, n_on = flow_ids[on], int(on.sum())
     query_time = np.concatenate([from_time[on], to_time[on]])
     asked = np.argsort(query_time, kind="stable")
-    cut, held = order.nest(len(index), np.concatenate([from_track[on], to_track[on]])[asked],
-                           query_time[asked])
+    with ThreadPoolExecutor(1, thread_name_prefix="ompt-py: counter") as aside:
+        counted = aside.submit(counter)
+        cut, held = order.nest(len(index), np.concatenate([from_track[on], to_track[on]])[asked],
+                               query_time[asked])
+    counted.result()
     holder = np.empty(len(held), np.int64)
     holder[asked] = held
     flows: list[np.ndarray] = []
@@ -559,9 +555,9 @@ def write_events(trace: Trace, out: BinaryIO, flt: ExportFilter, first_flow: int
                  strings: _Strings, uuids: _TrackUuids) -> Written:
     """Writes the packets of ``trace`` (what ``flt`` keeps) to ``out``, on the
     packet sequence of ``strings`` with the track uuids of ``uuids``: its tracks,
-    the slices and flows (ids from ``first_flow``, as the JSON's: perfetto.
-    write_events), then the counter (made once the slices are written, so never
-    held with them).  The file's end (``ending``) comes after."""
+    the counter (made once the slices are in order: _write_slices), the slices
+    and flows (ids from ``first_flow``, as the JSON's: perfetto.write_events).
+    The file's end (``ending``) comes after."""
     made = tracks(trace, flt, first_flow)
     descriptors, index = _descriptors(made, uuids)
     sources = list(made.sources)
@@ -572,10 +568,9 @@ def write_events(trace: Trace, out: BinaryIO, flt: ExportFilter, first_flow: int
     del sources
     with Progress(0, "perfetto-proto") as progress:
         out.write(strings.packet() + descriptors)
-        cut, unbound, first = _write_slices(out, slices, flow_sources, index, uuids, strings,
-                                            progress)
-    del slices, flow_sources
-    _write_counters(out, made.counter(), uuids, strings.sequence)
+        cut, unbound, first = _write_slices(
+            out, slices, flow_sources, index, uuids, strings, progress,
+            lambda: _write_counters(out, made.waits(), flt, uuids, strings.sequence))
     return Written(made.other(), cut, unbound, first)
 
 

@@ -22,6 +22,7 @@ tests/live/test_end_to_end.py.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import threading
@@ -291,12 +292,10 @@ def test_threads_waiting_counter(trace, perfetto):
     assert nested_waits > 0  # a taskwait's wait in a task run in a barrier's wait
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_the_waiting_kernel_counts_each_thread_once(seed):
-    """_core.waiting, the counter's kernel, against the threads in a spell of waiting
-    (its waits that nest or touch) just after each time a spell begins or ends, on
-    random waits of two series, two processes and three threads a process."""
-    rng = np.random.default_rng(seed)
+def random_waits(rng: np.random.Generator) -> tuple[list[tuple], list[dict]]:
+    """_core.waiting's series of random waits (two series, two processes, three
+    threads a process), and per series each thread's spells (its waits that nest
+    or touch, as [begin, end])."""
     series, spells = [], []
     for _ in range(2):
         begin = np.sort(rng.integers(-50, 500, 400))
@@ -312,21 +311,98 @@ def test_the_waiting_kernel_counts_each_thread_once(seed):
             else:
                 spell.append([b, e])
         spells.append(mine)
-    pid, time, counts = _core.waiting(series)
-    rows = list(zip(np.frombuffer(pid, np.int32).tolist(), np.frombuffer(time, np.int64).tolist()))
+    return series, spells
+
+
+def counter_rows(series: list[tuple], *window: int | None) -> tuple[np.ndarray, ...]:
+    """_core.waiting's rows: pid, time, and the counts (one row a series)."""
+    pid, time, counts = _core.waiting(series, *window)
+    return (np.frombuffer(pid, np.int32), np.frombuffer(time, np.int64),
+            np.array([np.frombuffer(c, np.int32) for c in counts]))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_waiting_kernel_counts_each_thread_once(seed):
+    """_core.waiting, the counter's kernel, against the threads in a spell of waiting
+    (its waits that nest or touch) just after each time a spell begins or ends, on
+    random waits of two series, two processes and three threads a process."""
+    series, spells = random_waits(np.random.default_rng(seed))
+    pid, time, counts = counter_rows(series)
+    rows = list(zip(pid.tolist(), time.tolist()))
     assert rows == sorted({(p, x) for mine in spells for (p, _), s in mine.items()
                            for spell in s for x in spell})
     for mine, got in zip(spells, counts):
         want = [sum(any(b <= t < e for b, e in s) for (q, _), s in mine.items() if q == p)
                 for p, t in rows]
-        assert np.frombuffer(got, np.int32).tolist() == want
-    assert max(max(np.frombuffer(c, np.int32)) for c in counts) > 1
+        assert got.tolist() == want
+    assert counts.max() > 1
     empty = _core.waiting([(np.zeros(0, np.int32), np.zeros(0, np.uint32), np.zeros(0, np.int64),
                             np.zeros(0, np.int64))] * 2)
     assert [len(empty[0]), len(empty[1]), [len(c) for c in empty[2]]] == [0, 0, [0, 0]]
     pid, thread, begin, end = series[0]
     with pytest.raises(ValueError, match="order of their begins"):
         _core.waiting([(pid, thread, begin[::-1].copy(), end)])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_waiting_kernel_keeps_a_window(seed):
+    """With a window: the rows in it (ends included), and each process's last row
+    before its start moved to the start, unless the process has a row there."""
+    series, _ = random_waits(np.random.default_rng(seed))
+    pid, time, counts = counter_rows(series)
+    at_a_row = int(time[len(time) // 3])
+    for start, end in [(100, 300), (-500, 20), (450, 2000), (at_a_row, at_a_row + 50),
+                       (None, 200), (200, None)]:
+        low = -(1 << 62) if start is None else start
+        high = 1 << 62 if end is None else end
+        keep = (time >= low) & (time <= high)
+        before = time < low
+        last = before.copy()  # a process's last row before the start
+        last[:-1] &= ~before[1:] | (pid[1:] != pid[:-1])
+        next_at_start = np.zeros_like(keep)
+        next_at_start[:-1] = (time[1:] == low) & (pid[1:] == pid[:-1])
+        at = np.flatnonzero(keep | (last & ~next_at_start))
+        got = counter_rows(series, start, end)
+        assert got[0].tolist() == pid[at].tolist()
+        assert got[1].tolist() == np.maximum(time[at], low).tolist(), (start, end)
+        assert got[2].tolist() == counts[:, at].tolist()
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_waiting_kernels_packets_are_the_changes_of_its_rows(seed):
+    """_core.proto_waiting: per process and series a packet at its first row, then
+    at each change of its value (those of the rows of _core.waiting, in a window
+    or not), on the track of that process and series, given to write a part at a
+    time; what write raises comes out."""
+    pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+                             reason="the perfetto package (pip install ompt-py[perfetto])")
+    series, _ = random_waits(np.random.default_rng(seed))
+    pids = sorted({int(p) for s in series for p in s[0]})
+    uuids = np.arange(100, 100 + 2 * len(pids), dtype=np.uint64)
+    for window in [(None, None), (100, 300)]:
+        out = io.BytesIO()
+        _core.proto_waiting(series, uuids, 3, out.write, *window)
+        packets = pb.Trace.FromString(out.getvalue()).packet
+        got = [(p.track_event.track_uuid, p.timestamp, p.track_event.counter_value)
+               for p in packets]
+        assert {p.trusted_packet_sequence_id for p in packets} == {3}
+        pid, time, counts = counter_rows(series, *window)
+        want, last = [], {}
+        for r in range(len(pid)):
+            for k in range(2):
+                track = int(uuids[2 * pids.index(int(pid[r])) + k])
+                if last.get(track) != counts[k, r]:
+                    # (a timestamp is a uint64: the random waits begin before 0 too)
+                    want.append((track, int(time[r]) % (1 << 64), int(counts[k, r])))
+                    last[track] = counts[k, r]
+        assert got == want and len(want) > 20
+    with pytest.raises(ValueError, match="2 processes x 2 series"):
+        _core.proto_waiting(series, uuids[:3], 3, out.write)
+
+    def refused(view):
+        raise OSError("disk full")
+    with pytest.raises(OSError, match="disk full"):
+        _core.proto_waiting(series, uuids, 3, refused)
 
 
 def test_perfetto_of_several_saved_processes_from_the_cli(trace_file, tmp_path):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-import numpy as np
 import pandas as pd
 import pytest
 from conftest import cli, load_stored, no_traceback, ok, stored_path
@@ -177,13 +176,3 @@ def test_filters_from_the_cli(tmp_path):
     assert doc["otherData"]["export_filter"]["start_ns"] == START
     assert doc["otherData"]["export_filter"]["end_ns"] == END
     assert {e["tid"] for e in slices(doc)} == {0, 1}
-
-
-def test_steps_of_a_counter():
-    """A value per process and time, kept in the window, the one before it moved to
-    its start (unless a value is at the start)."""
-    flt = ExportFilter(start_ns=10, end_ns=20)
-    pid = np.array([1, 1, 1, 1, 2, 2, 2])
-    time = np.array([2, 5, 12, 25, 3, 10, 15])
-    at, moved = flt.steps(pid, time)
-    assert at.tolist() == [1, 2, 5, 6] and moved.tolist() == [10, 12, 10, 15]
