@@ -78,12 +78,15 @@ def test_drop_counts_every_lost_record(programs, tmp_path):
     a writer that fills both chunks between two of the drainer's polls drops.
     While chunks arrive the drainer polls every millisecond, and whether a burst
     outruns that is the scheduler's choice (on an idle machine under ASan the
-    drainer kept up with five bursts in a row): so the program first sleeps
-    half a second with the runtime started, and the idle drainer has backed off
-    to sleeps of 256 ms when the burst comes; its writers fill their chunks long
-    before it wakes.  Every record is accounted for exactly, and some dropped."""
+    drainer kept up with five bursts in a row): so the program first sleeps with
+    the runtime started, while the idle drainer backs off (sleeps of 2, 4, ...,
+    512 ms: it wakes 510 ms and 1022 ms after it starts), and bursts in the
+    middle of the 512 ms sleep, at 750 ms (at 500 ms, the burst met the wake at
+    510 ms now and then, and the drainer, polling every millisecond from then
+    on, kept up: CI failed); its writers fill their chunks long before it
+    wakes.  Every record is accounted for exactly, and some dropped."""
     pressure = {**PRESSURE, "OMPTPY_BUFFER_SIZE": "128K"}
-    t, proc = run_many(programs, tmp_path, BURST, "pause=500", OMPTPY_OVERFLOW="drop",
+    t, proc = run_many(programs, tmp_path, BURST, "pause=750", OMPTPY_OVERFLOW="drop",
                        **pressure)
     assert proc["config"]["overflow"] == "drop"
     assert proc["config"]["buffer_bytes"] == 128 << 10
