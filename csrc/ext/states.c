@@ -722,9 +722,7 @@ static int by_process(series_waits *w, Py_ssize_t nseries, int64_t **pids, size_
   for (Py_ssize_t s = 0; s < nseries && !failed; s++) {
     uint64_t last = 0;
     for (Py_ssize_t i = 0; i < w[s].n && !failed; i++) {
-      int negative;
-      uint64_t p = omptpy_ints_get(&w[s].pid, i, &negative);
-      uint64_t key = (uint64_t)(negative ? -(int64_t)p : (int64_t)p);
+      uint64_t key = omptpy_ints_bits(&w[s].pid, i);
       if (i > 0 && key == last) continue;
       last = key;
       failed = omptpy_keyset_add(&seen, key) < 0;
@@ -746,9 +744,7 @@ static int by_process(series_waits *w, Py_ssize_t nseries, int64_t **pids, size_
       return -1;
     }
     for (Py_ssize_t i = 0; i < w[s].n; i++) {
-      int negative;
-      uint64_t p = omptpy_ints_get(&w[s].pid, i, &negative);
-      int64_t pid = negative ? -(int64_t)p : (int64_t)p;
+      int64_t pid = (int64_t)omptpy_ints_bits(&w[s].pid, i);
       rank[i] = (int32_t)((int64_t *)bsearch(&pid, *pids, *npids, sizeof **pids,
                                              omptpy_cmp_int64) - *pids);
       w[s].first[rank[i] + 1]++;
