@@ -349,15 +349,23 @@ def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray |
         begins, ends = np.frombuffer(begins, np.int64), np.frombuffer(ends, np.int64)
         pairs[name] = Pairs(begins[:len(ends)], ends, begins[len(ends):], unmatched)
     out = {}
+    # The begins whose pair was not open as they began, or whose key began twice:
+    # found after the pass, those of the lookups into the same pairing by the same
+    # fields at once (one reading of the table's keys).
+    again: dict[tuple[str, str, str], list[tuple[np.ndarray, ...]]] = {}
     for (name, lk), at in zip(lookups.items(), found[1]):
-        at = np.frombuffer(at, np.int64)  # writable: a bytearray
-        again = np.flatnonzero(at == _LOOK_AGAIN)
-        if len(again):  # not open as they began, or their key began twice: find them
-            rows = (pairs[lk.into].begins, pairs[lk.of].begins[again])
-            if not as_rows:
-                rows = tuple(np.asarray(order)[r] for r in rows)
-            at[again] = _first(events, pids, *rows, lk.field, lk.query_field)
-        out[name] = at
+        out[name] = at = np.frombuffer(at, np.int64)  # writable: a bytearray
+        asked = np.flatnonzero(at == _LOOK_AGAIN)
+        if len(asked):  # the lookup's results, which it asks again, their begins
+            again.setdefault((lk.into, lk.field, lk.query_field), []).append(
+                (at, asked, pairs[lk.of].begins[asked]))
+    for (into, field, query_field), asks in again.items():
+        table, query = pairs[into].begins, np.concatenate([q for _, _, q in asks])
+        if not as_rows:
+            table, query = np.asarray(order)[table], np.asarray(order)[query]
+        first = _first(events, pids, table, query, field, query_field)
+        for at, asked, _ in asks:
+            at[asked], first = first[:len(asked)], first[len(asked):]
     return Paired(pairs, out)
 
 
