@@ -361,13 +361,13 @@ def proto_packets(
 ) -> bytes:
     """The TracePackets of the begins and ends seq lists (proto_nest), as a Trace's bytes."""
 
-def event_counts(records: Buffer, out: Buffer, /) -> None:
-    """out[e] += the records of event number e, in one pass (out: int64, 65536
-    entries)."""
-
-def thread_keys(records: Buffer, pids: Buffer | None, pid: int, /) -> bytes:
-    """The distinct pid << 32 | thread of the records, sorted, as int64 bytes, in one
-    pass; pids: each record's process (int32), or None: pid for all."""
+def census(
+    records: Buffer, pids: Buffer | None, pid: int, counts: Buffer, rare_max: int, /
+) -> tuple[bytes, list[tuple[int, bytes]]]:
+    """In one pass: counts[e] (int64, 65536 entries, written) the records of event number
+    e; returns (the distinct pid << 32 | thread of the records, sorted, as int64 bytes;
+    per event number of 1 to rare_max records, in increasing order, (number, its rows
+    as int64 bytes)).  pids: each record's process (int32), or None: pid for all."""
 
 def event_rows(records: Buffer, group: Buffer, outs: list[Buffer], /) -> None:
     """The rows of each group of events, in the records' order, in one pass: group

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -463,17 +464,35 @@ def of_events(codes: np.ndarray, events: Iterable[int]) -> np.ndarray:
     return wanted
 
 
-#: The numbers a record's event field can hold: count_events' and event_groups'
-#: tables have an entry each.
+#: The numbers a record's event field can hold: census' and event_groups' tables
+#: have an entry each.
 EVENT_NUMBERS = 1 << 16
+#: The most records of an event whose rows census keeps (a rare event's: the
+#: tool's stalls, MPI calls, user regions, a few tasks), so that they are found
+#: without a pass of their own; 32 KiB each at most.
+RARE_ROWS = 1 << 12
 
 
-def count_events(records: np.ndarray) -> np.ndarray:
-    """The ``records`` (a contiguous array of them) of each event number: int64,
-    EVENT_NUMBERS entries, counted in C in one pass over the records."""
-    counts = np.zeros(EVENT_NUMBERS, np.int64)
-    _core.event_counts(np.ascontiguousarray(records), counts)
-    return counts
+class Census(NamedTuple):
+    """What census finds in one pass over the records: the records of each event
+    number (``counts``, int64, EVENT_NUMBERS entries), the distinct thread keys
+    (``threads``: pid << 32 | thread, sorted) and the rows of each event number of
+    at most RARE_ROWS records (``rare``: int64, in the records' order)."""
+
+    counts: np.ndarray
+    threads: np.ndarray
+    rare: dict[int, np.ndarray]
+
+
+def census(records: np.ndarray, pids: np.ndarray | None = None, pid: int = 0) -> Census:
+    """The Census of the ``records`` (a contiguous array of them), counted in C in one
+    pass; ``pids``: each record's process (None: ``pid`` for all)."""
+    counts = np.empty(EVENT_NUMBERS, np.int64)
+    keys, rare = _core.census(np.ascontiguousarray(records),
+                              None if pids is None else np.ascontiguousarray(pids, np.int32),
+                              pid, counts, RARE_ROWS)
+    return Census(counts, np.frombuffer(keys, np.int64),
+                  {number: np.frombuffer(rows, np.int64) for number, rows in rare})
 
 
 def event_groups(records: np.ndarray, groups: Iterable[Iterable[int]],
@@ -481,9 +500,9 @@ def event_groups(records: np.ndarray, groups: Iterable[Iterable[int]],
     """The rows (int64, in the records' order) of each group of event numbers, in one
     pass over the ``records`` (a contiguous array of them) whatever the groups, where
     ``of_events`` compares the whole field once per event; ``counts``: their
-    count_events, if made already (else counted first: a pass more)."""
+    census' counts, if made already (else counted first: a pass more)."""
     if counts is None:
-        counts = count_events(records)
+        counts = census(records).counts
     table = np.zeros(EVENT_NUMBERS, np.uint8)
     outs = []
     for number, events in enumerate(groups, 1):

@@ -1,7 +1,8 @@
 """records.of_events: which records are of some events, the records' field read
-in place, as np.isin tells it; records.count_events and event_groups (C, one pass
-each): the counts numpy's bincount gives, the rows of_events finds; the C
-pass thread_keys (numpy's unique of the keys); take_records (numpy's take)."""
+in place, as np.isin tells it; records.census and event_groups (C, one pass
+each): the counts numpy's bincount gives, the thread keys numpy's unique of the
+keys, the rows of_events finds (census: of the rare events); take_records
+(numpy's take)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from ompt_py.records import (
     EVENT_DTYPE,
     EVENT_NUMBERS,
     RAW_DTYPE,
-    count_events,
+    census,
     event_groups,
     of_events,
 )
@@ -42,7 +43,7 @@ def _records(n: int, seed: int) -> np.ndarray:
 @pytest.mark.parametrize("n", [0, 1, 100_003])
 def test_event_counts_and_groups_are_numpy_s(n):
     records = _records(n, n)
-    counts = count_events(records)
+    counts = census(records).counts
     assert counts.dtype == np.int64 and len(counts) == EVENT_NUMBERS
     np.testing.assert_array_equal(counts, np.bincount(records["event"], minlength=EVENT_NUMBERS))
     groups = [[3, 7, 40], [65535], [1000], [0]]
@@ -75,14 +76,46 @@ def test_event_groups_refusals():
         _core.event_rows(records, table, [np.empty(int((records["event"] == 3).sum()), np.int64)])
     with pytest.raises(ValueError, match="1 to 255 groups"):
         _core.event_rows(records, table, [])
-    with pytest.raises(ValueError, match="65536"):
-        _core.event_counts(records, np.zeros(10, np.int64))
-    with pytest.raises(ValueError, match="64-byte records"):
-        _core.event_counts(np.zeros(10, np.uint8), np.zeros(EVENT_NUMBERS, np.int64))
 
 
 @pytest.mark.parametrize("n", [0, 1, 100_003])
-def test_thread_keys_are_numpys_unique(n):
+def test_census_keeps_the_rows_of_the_rare_events(n):
+    """The rows of each event number of 1 to rare_max records, those of_events finds;
+    none of the others (events 0 to 44 about 2,200 records each, 65535 about 1,000
+    and a few of 3 records, with rare_max 1,500: some of both)."""
+    records = _records(n, n)
+    records["event"][records["event"] == 9] = 8
+    records["event"][np.arange(0, n, max(n // 3, 1))[:3]] = 9
+    counts = np.empty(EVENT_NUMBERS, np.int64)
+    for rare_max in (0, 1, 1500, 1 << 20):
+        _, rare = _core.census(records, None, 0, counts, rare_max)
+        want = np.flatnonzero((counts >= 1) & (counts <= rare_max))
+        assert [number for number, _ in rare] == want.tolist()
+        for number, rows in rare:
+            np.testing.assert_array_equal(np.frombuffer(rows, np.int64),
+                                          np.flatnonzero(records["event"] == number))
+    np.testing.assert_array_equal(counts, np.bincount(records["event"], minlength=EVENT_NUMBERS))
+    found = census(records)
+    assert sorted(found.rare) == np.flatnonzero((counts >= 1) & (counts <= 4096)).tolist()
+
+
+def test_census_refusals():
+    records = _records(1000, 2)
+    counts = np.zeros(EVENT_NUMBERS, np.int64)
+    with pytest.raises(ValueError, match="65536"):
+        _core.census(records, None, 0, np.zeros(10, np.int64), 10)
+    with pytest.raises(ValueError, match="64-byte records"):
+        _core.census(np.zeros(10, np.uint8), None, 0, counts, 10)
+    with pytest.raises(ValueError, match="0 or more"):
+        _core.census(records, None, 0, counts, -1)
+    with pytest.raises(ValueError, match="int32 per record"):
+        _core.census(records, np.zeros(len(records) + 1, np.int32), 0, counts, 10)
+    with pytest.raises(ValueError, match="int32 per record"):
+        _core.census(records, np.zeros(len(records), np.int64), 0, counts, 10)
+
+
+@pytest.mark.parametrize("n", [0, 1, 100_003])
+def test_census_thread_keys_are_numpys_unique(n):
     """In runs of a thread (skipped over) and scattered, of one process or several,
     with key 0 (pid 0, thread 0) and thread numbers up to 2^32 - 1; enough of them to
     grow the C hash set several times."""
@@ -94,12 +127,7 @@ def test_thread_keys_are_numpys_unique(n):
     for given, pid, want in ((None, 42, (42 << 32) | records["thread"].astype(np.int64)),
                              (pids, 0, (pids.astype(np.int64) << 32)
                               | records["thread"].astype(np.int64))):
-        got = np.frombuffer(_core.thread_keys(records, given, pid), np.int64)
-        np.testing.assert_array_equal(got, np.unique(want))
-    with pytest.raises(ValueError, match="int32 per record"):
-        _core.thread_keys(records, np.zeros(n + 1, np.int32), 0)
-    with pytest.raises(ValueError, match="int32 per record"):
-        _core.thread_keys(records, np.zeros(n, np.int64), 0)
+        np.testing.assert_array_equal(census(records, given, pid).threads, np.unique(want))
 
 
 def test_take_records_is_numpy_s_take():

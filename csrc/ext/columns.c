@@ -329,33 +329,6 @@ done:
   return result;
 }
 
-/* event_counts(records, out): out[e] += the records of event number e, one pass
- * (out: int64, OMPTPY_EVENT_NUMBERS entries). */
-PyObject *omptpy_py_event_counts(PyObject *m, PyObject *args) {
-  (void)m;
-  PyObject *records, *out_obj;
-  if (!PyArg_ParseTuple(args, "OO", &records, &out_obj)) return NULL;
-  Py_buffer rb, ob;
-  Py_ssize_t n;
-  const omptpy_record *r = records_of(records, &rb, &n);
-  if (!r) return NULL;
-  if (PyObject_GetBuffer(out_obj, &ob, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
-    PyBuffer_Release(&rb);
-    return NULL;
-  }
-  if (ob.len != OMPTPY_EVENT_NUMBERS * (Py_ssize_t)sizeof(int64_t)) {
-    PyErr_SetString(PyExc_ValueError, "event_counts: out holds 65536 int64 counts");
-    PyBuffer_Release(&ob);
-    PyBuffer_Release(&rb);
-    return NULL;
-  }
-  int64_t *counts = ob.buf;
-  Py_BEGIN_ALLOW_THREADS for (Py_ssize_t i = 0; i < n; i++) counts[r[i].event]++;
-  Py_END_ALLOW_THREADS PyBuffer_Release(&ob);
-  PyBuffer_Release(&rb);
-  Py_RETURN_NONE;
-}
-
 int omptpy_cmp_int64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return (x > y) - (x < y);
@@ -403,64 +376,135 @@ void omptpy_keyset_free(omptpy_keyset *s) {
   s->slots = NULL;
 }
 
-/* The distinct keys pid << 32 | thread of the records (pid: pids[i], or `pid`
- * for all when pids is NULL), sorted, in a malloc'd array of *count (NULL: out
- * of memory).  A record of the key before it is passed over (the records come
- * in runs of a thread's buffers). */
-static int64_t *distinct_keys(const omptpy_record *r, Py_ssize_t n, const int32_t *pids,
-                              int64_t pid, Py_ssize_t *count) {
-  omptpy_keyset set;
-  if (omptpy_keyset_init(&set) < 0) return NULL;
-  int64_t *keys = NULL;
+/* The rows of a rare event (census). */
+typedef struct {
+  int64_t *rows;
+  Py_ssize_t n, cap;
+} rare_rows;
+
+/* census's pass: counts[e] = the records of event number e; into threads, the
+ * distinct pid << 32 | thread (pid: pids[i], or `pid` for all when pids is
+ * NULL; a record of the key before it is passed over: the records come in runs
+ * of a thread's buffers); per event number e of at most rare_max records, its
+ * rows, rare[slot[e] - 1] (slot[e]: 0, none; -1, more than rare_max: its rows
+ * dropped once there were).  -1: out of memory. */
+static int census_pass(const omptpy_record *r, Py_ssize_t n, const int32_t *pids, int64_t pid,
+                       int64_t *counts, Py_ssize_t rare_max, int32_t *slot, rare_rows *rare,
+                       omptpy_keyset *threads) {
+  int32_t nrare = 0;
   uint64_t last = 0;
   for (Py_ssize_t i = 0; i < n; i++) {
+    unsigned e = r[i].event;
+    counts[e]++;
     uint64_t key = (uint64_t)(pids ? (int64_t)pids[i] : pid) << 32 | r[i].thread;
-    if (i > 0 && key == last) continue;
-    last = key;
-    if (omptpy_keyset_add(&set, key) < 0) goto done;
+    if (i == 0 || key != last) {
+      last = key;
+      if (omptpy_keyset_add(threads, key) < 0) return -1;
+    }
+    int32_t s = slot[e];
+    if (s < 0) continue;
+    if (s == 0) s = slot[e] = ++nrare;
+    rare_rows *c = &rare[s - 1];
+    if (c->n == rare_max) { /* not rare */
+      free(c->rows);
+      c->rows = NULL;
+      slot[e] = -1;
+      continue;
+    }
+    if (c->n == c->cap) {
+      Py_ssize_t cap = c->cap ? 2 * c->cap : 16;
+      int64_t *more = realloc(c->rows, (size_t)(cap < rare_max ? cap : rare_max) * 8);
+      if (!more) return -1;
+      c->rows = more;
+      c->cap = cap < rare_max ? cap : rare_max;
+    }
+    c->rows[c->n++] = i;
   }
-  if (!(keys = malloc((set.count ? set.count : 1) * sizeof *keys))) goto done;
-  for (size_t k = 0; k <= set.mask; k++)
-    if (set.slots[k].index >= 0) keys[set.slots[k].index] = (int64_t)set.slots[k].key;
-  *count = (Py_ssize_t)set.count;
-  qsort(keys, set.count, sizeof *keys, omptpy_cmp_int64);
-done:
-  omptpy_keyset_free(&set);
-  return keys;
+  return 0;
 }
 
-/* thread_keys(records, pids, pid): the distinct pid << 32 | thread of the
- * records, sorted, as int64 bytes; pids: each record's process (int32), or None
- * for `pid` for all. */
-PyObject *omptpy_py_thread_keys(PyObject *m, PyObject *args) {
+/* census(records, pids, pid, counts, rare_max): in one pass over the records,
+ * counts[e] (int64, 65536 entries, written) the records of event number e;
+ * returns (the distinct pid << 32 | thread of the records, sorted, as int64
+ * bytes; per event number of 1 to rare_max records, in increasing order,
+ * (number, its rows as int64 bytes)).  pids: each record's process (int32), or
+ * None: pid for all. */
+PyObject *omptpy_py_census(PyObject *m, PyObject *args) {
   (void)m;
-  PyObject *records, *pids_obj;
+  PyObject *records, *pids_obj, *counts_obj;
   long long pid;
-  if (!PyArg_ParseTuple(args, "OOL", &records, &pids_obj, &pid)) return NULL;
-  Py_buffer rb, pb = {0};
-  Py_ssize_t n, count = 0;
+  Py_ssize_t rare_max;
+  if (!PyArg_ParseTuple(args, "OOLOn", &records, &pids_obj, &pid, &counts_obj, &rare_max))
+    return NULL;
+  if (rare_max < 0) {
+    PyErr_SetString(PyExc_ValueError, "census: rare_max is a count, 0 or more");
+    return NULL;
+  }
+  Py_buffer rb, pb = {0}, cb = {0};
+  Py_ssize_t n;
   const omptpy_record *r = records_of(records, &rb, &n);
   if (!r) return NULL;
-  PyObject *result = NULL;
+  PyObject *result = NULL, *keys_obj = NULL, *rare_obj = NULL;
+  int32_t *slot = calloc(OMPTPY_EVENT_NUMBERS, sizeof *slot);
+  rare_rows *rare = calloc(OMPTPY_EVENT_NUMBERS, sizeof *rare);
+  omptpy_keyset threads = {0};
+  int64_t *keys = NULL;
+  if (!slot || !rare || omptpy_keyset_init(&threads) < 0) {
+    PyErr_NoMemory();
+    goto done;
+  }
   const int32_t *pids = NULL;
   if (pids_obj != Py_None) {
     if (PyObject_GetBuffer(pids_obj, &pb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
     if (pb.len != n * (Py_ssize_t)sizeof(int32_t) || pb.itemsize != sizeof(int32_t)) {
-      PyErr_SetString(PyExc_ValueError, "thread_keys: pids holds an int32 per record");
+      PyErr_SetString(PyExc_ValueError, "census: pids holds an int32 per record");
       goto done;
     }
     pids = pb.buf;
   }
-  int64_t *keys;
-  Py_BEGIN_ALLOW_THREADS keys = distinct_keys(r, n, pids, pid, &count);
-  Py_END_ALLOW_THREADS if (!keys) {
+  if (PyObject_GetBuffer(counts_obj, &cb, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) goto done;
+  if (cb.len != OMPTPY_EVENT_NUMBERS * (Py_ssize_t)sizeof(int64_t)) {
+    PyErr_SetString(PyExc_ValueError, "census: counts holds 65536 int64 counts");
+    goto done;
+  }
+  int64_t *counts = cb.buf;
+  memset(counts, 0, (size_t)cb.len);
+  int failed;
+  Py_BEGIN_ALLOW_THREADS;
+  failed = census_pass(r, n, pids, pid, counts, rare_max, slot, rare, &threads);
+  if (!failed && (keys = malloc((threads.count ? threads.count : 1) * sizeof *keys))) {
+    for (size_t k = 0; k <= threads.mask; k++)
+      if (threads.slots[k].index >= 0) keys[threads.slots[k].index] = (int64_t)threads.slots[k].key;
+    qsort(keys, threads.count, sizeof *keys, omptpy_cmp_int64);
+  }
+  Py_END_ALLOW_THREADS;
+  if (failed || !keys) {
     PyErr_NoMemory();
     goto done;
   }
-  result = PyBytes_FromStringAndSize((const char *)keys, count * (Py_ssize_t)sizeof *keys);
-  free(keys);
+  keys_obj = PyBytes_FromStringAndSize((const char *)keys, (Py_ssize_t)(threads.count * sizeof *keys));
+  if (!keys_obj || !(rare_obj = PyList_New(0))) goto done;
+  for (Py_ssize_t e = 0; e < OMPTPY_EVENT_NUMBERS; e++) {
+    if (slot[e] <= 0) continue;
+    const rare_rows *c = &rare[slot[e] - 1];
+    PyObject *item = Py_BuildValue("ny#", e, (const char *)c->rows, c->n * (Py_ssize_t)8);
+    if (!item || PyList_Append(rare_obj, item) < 0) {
+      Py_XDECREF(item);
+      goto done;
+    }
+    Py_DECREF(item);
+  }
+  result = PyTuple_Pack(2, keys_obj, rare_obj);
 done:
-  if (pids_obj != Py_None && pb.obj) PyBuffer_Release(&pb);
+  Py_XDECREF(keys_obj);
+  Py_XDECREF(rare_obj);
+  free(keys);
+  for (Py_ssize_t k = 0; rare && k < OMPTPY_EVENT_NUMBERS; k++) free(rare[k].rows);
+  free(rare);
+  free(slot);
+  omptpy_keyset_free(&threads);
+  if (cb.obj) PyBuffer_Release(&cb);
+  if (pb.obj) PyBuffer_Release(&pb);
   PyBuffer_Release(&rb);
   return result;
 }
@@ -468,7 +512,7 @@ done:
 /* event_rows(records, group, outs): the rows of each group of events, in the
  * records' order, in one pass: group (uint8, OMPTPY_EVENT_NUMBERS entries) gives
  * each event number's group, 1 to len(outs), or 0 for none; outs[g - 1] (int64)
- * gets group g's rows and must hold exactly as many (event_counts). */
+ * gets group g's rows and must hold exactly as many (census). */
 PyObject *omptpy_py_event_rows(PyObject *m, PyObject *args) {
   (void)m;
   PyObject *records, *group_obj, *outs;
@@ -513,7 +557,7 @@ PyObject *omptpy_py_event_rows(PyObject *m, PyObject *args) {
   if (overflow) {
     PyErr_SetString(PyExc_ValueError,
                     "event_rows: a group's rows do not fill its output exactly (count them "
-                    "with event_counts on the same records), or a group number is out of range");
+                    "with census on the same records), or a group number is out of range");
     goto done;
   }
   result = omptpy_py_none();

@@ -60,13 +60,12 @@ enum {
 };
 
 PyObject *omptpy_py_columns(PyObject *m, PyObject *args);
-/* The event numbers a record can hold (its uint16 field): event_counts' and
+/* The event numbers a record can hold (its uint16 field): census' and
  * event_rows' tables are this long. */
 enum { OMPTPY_EVENT_NUMBERS = 1 << 16 };
-PyObject *omptpy_py_event_counts(PyObject *m, PyObject *args);
+PyObject *omptpy_py_census(PyObject *m, PyObject *args);
 PyObject *omptpy_py_event_rows(PyObject *m, PyObject *args);
 PyObject *omptpy_py_take_records(PyObject *m, PyObject *args);
-PyObject *omptpy_py_thread_keys(PyObject *m, PyObject *args);
 /* qsort's order of int64 values. */
 int omptpy_cmp_int64(const void *a, const void *b);
 

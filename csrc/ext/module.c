@@ -476,10 +476,12 @@ static PyMethodDef methods[] = {
          "bins >> delta, or None) added, and the rows of each key (bin << gbits | group) "
          "summed: (key, covered, bars, largest, site of the first largest) as int64 bytes, "
          "by key.")},
-    {"event_counts", omptpy_py_event_counts, METH_VARARGS,
-     DOC("event_counts($module, records, out, /)",
-         "out[e] += the records of event number e, in one pass (out: int64, 65536 "
-         "entries).")},
+    {"census", omptpy_py_census, METH_VARARGS,
+     DOC("census($module, records, pids, pid, counts, rare_max, /)",
+         "In one pass: counts[e] (int64, 65536 entries, written) the records of event number "
+         "e; returns (the distinct pid << 32 | thread of the records, sorted, as int64 bytes; "
+         "per event number of 1 to rare_max records, in increasing order, (number, its rows "
+         "as int64 bytes)).  pids: each record's process (int32), or None: pid for all.")},
     {"event_rows", omptpy_py_event_rows, METH_VARARGS,
      DOC("event_rows($module, records, group, outs, /)",
          "The rows of each group of events, in the records' order, in one pass: group "
@@ -489,10 +491,6 @@ static PyMethodDef methods[] = {
      DOC("take_records($module, records, rows, out, /)",
          "The records at rows (int64, each within the records) copied into out (as many "
          "records), in order, those ahead fetched into the cache.")},
-    {"thread_keys", omptpy_py_thread_keys, METH_VARARGS,
-     DOC("thread_keys($module, records, pids, pid, /)",
-         "The distinct pid << 32 | thread of the records, sorted, as int64 bytes, in one "
-         "pass; pids: each record's process (int32), or None: pid for all.")},
     {"tick_scale", omptpy_py_tick_scale, METH_VARARGS,
      DOC("tick_scale($module, first_ticks, first_ns, last_ticks, last_ns, estimate, /)",
          "Nanoseconds per tick: the slope between the anchors when they are far enough "

@@ -52,13 +52,9 @@ _USABLE_LEVELS = ("always", "sometimes", "sometimes_paired")
 # ---- events an analysis needs -------------------------------------------------------------
 
 
-@per_trace
 def threads(trace: Trace) -> np.ndarray:
-    """The thread keys (pid << 32 | thread) of the trace, sorted (in C, one pass)."""
-    pid = trace.single_pid
-    pids = None if pid is not None else np.ascontiguousarray(trace.pids, np.int32)
-    keys = _core.thread_keys(np.ascontiguousarray(trace.events), pids, pid or 0)
-    return np.frombuffer(keys, np.int64)
+    """The thread keys (pid << 32 | thread) of the trace, sorted (tables.census_of)."""
+    return tables.census_of(trace).threads
 
 
 @per_trace

@@ -13,6 +13,7 @@ in the table's ``attrs``.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,9 +28,11 @@ from ..records import (
     PARALLEL_INVOKER_PROGRAM,
     PARALLEL_INVOKER_RUNTIME,
     PARALLEL_LEAGUE,
+    RARE_ROWS,
     SCOPE_BEGIN,
+    Census,
     Names,
-    count_events,
+    census,
     event_groups,
     of_events,
     python_stack_ids,
@@ -72,16 +75,40 @@ def kinds(trace: Trace) -> np.ndarray:
 
 
 @per_trace
+def census_of(trace: Trace) -> Census:
+    """The records.census of the trace's records: what each event number counts,
+    the thread keys and the rows of the rare events, found in one pass, once."""
+    pid = trace.single_pid
+    return census(trace.events, None if pid is not None else trace.pids, pid or 0)
+
+
 def counts_by_number(trace: Trace) -> np.ndarray:
-    """The records of each event number (records.count_events), counted once."""
-    return count_events(trace.events)
+    """The records of each event number (census_of: counted once)."""
+    return census_of(trace).counts
+
+
+def rows_of_groups(trace: Trace, groups: Iterable[Iterable[str]]) -> list[np.ndarray]:
+    """The rows of each group of events, in the records' order: those census_of
+    keeps, where each event of the group has at most RARE_ROWS records, the other
+    groups' found together in one pass (records.event_groups)."""
+    found = census_of(trace)
+    codes = [sorted({EVENT_CODES[e] for e in group}) for group in groups]
+    rare = [bool((found.counts[c] <= RARE_ROWS).all()) for c in codes]
+    scanned = iter(event_groups(trace.events, [c for c, r in zip(codes, rare) if not r],
+                                found.counts))
+    out = []
+    for c, r in zip(codes, rare):
+        if not r:
+            out.append(next(scanned))
+            continue
+        parts = [found.rare[k] for k in c if found.counts[k]]
+        out.append(np.sort(np.concatenate(parts)) if parts else np.empty(0, np.int64))
+    return out
 
 
 def rows_of(trace: Trace, *events: str) -> np.ndarray:
-    """The rows of these events in the records' order (records.event_groups: one
-    pass over the records, the counts made once per trace)."""
-    return event_groups(trace.events, [[EVENT_CODES[e] for e in events]],
-                        counts_by_number(trace))[0]
+    """The rows of these events in the records' order (rows_of_groups)."""
+    return rows_of_groups(trace, [events])[0]
 
 
 def event_rows(trace: Trace, events: list[str], columns: list[str]) -> pd.DataFrame:
