@@ -87,7 +87,6 @@ from ..records import (
     PARALLEL_INVOKER_RUNTIME,
     PARALLEL_LEAGUE,
     TASK_INITIAL,
-    event_groups,
     kind_keys,
     python_stack_ids,
     time_order,
@@ -139,10 +138,9 @@ class _Records:
     @cached_property
     def _grouped(self) -> dict[tuple[str, ...], np.ndarray]:
         """The rows of the events the file asks for by group (_GROUPED), found
-        together in one pass."""
-        found = event_groups(self.ev, [[EVENT_CODES[e] for e in g] for g in _GROUPED],
-                             self.counts)
-        return dict(zip(_GROUPED, found))
+        together (tables.rows_of_groups: those of rare events kept, the others in
+        one pass)."""
+        return dict(zip(_GROUPED, tables.rows_of_groups(self.trace, _GROUPED)))
 
     def pairs(self, names: list[str], lookups: dict[str, pairing.Lookup]
               ) -> tuple[dict[str, _Pairs], dict[str, np.ndarray]]:
@@ -239,24 +237,16 @@ def _optional(values: Any) -> Column:
     return number(series.fillna(0).to_numpy(np.int64), series.isna().to_numpy())
 
 
-#: The events whose begins' code addresses the slices name (_Locations).
-_LOCATED = ("parallel_begin", "work")
 #: The groups of events whose rows the file asks for (_Records.rows).
-_GROUPED = (_LOCATED, ("task_schedule",), ("task_create",))
-
-
-def _symbolize_located(rec: _Records) -> None:
-    """Symbolizes (tables.symbolize: cached) the code addresses of the records of
-    _LOCATED, which _Locations then finds made: called while the records are
-    paired, it takes the symbolizer's start off the export's longest path."""
-    rows = rec.rows(*_LOCATED)
-    if len(rows):
-        tables.symbolize(rec.trace, np.unique(rec.ev["codeptr"][rows]))
+_GROUPED = (("task_schedule",), ("task_create",))
+#: The pairings whose begins' code addresses the slices name (_Locations).
+_LOCATED = ("parallel", "work")
 
 
 class _Locations:
     """The source location of the code addresses of some records (Trace.symbolize),
-    as JSON strings."""
+    as JSON strings.  Those of _LOCATED are made on a thread while the regions are
+    put in a tree (on one core): the symbolizer is a process of its own."""
 
     def __init__(self, rec: _Records, rows: np.ndarray) -> None:
         codeptrs = np.unique(rec.ev["codeptr"][rows])
@@ -487,9 +477,11 @@ def _region_tree(rec: _Records, regions: _Pairs, implicit: _Pairs, found: dict[s
 
 
 def _parallel(rec: _Records, regions: _Pairs,
-              tree: tuple[_Pairs, Any, np.ndarray, np.ndarray]) -> Iterator[Source]:
-    """The slices of the initial tasks, the parallel ``regions`` and the implicit
-    tasks (``tree``: _region_tree of the regions)."""
+              tree: tuple[_Pairs, Any, np.ndarray, np.ndarray],
+              locations: _Locations) -> Iterator[Source]:
+    """The slices of the initial tasks, the parallel ``regions`` (their code
+    addresses' ``locations``) and the implicit tasks (``tree``: _region_tree of the
+    regions)."""
     ev = rec.ev
     implicit, parent, level, team = tree
     is_initial = (ev["u32b"][implicit.rows] & TASK_INITIAL) != 0  # u32b: flags
@@ -497,7 +489,6 @@ def _parallel(rec: _Records, regions: _Pairs,
     # The initial tasks begin first, as a rule: the others are a view then, not a copy.
     others = (slice(len(initial), None) if np.array_equal(initial, np.arange(len(initial)))
               else np.flatnonzero(~is_initial))
-    locations = _Locations(rec, regions.rows)
     yield _slices(rec, "implicit_task", implicit.take(initial),
                   lambda r, part: ("initial task", [("task_id", ident(r["task_id"]))]))
     # The regions' figures that are not in their records, as columns once (not per batch).
@@ -524,8 +515,7 @@ def _parallel(rec: _Records, regions: _Pairs,
                       ("thread_num", number(r["u64a"])), ("team_size", number(r["u32a"]))]))
 
 
-def _work(rec: _Records, work: _Pairs) -> Source:
-    locations = _Locations(rec, work.rows)
+def _work(rec: _Records, work: _Pairs, locations: _Locations) -> Source:
     return _slices(rec, "work", work, lambda r, part: (_kind(r), [
         ("kind_raw", _kind_raw(r)), ("count", number(r["u64a"])),
         ("parallel_id", ident(r["parallel_id"])), ("codeptr", _codeptr(r)),
@@ -1073,8 +1063,8 @@ def _unpaired(rec: _Records, first_flow: int) -> _Unpaired:
 def _track_sources(rec: _Records, paired: dict[str, _Pairs],
                    tree: tuple[_Pairs, Any, np.ndarray, np.ndarray],
                    devices: _DeviceTracks | None, waits: list[_Pairs],
-                   syncs: tuple[_Pairs, Source, Source], unpaired: _Unpaired
-                   ) -> Iterator[Source]:
+                   syncs: tuple[_Pairs, Source, Source], unpaired: _Unpaired,
+                   locations: dict[str, _Locations]) -> Iterator[Source]:
     """The file's events after the metadata and the Python frames, in file order
     (filtered by ``filtered``): the slices of every track, parents before children
     (the order that keeps slices starting at the same nanosecond nested the right
@@ -1082,13 +1072,14 @@ def _track_sources(rec: _Records, paired: dict[str, _Pairs],
     mutex).  ``paired``: the pairings of _PAIRINGS but the implicit tasks and sync
     regions (each dropped once its slices are made), ``tree``: _region_tree of the
     regions, ``devices``: _device_tracks (None: the trace has no offload events),
-    ``syncs``: _sync's result, ``unpaired``: the rest."""
+    ``syncs``: _sync's result, ``unpaired``: the rest, ``locations``: per pairing
+    of _LOCATED, its begins'."""
     trace = rec.trace
     regions = paired.pop("parallel")
     yield unpaired.user
-    yield from _parallel(rec, regions, tree)
+    yield from _parallel(rec, regions, tree, locations["parallel"])
     del tree
-    yield _work(rec, paired.pop("work"))
+    yield _work(rec, paired.pop("work"), locations["work"])
     sync_wait_pairs, sync, sync_waits = syncs
     del regions, syncs
     yield sync
@@ -1198,18 +1189,20 @@ def tracks(trace: Trace, flt: ExportFilter, first_flow: int = 1) -> Tracks:
         metadata = _metadata(trace, flt) + ([] if devices is None
                                              else _device_metadata(devices, flt))
         unpaired = _unpaired(rec, first_flow)
-        _symbolize_located(rec)
         paired, found = pairs.result()
-    regions = paired["parallel"]
-    syncs = _sync(rec, regions, paired.pop("sync_region"), paired.pop("sync_region_wait"), found)
-    tree = _region_tree(rec, regions, paired.pop("implicit_task"), found)
+        located = {name: pool.submit(_Locations, rec, paired[name].rows) for name in _LOCATED}
+        regions = paired["parallel"]
+        syncs = _sync(rec, regions, paired.pop("sync_region"), paired.pop("sync_region_wait"),
+                      found)
+        tree = _region_tree(rec, regions, paired.pop("implicit_task"), found)
+        locations = {name: made.result() for name, made in located.items()}
     stacks = _Stacks(frames) if len(frames) else None
     items = _python_items(rec, stacks, regions, tree[1]) if stacks is not None else None
     if devices is not None and any(devices.table.attrs["unplaced"].values()):
         other["device_operations_not_drawn"] = devices.table.attrs["unplaced"]
     waits: list[_Pairs] = []
-    raw = _track_sources(rec, paired, tree, devices, waits, syncs, unpaired)
-    del paired, found, regions, tree, unpaired
+    raw = _track_sources(rec, paired, tree, devices, waits, syncs, unpaired, locations)
+    del paired, found, regions, tree, unpaired, locations
 
     def made_other() -> dict:
         return {**other, "export_filter": flt.meta()} if flt.active else other
