@@ -318,17 +318,33 @@ def _metadata_packet(other: dict, time: int, uuids: _TrackUuids, strings: _Strin
         _int(_SEQUENCE_FLAGS, _NEEDS_STATE), _len(_TRACK_EVENT, event))
 
 
+#: Thread numbers below this are looked up by track_index in a table: a
+#: process's threads are numbered from 0 (OMPT's, the tool's), its devices'
+#: tracks from 2^30.
+_TABLE_TIDS = 1 << 16
+
+
 def track_index(index: dict[tuple[int, int], int], pid: np.ndarray, tid: np.ndarray
                  ) -> np.ndarray:
-    """The track of each (pid, tid), by ``index`` (-1: none), as int32; looked up
-    BATCH_ROWS at a time (a few temporaries of 8 bytes a slice, of a batch)."""
+    """The track of each (pid, tid), by ``index`` (-1: none), as int32: of one
+    process whose tracks are threads numbered below _TABLE_TIDS, read in a table by
+    thread number (a gather); else looked up BATCH_ROWS at a time (a few
+    temporaries of 8 bytes a slice, of a batch)."""
+    pid, tid = np.asarray(pid), np.asarray(tid)
+    out = np.full(len(pid), -1, np.int32)
+    if not len(pid) or not index:
+        return out
+    one = int(pid[0])
+    mine = {t: v for (p, t), v in index.items() if p == one}
+    if mine and min(mine) >= 0 and max(mine) < _TABLE_TIDS and (pid == one).all():
+        table = np.full(max(mine) + 2, -1, np.int32)  # the last: the threads above
+        table[list(mine)] = list(mine.values())
+        return table[np.minimum(tid, len(table) - 1)]
     known = np.array([p << 32 | t for p, t in index], np.int64)
     value = np.array(list(index.values()), np.int32)
     by = np.argsort(known)
     known, value = known[by], value[by]
-    pid, tid = np.asarray(pid), np.asarray(tid)
-    out = np.full(len(pid), -1, np.int32)
-    for part in batches(len(out) if len(known) else 0):
+    for part in batches(len(out)):
         key = pid[part].astype(np.int64) << 32 | tid[part].astype(np.int64)
         at = np.minimum(np.searchsorted(known, key), len(known) - 1)
         out[part] = np.where(known[at] == key, value[at], -1)

@@ -394,3 +394,19 @@ def test_the_payloads_kernel_writes_its_parts_one_after_the_other():
         _core.proto_payloads([(name_iid(1),)], np.empty(2, np.int64))
     with pytest.raises(ValueError):
         _core.proto_payloads([[name_iid(1), name_iid(1, 2)]], np.empty(3, np.int64))
+
+
+@pytest.mark.parametrize("index, pids, tids", [
+    ({(5, 0): 0, (5, 1): 1, (5, 7): 2}, [5], [0, 1, 7, 3, 9, 70_000, 2**32 - 1]),  # a table
+    ({(5, 0): 0, (6, 1): 1}, [5, 6], [0, 1, 2]),  # two processes
+    ({(5, 0): 0, (5, DEVICE_TID): 1}, [5], [0, DEVICE_TID, 5]),  # a device's track
+    ({(5, 0): 3}, [6], [0]), ({}, [5], [0])])
+def test_track_index_is_the_index_s(index, pids, tids):
+    """track_index gives each (pid, tid) its track in the index, -1 for none, by its
+    table of thread numbers or by its search."""
+    rng = np.random.default_rng(len(index))
+    pid = rng.choice(np.array(pids, np.int32), 1000)
+    tid = rng.choice(np.array(tids, np.uint32), 1000)
+    want = [index.get((int(p), int(t)), -1) for p, t in zip(pid, tid)]
+    got = perfetto_proto.track_index(index, pid, tid)
+    assert got.dtype == np.int32 and got.tolist() == want
