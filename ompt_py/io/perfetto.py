@@ -211,10 +211,13 @@ class _Records:
 @dataclass
 class _Pairs:
     """Begin and end records paired as analysis pairs them, in the order of the
-    begins: the begin's record (``rows``: positions in trace.events), the end's time."""
+    begins: the begin's record (``rows``: positions in trace.events), the end's time;
+    ``kept``: the begins' thread and time, where _slices(keep=True) keeps them for
+    the next to read them (the counter's waits: _waits), else None."""
 
     rows: np.ndarray
     end: np.ndarray
+    kept: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -383,9 +386,10 @@ def _json_text(batch: Batch) -> bytes:
 
 
 def _slices(rec: _Records, cat: str, pairs: _Pairs,
-            make: Callable[[np.ndarray, Part], Label]) -> Source:
+            make: Callable[[np.ndarray, Part], Label], keep: bool = False) -> Source:
     """Slices of paired records, from the process, thread and time of the begin's
-    record: ``make(records of the begins, part)`` gives the name and args of a batch."""
+    record: ``make(records of the begins, part)`` gives the name and args of a batch;
+    ``keep``: the spans' threads and times kept in ``pairs`` (_Pairs.kept)."""
     rows, end = pairs.rows, pairs.end
 
     def batch(part: Part) -> Slices:
@@ -395,7 +399,10 @@ def _slices(rec: _Records, cat: str, pairs: _Pairs,
                          *make(records, part))
 
     def spans() -> _Spans:
-        return _Spans(rows, rec.pid(rows), rec.ev["thread"][rows], rec.time(rows), end)
+        thread, time = rec.ev["thread"][rows], rec.time(rows)
+        if keep:
+            pairs.kept = thread, time
+        return _Spans(rows, rec.pid(rows), thread, time, end)
     return Source(len(rows), batch, cat, spans, lambda part: make(rec.take(rows[part]), part))
 
 
@@ -553,7 +560,7 @@ def _sync(rec: _Records, regions: _Pairs, sync: _Pairs, waits: _Pairs,
                 ("parallel_id", ident(r["parallel_id"])), ("task_id", ident(r["task_id"])),
                 ("codeptr", _codeptr(r))])),
             _slices(rec, "sync_wait", waits, lambda r, part: (
-                _kind(r, " wait"), [("parallel_id", ident(r["parallel_id"]))])))
+                _kind(r, " wait"), [("parallel_id", ident(r["parallel_id"]))]), keep=True))
 
 
 def _tasks(rec: _Records, first_flow: int = 1) -> tuple[Source, Source]:
@@ -640,9 +647,10 @@ def _waits(rec: _Records, sync: _Pairs, mutex: _Pairs, flt: ExportFilter
     that of their ends, as mutex_table has them)."""
     series = []
     for p in (sync, mutex):
-        pid, thread = rec.pid(p.rows), rec.ev["thread"][p.rows]
+        thread, begin = p.kept or (rec.ev["thread"][p.rows], rec.time(p.rows))
+        p.kept = None
+        pid, end = rec.pid(p.rows), p.end
         keep = flt.tracks(pid, thread)
-        begin, end = rec.time(p.rows), p.end
         if not keep.all():
             pid, thread, begin, end = pid[keep], thread[keep], begin[keep], end[keep]
         if len(begin) > 1 and (begin[1:] < begin[:-1]).any():
