@@ -28,7 +28,6 @@ from ..records import (
     PARALLEL_INVOKER_PROGRAM,
     PARALLEL_INVOKER_RUNTIME,
     PARALLEL_LEAGUE,
-    RARE_ROWS,
     SCOPE_BEGIN,
     Census,
     Names,
@@ -89,11 +88,12 @@ def counts_by_number(trace: Trace) -> np.ndarray:
 
 def rows_of_groups(trace: Trace, groups: Iterable[Iterable[str]]) -> list[np.ndarray]:
     """The rows of each group of events, in the records' order: those census_of
-    keeps, where each event of the group has at most RARE_ROWS records, the other
-    groups' found together in one pass (records.event_groups)."""
+    keeps, where it keeps those of each event of the group (the rare events':
+    records.RARE_ROWS), the other groups' found together in one pass
+    (records.event_groups)."""
     found = census_of(trace)
     codes = [sorted({EVENT_CODES[e] for e in group}) for group in groups]
-    rare = [bool((found.counts[c] <= RARE_ROWS).all()) for c in codes]
+    rare = [all(k in found.rare or not found.counts[k] for k in c) for c in codes]
     scanned = iter(event_groups(trace.events, [c for c, r in zip(codes, rare) if not r],
                                 found.counts))
     out = []

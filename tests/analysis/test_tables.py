@@ -274,19 +274,21 @@ def test_regions_of_gcc_built_code_on_libomp():
 @pytest.mark.parametrize("name", ["contended-libomp19", "export-mixed"])
 def test_rows_of_and_threads_are_those_of_the_records(name, monkeypatch):
     """tables.rows_of finds each event's rows (and several events' together) whether
-    census_of kept them (the rare events') or a pass finds them; states.threads is
-    numpy's unique of the records' keys (export-mixed: two processes)."""
+    census_of kept them (the rare events') or a pass finds them (none kept:
+    RARE_ROWS 0); states.threads is numpy's unique of the records' keys
+    (export-mixed: two processes)."""
+    from ompt_py import records
     from ompt_py.analysis import states, tables
-    t = load_stored(name)
-    ev = t.events
-    present = [e for e, code in EVENT_CODES.items() if (ev["event"] == code).any()]
-    assert len(present) >= 5
-    keys = np.unique(t.pids.astype(np.int64) << 32 | ev["thread"].astype(np.int64))
-    np.testing.assert_array_equal(states.threads(t), keys)
-    counts = tables.counts_by_number(t)
-    assert {e for e in present if counts[EVENT_CODES[e]] <= tables.RARE_ROWS}, "no rare event"
-    for rare_rows in (tables.RARE_ROWS, 0):  # kept, then all found by a pass
-        monkeypatch.setattr(tables, "RARE_ROWS", rare_rows)
+    for rare_rows in (records.RARE_ROWS, 0):
+        monkeypatch.setattr(records, "RARE_ROWS", rare_rows)
+        t = load_stored(name)  # a new trace: its census made with rare_rows
+        ev = t.events
+        present = [e for e, code in EVENT_CODES.items() if (ev["event"] == code).any()]
+        assert len(present) >= 5
+        kept = tables.census_of(t).rare
+        assert bool(kept) == bool(rare_rows), "no rare event, or rows kept of none"
+        keys = np.unique(t.pids.astype(np.int64) << 32 | ev["thread"].astype(np.int64))
+        np.testing.assert_array_equal(states.threads(t), keys)
         for events in [[e] for e in present] + [present[:3], ["task_create", present[0]]]:
             want = np.flatnonzero(np.isin(ev["event"], [EVENT_CODES[e] for e in events]))
             np.testing.assert_array_equal(tables.rows_of(t, *events), want)
