@@ -298,14 +298,15 @@ def waiting(
     has one there)."""
 
 def proto_waiting(
-    series: list[tuple[Buffer, Buffer, Buffer, Buffer]], uuids: Buffer, sequence: int,
+    series: list[tuple[Buffer, Buffer, Buffer, Buffer]],
+    tracks: Callable[[bytes], Buffer], sequence: int,
     write: Callable[[memoryview], object], start: int | None = None,
     end: int | None = None, /,
 ) -> None:
     """waiting()'s rows as the counter's TracePackets, given to ``write`` (which must
     not keep the view) a part at a time: per process (by pid) and series, its first
     value, then each change, on the track uuids[rank * len(series) + series]
-    (uint64)."""
+    (uint64), uuids = tracks(the processes' pids, int64 bytes, sorted)."""
 
 def lod_sum(
     begin: Buffer,

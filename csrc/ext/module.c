@@ -443,10 +443,11 @@ static PyMethodDef methods[] = {
          "in the window [start, end] (a process's last row before start moved to start, "
          "unless it has one there).")},
     {"proto_waiting", omptpy_py_proto_waiting, METH_VARARGS,
-     DOC("proto_waiting($module, series, uuids, sequence, write, start=None, end=None, /)",
+     DOC("proto_waiting($module, series, tracks, sequence, write, start=None, end=None, /)",
          "waiting()'s rows as the counter's TracePackets, given to write (bytes-like, not "
          "to keep) a part at a time: per process (sorted) and series its first value, then "
-         "each change, on the track uuids[rank * len(series) + series] (uint64).")},
+         "each change, on the track uuids[rank * len(series) + series] (uint64), uuids = "
+         "tracks(the processes' pids, int64 bytes, sorted).")},
     {"format_rows", omptpy_py_format_rows, METH_VARARGS,
      DOC("format_rows($module, parts, columns, /)",
          "Rows of text, each parts[0] value parts[1] ... parts[-1]; a column is (FORMAT_*, "

@@ -777,10 +777,11 @@ static int window_time(PyObject *o, int64_t none, int64_t *out) {
 
 /* waiting() and proto_waiting(): the series read, swept a process at a time into
  * c (its sink set by the caller, but for the window, read here from start and
- * end, and waiting's arrays, made here into outs); `nuuids`: proto_waiting's
- * uuids (checked against the processes), else -1.  Returns 0, or -1 with an
+ * end, and waiting's arrays, made here into outs); `tracks`: proto_waiting's,
+ * called with the processes (their pids, int64 bytes, sorted) for their tracks'
+ * uuids (held in c until the sweep is over), else NULL.  Returns 0, or -1 with an
  * exception. */
-static int count_waits(PyObject *list, PyObject *start, PyObject *end, Py_ssize_t nuuids,
+static int count_waits(PyObject *list, PyObject *start, PyObject *end, PyObject *tracks,
                        counter_rows *c, PyObject **outs) {
   Py_ssize_t nseries = PyList_GET_SIZE(list);
   if (nseries > MAX_SERIES) {
@@ -790,7 +791,7 @@ static int count_waits(PyObject *list, PyObject *start, PyObject *end, Py_ssize_
   if (window_time(start, INT64_MIN, &c->start) < 0 || window_time(end, INT64_MAX, &c->end) < 0)
     return -1;
   series_waits w[MAX_SERIES];
-  Py_buffer bufs[4 * MAX_SERIES];
+  Py_buffer bufs[4 * MAX_SERIES], uuids = {0};
   memset(w, 0, sizeof w);
   memset(bufs, 0, sizeof bufs);
   int64_t *pids = NULL;
@@ -826,10 +827,20 @@ static int count_waits(PyObject *list, PyObject *start, PyObject *end, Py_ssize_
     PyErr_NoMemory();
     goto done;
   }
-  if (nuuids >= 0 && nuuids != (Py_ssize_t)(npids * (size_t)nseries)) {
-    PyErr_Format(PyExc_ValueError, "proto_waiting: uuids, uint64, %zu processes x %zd series",
-                 npids, nseries);
-    goto done;
+  if (tracks) {
+    PyObject *given = PyBytes_FromStringAndSize((const char *)pids,
+                                                (Py_ssize_t)(npids * sizeof *pids));
+    PyObject *got = given ? PyObject_CallOneArg(tracks, given) : NULL;
+    Py_XDECREF(given);
+    Py_ssize_t nuuids = -1;
+    c->uuid = got ? omptpy_get_items(got, &uuids, 8, &nuuids, 0, "proto_waiting uuids") : NULL;
+    Py_XDECREF(got); /* held by uuids */
+    if (!c->uuid) goto done;
+    if (nuuids != (Py_ssize_t)(npids * (size_t)nseries)) {
+      PyErr_Format(PyExc_ValueError, "proto_waiting: uuids, uint64, %zu processes x %zd series",
+                   npids, nseries);
+      goto done;
+    }
   }
   if (outs) { /* waiting: at most a row per begin and end of every wait, cut to size after */
     for (Py_ssize_t o = 0; o < 2 + nseries; o++)
@@ -862,6 +873,7 @@ done:
     free(w[s].first);
   }
   release_all(bufs, 4 * MAX_SERIES);
+  if (uuids.obj) PyBuffer_Release(&uuids);
   free(heap.at);
   free(heap.series);
   free(pids);
@@ -884,7 +896,7 @@ PyObject *omptpy_py_waiting(PyObject *m, PyObject *args) {
   PyObject *list, *start = Py_None, *end = Py_None, *result = NULL, *outs[2 + MAX_SERIES] = {0};
   if (!PyArg_ParseTuple(args, "O!|OO", &PyList_Type, &list, &start, &end)) return NULL;
   counter_rows c = {0};
-  if (count_waits(list, start, end, -1, &c, outs) < 0) goto done;
+  if (count_waits(list, start, end, NULL, &c, outs) < 0) goto done;
   Py_ssize_t nseries = PyList_GET_SIZE(list);
   for (Py_ssize_t o = 0; o < 2 + nseries; o++)
     if (PyByteArray_Resize(outs[o], c.rows * (o == 1 ? 8 : 4)) < 0) goto done;
@@ -901,36 +913,28 @@ done:
   return result;
 }
 
-/* proto_waiting(series, uuids, sequence, write[, start, end]): waiting()'s rows as
- * the Perfetto counter's packets (omptpy_put_counter, on trusted sequence
+/* proto_waiting(series, tracks, sequence, write[, start, end]): waiting()'s rows
+ * as the Perfetto counter's packets (omptpy_put_counter, on trusted sequence
  * `sequence`): per process (in the order of their pids) and series, its first
  * value, then each change, on the track uuids[rank * series + series] (uint64),
- * given to write (a callable of a bytes-like object, which it must not keep)
- * COUNTER_PART bytes or so at a time.  Returns None. */
+ * uuids = tracks(the processes' pids, int64 bytes, sorted), given to write (a
+ * callable of a bytes-like object, which it must not keep) COUNTER_PART bytes or
+ * so at a time.  Returns None. */
 PyObject *omptpy_py_proto_waiting(PyObject *m, PyObject *args) {
   (void)m;
-  PyObject *list, *uuids_obj, *write, *start = Py_None, *end = Py_None;
+  PyObject *list, *tracks, *write, *start = Py_None, *end = Py_None;
   unsigned long long sequence;
-  if (!PyArg_ParseTuple(args, "O!OKO|OO", &PyList_Type, &list, &uuids_obj, &sequence, &write,
+  if (!PyArg_ParseTuple(args, "O!OKO|OO", &PyList_Type, &list, &tracks, &sequence, &write,
                         &start, &end))
     return NULL;
-  if (!PyCallable_Check(write)) {
-    PyErr_SetString(PyExc_TypeError, "proto_waiting: write, a callable");
+  if (!PyCallable_Check(tracks) || !PyCallable_Check(write)) {
+    PyErr_SetString(PyExc_TypeError, "proto_waiting: tracks and write, callables");
     return NULL;
   }
-  Py_buffer uuids = {0};
-  Py_ssize_t nuuids = -1;
-  const uint64_t *uuid = omptpy_get_items(uuids_obj, &uuids, 8, &nuuids, 0, "proto_waiting uuids");
-  if (!uuid) return NULL;
   PyObject *result = NULL;
-  counter_rows c = {.write = write, .uuid = uuid, .sequence = sequence};
-  if (!(c.part = c.p = malloc(COUNTER_PART))) {
-    PyErr_NoMemory();
-    goto done;
-  }
-  if (count_waits(list, start, end, nuuids, &c, NULL) == 0) result = omptpy_py_none();
-done:
+  counter_rows c = {.write = write, .sequence = sequence};
+  if (!(c.part = c.p = malloc(COUNTER_PART))) return PyErr_NoMemory();
+  if (count_waits(list, start, end, tracks, &c, NULL) == 0) result = omptpy_py_none();
   free(c.part);
-  PyBuffer_Release(&uuids);
   return result;
 }

@@ -482,12 +482,16 @@ def _write_counters(out: BinaryIO, series: list[tuple[np.ndarray, ...]], flt: Ex
     """The counter's tracks (per series and process of its waits, ``series``:
     perfetto._waits') and a packet per change of a series in ``flt``'s window (the
     first value of each process's series, then each new one), written as they are
-    made (_core.proto_waiting)."""
-    pids = sorted({int(p) for pid in (s[0] for s in series) if len(pid)
-                   for p in (pid[:1] if (pid == pid[0]).all() else np.unique(pid))})
-    out.write(b"".join(_counter_descriptor(uuids, p, name) for name in WAIT_SERIES for p in pids))
-    uuid = np.array([uuids("counter", p, name) for p in pids for name in WAIT_SERIES], np.uint64)
-    _core.proto_waiting(series, uuid, sequence, out.write, flt.start_ns, flt.end_ns)
+    made (_core.proto_waiting, which finds the processes)."""
+    def tracks_of(pids: bytes) -> np.ndarray:
+        """The tracks of the processes ``pids`` (int64, sorted), their descriptors
+        written: uuids by process, then series."""
+        of = np.frombuffer(pids, np.int64).tolist()
+        out.write(b"".join(_counter_descriptor(uuids, p, name)
+                           for name in WAIT_SERIES for p in of))
+        return np.array([uuids("counter", p, name) for p in of for name in WAIT_SERIES],
+                        np.uint64)
+    _core.proto_waiting(series, tracks_of, sequence, out.write, flt.start_ns, flt.end_ns)
 
 
 def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source],

@@ -379,9 +379,13 @@ def test_the_waiting_kernels_packets_are_the_changes_of_its_rows(seed):
     series, _ = random_waits(np.random.default_rng(seed))
     pids = sorted({int(p) for s in series for p in s[0]})
     uuids = np.arange(100, 100 + 2 * len(pids), dtype=np.uint64)
+
+    def tracks(given):
+        assert np.frombuffer(given, np.int64).tolist() == pids
+        return uuids
     for window in [(None, None), (100, 300)]:
         out = io.BytesIO()
-        _core.proto_waiting(series, uuids, 3, out.write, *window)
+        _core.proto_waiting(series, tracks, 3, out.write, *window)
         packets = pb.Trace.FromString(out.getvalue()).packet
         got = [(p.track_event.track_uuid, p.timestamp, p.track_event.counter_value)
                for p in packets]
@@ -397,12 +401,17 @@ def test_the_waiting_kernels_packets_are_the_changes_of_its_rows(seed):
                     last[track] = counts[k, r]
         assert got == want and len(want) > 20
     with pytest.raises(ValueError, match="2 processes x 2 series"):
-        _core.proto_waiting(series, uuids[:3], 3, out.write)
+        _core.proto_waiting(series, lambda given: uuids[:3], 3, out.write)
 
     def refused(view):
         raise OSError("disk full")
     with pytest.raises(OSError, match="disk full"):
-        _core.proto_waiting(series, uuids, 3, refused)
+        _core.proto_waiting(series, tracks, 3, refused)
+
+    def no_tracks(given):
+        raise KeyError("no tracks")
+    with pytest.raises(KeyError, match="no tracks"):  # what tracks raises comes out too
+        _core.proto_waiting(series, no_tracks, 3, out.write)
 
 
 def test_perfetto_of_several_saved_processes_from_the_cli(trace_file, tmp_path):
