@@ -437,6 +437,7 @@ typedef struct {
   uint64_t *seen;
   Py_ssize_t seen_mask;
   table twice;
+  int ranked; /* looked into by any lookup: its closed begins numbered (rank) */
   int64_t *rank;
   int64_t *end_time; /* with end_times: per begin, its end's time once closed */
   /* Looked into: the changes of its stacks so far (opens and ends), and the last
@@ -456,15 +457,19 @@ typedef struct {
 /* A lookup: per begin of pairing `of`, the begin of pairing `in` with the key of
  * its own record (`in`'s key): the one open then (found[begin], its slot), when
  * no other begun before has the key; -1 when the key is missing; LOOK_AGAIN when
- * it may not be the first begun, or none is open. */
+ * it may not be the first begun, or none is open.  An `enclosing` lookup finds
+ * the begin open with the key then, the latest begun of those open (-1: none);
+ * in the second half of a split pass, with none of its own open, ENCLOSING_AGAIN
+ * - (the loose ends of `in` so far): split_merge finds it in the first half's. */
 typedef struct {
   Py_ssize_t of, in;
+  int enclosing;
   keyset keys;
   int64_t *found; /* out's bytes */
   PyObject *out;  /* bytearray: int64 per begin, then per closed begin (resized) */
 } lookup;
 
-enum { LOOK_AGAIN = -2 };
+enum { LOOK_AGAIN = -2, ENCLOSING_AGAIN = -3 };
 
 /* What a half's own state holds (split_pass): its stacks, filter and loose ends. */
 static void half_release(pairing *g) {
@@ -566,6 +571,12 @@ static int64_t look_in(pairing *in, const key *q) {
   return in->memo_found = found;
 }
 
+/* The begin of pairing `in` open with the key q now, the latest begun of those
+ * open (its slot), or -1. */
+static inline int64_t open_in(const pairing *in, const key *q) {
+  return in->st.open.slots[table_slot(&in->st.open, &in->keys, q)].row;
+}
+
 /* ---- the pass ---------------------------------------------------------------------- */
 
 /* What the pass reads: the records in time order (`order`, n of them, or as
@@ -597,13 +608,23 @@ static inline Py_ssize_t role_at(const passing *w, Py_ssize_t row) {
   return at < w->nroles ? at : w->nroles - 1;
 }
 
-/* The lookups of the begin at record `row`, slot s, of pairing k. */
-static void look_up(const passing *w, Py_ssize_t k, Py_ssize_t s, Py_ssize_t row) {
+/* The lookups of the begin at record `row`, slot s, of pairing k (its key: own;
+ * an enclosing lookup's, whose keys are those of k's key). */
+static void look_up(const passing *w, Py_ssize_t k, Py_ssize_t s, Py_ssize_t row,
+                    const key *own) {
   key q;
   for (Py_ssize_t j = 0; j < w->nlooks[k]; j++) {
     lookup *l = &w->lk[w->looks[k][j]];
+    pairing *in = &w->g[l->in];
+    if (l->enclosing) {
+      if (own->missing)
+        l->found[s] = -1;
+      else if ((l->found[s] = open_in(in, own)) < 0 && w->second)
+        l->found[s] = ENCLOSING_AGAIN - in->nloose; /* open in the first half, if any */
+      continue;
+    }
     key_at(&l->keys, row, &q);
-    l->found[s] = q.missing ? -1 : look_in(&w->g[l->in], &q);
+    l->found[s] = q.missing ? -1 : look_in(in, &q);
   }
 }
 
@@ -667,7 +688,7 @@ static int pass(const passing *w) {
         ((int64_t *)PyBytes_AS_STRING(p->begins))[s] = held;
         if (stacks_open(&p->st, &q, s) == -2 || (p->seen && see(p, &q, s) < 0)) return 1;
         p->count++;
-        look_up(w, k, s, row);
+        look_up(w, k, s, row, &q);
       }
     }
     if (last) return 0;
@@ -747,19 +768,46 @@ static void *second_half(void *arg) {
   return NULL;
 }
 
+/* The enclosing lookups into pairing k (of the first half's states g) of the
+ * second half's begins that found none of its own open (ENCLOSING_AGAIN - j),
+ * up to those made after j of its loose ends (h: the second half's states;
+ * next: per lookup, the first of its begins not yet seen): they find the begin
+ * open then in the first half's stacks, as the pass would have. */
+static void enclosing_again(const pairing *g, const pairing *h, const Py_ssize_t *from,
+                            lookup *lk, Py_ssize_t nlk, Py_ssize_t k, Py_ssize_t j,
+                            Py_ssize_t *next) {
+  key q;
+  for (Py_ssize_t l = 0; l < nlk; l++) {
+    if (!lk[l].enclosing || lk[l].in != k) continue;
+    const int64_t *rows = (const int64_t *)PyBytes_AS_STRING(g[lk[l].of].begins);
+    Py_ssize_t s = next[l] > from[lk[l].of] ? next[l] : from[lk[l].of];
+    for (; s < h[lk[l].of].count; s++) {
+      int64_t e = lk[l].found[s];
+      if (e > ENCLOSING_AGAIN) continue; /* found in the second half */
+      if (ENCLOSING_AGAIN - e > j) break; /* after more loose ends */
+      key_at(&lk[l].keys, (Py_ssize_t)rows[s], &q);
+      lk[l].found[s] = open_in(&g[k], &q);
+    }
+    next[l] = s;
+  }
+}
+
 /* The second half's results joined to the first's (g: the first half's states,
  * h: the second's).  First its lookups: one of a key that began in the first
  * half finds that begin when it is the key's only one there and was open at the
  * split (the first of its key, as the pass would have found it), else
  * LOOK_AGAIN (the caller finds those); then its loose ends close the begins left
- * open by the first half, in order, as if read in one pass.  -1: the first half
- * did not fill its begins (an order that names a row twice). */
+ * open by the first half, in order, as if read in one pass, and between them its
+ * enclosing lookups that found none of its own open find theirs in the first
+ * half's stacks (enclosing_again).  -1: the first half did not fill its begins
+ * (an order that names a row twice). */
 static int split_merge(pairing *g, pairing *h, const Py_ssize_t *from, Py_ssize_t npairings,
                        lookup *lk, Py_ssize_t nlk, const column *times) {
   key q;
   for (Py_ssize_t k = 0; k < npairings; k++)
     if (g[k].count != from[k]) return -1;
   for (Py_ssize_t l = 0; l < nlk; l++) {
+    if (lk[l].enclosing) continue;
     pairing *in = &g[lk[l].in];
     const int64_t *rows = (const int64_t *)PyBytes_AS_STRING(g[lk[l].of].begins);
     Py_ssize_t stop = h[lk[l].of].count;
@@ -771,9 +819,11 @@ static int split_merge(pairing *g, pairing *h, const Py_ssize_t *from, Py_ssize_
       if (!q.missing && seen_maybe(in, &q)) lk[l].found[s] = look_in(in, &q);
     }
   }
+  Py_ssize_t next[MAX_PAIRINGS] = {0};
   for (Py_ssize_t k = 0; k < npairings; k++) {
     pairing *p = &g[k];
     for (Py_ssize_t j = 0; j < h[k].nloose; j++) {
+      enclosing_again(g, h, from, lk, nlk, k, j, next);
       Py_ssize_t row = (Py_ssize_t)h[k].loose[2 * j];
       key_at(&p->keys, row, &q);
       Py_ssize_t closed = stacks_close(&p->st, &q, (Py_ssize_t)h[k].loose[2 * j + 1]);
@@ -782,8 +832,9 @@ static int split_merge(pairing *g, pairing *h, const Py_ssize_t *from, Py_ssize_
       else if (p->end_time)
         p->end_time[closed] = (int64_t)column_at(times, row);
     }
-    p->count = h[k].count;
+    enclosing_again(g, h, from, lk, nlk, k, h[k].nloose, next);
   }
+  for (Py_ssize_t k = 0; k < npairings; k++) g[k].count = h[k].count;
   return 0;
 }
 
@@ -801,20 +852,25 @@ static int split_merge(pairing *g, pairing *h, const Py_ssize_t *from, Py_ssize_
  * closes them (no gather of them after it).  A pairing is (roles, keys): roles, bytes,
  * 4 per event number e: what a record of e does (PAIR_*) at roles[4 e +
  * endpoint], the endpoint 1 to 3, 0 for any other (event numbers beyond:
- * nothing); keys, a list of columns.  A lookup is (pairing, in, keys): for each
- * begin of the pairing, the pair of pairing `in` whose begin is the first with
- * the keys (of `in`) that its own record has in `keys` (as find() finds it among
- * the closed pairs; a missing key finds none).  It is looked up as the pair
- * begins, in the begins open then, the one of the key when no other of the key
- * had begun (a Bloom filter of the keys begun, 16 bits a begin, says which may
- * have): no table of every begin, whose rows would be far in memory.  Returns
+ * nothing); keys, a list of columns.  A lookup is (pairing, in, keys[,
+ * enclosing]): for each begin of the pairing, the pair of pairing `in` whose
+ * begin is the first with the keys (of `in`) that its own record has in `keys`
+ * (as find() finds it among the closed pairs; a missing key finds none).  It is
+ * looked up as the pair begins, in the begins open then, the one of the key when
+ * no other of the key had begun (a Bloom filter of the keys begun, 16 bits a
+ * begin, says which may have): no table of every begin, whose rows would be far
+ * in memory.  With `enclosing` true, the pair of `in` open with the keys as the
+ * pair begins, the latest begun of those open (none, or one never closed: -1);
+ * its keys are those of its pairing's key, read once for both.
+ * Returns
  * (per pairing (begins, ends, ends closing nothing), per lookup found): bytes of
  * int64, the begins' positions in `order` (with as_rows, their rows), those
  * closed first, then those never closed, each in order, and the ends'
  * positions (rows) of those closed; found, a bytearray of int64 (the caller
  * writes what it finds again into it, no copy), per closed begin the index of
  * the pair found among the closed ones, -1 for none, LOOK_AGAIN (-2) where it
- * was not open or another of its key may have begun before (find() those).
+ * was not open or another of its key may have begun before (find() those; an
+ * enclosing lookup finds every one).
  * A merged pass is split at the time `split` (None: from SPLIT_MIN records on,
  * with two CPUs, at split_time) into two halves, the records before it and those
  * from it on, the second read in a thread of its own as the first is read here,
@@ -891,13 +947,17 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   }
   for (Py_ssize_t l = 0; l < nlk && !bad; l++) {
     PyObject *keys;
-    if (!PyArg_ParseTuple(PyList_GET_ITEM(lookup_list, l), "nnO", &lk[l].of, &lk[l].in, &keys) ||
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(lookup_list, l), "nnO|p", &lk[l].of, &lk[l].in, &keys,
+                          &lk[l].enclosing) ||
         keys_through(&lk[l].keys, keys, &records, through) < 0)
       goto done;
     int same = lk[l].of >= 0 && lk[l].of < npairings && lk[l].in >= 0 && lk[l].in < npairings &&
                lk[l].keys.ncol == g[lk[l].in].keys.ncol;
+    /* an enclosing lookup reads its pairing's own key (its keys: those) */
+    if (same && lk[l].enclosing) same = g[lk[l].of].keys.ncol == lk[l].keys.ncol;
     for (Py_ssize_t j = 0; same && j < lk[l].keys.ncol; j++)
-      same = lk[l].keys.col[j].size == g[lk[l].in].keys.col[j].size;
+      same = lk[l].keys.col[j].size == g[lk[l].in].keys.col[j].size &&
+             (!lk[l].enclosing || g[lk[l].of].keys.col[j].size == lk[l].keys.col[j].size);
     if (!same) bad = "pair_events: a lookup of no pairing, or of keys of other sizes";
   }
   if (bad) {
@@ -1003,7 +1063,8 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     pairing *in = &g[lk[l].in];
     if (!(lk[l].out = PyByteArray_FromStringAndSize(NULL, 8 * counts[lk[l].of]))) goto done;
     lk[l].found = (int64_t *)PyByteArray_AS_STRING(lk[l].out);
-    if (in->seen) continue;
+    in->ranked = 1;
+    if (lk[l].enclosing || in->seen) continue;
     if (filter_init(in, counts[lk[l].in]) < 0) {
       PyErr_NoMemory();
       goto done;
@@ -1053,7 +1114,7 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
    * closed begin, as the index of a closed pair. */
   for (Py_ssize_t k = 0; k < npairings && !failed; k++) {
     pairing *p = &g[k];
-    if (!p->seen) continue;
+    if (!p->ranked) continue;
     if (!(p->rank = malloc(8 * (size_t)p->count + 1))) {
       failed = 1;
       break;
@@ -1067,7 +1128,10 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     for (Py_ssize_t s = 0; s < p->count; s++) {
       if (p->st.link[s] < 0) continue;
       int64_t e = found[s];
-      found[closed++] = e < 0 ? e : in->rank[e] >= 0 ? in->rank[e] : LOOK_AGAIN;
+      found[closed++] = e < 0                 ? e
+                        : in->rank[e] >= 0    ? in->rank[e]
+                        : lk[l].enclosing ? -1
+                                              : LOOK_AGAIN;
     }
   }
   /* The closed pairs first, then the begins never closed (each in begin order), as

@@ -297,6 +297,22 @@ class Lookup(NamedTuple):
     query_field: str
 
 
+class Enclosing(NamedTuple):
+    """For each pair of pairing ``of``, the pair of pairing ``into`` (of the same
+    key) open with the key of the pair's begin record as the pair begins, the
+    latest begun of those open: found in the pass, where a record is read after
+    those before it in time (a sync region's waits find their region); none, or
+    one never closed: -1."""
+
+    of: str
+    into: str
+
+
+#: The sync region each wait (sync_region_wait) is in: the one open on its thread
+#: with its kind as it begins (waits_per_region).
+WAITS_REGION = Enclosing("sync_region_wait", "sync_region")
+
+
 class Paired(NamedTuple):
     """What pair_events found: per pairing its pairs, per lookup the pair found for
     each pair (a position among the pairs of its ``into``, -1 for none)."""
@@ -307,7 +323,7 @@ class Paired(NamedTuple):
 
 def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray | None,
                 names: list[str], as_rows: bool = False,
-                lookups: dict[str, Lookup] | None = None, end_times: bool = False,
+                lookups: dict[str, Lookup | Enclosing] | None = None, end_times: bool = False,
                 split_ns: int | None = None) -> Paired:
     """The pairings ``names`` (of PAIRINGS) of the records ``events`` (their
     processes ``pids``; None: all of one), in one pass over them in time order
@@ -317,14 +333,17 @@ def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray |
     as positions in ``order`` (the rows of to_pandas()), or with ``as_rows`` as
     rows of ``events``, as ``pair`` pairs (with ``end_times``, the ends as their
     records' times, read in the pass); and the ``lookups`` (among the pairings
-    ``names``), looked up in the pass as each pair begins.  A merged pass of 2^20
+    ``names``: Lookup, Enclosing), looked up in the pass as each pair begins.  A merged pass of 2^20
     records or more is split in two halves at the median time of a sample of
     them, each read in a thread of its own when two CPUs are there, and joined
     (the same pairs and lookups as one pass); ``split_ns`` splits it there
     whatever the records' number (the tests)."""
     lookups = lookups or {}
     for lk in lookups.values():
-        if PAIRINGS[lk.into].key != (lk.field,):
+        if isinstance(lk, Enclosing):
+            if PAIRINGS[lk.into].key != PAIRINGS[lk.of].key:
+                raise ValueError(f"{lk.of} is not of the key of {lk.into}: no pair encloses it")
+        elif PAIRINGS[lk.into].key != (lk.field,):
             raise ValueError(f"a lookup in {lk.into} is by its key, not {lk.field}")
     pid = [] if pids is None else [column(pids)]
     specs = []
@@ -336,6 +355,9 @@ def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray |
         specs.append((roles.tobytes(),
                       pid + [_key_column(events, field, pairing) for field in pairing.key]))
     looks = [(names.index(lk.of), names.index(lk.into),
+              [*pid, *(_key_column(events, f, PAIRINGS[lk.of]) for f in PAIRINGS[lk.of].key)],
+              True) if isinstance(lk, Enclosing) else
+             (names.index(lk.of), names.index(lk.into),
               [*pid, column(events[lk.query_field], True)]) for lk in lookups.values()]
     args = (column(events["event"]), column(events["endpoint"]), specs, as_rows, looks,
             events["time_ns"], end_times)
@@ -529,15 +551,10 @@ def task_runs(threads: pd.DataFrame, prior: np.ndarray, switched_to: np.ndarray,
     return run[ran], nxt[ran]
 
 
-def waits_per_region(regions: int, region_keys: list[tuple], region_begin: tuple,
-                     wait_keys: list[tuple], wait_begin: tuple, wait_ns: np.ndarray
-                     ) -> np.ndarray:
-    """For each of ``regions`` sync regions (key columns: thread and kind; a column
-    of begin times, in ascending order) the total ``wait_ns`` of the waits (the
-    same columns) inside it: a wait belongs to the region of its keys that began
-    last at or before the wait."""
-    region = np.empty(len(wait_ns), np.intp)
-    _core.find(region_keys, wait_keys, region, region_begin, wait_begin)
+def waits_per_region(regions: int, region: np.ndarray, wait_ns: np.ndarray) -> np.ndarray:
+    """For each of ``regions`` sync regions the total ``wait_ns`` of the waits
+    inside it: ``region``, the region of each wait (pair_events' WAITS_REGION; -1:
+    none)."""
     totals = np.zeros(regions, np.int64)
     inside = region >= 0
     if inside.all():  # every wait in a region, as most often: no copy of either

@@ -120,18 +120,25 @@ def event_rows(trace: Trace, events: list[str], columns: list[str]) -> pd.DataFr
 # ---- pairing the events of a frame ---------------------------------------------------------
 
 
+#: What the tables look up as they pair (pair_events): each wait's sync region.
+_LOOKUPS = {"waits' region": pairing.WAITS_REGION}
+
+
 @per_trace
-def paired(trace: Trace) -> dict[str, pairing.Pairs]:
-    """Every pairing of the tables (pairing.PAIRINGS), made in one pass over the
-    records: positions in time order (``order``)."""
+def paired(trace: Trace) -> pairing.Paired:
+    """Every pairing of the tables (pairing.PAIRINGS) and _LOOKUPS, made in one
+    pass over the records: positions in time order (``order``)."""
     return _pair(trace, list(pairing.PAIRINGS))
 
 
-def _pair(trace: Trace, names: list[str]) -> dict[str, pairing.Pairs]:
-    """The pairings ``names`` of pairing.PAIRINGS, in one pass over the records."""
+def _pair(trace: Trace, names: list[str]) -> pairing.Paired:
+    """The pairings ``names`` of pairing.PAIRINGS, and the _LOOKUPS among them, in
+    one pass over the records."""
     return pairing.pair_events(trace.events,
                                None if trace.single_pid is not None else trace.pids,
-                               order(trace), names).pairs
+                               order(trace), names, lookups={
+                                   k: lk for k, lk in _LOOKUPS.items()
+                                   if lk.of in names and lk.into in names})
 
 
 def _pairs(trace: Trace, name: str) -> pairing.Pairs:
@@ -139,8 +146,18 @@ def _pairs(trace: Trace, name: str) -> pairing.Pairs:
     (cache.per_trace, or made by a function that is), so its pairs leave
     ``paired`` here, not to be held as long as the trace; a pairing asked for
     again is paired anew, alone."""
-    pairs = paired(trace)
-    return pairs.pop(name) if name in pairs else _pair(trace, [name])[name]
+    pairs = paired(trace).pairs
+    return pairs.pop(name) if name in pairs else _pair(trace, [name]).pairs[name]
+
+
+def _found(trace: Trace, name: str) -> np.ndarray:
+    """What a lookup of _LOOKUPS found (as _pairs, it leaves ``paired``; asked for
+    again, its pairings are paired anew, the same pairs in the same order)."""
+    found = paired(trace).found
+    if name in found:
+        return found.pop(name)
+    lk = _LOOKUPS[name]
+    return _pair(trace, [lk.of, lk.into]).found[name]
 
 
 def _scoped(trace: Trace, name: str, columns: list[str]) -> Intervals:
@@ -193,19 +210,9 @@ def sync_intervals(trace: Trace) -> Intervals:
                   [*_BASE, "kind_raw", "kind", "parallel_id", "task_id", "codeptr"])
     waits = wait_intervals(trace).table
     clamp_to_region(out, region_intervals(trace).table)
-    t = out.table
-    if t.empty:
-        t["wait_ns"] = pd.Series(dtype="int64")
-        return out
-    t = t.sort_values("begin_ns", kind="stable").reset_index(drop=True)
-    w = waits.sort_values("begin_ns", kind="stable")
-    keys = [*_BASE, "kind_raw"]
-    ids, _ = pairing.group_ids(pd.concat([t[keys], w[keys]], ignore_index=True))
-    t["wait_ns"] = pairing.waits_per_region(
-        len(t), [column(ids[:len(t)])], column(t["begin_ns"].to_numpy(np.int64)),
-        [column(ids[len(t):])], column(w["begin_ns"].to_numpy(np.int64)),
-        w["duration_ns"].to_numpy(np.int64))
-    out.table = t
+    # the pairs of both, in the order of their begins, as the lookup numbers them
+    out.table["wait_ns"] = pairing.waits_per_region(
+        len(out.table), _found(trace, "waits' region"), waits["duration_ns"].to_numpy(np.int64))
     return out
 
 

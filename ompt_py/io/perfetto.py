@@ -80,7 +80,6 @@ from .. import _core
 from ..analysis import metrics, offload, pairing, pystacks, states, tables
 from ..analysis.states import key_pid_thread, thread_key, to_int
 from ..records import (
-    EVENT_CODES,
     KIND_CATEGORIES,
     KIND_RAW_CATEGORIES,
     PARALLEL_INVOKER_PROGRAM,
@@ -142,7 +141,7 @@ class _Records:
         one pass)."""
         return dict(zip(_GROUPED, tables.rows_of_groups(self.trace, _GROUPED)))
 
-    def pairs(self, names: list[str], lookups: dict[str, pairing.Lookup]
+    def pairs(self, names: list[str], lookups: dict[str, pairing.Lookup | pairing.Enclosing]
               ) -> tuple[dict[str, _Pairs], dict[str, np.ndarray]]:
         """The pairings ``names`` (pairing.PAIRINGS), as the tables pair them, and the
         ``lookups`` among them, in one pass over the records."""
@@ -178,21 +177,15 @@ class _Records:
     def pid(self, rows: np.ndarray | slice) -> np.ndarray:
         return self.trace.pids_at(rows)
 
-    def field(self, name: str, rows: np.ndarray, missing_if_zero: bool = False,
-              event: str | None = None) -> tuple:
-        """A record field at ``rows`` as a key column (pairing.column, read in place);
-        "kind_raw": the kind byte of ``event``, as to_pandas() names it."""
-        if name != "kind_raw":
-            return pairing.column(self.ev[name], missing_if_zero, rows=rows)
-        names = KIND_RAW_CATEGORIES.codes(kind_keys(np.full(256, EVENT_CODES[event]),
-                                                    np.arange(256)))
-        return pairing.column(self.ev["kind"], table=names, rows=rows)
+    def field(self, name: str, rows: np.ndarray, missing_if_zero: bool = False) -> tuple:
+        """A record field at ``rows`` as a key column (pairing.column, read in place)."""
+        return pairing.column(self.ev[name], missing_if_zero, rows=rows)
 
-    def keys(self, rows: np.ndarray, *fields: str, missing_if_zero: bool = False,
-             event: str | None = None) -> list[tuple]:
+    def keys(self, rows: np.ndarray, *fields: str, missing_if_zero: bool = False
+             ) -> list[tuple]:
         """Key columns of the records at ``rows``: their pid, then ``fields``."""
         pid = [] if self.pids is None else [pairing.column(self.pids, rows=rows)]
-        return pid + [self.field(name, rows, missing_if_zero, event) for name in fields]
+        return pid + [self.field(name, rows, missing_if_zero) for name in fields]
 
     def find(self, table: np.ndarray, query: np.ndarray, field: str,
              query_field: str | None = None) -> np.ndarray:
@@ -458,13 +451,15 @@ _PAIRINGS = ["parallel", "implicit_task", "work", "sync_region", "sync_region_wa
              "mutex_wait", "mutex_hold"]
 #: What is looked up as they are paired: the region of each implicit task and sync
 #: region and wait (its parallel_id), the implicit task that encountered each region
-#: (the region's task_id) and the first region of each region's parallel_id.
+#: (the region's task_id), the first region of each region's parallel_id, and the
+#: sync region each wait is in (pairing.WAITS_REGION).
 _LOOKUPS = {
     "implicit region": pairing.Lookup("implicit_task", "parallel", "parallel_id", "parallel_id"),
     "sync region": pairing.Lookup("sync_region", "parallel", "parallel_id", "parallel_id"),
     "wait region": pairing.Lookup("sync_region_wait", "parallel", "parallel_id", "parallel_id"),
     "encountering task": pairing.Lookup("parallel", "implicit_task", "task_id", "task_id"),
     "same region": pairing.Lookup("parallel", "parallel", "parallel_id", "parallel_id"),
+    "waits' region": pairing.WAITS_REGION,
 }
 
 
@@ -534,23 +529,17 @@ def _sync(rec: _Records, regions: _Pairs, sync: _Pairs, waits: _Pairs,
     """The ``waits`` in barriers, taskwait and taskgroup (the counter counts them
     too), and the slices of those ``sync`` regions and of the waits (their ends
     clamped to their ``regions``': ``found``, _LOOKUPS', those it uses taken out).
-    The time each region waited (pairing.waits_per_region, a find in C without the
-    GIL) is made on a thread of its own while the slices are put in order: only
-    their labels need it."""
+    The time each region waited (pairing.waits_per_region, of the region each wait
+    was found in) is made on a thread of its own while the slices are put in
+    order: only their labels need it."""
     _clamp(waits, found.pop("wait region"), regions)
     _clamp(sync, found.pop("sync region"), regions)
+    region = found.pop("waits' region")
 
     def waited_ns() -> np.ndarray:
         waited = rec.time(waits.rows)
         np.subtract(waits.end, waited, out=waited)
-        totals = pairing.waits_per_region(
-            len(sync), rec.keys(sync.rows, "thread", "kind_raw", event="sync_region"),
-            rec.field("time_ns", sync.rows),
-            rec.keys(waits.rows, "thread", "kind_raw", event="sync_region_wait"),
-            rec.field("time_ns", waits.rows), waited)
-        del waited
-        _core.trim_heap()  # what the thread freed: glibc keeps it in the thread's heap
-        return totals
+        return pairing.waits_per_region(len(sync), region, waited)
     aside = ThreadPoolExecutor(1, thread_name_prefix="ompt-py: export")
     waited = aside.submit(waited_ns)
     aside.shutdown(wait=False)

@@ -289,6 +289,66 @@ def test_lookups_of_a_split_pass_find_what_one_pass_finds(seed):
                                             split_ns=split), whole)
 
 
+def _enclosing(ev: np.ndarray, pids: np.ndarray | None, of: str, into: str,
+               pairs: dict[str, pairing.Pairs]) -> list[int]:
+    """Enclosing(of, into) as one reads it: the records in time order, the begins of
+    ``into`` open per key (pid, thread, kind) on a stack that each end pops; for each
+    closed pair of ``of`` (``pairs``, as rows), the closed pair of ``into`` on top
+    of its key's stack as it began."""
+    def key(row: int) -> tuple:
+        event = int(ev["event"][row])
+        kind = KIND_RAW_CATEGORIES.codes(kind_keys(np.array([event]), ev["kind"][row:row + 1]))
+        return (None if pids is None else int(pids[row]), int(ev["thread"][row]), int(kind[0]))
+
+    stacks: dict[tuple, list[int]] = {}
+    on_top = {}
+    for row in time_order(ev["time_ns"]).tolist():
+        event, endpoint = int(ev["event"][row]), int(ev["endpoint"][row])
+        if event == EVENT_CODES[into] and endpoint in (SCOPE_BEGIN, SCOPE_END):
+            stack = stacks.setdefault(key(row), [])
+            if endpoint == SCOPE_BEGIN:
+                stack.append(row)
+            elif stack:
+                stack.pop()
+        if event == EVENT_CODES[of] and endpoint == SCOPE_BEGIN:
+            stack = stacks.get(key(row))
+            on_top[row] = stack[-1] if stack else -1
+    closed = {row: i for i, row in enumerate(pairs[into].begins.tolist())}
+    return [closed.get(on_top[row], -1) for row in pairs[of].begins.tolist()]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_enclosing_finds_the_pair_open_with_the_key_in_any_pass(seed):
+    """Each sync region wait's region: the latest begun of those open on its thread
+    with its kind as it begins (none: -1, also where that one never ends), through
+    an order, merged, and split anywhere (regions open across the split, ends of
+    the second half closing the first half's begins before or after the wait)."""
+    ev, pids = _records(3000, seed)
+    rng = np.random.default_rng(seed)
+    ev["event"] = rng.choice([EVENT_CODES["sync_region"], EVENT_CODES["sync_region_wait"]],
+                             len(ev))
+    ev["kind"] = rng.choice([1, 3], len(ev))
+    at = as_written(ev["thread"], ev["time_ns"], np.random.default_rng(seed), least=16)
+    ev, pids = ev[at], pids[at]
+    names = ["sync_region", "sync_region_wait"]
+    lookups = {"region": pairing.WAITS_REGION}
+    for p in (pids, None):
+        whole = pairing.pair_events(ev, p, time_order(ev["time_ns"]), names, True, lookups)
+        want = _enclosing(ev, p, "sync_region_wait", "sync_region", whole.pairs)
+        assert whole.found["region"].tolist() == want
+        assert sum(w >= 0 for w in want) > 300 and -1 in want
+        for split in [None, *_split_times(ev["time_ns"])]:
+            _same_found(pairing.pair_events(ev, p, None, names, True, lookups, split_ns=split),
+                        whole)
+
+
+def test_enclosing_is_of_pairings_of_one_key():
+    ev, _ = _records(10, 0)
+    with pytest.raises(ValueError, match="not of the key of sync_region"):
+        pairing.pair_events(ev, None, time_order(ev["time_ns"]), ["parallel", "sync_region"],
+                            True, {"x": pairing.Enclosing("parallel", "sync_region")})
+
+
 def test_a_split_is_of_the_merged_order():
     ev, _ = _records(50, 1)
     args = (pairing.column(ev["event"]), pairing.column(ev["endpoint"]), [], True, [],

@@ -69,12 +69,17 @@ def test_a_table_forgotten_is_made_again_alike():
     t = stored("contended", STORED_RUNTIMES[0])
     first = tables.mutex(t)
     assert tables.mutex(t) is first and len(first)  # kept
-    assert "mutex_wait" not in tables.paired(t) and "parallel" in tables.paired(t)
+    assert "mutex_wait" not in tables.paired(t).pairs and "parallel" in tables.paired(t).pairs
     cache.forget(t, tables.mutex)
     assert not cache.made(t, tables.mutex)
     again = tables.mutex(t)
     assert again is not first
     pd.testing.assert_frame_equal(again, first)
+    # the waits' regions (a lookup of the pass) leave it too, and are found anew
+    syncs = tables.sync_intervals(t).table
+    assert "waits' region" not in tables.paired(t).found and syncs["wait_ns"].sum() > 0
+    cache.forget(t, tables.sync_intervals)
+    pd.testing.assert_frame_equal(tables.sync_intervals(t).table, syncs)
 
 
 def test_keep_drops_every_table_but_those_named():
