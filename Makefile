@@ -219,7 +219,7 @@ test-sanitize: setup
 	  tests/io/test_perfetto_proto.py tests/io/test_otf2.py tests/test_time_order.py \
 	  tests/io/test_export.py tests/test_records.py tests/io/test_dataset_exports.py \
 	  -k "(state_sweep or pair_events or lod or aggregates or blobs or large_trace or proto or otf2 \
-	      or time_order or waiting or event_counts or event_groups or thread_keys) \
+	      or time_order or waiting or event_counts or event_groups or census) \
 	      and not with_dask"
 
 sanitize: test-sanitize
