@@ -244,6 +244,7 @@ enum {
 
 PyObject *omptpy_py_proto_payloads(PyObject *m, PyObject *args);
 PyObject *omptpy_py_proto_nest(PyObject *m, PyObject *args);
+PyObject *omptpy_py_proto_slots(PyObject *m, PyObject *args);
 PyObject *omptpy_py_proto_packets(PyObject *m, PyObject *args);
 /* The bytes a counter's packet takes at most (omptpy_put_counter). */
 enum { OMPTPY_COUNTER_PACKET_MAX = 72 };

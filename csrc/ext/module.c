@@ -466,6 +466,12 @@ static PyMethodDef methods[] = {
          "stack has them, into seq (4 or 8-byte items); ends that overlap their parent's cut "
          "(returned: how many); per query, the innermost slice of its track holding its "
          "time, or -1.")},
+    {"proto_slots", omptpy_py_proto_slots, METH_VARARGS,
+     DOC("proto_slots($module, seq, starts, count, first, slots, /)",
+         "Of the begins seq names, per source (starts: each one's first slice, and an end) "
+         "how many (count) and the first slice (first), and each begin's slot as "
+         "proto_payloads lays out the payloads made source by source (slots); returns how "
+         "many begins.  ValueError where a source's begins are not a range of slices.")},
     {"proto_packets", omptpy_py_proto_packets, METH_VARARGS,
      DOC("proto_packets($module, seq, begin, end, track, uuids, payload, offsets, slots, "
          "flows_from, from_ids, flows_to, to_ids, sequence, /)",

@@ -375,6 +375,112 @@ done:
   return result;
 }
 
+/* ---- proto_slots --------------------------------------------------------------------- */
+
+/* proto_slots(seq, starts, count, first, slots): of the begins that seq names
+ * (its even items, 2 i: slice i), per source (starts: int64, ascending, the
+ * first slice of each source and the end of the last, an item more than count
+ * has) how many (count, int64, written) and the first of their slices (first,
+ * int64, written; 0 for none); into slots (int64, at least an item per begin)
+ * each begin's slot in the order proto_payloads gives payloads made source by
+ * source, each source's in the order of its slices: the begins of the sources
+ * before it, then its distance from its source's first.  Returns how many
+ * begins; ValueError where a begin is of no source, or a source's begins are
+ * not a range of its slices. */
+PyObject *omptpy_py_proto_slots(PyObject *m, PyObject *args) {
+  (void)m;
+  PyObject *objs[5], *result = NULL;
+  Py_buffer bufs[5] = {{0}};
+  if (!PyArg_ParseTuple(args, "OOOOO", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4]))
+    return NULL;
+  omptpy_ints seqs;
+  Py_ssize_t nseq = -1, nstarts = -1, nsources = -1, nslots = -1;
+  if (omptpy_get_ints(objs[0], &bufs[0], &seqs, &nseq, "proto_slots seq") < 0) goto done;
+  const int64_t *starts = omptpy_get_items(objs[1], &bufs[1], 8, &nstarts, 0, "proto_slots starts");
+  if (!starts) goto done;
+  nsources = nstarts - 1;
+  int64_t *count = nsources < 0 ? NULL
+                                 : omptpy_get_items(objs[2], &bufs[2], 8, &nsources, 1,
+                                                    "proto_slots count");
+  int64_t *first = count ? omptpy_get_items(objs[3], &bufs[3], 8, &nsources, 1,
+                                            "proto_slots first")
+                         : NULL;
+  int64_t *slots =
+      first ? omptpy_get_items(objs[4], &bufs[4], 8, &nslots, 1, "proto_slots slots") : NULL;
+  if (!slots) {
+    if (!PyErr_Occurred())
+      PyErr_SetString(PyExc_ValueError, "proto_slots: starts, a source's first slice and an end");
+    goto done;
+  }
+  if (nslots < nseq) {
+    PyErr_SetString(PyExc_ValueError, "proto_slots: slots shorter than seq");
+    goto done;
+  }
+  const char *bad = NULL;
+  Py_ssize_t nbegins = 0;
+  Py_BEGIN_ALLOW_THREADS;
+  /* The begins' slices into slots (no branch on the data: begins and ends come
+   * in no pattern), then each one's source (into srcs, by a branchless binary
+   * search: the sources come in no pattern either), the sources' counts and
+   * firsts, then each begin's slot. */
+  int outside = 0;
+  for (Py_ssize_t k = 0; k < nseq; k++) {
+    int negative;
+    uint64_t e = omptpy_ints_get(&seqs, k, &negative);
+    outside |= negative;
+    slots[nbegins] = (int64_t)(e / 2);
+    nbegins += !(e & 1);
+  }
+  int64_t *base = malloc((size_t)(nsources + 1) * sizeof *base);
+  Py_ssize_t *srcs = malloc((size_t)nbegins * sizeof *srcs + 1);
+  if (!base || !srcs) bad = "";
+  for (Py_ssize_t j = 0; !bad && j < nsources; j++) {
+    count[j] = 0;
+    first[j] = INT64_MAX;
+  }
+  for (Py_ssize_t k = 0; !bad && k < nbegins; k++) {
+    int64_t i = slots[k];
+    const int64_t *at = starts;
+    for (Py_ssize_t len = nsources + 1; len > 1; len -= len / 2)
+      at = at[len / 2] <= i ? at + len / 2 : at;
+    Py_ssize_t src = at - starts;
+    int out = (i < starts[0]) | (src >= nsources);
+    outside |= out;
+    src = out ? 0 : src;
+    count[src]++;
+    first[src] = i < first[src] ? i : first[src];
+    srcs[k] = src;
+  }
+  if (!bad && (outside || (nsources == 0 && nbegins > 0)))
+    bad = "proto_slots: seq names a slice that is not there";
+  for (Py_ssize_t j = 0, at = 0; !bad && j < nsources; j++) {
+    base[j] = at;
+    at += count[j];
+    if (!count[j]) first[j] = 0;
+  }
+  int ranged = 1;
+  for (Py_ssize_t k = 0; !bad && k < nbegins; k++) {
+    Py_ssize_t src = srcs[k];
+    int64_t from_first = slots[k] - first[src];
+    ranged &= from_first < count[src];
+    slots[k] = base[src] + from_first;
+  }
+  if (!bad && !ranged) bad = "proto_slots: a source's begins are not a range of slices";
+  free(srcs);
+  free(base);
+  Py_END_ALLOW_THREADS;
+  if (bad && !*bad)
+    PyErr_NoMemory();
+  else if (bad)
+    PyErr_SetString(PyExc_ValueError, bad);
+  else
+    result = PyLong_FromSsize_t(nbegins);
+done:
+  for (int b = 0; b < 5; b++)
+    if (bufs[b].obj) PyBuffer_Release(&bufs[b]);
+  return result;
+}
+
 /* ---- proto_packets, the counter's packets ----------------------------------------------------- */
 
 /* The flows from or to the slice `slice`: the range of `pos` (sorted) equal to it.

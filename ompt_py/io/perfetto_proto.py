@@ -422,37 +422,32 @@ class SliceOrder:
                                np.ascontiguousarray(query_time, np.int64), held, self.seq)
         return cut, held
 
-    def payloads(self, at: np.ndarray, strings: _Strings,
-                 turn: AbstractContextManager) -> tuple[bytes, bytes, np.ndarray, np.ndarray]:
-        """The payloads of the slices at these positions, made source by source (by
-        ``labels``): their labels, then in ``turn`` their columns, whose strings are
-        interned then; returns the InternedData packet of the strings new to them
-        (b"": none), the payloads' bytes, their offsets, and the slot of each
-        position's.  nest takes each source's slices in its order, so the positions
-        of a source in a part of its sequence are a range: its labels are made of
-        that range (no gather of positions) and its payloads lie one after the other."""
-        which = np.searchsorted(self.starts, at, "right") - 1
-        count = np.bincount(which, minlength=len(self.labels))
-        # Each source's first position here: ufunc.at in at's own dtype (with a cast to
-        # another, fifty times slower).
-        first = np.full(len(count), np.iinfo(at.dtype).max, at.dtype)
-        np.minimum.at(first, which, at)
-        if (at - first[which] >= count[which]).any():
-            raise RuntimeError("SliceOrder.payloads: a source's slices out of their order")
-        labelled, slot = [], np.zeros(len(count), np.int64)
+    def payloads(self, seq: np.ndarray, strings: _Strings, turn: AbstractContextManager
+                 ) -> tuple[bytes, bytes, np.ndarray, np.ndarray]:
+        """The payloads of the slices whose begins ``seq`` (a part of the sequence)
+        names, made source by source (by ``labels``): their labels, then in
+        ``turn`` their columns, whose strings are interned then; returns the
+        InternedData packet of the strings new to them (b"": none), the payloads'
+        bytes, their offsets, and the slot of each begin's (_core.proto_slots).
+        nest takes each source's slices in its order, so the slices of a source in
+        a part of its sequence are a range: its labels are made of that range (no
+        gather of positions) and its payloads lie one after the other."""
+        count, first = np.empty(len(self.labels), np.int64), np.empty(len(self.labels), np.int64)
+        slots = np.empty(len(seq), np.int64)
+        begins = _core.proto_slots(seq, self.starts, count, first, slots)
+        labelled = []
         for i in np.flatnonzero(count).tolist():
             low = int(first[i] - self.starts[i])
             part = slice(low, low + int(count[i]))
             cat, label = self.labels[i]
-            slot[i] = sum(n for _, n, _ in labelled)
             labelled.append((cat, int(count[i]),
                              label(part if self.perm[i] is None else self.perm[i][part])))
         with turn:
             columns = [_columns(cat, n, label, strings) for cat, n, label in labelled]
             interned = strings.packet()
-        offsets = np.empty(len(at) + 1, np.int64)
+        offsets = np.empty(begins + 1, np.int64)
         payload = _core.proto_payloads(columns, offsets)
-        return interned, payload, offsets, slot[which] + (at - first[which])
+        return interned, payload, offsets, slots[:begins]
 
 
 def runs(values: np.ndarray) -> Iterator[tuple[int, int, int]]:
@@ -534,8 +529,7 @@ def _write_slices(out: BinaryIO, slices: list[Source], flow_sources: list[Source
     def batch(k: int, part: slice) -> tuple[int, bytes, bytes]:
         try:
             seq = order.seq[part]
-            interned, payload, offsets, slots = order.payloads(
-                seq[(seq & 1) == 0] >> 1, strings, turns.turn(k))
+            interned, payload, offsets, slots = order.payloads(seq, strings, turns.turn(k))
         finally:
             turns.done(k)  # also when it failed before its turn: no later one waits
         return len(seq), interned, _core.proto_packets(

@@ -380,6 +380,60 @@ def test_the_packets_kernel_refuses_what_names_nothing():
         packets([0, 2], uuids=(7,))
 
 
+@pytest.mark.parametrize("sources", [1, 3, 12, 100])
+def test_the_slots_kernel_lays_out_the_payloads_source_by_source(sources):
+    """_core.proto_slots: of a part of the sequence (begins 2 i and ends 2 i + 1
+    in no order, each source's begins a range of its slices, some sources with
+    none), per source its begins and first, and each begin's slot, as numpy finds
+    them: the begins of the sources before it, then its place among its own."""
+    rng = np.random.default_rng(sources)
+    starts = np.cumsum(np.r_[0, rng.integers(0, 50, sources)]).astype(np.int64)
+    slices = np.concatenate([np.arange(lo + rng.integers(0, hi - lo + 1), hi)
+                             for lo, hi in zip(starts[:-1], starts[1:]) if rng.random() < 0.8]
+                            or [np.zeros(0, np.int64)]).astype(np.int64)
+    seq = np.concatenate([2 * slices, 2 * rng.choice(starts[-1] or 1, 40) + 1])
+    seq = rng.permutation(seq).astype(np.uint32)
+    count, first = np.full(sources, -5, np.int64), np.full(sources, -5, np.int64)
+    slots = np.full(len(seq) + 3, -5, np.int64)
+    begins = _core.proto_slots(seq, starts, count, first, slots)
+    at = seq[seq % 2 == 0].astype(np.int64) // 2
+    which = np.searchsorted(starts, at, "right") - 1
+    want_count = np.bincount(which, minlength=sources)
+    want_first = np.array([at[which == j].min() if want_count[j] else 0
+                           for j in range(sources)], np.int64)
+    assert begins == len(at) and count.tolist() == want_count.tolist()
+    assert first.tolist() == want_first.tolist()
+    base = np.cumsum(np.r_[0, want_count])[:-1]
+    assert slots[:begins].tolist() == (base[which] + at - want_first[which]).tolist()
+
+
+def test_the_slots_kernel_refuses_what_is_not_laid_out_so():
+    """A begin of no source (below the first, at or past the end), a source's
+    begins with a gap, slots shorter than the sequence, counts of other sources."""
+    starts = np.array([0, 3, 5], np.int64)
+
+    def slots(seq, starts=starts, count=2, out=None):
+        seq = np.array(seq, np.uint32)
+        return _core.proto_slots(seq, starts, np.empty(count, np.int64),
+                                 np.empty(count, np.int64),
+                                 np.empty(len(seq), np.int64) if out is None else out)
+    assert slots([2, 0, 1, 6, 9]) == 3
+    for seq in ([10], [2 * 7]):
+        with pytest.raises(ValueError, match="seq names a slice that is not there"):
+            slots(seq)
+    with pytest.raises(ValueError, match="seq names a slice that is not there"):
+        slots([0], starts=np.array([1, 3], np.int64), count=1)  # below the first
+    with pytest.raises(ValueError, match="not a range of slices"):
+        slots([0, 4])  # slices 0 and 2 of the first source, not 1
+    with pytest.raises(ValueError, match="shorter than seq"):
+        slots([0, 2], out=np.empty(1, np.int64))
+    with pytest.raises(ValueError, match="proto_slots count"):
+        slots([0], count=3)
+    with pytest.raises(ValueError, match="proto_slots: starts"):
+        slots([], starts=np.zeros(0, np.int64), count=0)
+    assert slots([], starts=np.zeros(1, np.int64), count=0) == 0
+
+
 def test_the_payloads_kernel_writes_its_parts_one_after_the_other():
     """_core.proto_payloads writes the rows of each part (a list of columns of as
     many rows) after those of the part before, with where each row starts; it
