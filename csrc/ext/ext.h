@@ -92,7 +92,10 @@ PyObject *omptpy_py_ticks_to_ns(PyObject *m, PyObject *args);
 
 /* ---- order.c: the records' time order --------------------------------------------- */
 
-enum { OMPTPY_MAX_CHAINS = 64 };
+/* At most OMPTPY_MAX_CHAINS chains of runs of OMPTPY_MIN_RUN records on average at
+ * least (shorter runs: the runs' list would take more memory than numpy's sort,
+ * 24 bytes a run, for no gain). */
+enum { OMPTPY_MAX_CHAINS = 64, OMPTPY_MIN_RUN = 16 };
 
 typedef struct {
   Py_ssize_t start, stop, next; /* next: the chain's run after this one, -1: none */
@@ -115,10 +118,14 @@ typedef struct {
   int heap[OMPTPY_MAX_CHAINS], size; /* the chains not done, a heap by their cursors */
 } omptpy_order;
 
-/* Chains the runs of the n times: the number of chains, 0 when they are not in a
- * few chains of runs (the caller sorts them), -1 out of memory.  No Python: it
- * may run without the GIL.  omptpy_order_end() frees it, whatever it returned. */
-int omptpy_order_start(omptpy_order *o, const char *base, Py_ssize_t stride, Py_ssize_t n);
+/* Chains the runs of the n times (each a maximal run in ascending order; where
+ * they start, when known: `starts`, the nstarts runs' first positions, from 0
+ * on; NULL: found by reading every time): the number of chains, 0 when they are
+ * not in a few chains of runs (the caller sorts them), -1 out of memory.  No
+ * Python: it may run without the GIL.  omptpy_order_end() frees it, whatever
+ * it returned. */
+int omptpy_order_start(omptpy_order *o, const char *base, Py_ssize_t stride, Py_ssize_t n,
+                       const Py_ssize_t *starts, Py_ssize_t nstarts);
 /* The next positions in time order, at most max of them, into out: how many (0:
  * none left). */
 Py_ssize_t omptpy_order_fill(omptpy_order *o, int64_t *out, Py_ssize_t max);

@@ -11,7 +11,7 @@
  * stable argsort needs them contiguous: a copy of 8 bytes a record, in memory
  * first touched then; in a fresh process it took twice as long on that trace,
  * 0.53 against 0.25 s, and about as long once its memory was reused).  More chains than
- * OMPTPY_MAX_CHAINS, or runs shorter than MIN_RUN (times in no such runs): not ordered,
+ * OMPTPY_MAX_CHAINS, or runs shorter than OMPTPY_MIN_RUN (times in no such runs): not ordered,
  * the caller sorts them.  The merge fills a block of positions at a time: the
  * whole array (time_order), or a small block as pair_events' pass reads them
  * (no array of the order: 8 bytes a record of fresh memory, and its pages'
@@ -22,10 +22,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-/* Runs of MIN_RUN records on average at least (shorter runs: the runs' list
- * would take more memory than numpy's sort, 24 bytes a run, for no gain). */
-enum { MIN_RUN = 16 };
 
 static inline int64_t time_at(const omptpy_order *o, Py_ssize_t i) {
   int64_t v;
@@ -50,10 +46,12 @@ static inline int advance(omptpy_chain *c, const omptpy_run *runs) {
   return 1;
 }
 
-/* Chains the runs of the n records; returns the number of chains, 0 for more
- * than OMPTPY_MAX_CHAINS or too many runs, -1 out of memory (o->runs: the runs,
- * to free). */
-static int chain_runs(omptpy_order *o, Py_ssize_t n) {
+/* Chains the runs of the n records (where they start: `starts`, nstarts of them
+ * from 0 on, or NULL: found by reading every time); returns the number of
+ * chains, 0 for more than OMPTPY_MAX_CHAINS or too many runs, -1 out of memory
+ * (o->runs: the runs, to free). */
+static int chain_runs(omptpy_order *o, Py_ssize_t n, const Py_ssize_t *starts,
+                      Py_ssize_t nstarts) {
   Py_ssize_t cap = 1024, nruns = 0;
   omptpy_run *runs = malloc((size_t)cap * sizeof *runs);
   omptpy_chain *chains = o->chains;
@@ -62,9 +60,14 @@ static int chain_runs(omptpy_order *o, Py_ssize_t n) {
   int nchains = 0;
   for (Py_ssize_t start = 0; start < n;) {
     Py_ssize_t stop = start + 1;
-    if (nruns > n / MIN_RUN + OMPTPY_MAX_CHAINS) return 0;
+    if (nruns > n / OMPTPY_MIN_RUN + OMPTPY_MAX_CHAINS) return 0;
     int64_t first = time_at(o, start), last = first;
-    for (int64_t next; stop < n && (next = time_at(o, stop)) >= last; stop++) last = next;
+    if (starts) {
+      stop = nruns + 1 < nstarts ? starts[nruns + 1] : n;
+      last = time_at(o, stop - 1);
+    } else {
+      for (int64_t next; stop < n && (next = time_at(o, stop)) >= last; stop++) last = next;
+    }
     int best = -1;
     for (int c = 0; c < nchains; c++)
       if (chains[c].last_time <= first && (best < 0 || chains[c].last_time > chains[best].last_time))
@@ -109,11 +112,12 @@ static void sift_down(omptpy_order *o, int p) {
   }
 }
 
-int omptpy_order_start(omptpy_order *o, const char *base, Py_ssize_t stride, Py_ssize_t n) {
+int omptpy_order_start(omptpy_order *o, const char *base, Py_ssize_t stride, Py_ssize_t n,
+                       const Py_ssize_t *starts, Py_ssize_t nstarts) {
   memset(o, 0, sizeof *o);
   o->base = base;
   o->stride = stride;
-  int nchains = chain_runs(o, n);
+  int nchains = chain_runs(o, n, starts, nstarts);
   o->size = nchains > 0 ? nchains : 0;
   for (int c = 0; c < o->size; c++) o->heap[c] = c;
   if (o->size > 2)
@@ -216,7 +220,7 @@ PyObject *omptpy_py_time_order(PyObject *m, PyObject *args) {
   omptpy_order o;
   int nchains;
   Py_BEGIN_ALLOW_THREADS
-  nchains = omptpy_order_start(&o, tb.buf, tb.strides[0], n);
+  nchains = omptpy_order_start(&o, tb.buf, tb.strides[0], n, NULL, 0);
   if (nchains > 0) omptpy_order_fill(&o, out, n);
   Py_END_ALLOW_THREADS
   omptpy_order_end(&o);

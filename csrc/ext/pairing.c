@@ -711,21 +711,47 @@ static int64_t split_time(const column *times, Py_ssize_t records) {
 }
 
 /* The records [from, to) counted per role index into there, and into there2 those
- * of a split pass's second half (at or after split_at). */
+ * of a split pass's second half (at or after split_at); with `runs`, where their
+ * runs in time order start (starts, nstarts of them; a run's first record is
+ * earlier than the record before it), read with the records: the merge chains
+ * the runs without reading every time again.  Past as many as the merge takes
+ * (too_many), or out of memory, it stops noting them (the merge reads them). */
 typedef struct {
   const passing *w;
   const column *times;
-  int split;
+  int split, runs, too_many;
   int64_t split_at;
   Py_ssize_t from, to, *there, *there2;
+  Py_ssize_t *starts, nstarts, cap;
 } count_job;
 
+static void run_starts_at(count_job *c, Py_ssize_t r) {
+  if (c->too_many) return;
+  if (c->nstarts == c->cap) {
+    Py_ssize_t most = (c->w->n / OMPTPY_MIN_RUN + OMPTPY_MAX_CHAINS + 2), cap = 2 * c->cap + 64;
+    Py_ssize_t *more = c->cap < most ? realloc(c->starts, (size_t)cap * sizeof *more) : NULL;
+    if (!more) {
+      c->too_many = 1;
+      return;
+    }
+    c->starts = more;
+    c->cap = cap;
+  }
+  c->starts[c->nstarts++] = r;
+}
+
 static void *count_roles(void *arg) {
-  const count_job *c = arg;
+  count_job *c = arg;
+  int64_t before = c->runs && c->from > 0 ? (int64_t)column_at(c->times, c->from - 1) : INT64_MIN;
+  if (c->runs && c->from == 0 && c->to > 0) run_starts_at(c, 0);
   for (Py_ssize_t r = c->from; r < c->to; r++) {
     Py_ssize_t at = role_at(c->w, r);
     c->there[at]++;
-    if (c->split && (int64_t)column_at(c->times, r) >= c->split_at) c->there2[at]++;
+    if (!c->split && !c->runs) continue;
+    int64_t t = (int64_t)column_at(c->times, r);
+    if (c->split && t >= c->split_at) c->there2[at]++;
+    if (c->runs && t < before) run_starts_at(c, r);
+    before = t;
   }
   return NULL;
 }
@@ -892,6 +918,7 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   column events = {0}, endpoints = {0};
   Py_buffer order_buf = {0}, times_buf = {0};
   omptpy_order merge = {0}, merge2;
+  Py_ssize_t *run_starts = NULL, nrun_starts = 0; /* where the runs of times start */
   pairing g[MAX_PAIRINGS], h[MAX_PAIRINGS]; /* h: the second half's, when split */
   lookup lk[MAX_PAIRINGS];
   int split = 0;
@@ -1016,8 +1043,13 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   }
   /* Counted without the GIL; for a split pass in two threads, as its halves are read
    * (the later rows into `later`, then added). */
-  count_job mine = {&w, &times, split, split_at, 0, records, there, there2};
-  count_job theirs = {&w, &times, split, split_at, records / 2, records, later, later + nroles};
+  count_job mine = {.w = &w, .times = &times, .split = split, .runs = !order,
+                    .split_at = split_at, .from = 0, .to = records, .there = there,
+                    .there2 = there2};
+  count_job theirs = mine;
+  theirs.from = records / 2;
+  theirs.there = later;
+  theirs.there2 = later + nroles;
   Py_BEGIN_ALLOW_THREADS
   pthread_t counter;
   int counting = split && pthread_create(&counter, NULL, count_roles, &theirs) == 0;
@@ -1029,9 +1061,25 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
       there[at] += later[at];
       there2[at] += later[nroles + at];
     }
+    /* the runs' starts of both, one after the other */
+    Py_ssize_t *all = mine.too_many || theirs.too_many
+                          ? NULL
+                          : realloc(mine.starts, (size_t)(mine.nstarts + theirs.nstarts + 1) *
+                                                     sizeof *all);
+    if (all) {
+      memcpy(all + mine.nstarts, theirs.starts, (size_t)theirs.nstarts * sizeof *all);
+      mine.starts = all;
+      mine.nstarts += theirs.nstarts;
+    } else {
+      mine.too_many = 1;
+    }
+    free(theirs.starts);
   }
   Py_END_ALLOW_THREADS
   PyMem_Free(later);
+  run_starts = mine.too_many ? NULL : mine.starts;
+  nrun_starts = mine.nstarts;
+  if (!run_starts) free(mine.starts);
   /* The begins of each pairing, counted: its outputs are made that long; and those
    * of the first half, which the second's follow. */
   Py_ssize_t counts[MAX_PAIRINGS] = {0}, first[MAX_PAIRINGS] = {0};
@@ -1090,7 +1138,9 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   int failed = 0;
   Py_BEGIN_ALLOW_THREADS
   if (!order) {
-    int chains = omptpy_order_start(&merge, times.base, times.stride, records);
+    /* the runs as the count found them (or, past as many as it takes, read again) */
+    int chains = omptpy_order_start(&merge, times.base, times.stride, records, run_starts,
+                                    run_starts ? nrun_starts : 0);
     failed = chains < 0 ? 1 : chains == 0 && records > 0 ? 3 : 0;
     w.merge = &merge;
   }
@@ -1200,6 +1250,7 @@ done:
     keyset_release(&lk[l].keys);
   }
   omptpy_order_end(&merge);
+  free(run_starts);
   for (Py_ssize_t k = 0; split && k < npairings; k++) half_release(&h[k]);
   PyMem_Free(there);
   PyMem_Free(closes);

@@ -349,6 +349,25 @@ def test_enclosing_is_of_pairings_of_one_key():
                             True, {"x": pairing.Enclosing("parallel", "sync_region")})
 
 
+def test_the_runs_the_count_notes_meet_at_its_halves():
+    """The count of a split pass (two threads, each half of the rows) notes where
+    the runs of times start, for the merge: a run that starts at the row where the
+    second count starts is one (else the merge would read two runs as one, out of
+    time order), and a pass of runs too many to note is sorted as before."""
+    ev, pids = _records(4000, 7)
+    halves = [np.argsort(ev["time_ns"][:2000], kind="stable"),
+              2000 + np.argsort(ev["time_ns"][2000:], kind="stable")]
+    at = np.concatenate(halves)  # two runs, the second starting at row 2000
+    names = list(pairing.PAIRINGS)
+    for ev_, pids_ in ((ev[at], pids[at]), (ev, pids)):  # two runs, then runs of 1 to 3
+        ordered = pairing.pair_events(ev_, pids_, time_order(ev_["time_ns"]), names,
+                                      as_rows=True, end_times=True)
+        for split in _split_times(ev_["time_ns"]):
+            _same_pairs(pairing.pair_events(ev_, pids_, None, names, as_rows=True,
+                                            end_times=True, split_ns=split).pairs,
+                        ordered.pairs)
+
+
 def test_a_split_is_of_the_merged_order():
     ev, _ = _records(50, 1)
     args = (pairing.column(ev["event"]), pairing.column(ev["endpoint"]), [], True, [],
