@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -424,6 +425,14 @@ release_keys:
 
 /* ---- pair_events --------------------------------------------------------------------- */
 
+/* The last key looked up in a pairing (look_in), when (its changes then), and
+ * what it found. */
+typedef struct {
+  Py_ssize_t changes;
+  key q;
+  int64_t found;
+} look_memo;
+
 typedef struct {
   Py_buffer roles;
   keyset keys;
@@ -441,12 +450,10 @@ typedef struct {
   int64_t *rank;
   int64_t *end_time; /* with end_times: per begin, its end's time once closed */
   /* Looked into: the changes of its stacks so far (opens and ends), and the last
-   * key looked up in it (the hash and values), when, and what it found: a lookup
-   * of the same key with no change since finds the same (the begins of a region
-   * look up its id one after the other). */
-  Py_ssize_t changes, memo_changes;
-  key memo;
-  int64_t memo_found;
+   * key the pass looked up in it: a lookup of the same key with no change since
+   * finds the same (the begins of a region look up its id one after the other). */
+  Py_ssize_t changes;
+  look_memo memo;
   /* The second half of a split pass: its ends that closed none of its begins (a
    * row and what the pass holds of it, in order), which may close begins of the
    * first half (see split_merge). */
@@ -555,20 +562,20 @@ static int filter_init(pairing *p, Py_ssize_t begins) {
 
 /* What a lookup of the key q (not missing) in pairing `in` finds now: the begin
  * open with it (its slot), or LOOK_AGAIN where another of its key may have begun
- * before or none is open.  The last answer is kept (in->memo). */
-static int64_t look_in(pairing *in, const key *q) {
-  if (in->memo_changes == in->changes && in->memo.hash == q->hash &&
-      (in->keys.packed ||
-       !memcmp(in->memo.word, q->word, (size_t)in->keys.ncol * sizeof *q->word)))
-    return in->memo_found;
+ * before or none is open.  The last answer is kept (in m: the pass's in->memo,
+ * or a thread's own while `in` does not change). */
+static int64_t look_in(const pairing *in, const key *q, look_memo *m) {
+  if (m->changes == in->changes && m->q.hash == q->hash &&
+      (in->keys.packed || !memcmp(m->q.word, q->word, (size_t)in->keys.ncol * sizeof *q->word)))
+    return m->found;
   int64_t found = LOOK_AGAIN;
   if (in->twice.slots[table_slot(&in->twice, &in->keys, q)].row < 0) {
     Py_ssize_t e = in->st.open.slots[table_slot(&in->st.open, &in->keys, q)].row;
     if (e >= 0) found = e;
   }
-  in->memo = *q;
-  in->memo_changes = in->changes;
-  return in->memo_found = found;
+  m->q = *q;
+  m->changes = in->changes;
+  return m->found = found;
 }
 
 /* The begin of pairing `in` open with the key q now, the latest begun of those
@@ -624,7 +631,7 @@ static void look_up(const passing *w, Py_ssize_t k, Py_ssize_t s, Py_ssize_t row
       continue;
     }
     key_at(&l->keys, row, &q);
-    l->found[s] = q.missing ? -1 : look_in(in, &q);
+    l->found[s] = q.missing ? -1 : look_in(in, &q, &in->memo);
   }
 }
 
@@ -776,7 +783,7 @@ static int half_init(pairing *p, const pairing *g, Py_ssize_t from, Py_ssize_t b
   p->rank = NULL;
   p->count = from;
   p->changes = 0;
-  p->memo_changes = -1;
+  p->memo.changes = -1;
   if (table_init(&p->st.open, 512) < 0) return -1;
   p->st.open.rows = g->st.open.rows;
   p->st.keys = &g->keys;
@@ -792,6 +799,30 @@ static void *second_half(void *arg) {
   half_job *job = arg;
   job->failed = pass(job->w);
   return NULL;
+}
+
+/* Tasks 0 to n - 1, each run(ctx, task) once, taken in turn by two threads (this
+ * one and another, when there are two CPUs and it starts): the joins' parts that
+ * are apart. */
+typedef struct {
+  void (*run)(void *, Py_ssize_t);
+  void *ctx;
+  Py_ssize_t n;
+  atomic_ptrdiff_t next;
+} tasks;
+
+static void *tasks_take(void *arg) {
+  tasks *t = arg;
+  for (Py_ssize_t i; (i = (Py_ssize_t)atomic_fetch_add(&t->next, 1)) < t->n;) t->run(t->ctx, i);
+  return NULL;
+}
+
+static void in_two(void (*run)(void *, Py_ssize_t), void *ctx, Py_ssize_t n) {
+  tasks t = {run, ctx, n, 0};
+  pthread_t other;
+  int two = n > 1 && usable_cpus() > 1 && pthread_create(&other, NULL, tasks_take, &t) == 0;
+  tasks_take(&t);
+  if (two) pthread_join(other, NULL);
 }
 
 /* The enclosing lookups into pairing k (of the first half's states g) of the
@@ -822,29 +853,52 @@ static void enclosing_again(const pairing *g, const pairing *h, const Py_ssize_t
  * h: the second's).  First its lookups: one of a key that began in the first
  * half finds that begin when it is the key's only one there and was open at the
  * split (the first of its key, as the pass would have found it), else
- * LOOK_AGAIN (the caller finds those); then its loose ends close the begins left
+ * LOOK_AGAIN (the caller finds those), in parts taken by two threads
+ * (look_again_part); then its loose ends close the begins left
  * open by the first half, in order, as if read in one pass, and between them its
  * enclosing lookups that found none of its own open find theirs in the first
  * half's stacks (enclosing_again).  -1: the first half did not fill its begins
  * (an order that names a row twice). */
+/* What the second half's lookups (not enclosing) look up again in the first's
+ * states (split_merge), in parts of MERGE_PART_MIN begins at least (a few: the
+ * tests' small traces are cut too), MERGE_PARTS at most per lookup: a task a part. */
+enum { MERGE_PARTS = 8, MERGE_PART_MIN = 64 };
+
+typedef struct {
+  const pairing *g, *h;
+  const Py_ssize_t *from;
+  lookup *lk;
+} merge_job;
+
+static void look_again_part(void *arg, Py_ssize_t task) {
+  const merge_job *m = arg;
+  lookup *l = &m->lk[task / MERGE_PARTS];
+  if (l->enclosing) return;
+  const pairing *in = &m->g[l->in];
+  const int64_t *rows = (const int64_t *)PyBytes_AS_STRING(m->g[l->of].begins);
+  Py_ssize_t first = m->from[l->of], count = m->h[l->of].count - first;
+  Py_ssize_t parts = count / MERGE_PART_MIN + 1, part = task % MERGE_PARTS;
+  if (parts > MERGE_PARTS) parts = MERGE_PARTS;
+  if (part >= parts) return;
+  Py_ssize_t start = first + count * part / parts, stop = first + count * (part + 1) / parts;
+  look_memo memo = {.changes = -1}; /* its own: `in` does not change now */
+  key q;
+  for (Py_ssize_t s = start; s < stop; s++) {
+    /* the rows lie far apart, read long after the pass: fetched ahead */
+    if (s + OMPTPY_FETCH_AHEAD < stop)
+      key_prefetch(&l->keys, (Py_ssize_t)rows[s + OMPTPY_FETCH_AHEAD]);
+    key_at(&l->keys, (Py_ssize_t)rows[s], &q);
+    if (!q.missing && seen_maybe(in, &q)) l->found[s] = look_in(in, &q, &memo);
+  }
+}
+
 static int split_merge(pairing *g, pairing *h, const Py_ssize_t *from, Py_ssize_t npairings,
                        lookup *lk, Py_ssize_t nlk, const column *times) {
   key q;
   for (Py_ssize_t k = 0; k < npairings; k++)
     if (g[k].count != from[k]) return -1;
-  for (Py_ssize_t l = 0; l < nlk; l++) {
-    if (lk[l].enclosing) continue;
-    pairing *in = &g[lk[l].in];
-    const int64_t *rows = (const int64_t *)PyBytes_AS_STRING(g[lk[l].of].begins);
-    Py_ssize_t stop = h[lk[l].of].count;
-    for (Py_ssize_t s = from[lk[l].of]; s < stop; s++) {
-      /* the rows lie far apart, read long after the pass: fetched ahead */
-      if (s + OMPTPY_FETCH_AHEAD < stop)
-        key_prefetch(&lk[l].keys, (Py_ssize_t)rows[s + OMPTPY_FETCH_AHEAD]);
-      key_at(&lk[l].keys, (Py_ssize_t)rows[s], &q);
-      if (!q.missing && seen_maybe(in, &q)) lk[l].found[s] = look_in(in, &q);
-    }
-  }
+  merge_job job = {g, h, from, lk};
+  in_two(look_again_part, &job, nlk * MERGE_PARTS);
   Py_ssize_t next[MAX_PAIRINGS] = {0};
   for (Py_ssize_t k = 0; k < npairings; k++) {
     pairing *p = &g[k];
@@ -862,6 +916,71 @@ static int split_merge(pairing *g, pairing *h, const Py_ssize_t *from, Py_ssize_
   }
   for (Py_ssize_t k = 0; k < npairings; k++) g[k].count = h[k].count;
   return 0;
+}
+
+/* The end of pair_events, a pairing or a lookup a task (in_two): `failed` 1 when
+ * out of memory. */
+typedef struct {
+  pairing *g;
+  lookup *lk;
+  atomic_int failed;
+} tail_job;
+
+/* Pairing k, looked into: its closed begins numbered (rank, -1: not closed). */
+static void rank_pairing(void *arg, Py_ssize_t k) {
+  tail_job *t = arg;
+  pairing *p = &t->g[k];
+  if (!p->ranked) return;
+  if (!(p->rank = malloc(8 * (size_t)p->count + 1))) {
+    t->failed = 1;
+    return;
+  }
+  for (Py_ssize_t s = 0, closed = 0; s < p->count; s++)
+    p->rank[s] = p->st.link[s] >= 0 ? closed++ : -1;
+}
+
+/* Lookup l's found, per closed begin, as the index of a closed pair. */
+static void number_found(void *arg, Py_ssize_t l) {
+  tail_job *t = arg;
+  const lookup *lk = &t->lk[l];
+  const pairing *p = &t->g[lk->of], *in = &t->g[lk->in];
+  int64_t *found = lk->found, closed = 0; /* written over as it is read: closed <= s */
+  for (Py_ssize_t s = 0; s < p->count; s++) {
+    if (p->st.link[s] < 0) continue;
+    int64_t e = found[s];
+    found[closed++] = e < 0                 ? e
+                      : in->rank[e] >= 0    ? in->rank[e]
+                      : lk->enclosing       ? -1
+                                            : LOOK_AGAIN;
+  }
+}
+
+/* Pairing k's closed pairs first, then the begins never closed (each in begin
+ * order), as the pass held them: positions in order or, with as_rows, rows; the
+ * ends of those closed (their times, with end_times) in its links. */
+static void closed_first(void *arg, Py_ssize_t k) {
+  tail_job *t = arg;
+  pairing *p = &t->g[k];
+  int64_t *begins = (int64_t *)PyBytes_AS_STRING(p->begins), *open_begins;
+  Py_ssize_t *link = p->st.link, closed = 0, open = 0;
+  for (Py_ssize_t s = 0; s < p->count; s++) open += link[s] < 0;
+  if (!(open_begins = malloc((size_t)open * sizeof *open_begins + 1))) {
+    t->failed = 1;
+    return;
+  }
+  open = 0;
+  for (Py_ssize_t s = 0; s < p->count; s++) { /* closed <= s: read before written */
+    int64_t begin = begins[s];
+    if (link[s] < 0) {
+      open_begins[open++] = begin;
+      continue;
+    }
+    link[closed] = p->end_time ? p->end_time[s] : link[s];
+    begins[closed++] = begin;
+  }
+  memcpy(begins + closed, open_begins, (size_t)open * sizeof *begins);
+  free(open_begins);
+  p->closed = closed;
 }
 
 /* pair_events(order, events, endpoints, pairings[, as_rows, lookups, times, end_times,
@@ -1105,7 +1224,7 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
     g[k].st.open.rows = (const int64_t *)PyBytes_AS_STRING(g[k].begins);
     g[k].st.keys = &g[k].keys;
     g[k].st.link = (Py_ssize_t *)PyBytes_AS_STRING(g[k].ends);
-    g[k].memo_changes = -1; /* no key looked up yet */
+    g[k].memo.changes = -1; /* no key looked up yet */
   }
   for (Py_ssize_t l = 0; l < nlk; l++) {
     pairing *in = &g[lk[l].in];
@@ -1160,53 +1279,16 @@ PyObject *omptpy_py_pair_events(PyObject *m, PyObject *args) {
   } else if (!failed) {
     failed = pass(&w);
   }
-  /* Each pairing looked into, its closed begins numbered; each lookup's found, per
-   * closed begin, as the index of a closed pair. */
-  for (Py_ssize_t k = 0; k < npairings && !failed; k++) {
-    pairing *p = &g[k];
-    if (!p->ranked) continue;
-    if (!(p->rank = malloc(8 * (size_t)p->count + 1))) {
-      failed = 1;
-      break;
-    }
-    for (Py_ssize_t s = 0, closed = 0; s < p->count; s++)
-      p->rank[s] = p->st.link[s] >= 0 ? closed++ : -1;
-  }
-  for (Py_ssize_t l = 0; l < nlk && !failed; l++) {
-    const pairing *p = &g[lk[l].of], *in = &g[lk[l].in];
-    int64_t *found = lk[l].found, closed = 0; /* written over as it is read: closed <= s */
-    for (Py_ssize_t s = 0; s < p->count; s++) {
-      if (p->st.link[s] < 0) continue;
-      int64_t e = found[s];
-      found[closed++] = e < 0                 ? e
-                        : in->rank[e] >= 0    ? in->rank[e]
-                        : lk[l].enclosing ? -1
-                                              : LOOK_AGAIN;
-    }
-  }
-  /* The closed pairs first, then the begins never closed (each in begin order), as
-   * the pass held them: positions in order or, with as_rows, rows. */
-  for (Py_ssize_t k = 0; k < npairings && !failed; k++) {
-    int64_t *begins = (int64_t *)PyBytes_AS_STRING(g[k].begins), *open_begins;
-    Py_ssize_t *link = g[k].st.link, closed = 0, open = 0;
-    for (Py_ssize_t s = 0; s < g[k].count; s++) open += link[s] < 0;
-    if (!(open_begins = malloc((size_t)open * sizeof *open_begins + 1))) {
-      failed = 1;
-      break;
-    }
-    open = 0;
-    for (Py_ssize_t s = 0; s < g[k].count; s++) { /* closed <= s: read before written */
-      int64_t begin = begins[s];
-      if (link[s] < 0) {
-        open_begins[open++] = begin;
-        continue;
-      }
-      link[closed] = g[k].end_time ? g[k].end_time[s] : link[s];
-      begins[closed++] = begin;
-    }
-    memcpy(begins + closed, open_begins, (size_t)open * sizeof *begins);
-    free(open_begins);
-    g[k].closed = closed;
+  /* Each pairing looked into, its closed begins numbered; then each lookup's found,
+   * per closed begin, as the index of a closed pair; then the closed pairs first:
+   * each a task of its own, taken by two threads (a phase's tasks read what the
+   * phase before wrote). */
+  if (!failed) {
+    tail_job tail = {g, lk, 0};
+    in_two(rank_pairing, &tail, npairings);
+    if (!tail.failed) in_two(number_found, &tail, nlk);
+    if (!tail.failed) in_two(closed_first, &tail, npairings);
+    failed = tail.failed;
   }
   Py_END_ALLOW_THREADS
   if (failed == 3) { /* times not in a few chains of runs: the caller orders them */
