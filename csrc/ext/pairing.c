@@ -849,16 +849,6 @@ static void enclosing_again(const pairing *g, const pairing *h, const Py_ssize_t
   }
 }
 
-/* The second half's results joined to the first's (g: the first half's states,
- * h: the second's).  First its lookups: one of a key that began in the first
- * half finds that begin when it is the key's only one there and was open at the
- * split (the first of its key, as the pass would have found it), else
- * LOOK_AGAIN (the caller finds those), in parts taken by two threads
- * (look_again_part); then its loose ends close the begins left
- * open by the first half, in order, as if read in one pass, and between them its
- * enclosing lookups that found none of its own open find theirs in the first
- * half's stacks (enclosing_again).  -1: the first half did not fill its begins
- * (an order that names a row twice). */
 /* What the second half's lookups (not enclosing) look up again in the first's
  * states (split_merge), in parts of MERGE_PART_MIN begins at least (a few: the
  * tests' small traces are cut too), MERGE_PARTS at most per lookup: a task a part. */
@@ -892,6 +882,16 @@ static void look_again_part(void *arg, Py_ssize_t task) {
   }
 }
 
+/* The second half's results joined to the first's (g: the first half's states,
+ * h: the second's).  First its lookups: one of a key that began in the first
+ * half finds that begin when it is the key's only one there and was open at the
+ * split (the first of its key, as the pass would have found it), else
+ * LOOK_AGAIN (the caller finds those), in parts taken by two threads
+ * (look_again_part); then its loose ends close the begins left open by the
+ * first half, in order, as if read in one pass, and between them its enclosing
+ * lookups that found none of its own open find theirs in the first half's
+ * stacks (enclosing_again).  -1: the first half did not fill its begins
+ * (an order that names a row twice). */
 static int split_merge(pairing *g, pairing *h, const Py_ssize_t *from, Py_ssize_t npairings,
                        lookup *lk, Py_ssize_t nlk, const column *times) {
   key q;

@@ -333,11 +333,11 @@ def pair_events(events: np.ndarray, pids: np.ndarray | None, order: np.ndarray |
     as positions in ``order`` (the rows of to_pandas()), or with ``as_rows`` as
     rows of ``events``, as ``pair`` pairs (with ``end_times``, the ends as their
     records' times, read in the pass); and the ``lookups`` (among the pairings
-    ``names``: Lookup, Enclosing), looked up in the pass as each pair begins.  A merged pass of 2^20
-    records or more is split in two halves at the median time of a sample of
-    them, each read in a thread of its own when two CPUs are there, and joined
-    (the same pairs and lookups as one pass); ``split_ns`` splits it there
-    whatever the records' number (the tests)."""
+    ``names``: Lookup, Enclosing), looked up in the pass as each pair begins.  A
+    merged pass of 2^20 records or more is split in two halves at the median
+    time of a sample of them, each read in a thread of its own when two CPUs are
+    there, and joined (the same pairs and lookups as one pass); ``split_ns``
+    splits it there whatever the records' number (the tests)."""
     lookups = lookups or {}
     for lk in lookups.values():
         if isinstance(lk, Enclosing):
