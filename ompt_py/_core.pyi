@@ -224,7 +224,8 @@ def pair_events(
     endpoints: _KeyColumn,
     pairings: list[tuple[Buffer, list[_KeyColumn]]],
     as_rows: bool = False,
-    lookups: list[tuple[int, int, list[_KeyColumn]]] | None = None,
+    lookups: list[tuple[int, int, list[_KeyColumn]] | tuple[int, int, list[_KeyColumn], bool]]
+    | None = None,
     times: Buffer | None = None,
     end_times: bool = False,
     split: int | None = None,
@@ -236,8 +237,10 @@ def pair_events(
     ends given as their records' times), each
     as pair() pairs: columns of the records (events, endpoints, keys), a pairing
     (roles, keys), roles[4 * event + endpoint] a PAIR_* (endpoint 1 to 3, else 0); a
-    lookup (pairing, in, keys): per begin of the pairing, the pair of ``in`` whose
-    begin has the key its record has in keys (among those open as it begins).
+    lookup (pairing, in, keys[, enclosing]): per begin of the pairing, the pair of
+    ``in`` whose begin has the key its record has in keys (among those open as it
+    begins; enclosing: the latest begun of those open then, keys those of the
+    pairing's key).
     Returns (per pairing (begins, ends, ends that closed nothing), per lookup found),
     int64 bytes: the begins' positions in order (as_rows: their rows), those closed
     first, then those never closed; the ends' of those closed; found (a bytearray,
@@ -353,6 +356,14 @@ def proto_nest(
     as each track's stack has them, into seq (4 or 8-byte items); ends that overlap
     their parent's cut (returned: how many); per query, the innermost slice of its track
     holding its time, or -1."""
+
+def proto_slots(seq: Buffer, starts: Buffer, count: Buffer, first: Buffer, slots: Buffer, /
+                ) -> int:
+    """Of the begins seq names (2 i: slice i), per source (starts: int64, each one's first
+    slice, and an end) how many (count, written) and the first slice (first, written;
+    0 for none), and into slots each begin's slot as proto_payloads lays out payloads
+    made source by source; returns how many begins.  ValueError where a begin is of no
+    source or a source's begins are not a range of slices."""
 
 def proto_packets(
     seq: Buffer, begin: Buffer, end: Buffer, track: Buffer, uuids: Buffer, payload: bytes,
