@@ -560,6 +560,12 @@ static int filter_init(pairing *p, Py_ssize_t begins) {
   return 0;
 }
 
+/* The begin of pairing `in` open with the key q now, the latest begun of those
+ * open (its slot), or -1. */
+static inline int64_t open_in(const pairing *in, const key *q) {
+  return in->st.open.slots[table_slot(&in->st.open, &in->keys, q)].row;
+}
+
 /* What a lookup of the key q (not missing) in pairing `in` finds now: the begin
  * open with it (its slot), or LOOK_AGAIN where another of its key may have begun
  * before or none is open.  The last answer is kept (in m: the pass's in->memo,
@@ -570,18 +576,12 @@ static int64_t look_in(const pairing *in, const key *q, look_memo *m) {
     return m->found;
   int64_t found = LOOK_AGAIN;
   if (in->twice.slots[table_slot(&in->twice, &in->keys, q)].row < 0) {
-    Py_ssize_t e = in->st.open.slots[table_slot(&in->st.open, &in->keys, q)].row;
+    int64_t e = open_in(in, q);
     if (e >= 0) found = e;
   }
   m->q = *q;
   m->changes = in->changes;
   return m->found = found;
-}
-
-/* The begin of pairing `in` open with the key q now, the latest begun of those
- * open (its slot), or -1. */
-static inline int64_t open_in(const pairing *in, const key *q) {
-  return in->st.open.slots[table_slot(&in->st.open, &in->keys, q)].row;
 }
 
 /* ---- the pass ---------------------------------------------------------------------- */
